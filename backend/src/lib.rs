@@ -1,0 +1,11 @@
+//! walshm backends: the processes that insert WAL, and the code every
+//! WAL-touching process shares (insertion, buffer management, write and
+//! flush), plus the child-process plumbing (`process`).
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod control;
+pub mod process;
+pub mod startup;
+pub mod walfile;
+pub mod workload;
+pub mod xlog;

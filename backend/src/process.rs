@@ -1,0 +1,138 @@
+//! Child-process plumbing shared by every process the postmaster forks.
+//!
+//! Right after `fork` a child: names itself (Linux `comm`), asks the kernel
+//! to kill it when the postmaster dies (`PR_SET_PDEATHSIG`, then re-checks
+//! the parent in case it died before the call), resets every signal
+//! disposition it inherited, and installs its own handlers. Handlers only
+//! store to atomic flags (async-signal-safe); SIGQUIT exits at once with
+//! status 2, as PostgreSQL's `quickdie` does: the postmaster sends it when
+//! another process crashed and shared memory may be corrupt.
+//!
+//! Exit statuses the postmaster understands: 0 = clean exit, 1 = an error
+//! the process reported (FATAL), 2 = quit on request; anything else or a
+//! signal = crash.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGTERM: finish the current unit of work and exit cleanly.
+pub static SHUTDOWN_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Exit status of a process that quit because the postmaster said so.
+pub const EXIT_QUIT: i32 = 2;
+/// Exit status of a process that reported a fatal error.
+pub const EXIT_FATAL: i32 = 1;
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    SHUTDOWN_REQUESTED.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn on_sigquit(_: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(EXIT_QUIT) };
+}
+
+/// Installs `handler` for `sig` (no SA_RESTART: interrupted waits return).
+pub fn set_handler(sig: libc::c_int, handler: libc::sighandler_t) {
+    // SAFETY: a zeroed sigaction is a valid value; we fill the handler and
+    // an empty mask before passing it to the kernel.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Everything a freshly forked child does before its own work.
+pub fn become_child(name: &str, postmaster_pid: i32) {
+    set_comm(name);
+    // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number has no memory
+    // effects.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != postmaster_pid {
+        // The postmaster died before PDEATHSIG was armed.
+        // SAFETY: _exit has no preconditions.
+        unsafe { libc::_exit(EXIT_QUIT) };
+    }
+    for sig in [
+        libc::SIGINT,
+        libc::SIGCHLD,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGHUP,
+        libc::SIGPIPE,
+    ] {
+        set_handler(sig, libc::SIG_DFL);
+    }
+    set_handler(libc::SIGPIPE, libc::SIG_IGN);
+    set_handler(libc::SIGINT, libc::SIG_IGN);
+    set_handler(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t);
+    set_handler(libc::SIGQUIT, on_sigquit as *const () as libc::sighandler_t);
+    unblock_all_signals();
+}
+
+fn unblock_all_signals() {
+    // SAFETY: a zeroed sigset is filled by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Sets the Linux `comm` name (what `ps -o comm` and /proc/PID/comm show).
+pub fn set_comm(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: `buf` is a NUL-terminated buffer of 16 bytes, as PR_SET_NAME
+    // requires.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong) };
+}
+
+pub fn shutdown_requested() -> bool {
+    SHUTDOWN_REQUESTED.load(Ordering::Relaxed)
+}
+
+/// Writes a whole buffer to a file descriptor with one `write` when
+/// possible (the `ack` lines must not interleave).
+pub fn write_all_fd(fd: libc::c_int, bytes: &[u8]) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < bytes.len() {
+        // SAFETY: the pointer and length describe a live slice.
+        let n = unsafe {
+            libc::write(
+                fd,
+                bytes[off..].as_ptr() as *const libc::c_void,
+                bytes.len() - off,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        off += n as usize;
+    }
+    Ok(())
+}
+
+/// A log line on stderr, prefixed like PostgreSQL's: `name[pid] LEVEL: msg`.
+pub fn log(level: &str, msg: &str) {
+    let line = format!(
+        "{}[{}] {level}:  {msg}\n",
+        current_comm(),
+        std::process::id()
+    );
+    let _ = write_all_fd(2, line.as_bytes());
+}
+
+fn current_comm() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "walshm".into())
+}

@@ -1,0 +1,122 @@
+//! The workloads a backend runs for `postmaster start --workers N`.
+//!
+//! - `emit:SIZE`: non-transactional logical messages with a SIZE-byte
+//!   payload (prefix `walshm`), no flush — what
+//!   `SELECT pg_logical_emit_message(false, 'walshm', ...)` writes.
+//! - `lwlock`: take the Test LWLock (one in five exclusive), update or check
+//!   plain data under it, release: a cross-process mutual-exclusion check.
+//!
+//! A backend loops until SIGTERM, finishing the iteration it is in. Every
+//! iteration bumps the proc's `transactions` counter, which walbench samples.
+
+use crate::process::shutdown_requested;
+use crate::xlog::Xlog;
+use shmem::lwlock::LWLockMode;
+use shmem::proc::ProcCounters;
+use shmem::segment::NamedLock;
+use shmem::Shmem;
+use std::fmt;
+use std::path::Path;
+
+/// Largest payload a workload may ask for.
+pub const MAX_PAYLOAD: usize = 64 << 20;
+/// Prefix of the logical messages the workloads write.
+pub const MESSAGE_PREFIX: &str = "walshm";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Emit(usize),
+    Lwlock,
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::Emit(n) => write!(f, "emit:{n}"),
+            Workload::Lwlock => write!(f, "lwlock"),
+        }
+    }
+}
+
+pub const WORKLOAD_HELP: &str = "emit:SIZE, lwlock";
+
+impl Workload {
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        let bad = || {
+            format!("invalid workload \"{s}\" (valid: {WORKLOAD_HELP}; SIZE in bytes, 0..={MAX_PAYLOAD})")
+        };
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k, Some(a)),
+            None => (s, None),
+        };
+        let size = |a: Option<&str>| -> Result<usize, String> {
+            let n: usize = a.ok_or_else(bad)?.parse().map_err(|_| bad())?;
+            if n > MAX_PAYLOAD {
+                return Err(bad());
+            }
+            Ok(n)
+        };
+        match kind {
+            "emit" => Ok(Workload::Emit(size(arg)?)),
+            "lwlock" if arg.is_none() => Ok(Workload::Lwlock),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Runs `w` as proc `procno` until shutdown is requested.
+pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload) -> i32 {
+    match w {
+        Workload::Emit(size) => run_emit(shm, procno, datadir, size),
+        Workload::Lwlock => run_lwlock(shm, procno),
+    }
+    0
+}
+
+fn payload_of(size: usize) -> Vec<u8> {
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize) {
+    let mut xlog = Xlog::new(shm, procno, datadir);
+    let me = &shm.procs()[procno as usize];
+    let payload = payload_of(size);
+    let mut rec = walformat::RecordBuf::default();
+    while !shutdown_requested() {
+        walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
+        xlog.insert(&mut rec);
+        ProcCounters::bump(&me.counters.transactions, 1);
+    }
+}
+
+fn run_lwlock(shm: &Shmem, procno: u32) {
+    let env = shm.lock_env(procno);
+    let me = &shm.procs()[procno as usize];
+    let lock = shm.named_lock(NamedLock::Test);
+    let area = shm.lock_test_area();
+    let mut i: u64 = procno as u64;
+    while !shutdown_requested() {
+        i += 1;
+        if i % 5 == 0 {
+            lock.acquire(&env, LWLockMode::Exclusive);
+            // SAFETY: we hold the Test lock exclusively.
+            unsafe { area.bump_exclusive() };
+            lock.release(&env);
+            ProcCounters::bump(&me.counters.lock_acquires, 1);
+        } else {
+            lock.acquire(&env, LWLockMode::Shared);
+            // SAFETY: we hold the Test lock in shared mode.
+            unsafe { area.check_shared() };
+            lock.release(&env);
+        }
+        ProcCounters::bump(&me.counters.transactions, 1);
+    }
+}
+
+impl Workload {
+    /// Does each transaction wait for its commit to be flushed (so that an
+    /// `ack` line can promise durability)?
+    pub fn waits_for_commit(self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,725 @@
+//! WAL insertion, buffer management, write and flush (PostgreSQL's xlog.c).
+//!
+//! Inserting a record (modern path, `wal_insertion = parallel`):
+//! 1. the caller builds the record in local memory (`walformat::RecordBuf`,
+//!    CRC of the data already computed);
+//! 2. take one WAL insertion lock (our preferred one; if we had to sleep for
+//!    it, prefer the next one next time);
+//! 3. reserve `[start, end)` in usable-byte space: under the insert-position
+//!    spinlock (`wal_reservation = spinlock`) or by one fetch-add
+//!    (`atomic`, see "lock-free reservation" below); `xl_prev` is the start
+//!    of the previous reservation; finish the CRC;
+//! 4. copy into WAL buffer pages. `get_buffer` finds the page for an LSN; if
+//!    the buffer does not hold it yet, we first advertise our progress in
+//!    `insertingAt` (so that whoever must write older pages out does not wait
+//!    for us — we may be the one waiting for them), then initialize it
+//!    (`advance_buffers`), writing older WAL out if the buffer still holds
+//!    an unwritten page. A record continuing on a new page marks that page's
+//!    header XLP_FIRST_IS_CONTRECORD with `xlp_rem_len`;
+//! 5. release the insertion lock, clearing `insertingAt`.
+//!
+//! With `wal_insertion = single` every backend uses insertion lock 0, so the
+//! reservation and the copy are serialized (PostgreSQL before 9.4).
+//!
+//! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
+//! to the request, contiguous runs in one `pwrite`, a completed segment
+//! fdatasynced at once, the last one when a flush is requested. Only WAL that
+//! every insertion has finished copying is written: callers first compute
+//! `wait_insertions_to_finish(upto)`, the minimum `insertingAt` over busy
+//! insertion locks (waiting on those still below `upto`).
+//!
+//! Flushing (`flush`): return at once if the flush result already covers the
+//! LSN (group flush); otherwise wait for insertions, then
+//! `acquire_or_wait(WALWriteLock)`: whoever gets it writes and syncs as far
+//! as insertions allow, and everybody who waited re-checks whether that
+//! covered them.
+//!
+//! Lock-free reservation (`wal_reservation = atomic`): `CurrBytePos` is
+//! advanced with one fetch-add. The reserver then publishes "the record
+//! ending at `end` started at `start`" in a small open-addressing table
+//! (`PrevLink`s) and looks up the entry whose end is its own start: that is
+//! its `xl_prev`. It removes the entry it consumed. Entries alive at once are
+//! bounded by the insertion locks + 1 (each live entry's consumer either
+//! does not exist yet — only the newest record — or holds an insertion lock
+//! while it looks), and the table has 4x that many slots.
+//!
+//! Crash invariants: WAL reaches a file only after every insertion below the
+//! written position finished; `flush_result` never passes what was
+//! fdatasynced (or, with `fsync = off`, written); a failed fdatasync is a
+//! PANIC (the page cache may have dropped the data: retrying could
+//! acknowledge WAL that is not on disk).
+
+use crate::process::log;
+use shmem::lwlock::{LWLockMode, LockEnv, VarWait};
+use shmem::proc::ProcCounters;
+use shmem::segment::{NamedLock, PrevLink};
+use shmem::sync::Ordering;
+use shmem::variants::{Insertion, Reservation};
+use shmem::{Proc, Shmem};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
+
+const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
+/// `PrevLink::end` while its owner is filling it in.
+const LINK_BUSY: u64 = u64::MAX;
+
+/// Where a record landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inserted {
+    /// LSN of the record's first byte.
+    pub start: Lsn,
+    /// LSN just past the record (what a flush must cover).
+    pub end: Lsn,
+}
+
+/// One process's handle on the shared WAL.
+pub struct Xlog<'a> {
+    shm: &'a Shmem,
+    pub env: LockEnv<'a>,
+    me: &'a Proc,
+    geo: Geometry,
+    tli: u32,
+    sysid: u64,
+    n_buffers: u64,
+    /// The insertion lock we try first.
+    lock_to_try: usize,
+    /// The insertion lock we hold, if any.
+    holding: Option<usize>,
+    fsync: bool,
+    insertion: Insertion,
+    reservation: Reservation,
+    pg_wal: PathBuf,
+    /// The segment file this process last wrote: (segment number, file).
+    open_seg: Option<(u64, File)>,
+}
+
+/// Reads the current insert position (end of reserved WAL) in usable bytes.
+fn reserved_bytepos(shm: &Shmem) -> u64 {
+    // Acquire pairs with the spinlock release / the fetch-add of reservers;
+    // a slightly stale value only makes callers wait or write a bit less.
+    shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire)
+}
+
+impl<'a> Xlog<'a> {
+    pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> Xlog<'a> {
+        let s = *shm.settings();
+        let facts = &shm.xlog().facts;
+        let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
+        Xlog {
+            shm,
+            env: shm.lock_env(procno),
+            me: &shm.procs()[procno as usize],
+            geo,
+            tli: facts.timeline,
+            sysid: facts.system_identifier,
+            n_buffers: shm.layout().n_buffers as u64,
+            lock_to_try: procno as usize % shm.n_insert_locks(),
+            holding: None,
+            fsync: s.fsync,
+            insertion: s.wal_insertion,
+            reservation: s.wal_reservation,
+            pg_wal: datadir.join("pg_wal"),
+            open_seg: None,
+        }
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// End of reserved WAL (an LSN).
+    pub fn insert_lsn(&self) -> Lsn {
+        self.geo.bytepos_to_end_recptr(reserved_bytepos(self.shm))
+    }
+
+    pub fn write_lsn(&self) -> Lsn {
+        self.shm.xlog().write.write_result.load(Ordering::Acquire)
+    }
+
+    pub fn flush_lsn(&self) -> Lsn {
+        self.shm.xlog().write.flush_result.load(Ordering::Acquire)
+    }
+
+    // ------------------------------------------------------------------
+    // Insertion
+    // ------------------------------------------------------------------
+
+    /// Inserts a record; returns where it landed. A WAL switch at a segment
+    /// start inserts nothing and returns `start == end ==` that position.
+    pub fn insert(&mut self, rec: &mut RecordBuf) -> Inserted {
+        let lock = self.acquire_insert_lock();
+        let placed = if rec.is_switch() {
+            self.reserve_switch()
+        } else {
+            Some(self.reserve(rec.total_len() as u64))
+        };
+        let Some((start_pos, end_pos, prev_pos)) = placed else {
+            self.release_insert_lock(lock);
+            let at = self.insert_lsn();
+            return Inserted { start: at, end: at };
+        };
+        let start = self.geo.bytepos_to_recptr(start_pos);
+        let end = self.geo.bytepos_to_end_recptr(end_pos);
+        rec.finish(self.geo.bytepos_to_recptr(prev_pos));
+        self.copy_record(rec.bytes(), start, end, rec.is_switch());
+        self.release_insert_lock(lock);
+
+        let c = &self.me.counters;
+        ProcCounters::bump(&c.records, 1);
+        ProcCounters::bump(&c.bytes, rec.total_len() as u64);
+        if start / BLCKSZ != end / BLCKSZ {
+            self.note_page_completed(end);
+        }
+        Inserted { start, end }
+    }
+
+    fn acquire_insert_lock(&mut self) -> usize {
+        let i = match self.insertion {
+            Insertion::Single => 0,
+            Insertion::Parallel => self.lock_to_try,
+        };
+        let l = self.shm.insert_lock(i);
+        if !l.lock.acquire(&self.env, LWLockMode::Exclusive)
+            && self.insertion == Insertion::Parallel
+        {
+            // We had to wait: try another lock next time, which spreads
+            // backends over the locks.
+            self.lock_to_try = (i + 1) % self.shm.n_insert_locks();
+        }
+        self.holding = Some(i);
+        i
+    }
+
+    fn release_insert_lock(&mut self, i: usize) {
+        let l = self.shm.insert_lock(i);
+        l.lock.release_clear_var(&self.env, &l.inserting_at, 0);
+        self.holding = None;
+    }
+
+    /// Advertises that we will not write below `at` any more.
+    fn update_inserting_at(&self, at: Lsn) {
+        if let Some(i) = self.holding {
+            let l = self.shm.insert_lock(i);
+            l.lock.update_var(&self.env, &l.inserting_at, at);
+        }
+    }
+
+    /// Reserves `size` bytes (MAXALIGNed here); returns (start, end, prev)
+    /// in usable-byte space.
+    fn reserve(&self, size: u64) -> (u64, u64, u64) {
+        let size = walformat::maxalign(size);
+        let ins = &self.shm.xlog().insert;
+        match self.reservation {
+            Reservation::Spinlock => {
+                ins.lock.lock();
+                let start = ins.curr_byte_pos.load(Ordering::Relaxed);
+                let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
+                // Release so lock-free readers of the insert position see a
+                // value no older than our reservation.
+                ins.curr_byte_pos.store(start + size, Ordering::Release);
+                ins.prev_byte_pos.store(start, Ordering::Relaxed);
+                ins.lock.unlock();
+                (start, start + size, prev)
+            }
+            Reservation::Atomic => {
+                // AcqRel: the fetch-add orders reservations; the hand-off of
+                // xl_prev goes through the PrevLink table.
+                let start = ins.curr_byte_pos.fetch_add(size, Ordering::AcqRel);
+                let end = start + size;
+                publish_prev_link(self.shm.prev_links(), start, end);
+                let prev = take_prev_link(self.shm.prev_links(), start);
+                (start, end, prev)
+            }
+        }
+    }
+
+    /// Reserves a WAL switch record and the rest of its segment; None when
+    /// the insert position is already at a segment start.
+    fn reserve_switch(&self) -> Option<(u64, u64, u64)> {
+        let size = walformat::maxalign(walformat::SIZE_OF_XLOG_RECORD as u64);
+        let ins = &self.shm.xlog().insert;
+        let geo = self.geo;
+        let switch_end = |start: u64| -> Option<u64> {
+            if geo.seg_offset(geo.bytepos_to_end_recptr(start)) == 0 {
+                return None;
+            }
+            let end_ptr = geo.bytepos_to_end_recptr(start + size);
+            let left = geo.seg_size - geo.seg_offset(end_ptr);
+            let end_ptr = if left != geo.seg_size {
+                end_ptr + left
+            } else {
+                end_ptr
+            };
+            Some(geo.recptr_to_bytepos(end_ptr))
+        };
+        match self.reservation {
+            Reservation::Spinlock => {
+                ins.lock.lock();
+                let start = ins.curr_byte_pos.load(Ordering::Relaxed);
+                let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
+                let r = switch_end(start).map(|end| {
+                    ins.curr_byte_pos.store(end, Ordering::Release);
+                    ins.prev_byte_pos.store(start, Ordering::Relaxed);
+                    (start, end, prev)
+                });
+                ins.lock.unlock();
+                r
+            }
+            Reservation::Atomic => {
+                let mut start = ins.curr_byte_pos.load(Ordering::Relaxed);
+                loop {
+                    let end = switch_end(start)?;
+                    match ins.curr_byte_pos.compare_exchange_weak(
+                        start,
+                        end,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            publish_prev_link(self.shm.prev_links(), start, end);
+                            let prev = take_prev_link(self.shm.prev_links(), start);
+                            return Some((start, end, prev));
+                        }
+                        Err(v) => start = v,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies a reserved record into the WAL buffers (CopyXLogRecordToWAL).
+    fn copy_record(&mut self, bytes: &[u8], start: Lsn, end: Lsn, is_switch: bool) {
+        let mut ptr = start;
+        let mut rest = bytes;
+        let mut page = self.get_buffer(ptr);
+        loop {
+            let off = (ptr % BLCKSZ) as usize;
+            let n = rest.len().min(XLOG_BLCKSZ - off);
+            // SAFETY: `page` is the buffer page holding `ptr`, which lies in
+            // our reservation: no other process writes these bytes, and the
+            // page cannot be recycled before our insertion lock is released.
+            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), page.add(off), n) };
+            rest = &rest[n..];
+            ptr += n as u64;
+            if rest.is_empty() {
+                break;
+            }
+            // Continue on the next page: mark it as a continuation.
+            page = self.get_buffer(ptr);
+            // SAFETY: the first bytes of this page (its header) belong to
+            // the record that continues onto it — ours.
+            let header = unsafe { std::slice::from_raw_parts_mut(page, XLOG_BLCKSZ) };
+            let hdr = walformat::write_page_header(
+                header,
+                &self.geo,
+                ptr,
+                self.tli,
+                self.sysid,
+                rest.len() as u32,
+            );
+            ptr += hdr as u64;
+        }
+        if is_switch {
+            self.fill_switch_pages(walformat::maxalign(ptr), end);
+        }
+    }
+
+    /// After a switch record: make every remaining page of the segment
+    /// exist in the buffers (so it can be written), with a zeroed header as
+    /// PostgreSQL leaves it.
+    fn fill_switch_pages(&mut self, from: Lsn, end: Lsn) {
+        let mut ptr = from.div_ceil(BLCKSZ) * BLCKSZ;
+        while ptr < end {
+            let page = self.get_buffer(ptr);
+            // SAFETY: the whole page is inside our reservation.
+            unsafe { std::ptr::write_bytes(page, 0, walformat::SIZE_OF_XLOG_SHORT_PHD) };
+            ptr += BLCKSZ;
+        }
+    }
+
+    /// Buffer page address for `ptr`, initializing the page first if the
+    /// buffer does not hold it yet (GetXLogBuffer).
+    fn get_buffer(&mut self, ptr: Lsn) -> *mut u8 {
+        let page_start = ptr - ptr % BLCKSZ;
+        let expected_end = page_start + BLCKSZ;
+        let idx = ((ptr / BLCKSZ) % self.n_buffers) as usize;
+        let xlblocks = self.shm.xlblocks();
+        // Acquire pairs with the Release store in `init_page`: the page's
+        // initialization is visible before we write into it.
+        if xlblocks[idx].load(Ordering::Acquire) != expected_end {
+            // We will not write below this page any more: say so before we
+            // possibly wait for older WAL to be written.
+            let hdr = self.geo.page_header_size_at(page_start) as u64;
+            let advertised = if ptr % BLCKSZ == hdr { page_start } else { ptr };
+            self.update_inserting_at(advertised);
+            self.advance_buffers(ptr, false);
+            let got = xlblocks[idx].load(Ordering::Acquire);
+            if got != expected_end {
+                panic!(
+                    "could not find WAL buffer for {}: buffer {idx} holds page ending at {}",
+                    walformat::format_lsn(ptr),
+                    walformat::format_lsn(got)
+                );
+            }
+        }
+        self.shm.wal_page(idx)
+    }
+
+    /// After a record crossed into a new page: ask for that WAL to be
+    /// written, and wake the walwriter when a quarter of the buffers is
+    /// waiting to be written.
+    fn note_page_completed(&self, end: Lsn) {
+        let w = &self.shm.xlog().write;
+        let complete = end - end % BLCKSZ;
+        w.req_write.fetch_max(complete, Ordering::Relaxed);
+        let written = w.write_result.load(Ordering::Relaxed);
+        if complete.saturating_sub(written) >= self.n_buffers * BLCKSZ / 4 {
+            self.shm.xlog().walwriter_latch.set();
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Buffer initialization
+    // ------------------------------------------------------------------
+
+    /// Initializes buffer pages up to the one holding `upto`
+    /// (AdvanceXLInsertBuffer). `opportunistic`: initialize as many pages
+    /// as possible without writing anything (walwriter pre-init).
+    /// Returns the number of pages initialized.
+    pub fn advance_buffers(&mut self, upto: Lsn, opportunistic: bool) -> u64 {
+        let map = self.shm.named_lock(NamedLock::WalBufMapping);
+        let bufmap = &self.shm.xlog().bufmap;
+        let xlblocks = self.shm.xlblocks();
+        let mut pages = 0;
+        map.acquire(&self.env, LWLockMode::Exclusive);
+        loop {
+            let next = bufmap.initialized_up_to.load(Ordering::Relaxed);
+            if !opportunistic && upto < next {
+                break;
+            }
+            let idx = ((next / BLCKSZ) % self.n_buffers) as usize;
+            let old_end = xlblocks[idx].load(Ordering::Relaxed);
+            if self.write_lsn() < old_end {
+                if opportunistic {
+                    break;
+                }
+                // The buffer still holds WAL that is not written: write it
+                // out, without holding the mapping lock.
+                map.release(&self.env);
+                bufmap.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                self.write_upto(old_end);
+                map.acquire(&self.env, LWLockMode::Exclusive);
+                continue;
+            }
+            self.init_page(idx, next);
+            bufmap
+                .initialized_up_to
+                .store(next + BLCKSZ, Ordering::Relaxed);
+            pages += 1;
+        }
+        map.release(&self.env);
+        let counter = if opportunistic {
+            &bufmap.preinit_pages
+        } else {
+            &bufmap.backend_init_pages
+        };
+        counter.fetch_add(pages, Ordering::Relaxed);
+        pages
+    }
+
+    /// Zeroes buffer `idx` and writes the header of the page at `page_start`.
+    fn init_page(&self, idx: usize, page_start: Lsn) {
+        let xlblocks = self.shm.xlblocks();
+        // Invalidate first: a reader that still expects the old page must
+        // not take the half-initialized one for it.
+        xlblocks[idx].store(0, Ordering::Relaxed);
+        // SAFETY: we hold WALBufMappingLock and the old page is written, so
+        // nobody writes this buffer; the page is 8 KiB inside the mapping.
+        let page = unsafe { std::slice::from_raw_parts_mut(self.shm.wal_page(idx), XLOG_BLCKSZ) };
+        page.fill(0);
+        walformat::write_page_header(page, &self.geo, page_start, self.tli, self.sysid, 0);
+        // Release pairs with the Acquire load in `get_buffer`.
+        xlblocks[idx].store(page_start + BLCKSZ, Ordering::Release);
+    }
+
+    /// Walwriter: initialize buffer pages ahead of the insert position.
+    pub fn preinit_buffers(&mut self) -> u64 {
+        self.advance_buffers(0, true)
+    }
+
+    // ------------------------------------------------------------------
+    // Waiting for insertions, writing, flushing
+    // ------------------------------------------------------------------
+
+    /// Waits until every insertion below `upto` has finished copying;
+    /// returns the position below which all insertions are finished
+    /// (WaitXLogInsertionsToFinish).
+    pub fn wait_insertions_to_finish(&self, upto: Lsn) -> Lsn {
+        let reserved = self.insert_lsn();
+        let upto = upto.min(reserved);
+        let mut finished = reserved;
+        for i in 0..self.shm.n_insert_locks() {
+            let l = self.shm.insert_lock(i);
+            let mut at = 0;
+            loop {
+                match l.lock.wait_for_var(&self.env, &l.inserting_at, at) {
+                    VarWait::Free => {
+                        at = 0;
+                        break;
+                    }
+                    VarWait::Changed(v) => {
+                        at = v;
+                        if v >= upto {
+                            break;
+                        }
+                    }
+                }
+            }
+            if at != 0 && at < finished {
+                finished = at;
+            }
+        }
+        finished
+    }
+
+    /// Writes (not syncs) WAL up to at least `upto` (a page end).
+    fn write_upto(&mut self, upto: Lsn) {
+        let finished = self.wait_insertions_to_finish(upto);
+        let ww = self.shm.named_lock(NamedLock::WalWrite);
+        ww.acquire(&self.env, LWLockMode::Exclusive);
+        if self.write_lsn() < upto {
+            self.xlog_write(finished, false);
+        }
+        ww.release(&self.env);
+    }
+
+    /// Makes WAL up to `record` durable (XLogFlush). Returns at once when
+    /// somebody already flushed past it.
+    pub fn flush(&mut self, record: Lsn) {
+        let w = &self.shm.xlog().write;
+        if record <= self.flush_lsn() {
+            return;
+        }
+        w.req_flush.fetch_max(record, Ordering::Relaxed);
+        let ww = self.shm.named_lock(NamedLock::WalWrite);
+        loop {
+            let target = record.max(w.req_write.load(Ordering::Relaxed));
+            let finished = self.wait_insertions_to_finish(target);
+            if !ww.acquire_or_wait(&self.env, LWLockMode::Exclusive) {
+                // Somebody held WALWriteLock and probably flushed for us.
+                if record <= self.flush_lsn() {
+                    return;
+                }
+                continue;
+            }
+            if record > self.flush_lsn() {
+                self.xlog_write(finished, true);
+            }
+            ww.release(&self.env);
+            return;
+        }
+    }
+
+    /// Walwriter: write and flush everything inserted so far. Returns true
+    /// if it wrote anything.
+    pub fn background_flush(&mut self) -> bool {
+        let reserved = self.insert_lsn();
+        if reserved <= self.flush_lsn() {
+            return false;
+        }
+        let finished = self.wait_insertions_to_finish(reserved);
+        if finished <= self.flush_lsn() {
+            return false;
+        }
+        let ww = self.shm.named_lock(NamedLock::WalWrite);
+        ww.acquire(&self.env, LWLockMode::Exclusive);
+        let wrote = finished > self.flush_lsn();
+        if wrote {
+            self.xlog_write(finished, true);
+        }
+        ww.release(&self.env);
+        wrote
+    }
+
+    /// Writes WAL from the write result up to `rqst` (and syncs if
+    /// `flush`). Caller holds WALWriteLock and has waited for insertions
+    /// below `rqst` (XLogWrite).
+    fn xlog_write(&mut self, rqst: Lsn, flush: bool) {
+        let w = &self.shm.xlog().write;
+        let xlblocks = self.shm.xlblocks();
+        let mut written = self.write_lsn();
+        // A run of contiguous buffer pages: (first buffer index, first LSN, pages).
+        let mut run: Option<(usize, Lsn, usize)> = None;
+        while written < rqst {
+            let page_start = written - written % BLCKSZ;
+            let page_end = page_start + BLCKSZ;
+            let idx = ((page_start / BLCKSZ) % self.n_buffers) as usize;
+            let holds = xlblocks[idx].load(Ordering::Acquire);
+            if holds != page_end {
+                panic!(
+                    "xlog write request {} is past the WAL in buffers (buffer {idx} holds page ending at {})",
+                    walformat::format_lsn(rqst),
+                    walformat::format_lsn(holds)
+                );
+            }
+            run = match run {
+                Some((first, lsn, n))
+                    if first + n == idx && self.geo.seg_no(lsn) == self.geo.seg_no(page_start) =>
+                {
+                    Some((first, lsn, n + 1))
+                }
+                Some((first, lsn, n)) => {
+                    self.write_run(first, lsn, n);
+                    Some((idx, page_start, 1))
+                }
+                None => Some((idx, page_start, 1)),
+            };
+            written = page_end.min(rqst);
+            let seg_done = written == page_end && self.geo.seg_offset(page_end) == 0;
+            if seg_done {
+                if let Some((first, lsn, n)) = run.take() {
+                    self.write_run(first, lsn, n);
+                }
+                // A completed segment is synced at once (PostgreSQL does
+                // the same), so a later flush only needs the last one.
+                self.sync_segment(self.geo.seg_no(page_start));
+            }
+        }
+        if let Some((first, lsn, n)) = run {
+            self.write_run(first, lsn, n);
+        }
+        // Release pairs with the Acquire loads in write_lsn().
+        w.write_result.fetch_max(written, Ordering::Release);
+        if flush && written > self.flush_lsn() {
+            if self.geo.seg_offset(written) != 0 {
+                self.sync_segment(self.geo.seg_no(written));
+            }
+            w.flush_result.fetch_max(written, Ordering::Release);
+        }
+    }
+
+    /// Writes `n` buffer pages starting at buffer `first` (WAL at `lsn`)
+    /// with one pwrite.
+    fn write_run(&mut self, first: usize, lsn: Lsn, n: usize) {
+        let segno = self.geo.seg_no(lsn);
+        let offset = self.geo.seg_offset(lsn);
+        // SAFETY: pages first..first+n are contiguous in the mapping (the
+        // run never wraps the ring), and every insertion into them has
+        // finished (our caller waited), so they are stable while we read.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.shm.wal_page(first), n * XLOG_BLCKSZ) };
+        let file = self.segment_file(segno);
+        if let Err(e) = file.write_all_at(bytes, offset) {
+            panic!(
+                "could not write to WAL segment {} at offset {offset}, length {}: {e}",
+                self.geo.file_name(self.tli, segno),
+                bytes.len()
+            );
+        }
+        self.shm
+            .xlog()
+            .write
+            .writes
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn sync_segment(&mut self, segno: u64) {
+        if !self.fsync {
+            return;
+        }
+        let file = self.segment_file(segno);
+        if let Err(e) = file.sync_data() {
+            // Never retry: the kernel may have dropped the dirty pages.
+            panic!(
+                "PANIC: could not fdatasync WAL segment {}: {e}",
+                self.geo.file_name(self.tli, segno)
+            );
+        }
+        self.shm.xlog().write.syncs.fetch_add(1, Ordering::Relaxed);
+        ProcCounters::bump(&self.me.counters.wal_syncs, 1);
+    }
+
+    /// The open file of segment `segno`, creating the segment if needed.
+    fn segment_file(&mut self, segno: u64) -> &File {
+        if self.open_seg.as_ref().map(|(s, _)| *s) != Some(segno) {
+            let path = self.pg_wal.join(self.geo.file_name(self.tli, segno));
+            let file = match crate::walfile::open_or_create_segment(
+                &path,
+                self.geo.seg_size,
+                self.fsync,
+            ) {
+                Ok(f) => f,
+                Err(e) => panic!("could not open WAL segment {}: {e}", path.display()),
+            };
+            self.open_seg = Some((segno, file));
+        }
+        &self.open_seg.as_ref().expect("just opened").1
+    }
+
+    /// Writes and flushes everything inserted (shutdown).
+    pub fn flush_all(&mut self) {
+        let at = self.insert_lsn();
+        self.flush(at);
+        log(
+            "DEBUG",
+            &format!(
+                "flushed WAL up to {}",
+                walformat::format_lsn(self.flush_lsn())
+            ),
+        );
+    }
+}
+
+/// Lock-free reservation: records "the record ending at `end` started at
+/// `start`" for the reserver whose record starts at `end`.
+fn publish_prev_link(links: &[PrevLink], start: u64, end: u64) {
+    let mask = links.len() - 1;
+    let mut i = (end / 8) as usize & mask;
+    loop {
+        let slot = &links[i];
+        if slot
+            .end
+            .compare_exchange(0, LINK_BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            slot.start.store(start, Ordering::Relaxed);
+            // Release pairs with the Acquire load in `take_prev_link`.
+            slot.end.store(end, Ordering::Release);
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/// Finds and removes the link published by our predecessor (whose record
+/// ends where ours starts); spins until it is there.
+fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
+    let mask = links.len() - 1;
+    let home = (start / 8) as usize & mask;
+    let mut delay = shmem::spin::SpinDelay::new(home);
+    loop {
+        // Probe the whole table: an entry sits at the first free slot from
+        // its home, and slots before it may have been freed since.
+        let mut i = home;
+        for _ in 0..links.len() {
+            let slot = &links[i];
+            let e = slot.end.load(Ordering::Acquire);
+            if e == start {
+                let prev = slot.start.load(Ordering::Relaxed);
+                // Release: our read of `start` happens before the slot is
+                // reused (pairs with the Acquire CAS in `publish_prev_link`).
+                slot.end.store(0, Ordering::Release);
+                return prev;
+            }
+            i = (i + 1) & mask;
+        }
+        delay.spin_once("WAL prev-link hand-off");
+    }
+}
+
+/// Sets up the prev-link table after recovery: the last record found.
+pub fn seed_prev_link(shm: &Shmem, last_start: u64, end: u64) {
+    publish_prev_link(shm.prev_links(), last_start, end);
+}

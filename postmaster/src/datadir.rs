@@ -1,0 +1,276 @@
+//! The data directory: creation (`init`), configuration, and the
+//! `postmaster.pid` interlock.
+//!
+//! Layout: `walshm.conf` (settings), `global/pg_control` (control file),
+//! `pg_wal/` (WAL segments), `postmaster.pid` while a postmaster runs (its
+//! PID on the first line, then the data directory, start time and the
+//! shared memory segment name).
+
+use crate::cli::InitOptions;
+use backend::control::{ControlFile, DbState};
+use shmem::settings::{Settings, SETTINGS_HELP};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use walformat::{checkpoint_record, CheckPoint, Geometry, SegmentWriter};
+
+pub const CONFIG_FILE: &str = "walshm.conf";
+pub const PID_FILE: &str = "postmaster.pid";
+/// First XID handed out (PostgreSQL's FirstNormalTransactionId).
+pub const FIRST_NORMAL_XID: u64 = 3;
+
+/// A system identifier as initdb makes one: time in the high bits, PID low.
+fn new_system_identifier() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now.as_secs() << 32)
+        | ((now.subsec_micros() as u64) << 12)
+        | (std::process::id() as u64 & 0xFFF)
+}
+
+fn is_empty_dir(p: &Path) -> std::io::Result<bool> {
+    Ok(fs::read_dir(p)?.next().is_none())
+}
+
+/// `postmaster init -D DIR`.
+pub fn init(opts: &InitOptions) -> Result<(), String> {
+    let dir = &opts.datadir;
+    // Validate settings before touching the disk.
+    let mut settings = Settings::default();
+    for s in &opts.sets {
+        settings.set_assignment(s).map_err(|e| e.to_string())?;
+    }
+    match fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(format!(
+                "\"{}\" exists but is not a directory",
+                dir.display()
+            ))
+        }
+        Ok(_) => {
+            if !is_empty_dir(dir)
+                .map_err(|e| format!("could not read directory \"{}\": {e}", dir.display()))?
+            {
+                return Err(format!(
+                    "directory \"{}\" exists but is not empty; remove it or choose another",
+                    dir.display()
+                ));
+            }
+        }
+        Err(_) => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("could not create directory \"{}\": {e}", dir.display()))?,
+    }
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    for sub in ["pg_wal", "global"] {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir.join(sub))
+            .map_err(|e| format!("could not create \"{}\": {e}", dir.join(sub).display()))?;
+    }
+    write_config(dir, &opts.sets)?;
+
+    let geo = Geometry::new(opts.seg_size).map_err(|e| e.to_string())?;
+    let sysid = new_system_identifier();
+    let tli = 1;
+    // WAL starts in segment 1, as initdb's does (LSN 0 is invalid).
+    let mut w = SegmentWriter::new(geo, tli, sysid, geo.seg_start(1), 0);
+    let redo = w.insert_pos();
+    let cp = CheckPoint {
+        redo,
+        tli,
+        prev_tli: tli,
+        full_page_writes: true,
+        next_xid: FIRST_NORMAL_XID,
+        next_oid: 10000,
+        next_multi: 1,
+        next_multi_offset: 0,
+        oldest_xid: FIRST_NORMAL_XID as u32,
+        oldest_xid_db: 1,
+        oldest_multi: 1,
+        oldest_multi_db: 1,
+        time: unix_now(),
+        oldest_commit_ts_xid: 0,
+        newest_commit_ts_xid: 0,
+        oldest_active_xid: 0,
+    };
+    let checkpoint = w.append(&mut checkpoint_record(&cp, true));
+    let pg_wal = dir.join("pg_wal");
+    w.write_to_dir(&pg_wal)
+        .map_err(|e| format!("could not write WAL: {e}"))?;
+    for segno in w.segment_numbers() {
+        let f =
+            fs::File::open(pg_wal.join(geo.file_name(tli, segno))).map_err(|e| e.to_string())?;
+        f.sync_all().map_err(|e| e.to_string())?;
+    }
+    backend::walfile::sync_dir(&pg_wal).map_err(|e| e.to_string())?;
+    ControlFile {
+        state: DbState::ShutDown,
+        system_identifier: sysid,
+        seg_size: geo.seg_size,
+        timeline: tli,
+        checkpoint,
+        redo,
+        next_xid: FIRST_NORMAL_XID,
+        time: unix_now(),
+    }
+    .write(dir)
+    .map_err(|e| e.to_string())?;
+    println!(
+        "walshm: initialized data directory \"{}\" (system identifier {sysid}, WAL segment size {} MB, first checkpoint at {})",
+        dir.display(),
+        geo.seg_size >> 20,
+        walformat::format_lsn(checkpoint)
+    );
+    println!("start it with: postmaster start -D {}", dir.display());
+    Ok(())
+}
+
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
+    let mut text =
+        String::from("# walshm configuration: NAME = VALUE lines; --set NAME=VALUE overrides.\n");
+    let defaults = Settings::default().describe();
+    for ((name, values, what), (_, default)) in SETTINGS_HELP.iter().zip(defaults) {
+        text.push_str(&format!("#{name} = {default}\t\t# {values}: {what}\n"));
+    }
+    for s in sets {
+        text.push_str(s);
+        text.push('\n');
+    }
+    let p = dir.join(CONFIG_FILE);
+    fs::write(&p, text).map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+}
+
+/// Settings for `start`: defaults, then the configuration file, then --set.
+pub fn load_settings(dir: &Path, sets: &[String]) -> Result<Settings, String> {
+    let mut s = Settings::default();
+    let p = dir.join(CONFIG_FILE);
+    match fs::read_to_string(&p) {
+        Ok(text) => s
+            .apply_config_text(&text, &p.display().to_string())
+            .map_err(|e| e.to_string())?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
+    }
+    for a in sets {
+        s.set_assignment(a).map_err(|e| e.to_string())?;
+    }
+    Ok(s)
+}
+
+/// Checks that `dir` is a data directory; returns its canonical path.
+pub fn check_datadir(dir: &Path) -> Result<PathBuf, String> {
+    let canon = dir.canonicalize().map_err(|e| {
+        format!(
+            "data directory \"{}\" does not exist or is not accessible: {e}",
+            dir.display()
+        )
+    })?;
+    if !backend::control::path(&canon).exists() {
+        return Err(format!(
+            "\"{}\" is not a walshm data directory (no global/pg_control); create one with: postmaster init -D {}",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    Ok(canon)
+}
+
+/// Is `pid` a live process?
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence/permission.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// The pid file, removed when dropped.
+pub struct PidFile {
+    path: PathBuf,
+}
+
+impl PidFile {
+    /// Creates `DIR/postmaster.pid`, refusing if a live postmaster owns the
+    /// directory and taking over a stale file. Returns the file and whether
+    /// a stale one was found (its owner died without cleaning up).
+    pub fn create(dir: &Path, segment_name: &str) -> Result<(PidFile, bool), String> {
+        let path = dir.join(PID_FILE);
+        let mut stale = false;
+        for _ in 0..2 {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path);
+            match f {
+                Ok(mut f) => {
+                    let text = format!(
+                        "{}\n{}\n{}\n{segment_name}\n",
+                        std::process::id(),
+                        dir.display(),
+                        unix_now()
+                    );
+                    f.write_all(text.as_bytes())
+                        .and_then(|_| f.sync_all())
+                        .map_err(|e| format!("could not write \"{}\": {e}", path.display()))?;
+                    return Ok((PidFile { path }, stale));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let text = fs::read_to_string(&path).unwrap_or_default();
+                    let owner: i32 = text
+                        .lines()
+                        .next()
+                        .and_then(|l| l.trim().parse().ok())
+                        .unwrap_or(0);
+                    if owner != std::process::id() as i32
+                        && process_alive(owner)
+                        && is_postmaster(owner)
+                    {
+                        return Err(format!(
+                            "another postmaster (PID {owner}) is running in data directory \"{}\"",
+                            dir.display()
+                        ));
+                    }
+                    eprintln!(
+                        "postmaster: LOG:  removing stale pid file \"{}\" (PID {owner} is not running)",
+                        path.display()
+                    );
+                    stale = true;
+                    fs::remove_file(&path).map_err(|e| {
+                        format!("could not remove stale \"{}\": {e}", path.display())
+                    })?;
+                }
+                Err(e) => return Err(format!("could not create \"{}\": {e}", path.display())),
+            }
+        }
+        Err(format!(
+            "could not create \"{}\": it keeps reappearing",
+            path.display()
+        ))
+    }
+}
+
+/// Does `pid` look like a postmaster (its comm)?
+fn is_postmaster(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim() == "postmaster")
+        .unwrap_or(true)
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}

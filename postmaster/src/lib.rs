@@ -1,0 +1,48 @@
+//! The postmaster: `init` creates a data directory, `start` runs the server
+//! (shared memory, forked children, crash handling), `waldump` prints WAL.
+//!
+//! The postmaster never takes a spinlock or LWLock and never waits on
+//! anything in shared memory: a crashed child may leave those in any state.
+//! It only creates the segment before forking, and reads counters (plain
+//! atomic loads) for its reports.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
+pub mod datadir;
+pub mod supervisor;
+pub mod waldump;
+
+/// Entry point of the `postmaster` binary; returns the exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::parse(&args) {
+        Ok(cli::Command::Help(text)) => {
+            print!("{text}");
+            0
+        }
+        Ok(cli::Command::Init(opts)) => report(datadir::init(&opts)),
+        Ok(cli::Command::Start(opts)) => match supervisor::start(opts) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("postmaster: error: {e}");
+                1
+            }
+        },
+        Ok(cli::Command::Waldump(opts)) => report(waldump::run(&opts)),
+        Err(e) => {
+            eprintln!("postmaster: error: {e}");
+            eprintln!("Try \"postmaster --help\" for more information.");
+            2
+        }
+    }
+}
+
+fn report(r: Result<(), String>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("postmaster: error: {e}");
+            1
+        }
+    }
+}

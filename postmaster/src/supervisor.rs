@@ -1,0 +1,601 @@
+//! `postmaster start`: shared memory, children, supervision, crash restart.
+//!
+//! State machine (PostgreSQL's postmaster.c PMState, reduced):
+//!
+//! ```text
+//!   Startup --startup exits 0--> Run --SIGTERM--> StopBackends --all gone--> StopWalwriter --gone--> exit 0
+//!      |                          |
+//!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
+//! ```
+//!
+//! Rules: signal handlers only set flags and write a byte to a self-pipe;
+//! the main loop polls the pipe and acts. Everything a child needs (the
+//! segment, its settings) exists before `fork`. A child that exits with a
+//! signal or an unexpected status is a crash: every other child gets SIGQUIT
+//! (SIGKILL after `CRASH_KILL_AFTER`), shared memory is removed and created
+//! anew with the next generation number, and the startup process runs
+//! before backends start again. The postmaster itself never takes a lock in
+//! shared memory; it only reads counters.
+
+use crate::cli::StartOptions;
+use crate::datadir::{self, PidFile};
+use backend::control::ControlFile;
+use backend::process::{become_child, EXIT_FATAL, EXIT_QUIT};
+use backend::workload::Workload;
+use shmem::segment::{segment_name_for, unlink_segment, AuxProc};
+use shmem::sync::Ordering;
+use shmem::{Settings, Shmem};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32};
+use std::time::{Duration, Instant};
+
+const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
+const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
+/// Failed startup attempts after a crash before giving up.
+const MAX_STARTUP_FAILURES: u32 = 3;
+
+static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
+static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    match sig {
+        libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
+        libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
+        _ => {}
+    }
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: write(2) is async-signal-safe; `b` lives for the call.
+        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Startup,
+    Walwriter,
+    /// Worker backend number `i` (also its proc number).
+    Backend(u32),
+}
+
+impl Kind {
+    fn describe(self) -> String {
+        match self {
+            Kind::Startup => "startup process".into(),
+            Kind::Walwriter => "walwriter".into(),
+            Kind::Backend(i) => format!("backend {i}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Startup,
+    Run,
+    StopBackends,
+    StopWalwriter,
+    CrashWait,
+}
+
+struct Child {
+    pid: i32,
+    kind: Kind,
+}
+
+/// Counters of one worker, summed over generations.
+#[derive(Clone, Copy, Default)]
+struct WorkerTotals {
+    records: u64,
+    bytes: u64,
+    transactions: u64,
+    lock_acquires: u64,
+}
+
+struct Postmaster {
+    datadir: PathBuf,
+    settings: Settings,
+    control: ControlFile,
+    workers: u32,
+    workload: Option<Workload>,
+    segment: String,
+    shm: Option<Shmem>,
+    generation: u64,
+    children: Vec<Child>,
+    state: State,
+    shutting_down: bool,
+    crash_deadline: Option<Instant>,
+    startup_failures: u32,
+    crashes: u32,
+    totals: Vec<WorkerTotals>,
+    lwlock_mismatch: Option<String>,
+    exit_code_override: Option<i32>,
+    wake_rd: i32,
+    started: Instant,
+    run_started: Option<Instant>,
+}
+
+fn log(level: &str, msg: &str) {
+    eprintln!("postmaster[{}] {level}:  {msg}", std::process::id());
+}
+
+/// Runs the server until shutdown; returns the exit code.
+pub fn start(opts: StartOptions) -> Result<i32, String> {
+    let datadir = datadir::check_datadir(&opts.datadir)?;
+    let settings = datadir::load_settings(&datadir, &opts.sets)?;
+    let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
+    let segment = segment_name_for(&datadir);
+    let (_pidfile, _stale) = PidFile::create(&datadir, &segment)?;
+    // We own the directory now: any segment under its name is stale.
+    if unlink_segment(&segment).map_err(|e| e.to_string())? {
+        log(
+            "LOG",
+            &format!("removed stale shared memory segment \"{segment}\""),
+        );
+    }
+    let wake_rd = install_signal_handlers()?;
+    let mut pm = Postmaster {
+        datadir,
+        settings,
+        control,
+        workers: opts.workers,
+        workload: opts.workload,
+        segment,
+        shm: None,
+        generation: 0,
+        children: Vec::new(),
+        state: State::Startup,
+        shutting_down: false,
+        crash_deadline: None,
+        startup_failures: 0,
+        crashes: 0,
+        totals: vec![WorkerTotals::default(); opts.workers as usize],
+        lwlock_mismatch: None,
+        exit_code_override: None,
+        wake_rd,
+        started: Instant::now(),
+        run_started: None,
+    };
+    let code = pm.run();
+    pm.release_segment();
+    Ok(code)
+}
+
+fn install_signal_handlers() -> Result<i32, String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(format!(
+            "could not create self-pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    WAKE_FD.store(fds[1], Ordering::Relaxed);
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT, libc::SIGCHLD] {
+        backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
+    }
+    backend::process::set_handler(libc::SIGPIPE, libc::SIG_IGN);
+    Ok(fds[0])
+}
+
+impl Postmaster {
+    fn run(&mut self) -> i32 {
+        log(
+            "LOG",
+            &format!(
+                "starting walshm: data directory \"{}\", {} worker(s){}",
+                self.datadir.display(),
+                self.workers,
+                self.workload
+                    .map(|w| format!(" running {w}"))
+                    .unwrap_or_default()
+            ),
+        );
+        if let Err(e) = self.create_segment() {
+            log("FATAL", &e);
+            return 1;
+        }
+        self.fork_child(Kind::Startup);
+        loop {
+            self.wait_for_event(Duration::from_millis(500));
+            if GOT_SIGQUIT.swap(false, Ordering::Relaxed) {
+                log("LOG", "received immediate shutdown request");
+                self.shutting_down = true;
+                self.signal_all(libc::SIGQUIT);
+                self.enter_crash_wait();
+            }
+            if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
+                log("LOG", "received fast shutdown request");
+                self.begin_fast_shutdown();
+            }
+            self.reap_children();
+            if let Some(code) = self.advance_state() {
+                return code;
+            }
+        }
+    }
+
+    fn create_segment(&mut self) -> Result<(), String> {
+        self.generation += 1;
+        let max_backends = self.settings.max_connections.max(self.workers);
+        let shm = Shmem::create(
+            &self.segment,
+            &self.settings,
+            max_backends,
+            0,
+            self.generation,
+        )
+        .map_err(|e| e.to_string())?;
+        // SAFETY: the segment was just created and no other process is
+        // attached yet.
+        unsafe {
+            shm.set_wal_facts(shmem::xlogctl::WalFacts {
+                system_identifier: self.control.system_identifier,
+                seg_size: self.control.seg_size,
+                timeline: self.control.timeline,
+                n_buffers: shm.layout().n_buffers,
+            })
+        };
+        shm.reserve_fixed_procs(self.workers);
+        self.shm = Some(shm);
+        Ok(())
+    }
+
+    /// Adds this generation's counters to the totals, then removes the
+    /// segment.
+    fn release_segment(&mut self) {
+        if let Some(shm) = self.shm.take() {
+            for (i, t) in self.totals.iter_mut().enumerate() {
+                let c = &shm.procs()[i].counters;
+                t.records += c.records.load(Ordering::Relaxed);
+                t.bytes += c.bytes.load(Ordering::Relaxed);
+                t.transactions += c.transactions.load(Ordering::Relaxed);
+                t.lock_acquires += c.lock_acquires.load(Ordering::Relaxed);
+            }
+            if self.workload == Some(Workload::Lwlock) {
+                self.check_lwlock_area(&shm);
+            }
+            drop(shm);
+            if let Err(e) = unlink_segment(&self.segment) {
+                log("WARNING", &e.to_string());
+            }
+        }
+    }
+
+    /// The `lwlock` workload's invariant, per generation.
+    fn check_lwlock_area(&mut self, shm: &Shmem) {
+        let area = shm.lock_test_area();
+        let counter = area.counter_value();
+        let torn = area.torn_reads.load(Ordering::Relaxed);
+        let exclusive: u64 = (0..self.workers as usize)
+            .map(|i| {
+                shm.procs()[i]
+                    .counters
+                    .lock_acquires
+                    .load(Ordering::Relaxed)
+            })
+            .sum();
+        let line = format!(
+            "lwlock check (generation {}): protected counter {counter}, exclusive acquisitions {exclusive}, torn reads {torn}",
+            self.generation
+        );
+        if counter == exclusive && torn == 0 {
+            println!("{line}: OK");
+        } else {
+            println!("{line}: MISMATCH");
+            self.lwlock_mismatch = Some(line);
+        }
+    }
+
+    fn wait_for_event(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.wake_rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+        let mut buf = [0u8; 64];
+        // SAFETY: reading into a local buffer from our non-blocking pipe.
+        while unsafe {
+            libc::read(
+                self.wake_rd,
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+            )
+        } > 0
+        {}
+    }
+
+    fn fork_child(&mut self, kind: Kind) {
+        let shm = self
+            .shm
+            .as_ref()
+            .expect("segment exists while children run");
+        let postmaster_pid = std::process::id() as i32;
+        // SAFETY: the postmaster is single-threaded, so the child gets a
+        // consistent copy of its memory; the child only runs the process
+        // body and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            log(
+                "LOG",
+                &format!(
+                    "could not fork {}: {}",
+                    kind.describe(),
+                    std::io::Error::last_os_error()
+                ),
+            );
+            return;
+        }
+        if pid == 0 {
+            let code = run_child(shm, &self.datadir, kind, self.workload, postmaster_pid);
+            // SAFETY: leaving the child without running the parent's
+            // destructors (which would unmap or unlink shared state).
+            unsafe { libc::_exit(code) };
+        }
+        self.children.push(Child { pid, kind });
+    }
+
+    fn signal_all(&self, sig: libc::c_int) {
+        for c in &self.children {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(c.pid, sig) };
+        }
+    }
+
+    fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: libc::c_int) {
+        for c in self.children.iter().filter(|c| pred(c.kind)) {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(c.pid, sig) };
+        }
+    }
+
+    fn has_children(&self, pred: impl Fn(Kind) -> bool) -> bool {
+        self.children.iter().any(|c| pred(c.kind))
+    }
+
+    fn begin_fast_shutdown(&mut self) {
+        self.shutting_down = true;
+        match self.state {
+            State::Startup => {
+                // Let startup finish; advance_state moves on from there.
+            }
+            State::Run => {
+                self.signal_kind(|k| matches!(k, Kind::Backend(_)), libc::SIGTERM);
+                self.state = State::StopBackends;
+                self.crash_deadline = Some(Instant::now() + SHUTDOWN_KILL_AFTER);
+            }
+            _ => {}
+        }
+    }
+
+    fn enter_crash_wait(&mut self) {
+        self.state = State::CrashWait;
+        self.crash_deadline = Some(Instant::now() + CRASH_KILL_AFTER);
+    }
+
+    fn reap_children(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is a valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            let Some(pos) = self.children.iter().position(|c| c.pid == pid) else {
+                continue;
+            };
+            let child = self.children.remove(pos);
+            self.child_exited(child, status);
+        }
+    }
+
+    fn child_exited(&mut self, child: Child, status: i32) {
+        let exited = libc::WIFEXITED(status);
+        let code = if exited {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        };
+        let why = if exited {
+            format!("exited with exit code {code}")
+        } else {
+            let sig = libc::WTERMSIG(status);
+            format!("was terminated by signal {sig}: {}", signal_name(sig))
+        };
+        if self.state == State::CrashWait {
+            return; // expected: we told everybody to quit
+        }
+        let clean = exited && code == 0;
+        match child.kind {
+            Kind::Startup if clean => {
+                self.startup_failures = 0;
+                self.enter_run();
+            }
+            Kind::Startup => {
+                self.startup_failures += 1;
+                log("LOG", &format!("startup process (PID {}) {why}", child.pid));
+                if self.crashes == 0 || self.startup_failures >= MAX_STARTUP_FAILURES {
+                    log(
+                        "FATAL",
+                        &format!(
+                            "startup process failed{}; giving up (see the messages above)",
+                            if self.startup_failures > 1 {
+                                format!(" {} times", self.startup_failures)
+                            } else {
+                                String::new()
+                            }
+                        ),
+                    );
+                    self.shutting_down = true;
+                    self.exit_code_override = Some(1);
+                }
+                self.enter_crash_wait();
+            }
+            Kind::Walwriter if clean && self.state == State::StopWalwriter => {}
+            Kind::Backend(_) if clean || (exited && code == EXIT_FATAL) => {
+                if !clean {
+                    log(
+                        "LOG",
+                        &format!("{} (PID {}) {why}", child.kind.describe(), child.pid),
+                    );
+                }
+            }
+            kind => self.handle_crash(kind, child.pid, &why),
+        }
+    }
+
+    fn handle_crash(&mut self, kind: Kind, pid: i32, why: &str) {
+        self.crashes += 1;
+        log("LOG", &format!("{} (PID {pid}) {why}", kind.describe()));
+        log("LOG", "terminating any other active server processes");
+        self.signal_all(libc::SIGQUIT);
+        self.enter_crash_wait();
+    }
+
+    fn enter_run(&mut self) {
+        if self.shutting_down {
+            // Shutdown was requested during startup: nothing to stop.
+            self.state = State::StopWalwriter;
+            return;
+        }
+        self.fork_child(Kind::Walwriter);
+        for i in 0..self.workers {
+            self.fork_child(Kind::Backend(i));
+        }
+        self.state = State::Run;
+        self.run_started.get_or_insert_with(Instant::now);
+        log("LOG", "database system is ready to accept connections");
+    }
+
+    /// Moves the state machine on; Some(code) when the postmaster is done.
+    fn advance_state(&mut self) -> Option<i32> {
+        let overdue = self.crash_deadline.is_some_and(|d| Instant::now() > d);
+        match self.state {
+            State::StopBackends => {
+                if !self.has_children(|k| matches!(k, Kind::Backend(_))) {
+                    self.signal_kind(|k| k == Kind::Walwriter, libc::SIGTERM);
+                    self.state = State::StopWalwriter;
+                } else if overdue {
+                    log("LOG", "backends did not stop in time; sending SIGKILL");
+                    self.signal_all(libc::SIGKILL);
+                }
+                None
+            }
+            State::StopWalwriter => {
+                if self.children.is_empty() {
+                    return Some(self.finish());
+                }
+                None
+            }
+            State::CrashWait => {
+                if !self.children.is_empty() {
+                    if overdue {
+                        self.signal_all(libc::SIGKILL);
+                    }
+                    return None;
+                }
+                if self.shutting_down {
+                    return Some(self.finish());
+                }
+                log("LOG", "all server processes terminated; reinitializing");
+                self.release_segment();
+                if let Err(e) = self.create_segment() {
+                    log("FATAL", &e);
+                    return Some(1);
+                }
+                self.crash_deadline = None;
+                self.state = State::Startup;
+                self.fork_child(Kind::Startup);
+                None
+            }
+            State::Startup | State::Run => None,
+        }
+    }
+
+    /// Final report; returns the exit code.
+    fn finish(&mut self) -> i32 {
+        self.release_segment();
+        let elapsed = self
+            .run_started
+            .unwrap_or(self.started)
+            .elapsed()
+            .as_secs_f64();
+        if let Some(w) = self.workload {
+            println!(
+                "walshm summary: workload {w}, {} backend(s), {elapsed:.2} s, {} crash restart(s)",
+                self.workers, self.crashes
+            );
+            let mut sum = WorkerTotals::default();
+            for (i, t) in self.totals.iter().enumerate() {
+                println!(
+                    "backend {i}: records {} bytes {} transactions {}",
+                    t.records, t.bytes, t.transactions
+                );
+                sum.records += t.records;
+                sum.bytes += t.bytes;
+                sum.transactions += t.transactions;
+            }
+            println!(
+                "total: records {} bytes {} transactions {}",
+                sum.records, sum.bytes, sum.transactions
+            );
+        }
+        log("LOG", "database system is shut down");
+        if let Some(code) = self.exit_code_override {
+            return code;
+        }
+        if let Some(m) = &self.lwlock_mismatch {
+            log("FATAL", &format!("LWLock mutual exclusion violated: {m}"));
+            return 1;
+        }
+        0
+    }
+}
+
+/// The body of a forked child; returns its exit code.
+fn run_child(
+    shm: &Shmem,
+    datadir: &Path,
+    kind: Kind,
+    workload: Option<Workload>,
+    postmaster_pid: i32,
+) -> i32 {
+    let name = match kind {
+        Kind::Startup => "startup",
+        Kind::Walwriter => "walwriter",
+        Kind::Backend(_) => "backend",
+    };
+    become_child(name, postmaster_pid);
+    let procno = match kind {
+        Kind::Startup => shm.aux_procno(AuxProc::Startup),
+        Kind::Walwriter => shm.aux_procno(AuxProc::Walwriter),
+        Kind::Backend(i) => i,
+    };
+    shm.procs()[procno as usize]
+        .pid
+        .store(std::process::id() as i32, Ordering::Relaxed);
+    match kind {
+        Kind::Startup => backend::startup::run(shm, datadir),
+        Kind::Walwriter => walwriter::run(shm, datadir),
+        Kind::Backend(_) => match workload {
+            Some(w) => backend::workload::run(shm, procno, datadir, w),
+            None => EXIT_QUIT,
+        },
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "Killed",
+        libc::SIGSEGV => "Segmentation fault",
+        libc::SIGABRT => "Aborted",
+        libc::SIGTERM => "Terminated",
+        libc::SIGQUIT => "Quit",
+        libc::SIGBUS => "Bus error",
+        libc::SIGINT => "Interrupt",
+        _ => "signal",
+    }
+}

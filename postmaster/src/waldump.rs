@@ -1,0 +1,87 @@
+//! `postmaster waldump`: the project's own WAL reader, printing records the
+//! way PostgreSQL's pg_waldump does, and where and why WAL ends.
+
+use crate::cli::WaldumpOptions;
+use backend::control::ControlFile;
+use std::collections::BTreeMap;
+use walformat::{format_lsn, Geometry, WalReader};
+
+pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
+    let dir = crate::datadir::check_datadir(&opts.datadir)?;
+    let control = ControlFile::read(&dir).map_err(|e| e.to_string())?;
+    let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
+    let pg_wal = dir.join("pg_wal");
+    let start = match opts.start {
+        Some(s) => s,
+        None => first_segment_start(&pg_wal, &geo, control.timeline)?,
+    };
+    let mut reader = WalReader::open(
+        &pg_wal,
+        geo,
+        control.timeline,
+        Some(control.system_identifier),
+        start,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut per_rmgr: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let mut first = None;
+    let stop = loop {
+        match reader.next_record() {
+            Ok(Some(r)) => {
+                if !opts.quiet {
+                    println!(
+                        "rmgr: {:<11} len (rec/tot): {:>6}/{:>6}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
+                        r.rmgr_name(),
+                        r.rec_len(),
+                        r.tot_len,
+                        r.xid,
+                        format_lsn(r.lsn),
+                        format_lsn(r.prev),
+                        r.describe()
+                    );
+                }
+                first.get_or_insert(r.lsn);
+                count += 1;
+                bytes += r.tot_len as u64;
+                let e = per_rmgr.entry(r.rmgr_name()).or_default();
+                e.0 += 1;
+                e.1 += r.tot_len as u64;
+            }
+            Ok(None) => break "clean end of WAL".to_string(),
+            Err(e) => break format!("invalid record: {e}"),
+        }
+    };
+    println!(
+        "end of WAL at {}: {stop}; {count} records, {bytes} bytes from {}",
+        format_lsn(reader.end_of_valid()),
+        format_lsn(first.unwrap_or(start))
+    );
+    if opts.stats {
+        println!("{:<16} {:>12} {:>16}", "rmgr", "records", "bytes");
+        for (name, (n, b)) in &per_rmgr {
+            println!("{name:<16} {n:>12} {b:>16}");
+        }
+        println!("{:<16} {count:>12} {bytes:>16}", "total");
+    }
+    Ok(())
+}
+
+/// Start of the oldest segment in pg_wal.
+fn first_segment_start(pg_wal: &std::path::Path, geo: &Geometry, tli: u32) -> Result<u64, String> {
+    let mut lowest = None;
+    for e in std::fs::read_dir(pg_wal)
+        .map_err(|e| format!("could not read \"{}\": {e}", pg_wal.display()))?
+    {
+        let name = e.map_err(|e| e.to_string())?.file_name();
+        if let Some((t, segno)) = geo.parse_file_name(&name.to_string_lossy()) {
+            if t == tli {
+                lowest = Some(lowest.map_or(segno, |l: u64| l.min(segno)));
+            }
+        }
+    }
+    lowest
+        .map(|s| geo.seg_start(s))
+        .ok_or_else(|| format!("no WAL segments in \"{}\"", pg_wal.display()))
+}

@@ -1,0 +1,29 @@
+//! walshm's shared memory: one named segment and the primitives that live
+//! in it — spinlocks, per-process semaphores and latches, LWLocks with the
+//! variable-wait API, proc slots — plus the settings every process shares.
+//!
+//! Invariants that hold for everything in this crate:
+//! - shared structures are `#[repr(C)]`, made of atomics and plain data,
+//!   never pointers: processes name each other by proc number;
+//! - atomics come from the `sync` facade so that lock algorithms run under
+//!   loom (`RUSTFLAGS="--cfg loom"`) over the very same structs;
+//! - no function here blocks while holding a spinlock or a wait-list lock.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod lwlock;
+pub mod proc;
+pub mod sema;
+pub mod settings;
+pub mod spin;
+pub mod sync;
+pub mod variants;
+pub mod xlogctl;
+
+#[cfg(not(loom))]
+pub mod segment;
+
+pub use lwlock::{LWLock, LWLockMode, LockEnv, VarWait};
+pub use proc::Proc;
+#[cfg(not(loom))]
+pub use segment::{AuxProc, NamedLock, Shmem, ShmemError};
+pub use settings::Settings;

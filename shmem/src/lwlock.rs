@@ -1,0 +1,702 @@
+//! LWLocks: PostgreSQL's lightweight reader/writer locks, across processes.
+//!
+//! A lock is one atomic state word plus a wait list of proc numbers. The
+//! state word packs (truth table below) the holders and three flags:
+//!
+//! | bits      | name                | meaning                                    |
+//! |-----------|---------------------|--------------------------------------------|
+//! | 0..=23    | shared count        | number of shared holders                   |
+//! | 24        | LW_VAL_EXCLUSIVE    | held exclusively (then shared count is 0)  |
+//! | 28        | LW_FLAG_LOCKED      | the wait list is locked (a tiny spinlock)  |
+//! | 29        | LW_FLAG_RELEASE_OK  | a releaser may wake waiters                |
+//! | 30        | LW_FLAG_HAS_WAITERS | the wait list may be non-empty             |
+//!
+//! Acquisition protocol (the race a naive lock has is "I saw it busy, queued
+//! myself, and meanwhile the holder released without seeing me"):
+//! 1. try to take the lock with a compare-exchange on the state word;
+//! 2. if busy, queue self on the wait list (under LW_FLAG_LOCKED) and set
+//!    HAS_WAITERS (a read-modify-write on the same word);
+//! 3. try once more: a release that happened before step 2 is now visible;
+//!    if the lock was got, dequeue self again;
+//! 4. otherwise sleep on the proc's semaphore until a releaser marks us
+//!    NOT_WAITING; set RELEASE_OK again and go to 1.
+//!
+//! A release that sees HAS_WAITERS|RELEASE_OK and leaves the lock free walks
+//! the list: it takes every WAIT_UNTIL_FREE waiter, and either the first
+//! exclusive waiter or all shared waiters up to the next exclusive one, moves
+//! them to a private list, clears RELEASE_OK (so that until one of them runs
+//! nobody wakes more), drops the wait-list lock, then marks each NOT_WAITING
+//! and posts its semaphore. Wake-ups that arrive while a proc is not in the
+//! matching wait are absorbed and re-posted (see `sema`).
+//!
+//! Two wait-queue variants (seed 002):
+//! - `Modern`: a waker sets the waiter's state to PENDING_WAKEUP while it
+//!   holds the wait-list lock, so a proc that must dequeue itself (step 3)
+//!   knows in O(1) whether it is still on the list.
+//! - `Legacy` (PostgreSQL <= 15): the state is a boolean; the proc scans the
+//!   whole list to find itself. With long queues this costs O(n) under the
+//!   wait-list lock per dequeue, which is what collapses at thousands of
+//!   clients.
+//!
+//! Variable waits (WAL insertion locks): an exclusive holder publishes a
+//! 64-bit progress value (`insertingAt`); `wait_for_var` waits until the lock
+//! is free or the value differs from what the caller saw; `update_var`
+//! publishes and wakes WAIT_UNTIL_FREE waiters without releasing;
+//! `release_clear_var` resets the value and releases. Two variants (seed 000):
+//! `Atomic` (the value is a 64-bit atomic read and swapped without the
+//! wait-list lock) and `WaitListLock` (read and written only under the
+//! wait-list lock, as before PostgreSQL 16).
+//!
+//! Invariants: the wait list's head/tail and every queued proc's links are
+//! touched only with LW_FLAG_LOCKED held; a proc is on at most one wait list;
+//! a proc never sleeps holding the wait-list lock; a holder of LW_FLAG_LOCKED
+//! never takes another lock.
+
+use crate::proc::{Proc, INVALID_PROCNO, LW_WS_NOT_WAITING, LW_WS_PENDING_WAKEUP, LW_WS_WAITING};
+use crate::spin::SpinDelay;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::variants::{VarAccess, WaitQueue};
+use std::cell::RefCell;
+
+pub const LW_SHARED_MASK: u32 = (1 << 24) - 1;
+pub const LW_VAL_SHARED: u32 = 1;
+pub const LW_VAL_EXCLUSIVE: u32 = 1 << 24;
+pub const LW_LOCK_MASK: u32 = LW_VAL_EXCLUSIVE | LW_SHARED_MASK;
+pub const LW_FLAG_LOCKED: u32 = 1 << 28;
+pub const LW_FLAG_RELEASE_OK: u32 = 1 << 29;
+pub const LW_FLAG_HAS_WAITERS: u32 = 1 << 30;
+
+const _: () =
+    assert!(LW_LOCK_MASK & (LW_FLAG_LOCKED | LW_FLAG_RELEASE_OK | LW_FLAG_HAS_WAITERS) == 0);
+const _: () = assert!(
+    LW_FLAG_LOCKED & LW_FLAG_RELEASE_OK == 0 && LW_FLAG_RELEASE_OK & LW_FLAG_HAS_WAITERS == 0
+);
+
+/// How a lock is wanted.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LWLockMode {
+    Exclusive = 0,
+    Shared = 1,
+    /// Not a holder: wait until the lock is free (or a variable changes).
+    WaitUntilFree = 2,
+}
+
+impl LWLockMode {
+    fn from_u32(v: u32) -> LWLockMode {
+        match v {
+            0 => LWLockMode::Exclusive,
+            1 => LWLockMode::Shared,
+            _ => LWLockMode::WaitUntilFree,
+        }
+    }
+}
+
+/// Decoded view of a state word.
+#[derive(Clone, Copy)]
+struct State(u32);
+
+impl State {
+    fn is_exclusive(self) -> bool {
+        self.0 & LW_VAL_EXCLUSIVE != 0
+    }
+    fn is_free(self) -> bool {
+        self.0 & LW_LOCK_MASK == 0
+    }
+    fn is_list_locked(self) -> bool {
+        self.0 & LW_FLAG_LOCKED != 0
+    }
+    fn wants_wakeup(self) -> bool {
+        self.0 & (LW_FLAG_HAS_WAITERS | LW_FLAG_RELEASE_OK)
+            == (LW_FLAG_HAS_WAITERS | LW_FLAG_RELEASE_OK)
+    }
+}
+
+/// An LWLock in shared memory.
+#[repr(C)]
+pub struct LWLock {
+    state: AtomicU32,
+    /// Wait list head and tail (proc numbers), under LW_FLAG_LOCKED.
+    head: AtomicU32,
+    tail: AtomicU32,
+    /// Tranche id (diagnostics).
+    tranche: AtomicU32,
+}
+
+impl Default for LWLock {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+/// What `wait_for_var` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarWait {
+    /// The lock is free: the holder finished.
+    Free,
+    /// The holder is still at work; the variable now holds this value.
+    Changed(u64),
+}
+
+/// The per-process context LWLock calls need: the proc table, which proc we
+/// are, the variants in force, and the locks we hold (for `release_all`).
+pub struct LockEnv<'a> {
+    pub procs: &'a [Proc],
+    pub me: u32,
+    pub queue: WaitQueue,
+    pub var_access: VarAccess,
+    held: RefCell<Vec<(usize, LWLockMode)>>,
+}
+
+impl<'a> LockEnv<'a> {
+    pub fn new(procs: &'a [Proc], me: u32, queue: WaitQueue, var_access: VarAccess) -> Self {
+        LockEnv {
+            procs,
+            me,
+            queue,
+            var_access,
+            held: RefCell::new(Vec::with_capacity(16)),
+        }
+    }
+
+    fn my_proc(&self) -> &Proc {
+        &self.procs[self.me as usize]
+    }
+
+    fn proc(&self, n: u32) -> &Proc {
+        &self.procs[n as usize]
+    }
+
+    fn remember(&self, lock: &LWLock, mode: LWLockMode) {
+        self.held
+            .borrow_mut()
+            .push((lock as *const LWLock as usize, mode));
+    }
+
+    fn forget(&self, lock: &LWLock) -> LWLockMode {
+        let mut held = self.held.borrow_mut();
+        let addr = lock as *const LWLock as usize;
+        // Locks are usually released in reverse order: search from the end.
+        let pos = held
+            .iter()
+            .rposition(|&(a, _)| a == addr)
+            .unwrap_or_else(|| {
+                panic!(
+                    "lock is not held (tranche {})",
+                    lock.tranche.load(Ordering::Relaxed)
+                )
+            });
+        held.remove(pos).1
+    }
+
+    /// Number of locks this process holds.
+    pub fn held_count(&self) -> usize {
+        self.held.borrow().len()
+    }
+
+    /// Is `lock` held by this process?
+    pub fn holds(&self, lock: &LWLock) -> bool {
+        let addr = lock as *const LWLock as usize;
+        self.held.borrow().iter().any(|&(a, _)| a == addr)
+    }
+
+    /// Releases every lock this process holds (error and exit paths).
+    pub fn release_all(&self) {
+        loop {
+            let last = self.held.borrow().last().copied();
+            let Some((addr, _)) = last else { break };
+            // SAFETY: `addr` was recorded from a `&LWLock` in shared memory
+            // that stays mapped for the life of this process (the segment is
+            // never unmapped while a child runs).
+            let lock = unsafe { &*(addr as *const LWLock) };
+            lock.release(self);
+        }
+    }
+
+    /// Waits on our semaphore until a waker marks us NOT_WAITING; returns the
+    /// number of unrelated posts absorbed (to re-post later).
+    fn sleep_until_woken(&self) -> u32 {
+        let me = self.my_proc();
+        let mut extra = 0;
+        ProcCountersBump::sleep(me);
+        loop {
+            me.sem.wait();
+            // Acquire pairs with the Release store of NOT_WAITING in
+            // `wake_list`: the waker's changes to our links are visible.
+            if me.lw_waiting.load(Ordering::Acquire) == LW_WS_NOT_WAITING {
+                return extra;
+            }
+            extra += 1;
+        }
+    }
+
+    fn repost(&self, extra: u32) {
+        for _ in 0..extra {
+            self.my_proc().sem.post();
+        }
+    }
+}
+
+struct ProcCountersBump;
+impl ProcCountersBump {
+    fn sleep(p: &Proc) {
+        crate::proc::ProcCounters::bump(&p.counters.lock_sleeps, 1);
+    }
+}
+
+impl LWLock {
+    pub fn new(tranche: u32) -> Self {
+        LWLock {
+            state: AtomicU32::new(LW_FLAG_RELEASE_OK),
+            head: AtomicU32::new(INVALID_PROCNO),
+            tail: AtomicU32::new(INVALID_PROCNO),
+            tranche: AtomicU32::new(tranche),
+        }
+    }
+
+    /// Raw state word (diagnostics and tests).
+    pub fn state_bits(&self) -> u32 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    pub fn is_free(&self) -> bool {
+        State(self.state.load(Ordering::Relaxed)).is_free()
+    }
+
+    /// Takes the lock, sleeping if needed. Returns true if it was got
+    /// without sleeping.
+    pub fn acquire(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        debug_assert!(mode != LWLockMode::WaitUntilFree);
+        let mut result = true;
+        let mut extra = 0;
+        loop {
+            if !self.attempt_lock(mode) {
+                break;
+            }
+            self.queue_self(env, mode);
+            if !self.attempt_lock(mode) {
+                extra += self.dequeue_self(env);
+                break;
+            }
+            extra += env.sleep_until_woken();
+            self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
+            result = false;
+        }
+        env.remember(self, mode);
+        env.repost(extra);
+        result
+    }
+
+    /// Takes the lock only if that needs no waiting.
+    pub fn conditional_acquire(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        if self.attempt_lock(mode) {
+            return false;
+        }
+        env.remember(self, mode);
+        true
+    }
+
+    /// Takes the lock if free; otherwise waits until it is free and returns
+    /// false *without* taking it (WALWriteLock in XLogFlush: whoever held it
+    /// probably did our work).
+    pub fn acquire_or_wait(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        let mut extra = 0;
+        let mut must_wait = self.attempt_lock(mode);
+        if must_wait {
+            self.queue_self(env, LWLockMode::WaitUntilFree);
+            must_wait = self.attempt_lock(mode);
+            if must_wait {
+                extra += env.sleep_until_woken();
+            } else {
+                extra += self.dequeue_self(env);
+            }
+        }
+        env.repost(extra);
+        if must_wait {
+            false
+        } else {
+            env.remember(self, mode);
+            true
+        }
+    }
+
+    /// Releases a lock taken in `mode`.
+    pub fn release(&self, env: &LockEnv) {
+        let mode = env.forget(self);
+        let val = match mode {
+            LWLockMode::Exclusive => LW_VAL_EXCLUSIVE,
+            _ => LW_VAL_SHARED,
+        };
+        // Release pairs with the Acquire compare-exchange in `attempt_lock`
+        // of the next holder. Being an RMW on the state word, it also orders
+        // against a waiter's HAS_WAITERS fetch_or: either we see the flag or
+        // the waiter's re-check sees the lock free.
+        let old = self.state.fetch_sub(val, Ordering::Release);
+        let new = State(old - val);
+        if new.wants_wakeup() && new.is_free() {
+            self.wakeup(env);
+        }
+    }
+
+    /// One attempt to take the lock; true when the caller must wait.
+    #[inline]
+    fn attempt_lock(&self, mode: LWLockMode) -> bool {
+        let mut old = self.state.load(Ordering::Relaxed);
+        loop {
+            let s = State(old);
+            let (free, add) = match mode {
+                LWLockMode::Exclusive => (s.is_free(), LW_VAL_EXCLUSIVE),
+                _ => (!s.is_exclusive(), LW_VAL_SHARED),
+            };
+            if !free {
+                return true;
+            }
+            // Acquire pairs with the Release fetch_sub in `release`.
+            match self.state.compare_exchange_weak(
+                old,
+                old + add,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return false,
+                Err(v) => old = v,
+            }
+        }
+    }
+
+    fn wait_list_lock(&self) {
+        loop {
+            // Acquire pairs with the Release in `wait_list_unlock` (and the
+            // Release compare-exchange in `wakeup` that also clears the bit).
+            let old = self.state.fetch_or(LW_FLAG_LOCKED, Ordering::Acquire);
+            if !State(old).is_list_locked() {
+                return;
+            }
+            let mut delay = SpinDelay::new(self as *const _ as usize);
+            while State(self.state.load(Ordering::Relaxed)).is_list_locked() {
+                delay.spin_once("LWLock wait-list lock");
+            }
+        }
+    }
+
+    fn wait_list_unlock(&self) {
+        // Release pairs with the Acquire fetch_or in `wait_list_lock`.
+        let old = self.state.fetch_and(!LW_FLAG_LOCKED, Ordering::Release);
+        debug_assert!(State(old).is_list_locked());
+    }
+
+    // --- wait list (caller holds the wait-list lock) -------------------
+
+    fn list_is_empty(&self) -> bool {
+        self.head.load(Ordering::Relaxed) == INVALID_PROCNO
+    }
+
+    fn list_push_tail(&self, env: &LockEnv, n: u32) {
+        let p = env.proc(n);
+        let tail = self.tail.load(Ordering::Relaxed);
+        p.lw_prev.store(tail, Ordering::Relaxed);
+        p.lw_next.store(INVALID_PROCNO, Ordering::Relaxed);
+        if tail == INVALID_PROCNO {
+            self.head.store(n, Ordering::Relaxed);
+        } else {
+            env.proc(tail).lw_next.store(n, Ordering::Relaxed);
+        }
+        self.tail.store(n, Ordering::Relaxed);
+    }
+
+    fn list_push_head(&self, env: &LockEnv, n: u32) {
+        let p = env.proc(n);
+        let head = self.head.load(Ordering::Relaxed);
+        p.lw_next.store(head, Ordering::Relaxed);
+        p.lw_prev.store(INVALID_PROCNO, Ordering::Relaxed);
+        if head == INVALID_PROCNO {
+            self.tail.store(n, Ordering::Relaxed);
+        } else {
+            env.proc(head).lw_prev.store(n, Ordering::Relaxed);
+        }
+        self.head.store(n, Ordering::Relaxed);
+    }
+
+    fn list_delete(&self, env: &LockEnv, n: u32) {
+        let p = env.proc(n);
+        let next = p.lw_next.load(Ordering::Relaxed);
+        let prev = p.lw_prev.load(Ordering::Relaxed);
+        if prev == INVALID_PROCNO {
+            self.head.store(next, Ordering::Relaxed);
+        } else {
+            env.proc(prev).lw_next.store(next, Ordering::Relaxed);
+        }
+        if next == INVALID_PROCNO {
+            self.tail.store(prev, Ordering::Relaxed);
+        } else {
+            env.proc(next).lw_prev.store(prev, Ordering::Relaxed);
+        }
+        p.lw_next.store(INVALID_PROCNO, Ordering::Relaxed);
+        p.lw_prev.store(INVALID_PROCNO, Ordering::Relaxed);
+    }
+
+    /// Legacy dequeue: walk the list from the head looking for `n`.
+    fn list_scan_and_delete(&self, env: &LockEnv, n: u32) -> bool {
+        let mut cur = self.head.load(Ordering::Relaxed);
+        while cur != INVALID_PROCNO {
+            if cur == n {
+                self.list_delete(env, n);
+                return true;
+            }
+            cur = env.proc(cur).lw_next.load(Ordering::Relaxed);
+        }
+        false
+    }
+
+    // --- queueing -------------------------------------------------------
+
+    fn queue_self(&self, env: &LockEnv, mode: LWLockMode) {
+        let me = env.my_proc();
+        if me.lw_waiting.load(Ordering::Relaxed) != LW_WS_NOT_WAITING {
+            panic!("queueing for lock while waiting on another one");
+        }
+        self.wait_list_lock();
+        self.state.fetch_or(LW_FLAG_HAS_WAITERS, Ordering::Relaxed);
+        me.lw_waiting.store(LW_WS_WAITING, Ordering::Relaxed);
+        me.lw_wait_mode.store(mode as u32, Ordering::Relaxed);
+        // WAIT_UNTIL_FREE waiters go first: they never take the lock, so
+        // waking them early does not starve anybody.
+        if mode == LWLockMode::WaitUntilFree {
+            self.list_push_head(env, env.me);
+        } else {
+            self.list_push_tail(env, env.me);
+        }
+        self.wait_list_unlock();
+    }
+
+    /// Removes ourselves from the wait list after getting the lock on the
+    /// re-check. If a waker already took us off, absorbs its wake-up.
+    /// Returns the number of posts to re-post.
+    fn dequeue_self(&self, env: &LockEnv) -> u32 {
+        let me = env.my_proc();
+        self.wait_list_lock();
+        let on_list = match env.queue {
+            WaitQueue::Modern => {
+                let waiting = me.lw_waiting.load(Ordering::Relaxed) == LW_WS_WAITING;
+                if waiting {
+                    self.list_delete(env, env.me);
+                }
+                waiting
+            }
+            WaitQueue::Legacy => self.list_scan_and_delete(env, env.me),
+        };
+        if self.list_is_empty() && self.state.load(Ordering::Relaxed) & LW_FLAG_HAS_WAITERS != 0 {
+            self.state
+                .fetch_and(!LW_FLAG_HAS_WAITERS, Ordering::Relaxed);
+        }
+        self.wait_list_unlock();
+
+        if on_list {
+            me.lw_waiting.store(LW_WS_NOT_WAITING, Ordering::Relaxed);
+            return 0;
+        }
+        // Somebody is about to wake us (or did). Absorb that wake-up so it
+        // does not confuse a later wait, and let later releasers wake others:
+        // the waker cleared RELEASE_OK expecting us to run.
+        let extra = env.sleep_until_woken();
+        self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
+        extra
+    }
+
+    /// Moves a waiter from the wait list to the caller's private wake-up
+    /// list (head/tail in `wake`). Caller holds the wait-list lock.
+    fn move_to_wakeup(&self, env: &LockEnv, n: u32, wake: &mut (u32, u32)) {
+        self.list_delete(env, n);
+        let p = env.proc(n);
+        if env.queue == WaitQueue::Modern {
+            p.lw_waiting.store(LW_WS_PENDING_WAKEUP, Ordering::Relaxed);
+        }
+        if wake.1 == INVALID_PROCNO {
+            wake.0 = n;
+        } else {
+            env.proc(wake.1).lw_next.store(n, Ordering::Relaxed);
+        }
+        wake.1 = n;
+    }
+
+    /// Marks each proc on a private wake-up list NOT_WAITING and posts it.
+    fn wake_list(env: &LockEnv, head: u32) {
+        let mut cur = head;
+        while cur != INVALID_PROCNO {
+            let p = env.proc(cur);
+            // Read the link before the proc may run and reuse it.
+            let next = p.lw_next.load(Ordering::Relaxed);
+            p.lw_next.store(INVALID_PROCNO, Ordering::Relaxed);
+            p.lw_prev.store(INVALID_PROCNO, Ordering::Relaxed);
+            // Release pairs with the Acquire load in `sleep_until_woken`.
+            p.lw_waiting.store(LW_WS_NOT_WAITING, Ordering::Release);
+            p.sem.post();
+            cur = next;
+        }
+    }
+
+    /// Wakes the waiters a release makes runnable (see the module header).
+    fn wakeup(&self, env: &LockEnv) {
+        let mut wake = (INVALID_PROCNO, INVALID_PROCNO);
+        let mut new_release_ok = true;
+        let mut woke_holder = false;
+
+        self.wait_list_lock();
+        let mut cur = self.head.load(Ordering::Relaxed);
+        while cur != INVALID_PROCNO {
+            let p = env.proc(cur);
+            let next = p.lw_next.load(Ordering::Relaxed);
+            let mode = LWLockMode::from_u32(p.lw_wait_mode.load(Ordering::Relaxed));
+            if woke_holder && mode == LWLockMode::Exclusive {
+                cur = next;
+                continue;
+            }
+            self.move_to_wakeup(env, cur, &mut wake);
+            if mode != LWLockMode::WaitUntilFree {
+                // Until the woken holder runs, do not wake more.
+                new_release_ok = false;
+                woke_holder = true;
+            }
+            if mode == LWLockMode::Exclusive {
+                break;
+            }
+            cur = next;
+        }
+        if wake.1 != INVALID_PROCNO {
+            env.proc(wake.1)
+                .lw_next
+                .store(INVALID_PROCNO, Ordering::Relaxed);
+        }
+
+        // Update flags and drop the wait-list lock in one step.
+        let empty = self.list_is_empty();
+        let mut old = self.state.load(Ordering::Relaxed);
+        loop {
+            let mut desired = old & !LW_FLAG_LOCKED;
+            if new_release_ok {
+                desired |= LW_FLAG_RELEASE_OK;
+            } else {
+                desired &= !LW_FLAG_RELEASE_OK;
+            }
+            if empty {
+                desired &= !LW_FLAG_HAS_WAITERS;
+            }
+            // Release pairs with the Acquire fetch_or in `wait_list_lock`.
+            match self.state.compare_exchange_weak(
+                old,
+                desired,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(v) => old = v,
+            }
+        }
+        Self::wake_list(env, wake.0);
+    }
+
+    // --- variable waits (WAL insertion locks) ---------------------------
+
+    /// Reads `var` as the variant requires.
+    fn read_var(&self, env: &LockEnv, var: &AtomicU64) -> u64 {
+        match env.var_access {
+            // Acquire pairs with the swap in `update_var`/`release_clear_var`:
+            // WAL the holder copied before advertising is visible.
+            VarAccess::Atomic => var.load(Ordering::Acquire),
+            VarAccess::WaitListLock => {
+                self.wait_list_lock();
+                let v = var.load(Ordering::Relaxed);
+                self.wait_list_unlock();
+                v
+            }
+        }
+    }
+
+    /// None if no wait is needed (Some(Free) / Some(Changed)), or None
+    /// when the holder still has the lock and `var == oldval`.
+    fn conflicts_with_var(&self, env: &LockEnv, var: &AtomicU64, oldval: u64) -> Option<VarWait> {
+        // Acquire pairs with the Release fetch_sub in `release`.
+        if !State(self.state.load(Ordering::Acquire)).is_exclusive() {
+            return Some(VarWait::Free);
+        }
+        let v = self.read_var(env, var);
+        if v != oldval {
+            Some(VarWait::Changed(v))
+        } else {
+            None
+        }
+    }
+
+    /// Waits until the lock is free or `var` differs from `oldval`.
+    pub fn wait_for_var(&self, env: &LockEnv, var: &AtomicU64, oldval: u64) -> VarWait {
+        let mut extra = 0;
+        let result = loop {
+            if let Some(r) = self.conflicts_with_var(env, var, oldval) {
+                break r;
+            }
+            self.queue_self(env, LWLockMode::WaitUntilFree);
+            self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
+            if let Some(r) = self.conflicts_with_var(env, var, oldval) {
+                extra += self.dequeue_self(env);
+                break r;
+            }
+            extra += env.sleep_until_woken();
+        };
+        env.repost(extra);
+        result
+    }
+
+    /// Publishes `val` in `var` and wakes WAIT_UNTIL_FREE waiters. The
+    /// caller holds the lock exclusively.
+    pub fn update_var(&self, env: &LockEnv, var: &AtomicU64, val: u64) {
+        if env.var_access == VarAccess::Atomic {
+            // A full barrier: the value is visible before we look for
+            // waiters (pairs with the Acquire load in `read_var`).
+            var.swap(val, Ordering::AcqRel);
+            // No "nobody waits" fast exit here: it would need a store-load
+            // fence pairing with the waiter's HAS_WAITERS store (PostgreSQL
+            // discussed it separately); page crossings are rare enough.
+        }
+        let mut wake = (INVALID_PROCNO, INVALID_PROCNO);
+        self.wait_list_lock();
+        if env.var_access == VarAccess::WaitListLock {
+            var.store(val, Ordering::Relaxed);
+        }
+        let mut cur = self.head.load(Ordering::Relaxed);
+        while cur != INVALID_PROCNO {
+            let p = env.proc(cur);
+            let next = p.lw_next.load(Ordering::Relaxed);
+            if LWLockMode::from_u32(p.lw_wait_mode.load(Ordering::Relaxed))
+                != LWLockMode::WaitUntilFree
+            {
+                break;
+            }
+            self.move_to_wakeup(env, cur, &mut wake);
+            cur = next;
+        }
+        if wake.1 != INVALID_PROCNO {
+            env.proc(wake.1)
+                .lw_next
+                .store(INVALID_PROCNO, Ordering::Relaxed);
+        }
+        self.wait_list_unlock();
+        Self::wake_list(env, wake.0);
+    }
+
+    /// Sets `var` to `val` and releases the lock.
+    pub fn release_clear_var(&self, env: &LockEnv, var: &AtomicU64, val: u64) {
+        match env.var_access {
+            // Release ordering: the value is reset before the lock is free,
+            // so a new holder's value cannot be overwritten by ours.
+            VarAccess::Atomic => {
+                var.swap(val, Ordering::AcqRel);
+            }
+            VarAccess::WaitListLock => {
+                self.wait_list_lock();
+                var.store(val, Ordering::Relaxed);
+                self.wait_list_unlock();
+            }
+        }
+        self.release(env);
+    }
+}

@@ -1,0 +1,737 @@
+//! The one named shared-memory segment and its layout.
+//!
+//! The postmaster creates the segment (`shm_open` with O_CREAT|O_EXCL, mode
+//! 0600, `ftruncate`, `mmap(MAP_SHARED)`), lays out every structure in it,
+//! and only then forks children, which inherit the mapping. Another process
+//! may attach by name; it validates the header (magic, layout version, size,
+//! generation) and refuses a segment that does not match.
+//!
+//! Layout (offsets from the base; every region aligned to 128 bytes, WAL
+//! pages to 4096):
+//!
+//! ```text
+//! { ShmemHeader | ProcGlobal | named LWLocks | Proc x max_procs
+//!   | WAL insertion locks x N (stride 128 padded / 32 packed)
+//!   | XLogCtl | xlblocks: u64 x n_buffers | PrevLinks x n_prevlinks
+//!   | ProcArray | lwlock test area | WAL pages: 8 KiB x n_buffers }
+//! ```
+//!
+//! Invariants: the segment holds no pointers, only indices and offsets; a
+//! child never unmaps or unlinks it; the creator removes it at shutdown, and
+//! a segment left by a killed postmaster is removed by the next start (the
+//! name is derived from the data directory, so it is found again).
+
+use crate::lwlock::{LWLock, LockEnv};
+use crate::proc::{Proc, INVALID_PROCNO};
+use crate::settings::Settings;
+use crate::spin::SpinLock;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::xlogctl::{PaddedWalInsertLock, WalInsertLock, XLogCtl};
+use std::cell::UnsafeCell;
+use std::ffi::CString;
+use std::fmt;
+use std::ptr::NonNull;
+
+pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
+/// Bump whenever any `#[repr(C)]` struct in the segment changes.
+pub const LAYOUT_VERSION: u32 = 3;
+const WAL_PAGE: usize = 8192;
+
+/// Individually named LWLocks.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamedLock {
+    XidGen = 0,
+    ProcArray = 1,
+    WalWrite = 2,
+    WalBufMapping = 3,
+    ControlFile = 4,
+    Checkpoint = 5,
+    /// Used by the `lwlock` workload.
+    Test = 6,
+}
+
+pub const NUM_NAMED_LOCKS: usize = 7;
+pub const NAMED_LOCK_NAMES: [&str; NUM_NAMED_LOCKS] = [
+    "XidGen",
+    "ProcArray",
+    "WALWrite",
+    "WALBufMapping",
+    "ControlFile",
+    "Checkpoint",
+    "Test",
+];
+/// Tranche id of the WAL insertion locks (named locks use their index).
+pub const TRANCHE_WAL_INSERT: u32 = 100;
+
+/// Auxiliary processes have fixed proc slots after the backends'.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuxProc {
+    Startup = 0,
+    Walwriter = 1,
+    Checkpointer = 2,
+}
+pub const NUM_AUX_PROCS: u32 = 3;
+
+#[repr(C, align(128))]
+struct PaddedLWLock {
+    lock: LWLock,
+}
+
+/// Segment header.
+#[repr(C)]
+pub struct ShmemHeader {
+    pub magic: u64,
+    pub layout_version: u32,
+    pub creator_pid: i32,
+    pub total_size: u64,
+    pub generation: u64,
+    pub max_backends: u32,
+    pub n_insert_locks: u32,
+    pub n_buffers: u32,
+    pub n_prevlinks: u32,
+    pub procarray_size: u32,
+    pub settings: Settings,
+}
+
+/// Free list of backend proc slots.
+#[repr(C, align(128))]
+pub struct ProcGlobal {
+    pub lock: SpinLock,
+    pub free_head: AtomicU32,
+    /// Backends that ever got a slot this generation.
+    pub started_backends: AtomicU32,
+}
+
+/// One entry of the lock-free reservation's xl_prev hand-off table: the
+/// record that ends at `end` started at `start` (usable-byte positions).
+#[repr(C)]
+pub struct PrevLink {
+    pub end: AtomicU64,
+    pub start: AtomicU64,
+}
+
+/// Data protected by the `Test` LWLock, deliberately plain (non-atomic):
+/// mutual exclusion is what keeps it consistent.
+#[repr(C, align(128))]
+pub struct LockTestArea {
+    /// Incremented by exclusive holders.
+    pub counter: UnsafeCell<u64>,
+    /// Always equal to `counter` outside a critical section.
+    pub mirror: UnsafeCell<u64>,
+    /// Shared holders that saw counter != mirror (must stay 0).
+    pub torn_reads: AtomicU64,
+}
+
+/// Offsets of every region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub max_backends: u32,
+    pub max_procs: u32,
+    pub n_insert_locks: u32,
+    pub insert_lock_stride: usize,
+    pub n_buffers: u32,
+    pub n_prevlinks: u32,
+    off_procglobal: usize,
+    off_named: usize,
+    off_procs: usize,
+    off_insert_locks: usize,
+    off_xlogctl: usize,
+    off_xlblocks: usize,
+    off_prevlinks: usize,
+    off_procarray: usize,
+    procarray_size: usize,
+    off_locktest: usize,
+    off_pages: usize,
+    pub total: usize,
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+impl Layout {
+    /// Computes the layout for `settings` with room for `max_backends`.
+    /// `procarray_size` is the byte size of the ProcArray region (owned by
+    /// the backend crate).
+    pub fn compute(settings: &Settings, max_backends: u32, procarray_size: usize) -> Layout {
+        use std::mem::size_of;
+        let max_procs = max_backends + NUM_AUX_PROCS;
+        let n_insert_locks = settings.wal_insert_locks;
+        let insert_lock_stride = match settings.insert_lock_layout {
+            crate::variants::LockLayout::Padded => size_of::<PaddedWalInsertLock>(),
+            crate::variants::LockLayout::Packed => size_of::<WalInsertLock>(),
+        };
+        let n_buffers = settings.wal_buffers;
+        // The hand-off table must not wrap while a reserver can still look
+        // for its predecessor: at most a buffer's worth of WAL can be
+        // reserved beyond an unfinished insertion (see backend::xlog).
+        let n_prevlinks =
+            ((n_buffers as u64 * WAL_PAGE as u64 / 8).next_power_of_two()).max(1024) as u32;
+        let mut off = align_up(size_of::<ShmemHeader>(), 128);
+        let off_procglobal = off;
+        off = align_up(off + size_of::<ProcGlobal>(), 128);
+        let off_named = off;
+        off = align_up(off + NUM_NAMED_LOCKS * size_of::<PaddedLWLock>(), 128);
+        let off_procs = off;
+        off = align_up(off + max_procs as usize * size_of::<Proc>(), 128);
+        let off_insert_locks = off;
+        off = align_up(off + n_insert_locks as usize * insert_lock_stride, 128);
+        let off_xlogctl = off;
+        off = align_up(off + size_of::<XLogCtl>(), 128);
+        let off_xlblocks = off;
+        off = align_up(off + n_buffers as usize * 8, 128);
+        let off_prevlinks = off;
+        off = align_up(off + n_prevlinks as usize * size_of::<PrevLink>(), 128);
+        let off_procarray = off;
+        off = align_up(off + procarray_size, 128);
+        let off_locktest = off;
+        off = align_up(off + size_of::<LockTestArea>(), 4096);
+        let off_pages = off;
+        off += n_buffers as usize * WAL_PAGE;
+        Layout {
+            max_backends,
+            max_procs,
+            n_insert_locks,
+            insert_lock_stride,
+            n_buffers,
+            n_prevlinks,
+            off_procglobal,
+            off_named,
+            off_procs,
+            off_insert_locks,
+            off_xlogctl,
+            off_xlblocks,
+            off_prevlinks,
+            off_procarray,
+            procarray_size,
+            off_locktest,
+            off_pages,
+            total: align_up(off, 4096),
+        }
+    }
+}
+
+/// Why a segment could not be created or attached.
+#[derive(Debug)]
+pub enum ShmemError {
+    Os {
+        what: &'static str,
+        name: String,
+        err: std::io::Error,
+    },
+    BadHeader {
+        name: String,
+        reason: String,
+    },
+}
+
+impl fmt::Display for ShmemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShmemError::Os { what, name, err } => {
+                write!(
+                    f,
+                    "could not {what} shared memory segment \"{name}\": {err}"
+                )
+            }
+            ShmemError::BadHeader { name, reason } => {
+                write!(
+                    f,
+                    "shared memory segment \"{name}\" is not usable: {reason}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ShmemError {}
+
+/// A mapping of the segment in this process.
+pub struct Shmem {
+    base: NonNull<u8>,
+    layout: Layout,
+    name: String,
+}
+
+// SAFETY: everything reachable through `Shmem` is atomics, or plain data
+// whose access is governed by the locks documented at each field.
+unsafe impl Send for Shmem {}
+// SAFETY: as above.
+unsafe impl Sync for Shmem {}
+
+/// Segment name for a data directory: stable across restarts so that a
+/// stale segment is found again.
+pub fn segment_name_for(datadir: &std::path::Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in datadir.as_os_str().as_encoded_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("/walshm.{h:016x}")
+}
+
+fn os_err(what: &'static str, name: &str) -> ShmemError {
+    ShmemError::Os {
+        what,
+        name: name.to_string(),
+        err: std::io::Error::last_os_error(),
+    }
+}
+
+/// Removes a segment by name; Ok(false) when there was none.
+pub fn unlink_segment(name: &str) -> Result<bool, ShmemError> {
+    let c = CString::new(name).expect("segment names have no NUL");
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let r = unsafe { libc::shm_unlink(c.as_ptr()) };
+    if r == 0 {
+        return Ok(true);
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+        return Ok(false);
+    }
+    Err(os_err("remove", name))
+}
+
+/// Opens and maps `name` with `flags`; sizes it to `size` when creating.
+fn map_segment(
+    name: &str,
+    flags: libc::c_int,
+    create_size: Option<usize>,
+) -> Result<(NonNull<u8>, usize), ShmemError> {
+    let c = CString::new(name).expect("segment names have no NUL");
+    // SAFETY: `c` is a valid NUL-terminated string; the returned fd is
+    // closed below on every path.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(os_err(
+            if create_size.is_some() {
+                "create"
+            } else {
+                "open"
+            },
+            name,
+        ));
+    }
+    let close = |fd| {
+        // SAFETY: `fd` is an open descriptor we own.
+        unsafe { libc::close(fd) };
+    };
+    let size = match create_size {
+        Some(size) => {
+            // SAFETY: `fd` is a valid shm descriptor.
+            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+                let e = os_err("size", name);
+                close(fd);
+                return Err(e);
+            }
+            size
+        }
+        None => {
+            // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: `fd` is valid and `st` is writable.
+            if unsafe { libc::fstat(fd, &mut st) } != 0 {
+                let e = os_err("stat", name);
+                close(fd);
+                return Err(e);
+            }
+            st.st_size as usize
+        }
+    };
+    if size < std::mem::size_of::<ShmemHeader>() {
+        close(fd);
+        return Err(ShmemError::BadHeader {
+            name: name.into(),
+            reason: format!("size {size} is smaller than a header"),
+        });
+    }
+    // SAFETY: mapping a fresh region of `size` bytes of a valid fd; the
+    // kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    close(fd);
+    if p == libc::MAP_FAILED {
+        return Err(os_err("map", name));
+    }
+    Ok((
+        NonNull::new(p as *mut u8).expect("mmap returned null"),
+        size,
+    ))
+}
+
+impl Shmem {
+    /// Creates the segment `name` (which must not exist), lays out and
+    /// initializes every structure. `init_procarray` initializes the
+    /// ProcArray region (zeroed bytes of `procarray_size`).
+    pub fn create(
+        name: &str,
+        settings: &Settings,
+        max_backends: u32,
+        procarray_size: usize,
+        generation: u64,
+    ) -> Result<Shmem, ShmemError> {
+        let layout = Layout::compute(settings, max_backends, procarray_size);
+        let (base, _) = map_segment(
+            name,
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            Some(layout.total),
+        )?;
+        let shmem = Shmem {
+            base,
+            layout,
+            name: name.to_string(),
+        };
+        // SAFETY: the segment was just created and mapped by us; no other
+        // process knows it yet, so plain initializing writes cannot race.
+        unsafe { shmem.initialize(settings, generation) };
+        Ok(shmem)
+    }
+
+    /// Attaches an existing segment, validating its header. `generation`:
+    /// refuse any other generation when given.
+    pub fn attach(name: &str, generation: Option<u64>) -> Result<Shmem, ShmemError> {
+        let (base, size) = map_segment(name, libc::O_RDWR, None)?;
+        // SAFETY: the mapping is at least a header long (checked in
+        // map_segment) and headers are plain integers.
+        let hdr = unsafe { &*(base.as_ptr() as *const ShmemHeader) };
+        let bad = |reason: String| {
+            // SAFETY: unmapping the region we just mapped.
+            unsafe { libc::munmap(base.as_ptr() as *mut libc::c_void, size) };
+            Err(ShmemError::BadHeader {
+                name: name.into(),
+                reason,
+            })
+        };
+        if hdr.magic != SHMEM_MAGIC {
+            return bad(format!("bad magic {:#x}", hdr.magic));
+        }
+        if hdr.layout_version != LAYOUT_VERSION {
+            return bad(format!(
+                "layout version {} (this program uses {LAYOUT_VERSION})",
+                hdr.layout_version
+            ));
+        }
+        if hdr.total_size as usize != size {
+            return bad(format!(
+                "header says {} bytes, segment has {size}",
+                hdr.total_size
+            ));
+        }
+        if let Some(g) = generation {
+            if hdr.generation != g {
+                return bad(format!("generation {} (expected {g})", hdr.generation));
+            }
+        }
+        let settings = hdr.settings;
+        let procarray_size = hdr.procarray_size as usize;
+        let layout = Layout::compute(&settings, hdr.max_backends, procarray_size);
+        if layout.total != size {
+            return bad(format!(
+                "layout of {} bytes does not match size {size}",
+                layout.total
+            ));
+        }
+        Ok(Shmem {
+            base,
+            layout,
+            name: name.to_string(),
+        })
+    }
+
+    /// # Safety
+    /// Only on a freshly created, zero-filled segment nobody else uses.
+    unsafe fn initialize(&self, settings: &Settings, generation: u64) {
+        let l = &self.layout;
+        let hdr = ShmemHeader {
+            magic: SHMEM_MAGIC,
+            layout_version: LAYOUT_VERSION,
+            creator_pid: std::process::id() as i32,
+            total_size: l.total as u64,
+            generation,
+            max_backends: l.max_backends,
+            n_insert_locks: l.n_insert_locks,
+            n_buffers: l.n_buffers,
+            n_prevlinks: l.n_prevlinks,
+            procarray_size: l.procarray_size as u32,
+            settings: *settings,
+        };
+        // SAFETY (whole block): every offset comes from `Layout::compute`,
+        // is aligned for its type and lies inside the mapping; the caller
+        // guarantees exclusive access.
+        unsafe {
+            self.at::<ShmemHeader>(0).write(hdr);
+            self.at::<ProcGlobal>(l.off_procglobal).write(ProcGlobal {
+                lock: SpinLock::new(),
+                free_head: AtomicU32::new(if l.max_backends > 0 {
+                    0
+                } else {
+                    INVALID_PROCNO
+                }),
+                started_backends: AtomicU32::new(0),
+            });
+            for i in 0..NUM_NAMED_LOCKS {
+                self.at::<PaddedLWLock>(l.off_named + i * std::mem::size_of::<PaddedLWLock>())
+                    .write(PaddedLWLock {
+                        lock: LWLock::new(i as u32),
+                    });
+            }
+            for i in 0..l.max_procs {
+                let p = Proc::new(i);
+                // Backend slots form the free list in order.
+                if i + 1 < l.max_backends {
+                    p.free_next.store(i + 1, Ordering::Relaxed);
+                }
+                self.at::<Proc>(l.off_procs + i as usize * std::mem::size_of::<Proc>())
+                    .write(p);
+            }
+            for i in 0..l.n_insert_locks as usize {
+                self.at::<WalInsertLock>(l.off_insert_locks + i * l.insert_lock_stride)
+                    .write(WalInsertLock {
+                        lock: LWLock::new(TRANCHE_WAL_INSERT),
+                        inserting_at: AtomicU64::new(0),
+                        last_important_at: AtomicU64::new(0),
+                    });
+            }
+            // XLogCtl, xlblocks, prev links, ProcArray, test area: all-zero
+            // is their valid initial state (atomics and plain integers), and
+            // the segment is zero-filled by ftruncate.
+        }
+    }
+
+    /// Pointer to a `T` at `off`.
+    ///
+    /// # Safety
+    /// `off` must come from the layout and hold an initialized (or, for
+    /// writing, reserved) `T`.
+    unsafe fn at<T>(&self, off: usize) -> *mut T {
+        debug_assert!(off + std::mem::size_of::<T>() <= self.layout.total);
+        debug_assert!(off % std::mem::align_of::<T>() == 0);
+        // SAFETY: the caller guarantees `off` is inside the mapping.
+        unsafe { self.base.as_ptr().add(off) as *mut T }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn header(&self) -> &ShmemHeader {
+        // SAFETY: offset 0 holds the header, written at creation or
+        // validated at attach.
+        unsafe { &*self.at::<ShmemHeader>(0) }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.header().settings
+    }
+
+    pub fn proc_global(&self) -> &ProcGlobal {
+        // SAFETY: initialized at creation at this layout offset.
+        unsafe { &*self.at::<ProcGlobal>(self.layout.off_procglobal) }
+    }
+
+    pub fn procs(&self) -> &[Proc] {
+        // SAFETY: `max_procs` Procs were initialized contiguously here.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.at::<Proc>(self.layout.off_procs),
+                self.layout.max_procs as usize,
+            )
+        }
+    }
+
+    pub fn aux_procno(&self, aux: AuxProc) -> u32 {
+        self.layout.max_backends + aux as u32
+    }
+
+    pub fn named_lock(&self, which: NamedLock) -> &LWLock {
+        let off = self.layout.off_named + which as usize * std::mem::size_of::<PaddedLWLock>();
+        // SAFETY: initialized at creation at this offset.
+        unsafe { &(*self.at::<PaddedLWLock>(off)).lock }
+    }
+
+    pub fn n_insert_locks(&self) -> usize {
+        self.layout.n_insert_locks as usize
+    }
+
+    pub fn insert_lock(&self, i: usize) -> &WalInsertLock {
+        assert!(i < self.n_insert_locks());
+        let off = self.layout.off_insert_locks + i * self.layout.insert_lock_stride;
+        // SAFETY: initialized at creation at this offset (stride from the
+        // layout variant).
+        unsafe { &*self.at::<WalInsertLock>(off) }
+    }
+
+    pub fn xlog(&self) -> &XLogCtl {
+        // SAFETY: zero-initialized XLogCtl at this offset (all atomics).
+        unsafe { &*self.at::<XLogCtl>(self.layout.off_xlogctl) }
+    }
+
+    /// End LSN of the WAL page held in each buffer (0 = none).
+    pub fn xlblocks(&self) -> &[AtomicU64] {
+        // SAFETY: `n_buffers` zero-initialized AtomicU64s.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.at::<AtomicU64>(self.layout.off_xlblocks),
+                self.layout.n_buffers as usize,
+            )
+        }
+    }
+
+    pub fn prev_links(&self) -> &[PrevLink] {
+        // SAFETY: `n_prevlinks` zero-initialized entries.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.at::<PrevLink>(self.layout.off_prevlinks),
+                self.layout.n_prevlinks as usize,
+            )
+        }
+    }
+
+    /// The ProcArray region: `procarray_size` bytes aligned to 128.
+    pub fn procarray_region(&self) -> (*mut u8, usize) {
+        // SAFETY: the region lies inside the mapping.
+        (
+            unsafe { self.at::<u8>(self.layout.off_procarray) },
+            self.layout.procarray_size,
+        )
+    }
+
+    pub fn lock_test_area(&self) -> &LockTestArea {
+        // SAFETY: zero-initialized at this offset.
+        unsafe { &*self.at::<LockTestArea>(self.layout.off_locktest) }
+    }
+
+    /// Base address of WAL buffer page `i` (8 KiB). Writers must hold the
+    /// right insertion lock or the page's initialization rights.
+    pub fn wal_page(&self, i: usize) -> *mut u8 {
+        assert!(i < self.layout.n_buffers as usize);
+        // SAFETY: page `i` lies inside the mapping.
+        unsafe { self.at::<u8>(self.layout.off_pages + i * WAL_PAGE) }
+    }
+
+    /// The LWLock context for proc `me`.
+    pub fn lock_env(&self, me: u32) -> LockEnv<'_> {
+        let s = self.settings();
+        LockEnv::new(self.procs(), me, s.lwlock_queue, s.inserting_at)
+    }
+
+    /// Sets the constant WAL facts.
+    ///
+    /// # Safety
+    /// Only right after `create`, before any other process attaches.
+    pub unsafe fn set_wal_facts(&self, facts: crate::xlogctl::WalFacts) {
+        // SAFETY: the XLogCtl lies at its layout offset; the caller
+        // guarantees nobody else reads it yet. The pointer is derived from
+        // the mapping's base, not from a shared reference.
+        unsafe {
+            let x = self.at::<XLogCtl>(self.layout.off_xlogctl);
+            std::ptr::addr_of_mut!((*x).facts).write(facts);
+        }
+    }
+
+    /// Keeps backend slots `0..n` out of the free list: the postmaster
+    /// assigns them itself to the worker backends it forks. Call before
+    /// forking.
+    pub fn reserve_fixed_procs(&self, n: u32) {
+        let g = self.proc_global();
+        let first_free = if n < self.layout.max_backends {
+            n
+        } else {
+            INVALID_PROCNO
+        };
+        g.free_head.store(first_free, Ordering::Relaxed);
+    }
+
+    /// Takes a backend proc slot off the free list.
+    pub fn alloc_backend_proc(&self) -> Option<u32> {
+        let g = self.proc_global();
+        g.lock.with(|| {
+            let head = g.free_head.load(Ordering::Relaxed);
+            if head == INVALID_PROCNO {
+                return None;
+            }
+            let next = self.procs()[head as usize]
+                .free_next
+                .load(Ordering::Relaxed);
+            g.free_head.store(next, Ordering::Relaxed);
+            g.started_backends.fetch_add(1, Ordering::Relaxed);
+            Some(head)
+        })
+    }
+
+    /// Returns a backend proc slot to the free list.
+    pub fn free_backend_proc(&self, procno: u32) {
+        let g = self.proc_global();
+        g.lock.with(|| {
+            let p = &self.procs()[procno as usize];
+            p.pid.store(0, Ordering::Relaxed);
+            p.free_next
+                .store(g.free_head.load(Ordering::Relaxed), Ordering::Relaxed);
+            g.free_head.store(procno, Ordering::Relaxed);
+        });
+    }
+}
+
+impl Drop for Shmem {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping; no reference into it outlives
+        // `self` (all accessors borrow `self`).
+        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.layout.total) };
+    }
+}
+
+/// The lwlock workload's critical sections (plain data under the Test lock).
+impl LockTestArea {
+    /// Exclusive holder: bump both words non-atomically.
+    ///
+    /// # Safety
+    /// The caller holds the Test LWLock exclusively.
+    pub unsafe fn bump_exclusive(&self) {
+        // SAFETY: exclusive lock held: nobody else reads or writes these.
+        unsafe {
+            let c = std::ptr::read_volatile(self.counter.get());
+            std::ptr::write_volatile(self.counter.get(), c + 1);
+            let m = std::ptr::read_volatile(self.mirror.get());
+            std::ptr::write_volatile(self.mirror.get(), m + 1);
+        }
+    }
+
+    /// Shared holder: check both words agree.
+    ///
+    /// # Safety
+    /// The caller holds the Test LWLock in shared mode (no writer runs).
+    pub unsafe fn check_shared(&self) -> bool {
+        // SAFETY: shared lock held: no exclusive holder writes now.
+        let (c, m) = unsafe {
+            (
+                std::ptr::read_volatile(self.counter.get()),
+                std::ptr::read_volatile(self.mirror.get()),
+            )
+        };
+        if c != m {
+            self.torn_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        c == m
+    }
+
+    /// Reads the counter (postmaster, after every backend exited).
+    pub fn counter_value(&self) -> u64 {
+        // SAFETY: a racy read of a u64 is only used for the final report,
+        // taken when no process holds the lock.
+        unsafe { std::ptr::read_volatile(self.counter.get()) }
+    }
+}

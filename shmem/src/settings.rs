@@ -1,0 +1,364 @@
+//! Run-time settings: every switch, with PostgreSQL's names where one exists.
+//!
+//! `Settings` is `#[repr(C)]` plain data copied into the shared-memory header
+//! at creation, so that every process runs with the same choices. Settings
+//! are given as `--set NAME=VALUE` or in `DIR/walshm.conf` (`name = value`
+//! lines, `#` comments). An unknown name or a bad value is an error that
+//! lists what is valid.
+
+use crate::variants::{
+    parse_bool, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+};
+use std::fmt;
+
+/// Every setting in force for one run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Client backends allowed at once (proc slots = this + auxiliaries).
+    pub max_connections: u32,
+    /// WAL buffer pages of 8 KiB.
+    pub wal_buffers: u32,
+    /// Walwriter sleep between rounds, milliseconds.
+    pub wal_writer_delay_ms: u32,
+    /// Number of WAL insertion locks (PostgreSQL's NUM_XLOGINSERT_LOCKS).
+    pub wal_insert_locks: u32,
+    /// Call fdatasync on WAL.
+    pub fsync: bool,
+    /// Commits wait for their WAL flush.
+    pub synchronous_commit: bool,
+    /// The walwriter initializes WAL buffer pages ahead of insertion.
+    pub wal_preinit: bool,
+    pub lwlock_queue: WaitQueue,
+    pub inserting_at: VarAccess,
+    pub insert_lock_layout: LockLayout,
+    pub wal_insertion: Insertion,
+    pub wal_reservation: Reservation,
+    pub xid_clear: XidClear,
+    /// Seconds between online checkpoints.
+    pub checkpoint_timeout_s: u32,
+    /// WAL (MB) written before a checkpoint is requested.
+    pub max_wal_size_mb: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_connections: 100,
+            wal_buffers: 2048,
+            wal_writer_delay_ms: 200,
+            wal_insert_locks: 8,
+            fsync: true,
+            synchronous_commit: true,
+            wal_preinit: true,
+            lwlock_queue: WaitQueue::Modern,
+            inserting_at: VarAccess::Atomic,
+            insert_lock_layout: LockLayout::Padded,
+            wal_insertion: Insertion::Parallel,
+            wal_reservation: Reservation::Spinlock,
+            xid_clear: XidClear::Group,
+            checkpoint_timeout_s: 300,
+            max_wal_size_mb: 1024,
+        }
+    }
+}
+
+/// A setting name or value that was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingError(pub String);
+
+impl fmt::Display for SettingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SettingError {}
+
+/// Name, what values it takes, and what it does (for errors and --help).
+pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
+    ("max_connections", "1..=4096", "backends allowed at once"),
+    (
+        "wal_buffers",
+        "pages (8kB) or size with kB/MB/GB, 4 pages..=1GB",
+        "WAL buffer size in shared memory",
+    ),
+    (
+        "wal_writer_delay",
+        "ms, or with ms/s, 1..=10000 ms",
+        "walwriter sleep between flushes",
+    ),
+    (
+        "wal_insert_locks",
+        "1..=128",
+        "number of WAL insertion locks",
+    ),
+    (
+        "fsync",
+        "on|off",
+        "fdatasync WAL (off: measure the insert path alone)",
+    ),
+    (
+        "synchronous_commit",
+        "on|off",
+        "commits wait for their WAL flush",
+    ),
+    (
+        "wal_preinit",
+        "on|off",
+        "walwriter pre-initializes WAL pages (seed 003)",
+    ),
+    (
+        "lwlock_queue",
+        "modern|legacy",
+        "LWLock wait queue (seed 002)",
+    ),
+    (
+        "inserting_at",
+        "atomic|waitlist",
+        "insertingAt access (seed 000)",
+    ),
+    (
+        "insert_lock_layout",
+        "padded|packed",
+        "insertion lock layout (seed 001)",
+    ),
+    (
+        "wal_insertion",
+        "parallel|single",
+        "insertion scheme (seed 003)",
+    ),
+    (
+        "wal_reservation",
+        "spinlock|atomic",
+        "insert space reservation",
+    ),
+    (
+        "xid_clear",
+        "group|exclusive",
+        "XID clear at commit (seed 004)",
+    ),
+    (
+        "checkpoint_timeout",
+        "seconds, or with s/min/h, 1..=86400",
+        "time between checkpoints",
+    ),
+    (
+        "max_wal_size",
+        "MB, or with MB/GB, 2..=1000000",
+        "WAL written between checkpoints",
+    ),
+];
+
+fn valid_names() -> String {
+    SETTINGS_HELP
+        .iter()
+        .map(|(n, _, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn bad_value(name: &str, value: &str) -> SettingError {
+    let valid = SETTINGS_HELP
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, v, _)| *v)
+        .unwrap_or("?");
+    SettingError(format!(
+        "invalid value for setting \"{name}\": \"{value}\" (valid: {valid})"
+    ))
+}
+
+/// Splits "123kB" into (123, "kb").
+fn number_and_unit(value: &str) -> Option<(u64, String)> {
+    let v = value.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    if digits == 0 {
+        return None;
+    }
+    let n: u64 = v[..digits].parse().ok()?;
+    Some((n, v[digits..].trim().to_ascii_lowercase()))
+}
+
+fn in_range(n: u64, lo: u64, hi: u64) -> Option<u32> {
+    (lo..=hi).contains(&n).then_some(n as u32)
+}
+
+impl Settings {
+    /// Applies one `NAME=VALUE`.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), SettingError> {
+        let name = name.trim().to_ascii_lowercase();
+        let value = value.trim().trim_matches('\'').trim_matches('"');
+        let bad = || bad_value(&name, value);
+        match name.as_str() {
+            "max_connections" => {
+                self.max_connections = number_and_unit(value)
+                    .filter(|(_, u)| u.is_empty())
+                    .and_then(|(n, _)| in_range(n, 1, 4096))
+                    .ok_or_else(bad)?
+            }
+            "wal_buffers" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let bytes = match unit.as_str() {
+                    "" => n.saturating_mul(8192),
+                    "kb" => n.saturating_mul(1024),
+                    "mb" => n.saturating_mul(1 << 20),
+                    "gb" => n.saturating_mul(1 << 30),
+                    _ => return Err(bad()),
+                };
+                if bytes % 8192 != 0 {
+                    return Err(bad());
+                }
+                self.wal_buffers = in_range(bytes / 8192, 4, (1 << 30) / 8192).ok_or_else(bad)?;
+            }
+            "wal_writer_delay" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let ms = match unit.as_str() {
+                    "" | "ms" => n,
+                    "s" => n.saturating_mul(1000),
+                    _ => return Err(bad()),
+                };
+                self.wal_writer_delay_ms = in_range(ms, 1, 10_000).ok_or_else(bad)?;
+            }
+            "wal_insert_locks" => {
+                self.wal_insert_locks = number_and_unit(value)
+                    .filter(|(_, u)| u.is_empty())
+                    .and_then(|(n, _)| in_range(n, 1, 128))
+                    .ok_or_else(bad)?
+            }
+            "fsync" => self.fsync = parse_bool(value).ok_or_else(bad)?,
+            "synchronous_commit" => self.synchronous_commit = parse_bool(value).ok_or_else(bad)?,
+            "wal_preinit" => self.wal_preinit = parse_bool(value).ok_or_else(bad)?,
+            "lwlock_queue" => self.lwlock_queue = WaitQueue::parse(value).ok_or_else(bad)?,
+            "inserting_at" => self.inserting_at = VarAccess::parse(value).ok_or_else(bad)?,
+            "insert_lock_layout" => {
+                self.insert_lock_layout = LockLayout::parse(value).ok_or_else(bad)?
+            }
+            "wal_insertion" => self.wal_insertion = Insertion::parse(value).ok_or_else(bad)?,
+            "wal_reservation" => {
+                self.wal_reservation = Reservation::parse(value).ok_or_else(bad)?
+            }
+            "xid_clear" => self.xid_clear = XidClear::parse(value).ok_or_else(bad)?,
+            "checkpoint_timeout" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let s = match unit.as_str() {
+                    "" | "s" => n,
+                    "min" => n.saturating_mul(60),
+                    "h" => n.saturating_mul(3600),
+                    _ => return Err(bad()),
+                };
+                self.checkpoint_timeout_s = in_range(s, 1, 86_400).ok_or_else(bad)?;
+            }
+            "max_wal_size" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let mb = match unit.as_str() {
+                    "" | "mb" => n,
+                    "gb" => n.saturating_mul(1024),
+                    _ => return Err(bad()),
+                };
+                self.max_wal_size_mb = in_range(mb, 2, 1_000_000).ok_or_else(bad)?;
+            }
+            _ => {
+                return Err(SettingError(format!(
+                    "unrecognized setting \"{name}\" (valid: {})",
+                    valid_names()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies "NAME=VALUE".
+    pub fn set_assignment(&mut self, assignment: &str) -> Result<(), SettingError> {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| SettingError(format!("expected NAME=VALUE, got \"{assignment}\"")))?;
+        self.set(name, value)
+    }
+
+    /// Applies a configuration file's text; errors name the line.
+    pub fn apply_config_text(&mut self, text: &str, origin: &str) -> Result<(), SettingError> {
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            self.set_assignment(line)
+                .map_err(|e| SettingError(format!("{origin}:{}: {e}", i + 1)))?;
+        }
+        Ok(())
+    }
+
+    /// Every setting as `name = value` lines (what `init` writes, what the
+    /// postmaster logs).
+    pub fn describe(&self) -> Vec<(&'static str, String)> {
+        let onoff = |b: bool| if b { "on" } else { "off" }.to_string();
+        vec![
+            ("max_connections", self.max_connections.to_string()),
+            ("wal_buffers", self.wal_buffers.to_string()),
+            (
+                "wal_writer_delay",
+                format!("{}ms", self.wal_writer_delay_ms),
+            ),
+            ("wal_insert_locks", self.wal_insert_locks.to_string()),
+            ("fsync", onoff(self.fsync)),
+            ("synchronous_commit", onoff(self.synchronous_commit)),
+            ("wal_preinit", onoff(self.wal_preinit)),
+            ("lwlock_queue", self.lwlock_queue.name().into()),
+            ("inserting_at", self.inserting_at.name().into()),
+            ("insert_lock_layout", self.insert_lock_layout.name().into()),
+            ("wal_insertion", self.wal_insertion.name().into()),
+            ("wal_reservation", self.wal_reservation.name().into()),
+            ("xid_clear", self.xid_clear.name().into()),
+            (
+                "checkpoint_timeout",
+                format!("{}s", self.checkpoint_timeout_s),
+            ),
+            ("max_wal_size", format!("{}MB", self.max_wal_size_mb)),
+        ]
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_described_setting_round_trips() {
+        let mut s = Settings::default();
+        s.fsync = false;
+        s.lwlock_queue = WaitQueue::Legacy;
+        s.wal_buffers = 64;
+        let mut t = Settings::default();
+        for (n, v) in s.describe() {
+            t.set(n, &v).unwrap();
+        }
+        assert_eq!(s, t);
+        assert_eq!(s.describe().len(), SETTINGS_HELP.len());
+    }
+
+    #[test]
+    fn units_and_errors() {
+        let mut s = Settings::default();
+        s.set("wal_buffers", "16MB").unwrap();
+        assert_eq!(s.wal_buffers, 2048);
+        s.set("wal_writer_delay", "1s").unwrap();
+        assert_eq!(s.wal_writer_delay_ms, 1000);
+        let e = s.set("nope", "1").unwrap_err().0;
+        assert!(
+            e.contains("unrecognized setting") && e.contains("wal_buffers"),
+            "{e}"
+        );
+        let e = s.set("lwlock_queue", "fast").unwrap_err().0;
+        assert!(e.contains("modern|legacy"), "{e}");
+        assert!(s.set("wal_insert_locks", "0").is_err());
+        assert!(s.set("wal_insert_locks", "129").is_err());
+        assert!(s.set_assignment("fsync").is_err());
+        let e = s
+            .apply_config_text("# c\nfsync = off\nbogus = 1\n", "walshm.conf")
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("walshm.conf:3:"), "{e}");
+        assert!(!s.fsync);
+    }
+}

@@ -1,0 +1,26 @@
+//! The one facade through which every shared-memory algorithm reaches its
+//! atomics, so that the same code runs under loom in model tests.
+//!
+//! Invariant: no module of this crate names `std::sync::atomic` or
+//! `std::hint::spin_loop` directly; they import from here. Under `--cfg loom`
+//! the types are loom's, and blocking primitives (futex waits) are replaced by
+//! `loom::thread::yield_now`, which loom understands as "let someone else run".
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering,
+};
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering,
+};
+
+/// One step of a busy-wait loop: `pause` on hardware, a yield under loom.
+#[inline]
+pub fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}

@@ -1,0 +1,98 @@
+//! The algorithm variants the seeds argue about, chosen at start-up.
+//!
+//! Each enum is `#[repr(u32)]` plain data so that the chosen set can live in
+//! the shared-memory header, where every process reads the same choice.
+
+macro_rules! variant_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name { $($(#[$vm])* $v),+ }
+
+        impl $name {
+            /// Every accepted spelling, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($s),+];
+
+            pub fn parse(s: &str) -> Option<Self> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($s => Some($name::$v),)+
+                    _ => None,
+                }
+            }
+
+            pub fn name(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+        }
+    };
+}
+
+variant_enum!(
+    /// LWLock wait queue (seed 002).
+    WaitQueue {
+        /// Waiters carry a state; a waiter dequeues itself in O(1).
+        Modern = "modern",
+        /// A waiter scans the list to find and remove itself.
+        Legacy = "legacy",
+    }
+);
+
+variant_enum!(
+    /// How `insertingAt` is read and written (seed 000).
+    VarAccess {
+        /// 64-bit atomic, no wait-list lock.
+        Atomic = "atomic",
+        /// Under the LWLock's wait-list lock.
+        WaitListLock = "waitlist",
+    }
+);
+
+variant_enum!(
+    /// WAL insertion lock layout (seed 001).
+    LockLayout {
+        /// Each insertion lock alone on a 128-byte line.
+        Padded = "padded",
+        /// Insertion locks packed, several per cache line.
+        Packed = "packed",
+    }
+);
+
+variant_enum!(
+    /// Insertion scheme (seed 003).
+    Insertion {
+        /// Reserve under the spinlock, copy in parallel under N locks.
+        Parallel = "parallel",
+        /// One lock held for reservation and copy (before 9.4).
+        Single = "single",
+    }
+);
+
+variant_enum!(
+    /// How insert space is reserved (beyond the seeds).
+    Reservation {
+        /// CurrBytePos/PrevBytePos under the insert-position spinlock.
+        Spinlock = "spinlock",
+        /// Lock-free fetch-add with a per-slot xl_prev hand-off.
+        Atomic = "atomic",
+    }
+);
+
+variant_enum!(
+    /// XID clear at transaction end (seed 004).
+    XidClear {
+        /// Backends queue on an atomic list; one leader clears them all.
+        Group = "group",
+        /// Each backend takes ProcArrayLock exclusively.
+        Exclusive = "exclusive",
+    }
+);
+
+/// A boolean setting spelled as PostgreSQL does.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Some(true),
+        "off" | "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
+}

@@ -1,0 +1,107 @@
+//! Shared WAL state: insert position, insertion locks, write/flush results,
+//! buffer page map. Plain `#[repr(C)]` data; the algorithms live in
+//! `backend::xlog` and `walwriter`.
+//!
+//! Lock inventory (who protects what; take them in this order):
+//! - WAL insertion lock `i` (LWLock, tranche WALInsert): held while copying a
+//!   record into WAL buffers; its `inserting_at` advertises how far the
+//!   holder has progressed (0 = holds the lock, position not yet known).
+//!   Held across the reservation too in the `single` insertion variant
+//!   (then only lock 0 is used).
+//! - `insert.lock` (spinlock): `curr_byte_pos`, `prev_byte_pos`. Never held
+//!   across anything but the two loads and stores.
+//! - WALBufMapping (named LWLock): advancing `initialized_up_to` and
+//!   re-initializing buffer pages (`xlblocks`).
+//! - WALWrite (named LWLock): `write` and `fdatasync` of WAL files and the
+//!   advance of `write_result`/`flush_result`. Call
+//!   `WaitXLogInsertionsToFinish` *before* taking it.
+//! - `info_lck` (spinlock): `req_write`/`req_flush`; the results are
+//!   atomics readable without it.
+//!
+//! Invariants: `flush_result <= write_result <= ` every finished insertion;
+//! a buffer page `i` holds the WAL page ending at `xlblocks[i]` and is never
+//! re-initialized for a later page before `write_result >= xlblocks[i]`.
+
+use crate::lwlock::LWLock;
+use crate::sema::Latch;
+use crate::spin::SpinLock;
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// One WAL insertion lock with its progress variable (packed form, 32 B).
+#[repr(C)]
+pub struct WalInsertLock {
+    pub lock: LWLock,
+    /// How far the holder has inserted (an LSN), 0 when not known.
+    pub inserting_at: AtomicU64,
+    /// Last "important" record this lock inserted (diagnostics).
+    pub last_important_at: AtomicU64,
+}
+
+/// An insertion lock alone on its 128-byte line (seed 001).
+#[repr(C, align(128))]
+pub struct PaddedWalInsertLock {
+    pub l: WalInsertLock,
+}
+
+/// Insert position, alone on its cache line with its spinlock.
+#[repr(C, align(128))]
+pub struct InsertPosition {
+    pub lock: SpinLock,
+    /// Next free position in usable-byte space.
+    pub curr_byte_pos: AtomicU64,
+    /// Start of the last reserved record, usable-byte space.
+    pub prev_byte_pos: AtomicU64,
+}
+
+/// Results of XLogWrite, on their own line.
+#[repr(C, align(128))]
+pub struct WriteState {
+    pub info_lck: SpinLock,
+    /// WAL written (handed to the kernel) up to here.
+    pub write_result: AtomicU64,
+    /// WAL durably flushed up to here.
+    pub flush_result: AtomicU64,
+    /// Highest write/flush somebody asked for.
+    pub req_write: AtomicU64,
+    pub req_flush: AtomicU64,
+    /// Latest asynchronous commit the walwriter must flush.
+    pub async_xact_lsn: AtomicU64,
+    /// fdatasync calls and pages written (benchmarks).
+    pub syncs: AtomicU64,
+    pub writes: AtomicU64,
+}
+
+/// Buffer mapping state.
+#[repr(C, align(128))]
+pub struct BufMapState {
+    /// Every page below this LSN has been initialized in the buffers.
+    pub initialized_up_to: AtomicU64,
+    /// Pages initialized by the walwriter / by backends (benchmarks).
+    pub preinit_pages: AtomicU64,
+    pub backend_init_pages: AtomicU64,
+    /// Times a backend waited for a dirty page to be written.
+    pub buffer_full_waits: AtomicU64,
+}
+
+/// Constant facts about the WAL, set at creation.
+#[repr(C)]
+pub struct WalFacts {
+    pub system_identifier: u64,
+    pub seg_size: u64,
+    pub timeline: u32,
+    pub n_buffers: u32,
+}
+
+/// The shared WAL control block.
+#[repr(C)]
+pub struct XLogCtl {
+    pub insert: InsertPosition,
+    pub write: WriteState,
+    pub bufmap: BufMapState,
+    pub facts: WalFacts,
+    /// The walwriter's latch.
+    pub walwriter_latch: Latch,
+    /// Set when the postmaster asked for shutdown (diagnostics only: the
+    /// request itself is a signal).
+    pub shutdown_requested: AtomicU32,
+}
