@@ -698,7 +698,7 @@ fn publish_prev_link(links: &[PrevLink], start: u64, end: u64) {
 fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
     let mask = links.len() - 1;
     let home = (start / 8) as usize & mask;
-    let mut delay = shmem::spin::SpinDelay::new(home);
+    let mut delay: Option<shmem::spin::SpinDelay> = None;
     loop {
         // Probe the whole table: an entry sits at the first free slot from
         // its home, and slots before it may have been freed since.
@@ -715,7 +715,11 @@ fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
             }
             i = (i + 1) & mask;
         }
-        delay.spin_once("WAL prev-link hand-off");
+        // The predecessor publishes right after its fetch-add: this only
+        // waits when it was descheduled in between.
+        delay
+            .get_or_insert_with(|| shmem::spin::SpinDelay::new(home))
+            .spin_once("WAL prev-link hand-off");
     }
 }
 

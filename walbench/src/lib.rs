@@ -1,1 +1,598 @@
-//! walbench
+//! walbench: drives real postmasters and reports throughput per variant,
+//! workload and client count.
+//!
+//! For each point (variant x client count) it initializes a fresh data
+//! directory (or reuses `-D DIR`), starts `postmaster start --workers N
+//! --workload KIND` with the variant's settings, waits until it is ready,
+//! attaches the shared memory segment read-only in spirit (it only loads
+//! counters) and samples the backends' transaction, record and byte counters
+//! at the start and end of a measured window, then stops the server with a
+//! fast shutdown and checks it exited cleanly. Throughput is the counter
+//! delta over the window, so start-up and shutdown never count.
+//!
+//! Variants are compared as ratios to `modern` measured in the same run, one
+//! client count at a time, because the machines this runs on are small and
+//! noisy.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+use backend::workload::{Workload, WORKLOAD_HELP};
+use shmem::segment::segment_name_for;
+use shmem::sync::Ordering;
+use shmem::Shmem;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Named variants: the settings that differ from the modern defaults.
+pub const VARIANTS: &[(&str, &[&str], &str)] = &[
+    ("modern", &[], "every modern algorithm (the defaults)"),
+    (
+        "insertingat-waitlist",
+        &["inserting_at=waitlist"],
+        "seed 000: insertingAt under the wait-list lock",
+    ),
+    (
+        "packed-locks",
+        &["insert_lock_layout=packed"],
+        "seed 001: insertion locks packed, sharing cache lines",
+    ),
+    (
+        "legacy-queue",
+        &["lwlock_queue=legacy"],
+        "seed 002: waiters scan the wait list to dequeue",
+    ),
+    (
+        "single-insert-lock",
+        &["wal_insertion=single"],
+        "seed 003: one lock for reservation and copy",
+    ),
+    (
+        "no-preinit",
+        &["wal_preinit=off"],
+        "seed 003: walwriter does not pre-initialize pages",
+    ),
+    (
+        "exclusive-clear",
+        &["xid_clear=exclusive"],
+        "seed 004: each backend clears its XID under ProcArrayLock",
+    ),
+    (
+        "atomic-reserve",
+        &["wal_reservation=atomic"],
+        "beyond the seeds: lock-free reservation",
+    ),
+];
+
+pub struct Options {
+    pub workloads: Vec<String>,
+    pub clients: Vec<u32>,
+    pub seconds: f64,
+    pub variants: Vec<String>,
+    pub sets: Vec<String>,
+    pub datadir: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub variant: String,
+    pub workload: String,
+    pub clients: u32,
+    pub seconds: f64,
+    pub transactions: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub wal_syncs: u64,
+    pub tps: f64,
+}
+
+fn help() -> String {
+    let mut s = String::from(
+        "walbench: measure walshm's WAL throughput per variant, workload and client count
+
+Usage: walbench [--workload KIND ...] [--clients LIST] [--seconds S] [--variant NAME ...]
+                [--set NAME=VALUE ...] [-D DIR] [--json FILE]
+
+  --workload KIND   repeatable or comma-separated; ",
+    );
+    s.push_str(WORKLOAD_HELP);
+    s.push_str(
+        " (default emit:100)
+  --clients LIST    comma-separated backend counts (default 1,2,4,16)
+  --seconds S       measured seconds per point (default 2)
+  --variant NAME    repeatable or comma-separated, or 'all' (default modern,single-insert-lock)
+  --set NAME=VALUE  a setting for every run (see postmaster --help), e.g. fsync=off
+  -D DIR            use this data directory (initialized if empty) instead of a
+                    fresh temporary one per point
+  --json FILE       also write {\"runs\":[{variant,workload,clients,seconds,transactions,tps},...]}
+
+Variants:
+",
+    );
+    for (name, _, what) in VARIANTS {
+        let _ = writeln!(s, "  {name:<22} {what}");
+    }
+    s
+}
+
+fn parse(args: &[String]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        workloads: vec![],
+        clients: vec![1, 2, 4, 16],
+        seconds: 2.0,
+        variants: vec![],
+        sets: vec![],
+        datadir: None,
+        json: None,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let mut val = || -> Result<String, String> {
+            i += 1;
+            args.get(i)
+                .cloned()
+                .ok_or_else(|| format!("option {a} needs a value"))
+        };
+        match a {
+            "-h" | "--help" => return Ok(None),
+            "--workload" => o.workloads.extend(val()?.split(',').map(str::to_string)),
+            "--clients" => {
+                let v = val()?;
+                o.clients = v
+                    .split(',')
+                    .map(|c| {
+                        c.trim()
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|n| (1..=4096).contains(n))
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        format!("invalid --clients \"{v}\" (comma-separated counts, 1..=4096)")
+                    })?;
+            }
+            "--seconds" => {
+                let v = val()?;
+                o.seconds = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && *s <= 3600.0)
+                    .ok_or_else(|| format!("invalid --seconds \"{v}\" (0 < S <= 3600)"))?;
+            }
+            "--variant" => o.variants.extend(val()?.split(',').map(str::to_string)),
+            "--set" | "-c" => o.sets.push(val()?),
+            "-D" => o.datadir = Some(PathBuf::from(val()?)),
+            "--json" => o.json = Some(PathBuf::from(val()?)),
+            _ => return Err(format!("unknown option \"{a}\"")),
+        }
+        i += 1;
+    }
+    if o.workloads.is_empty() {
+        o.workloads.push("emit:100".into());
+    }
+    for w in &o.workloads {
+        Workload::parse(w)?;
+    }
+    if o.variants.is_empty() {
+        o.variants = vec!["modern".into(), "single-insert-lock".into()];
+    }
+    if o.variants.iter().any(|v| v == "all") {
+        o.variants = VARIANTS.iter().map(|(n, _, _)| n.to_string()).collect();
+    }
+    for v in &o.variants {
+        if !VARIANTS.iter().any(|(n, _, _)| n == v) {
+            let names: Vec<_> = VARIANTS.iter().map(|(n, _, _)| *n).collect();
+            return Err(format!(
+                "unknown variant \"{v}\" (valid: {}, all)",
+                names.join(", ")
+            ));
+        }
+    }
+    // Validate --set now rather than in the first postmaster.
+    let mut s = shmem::Settings::default();
+    for a in &o.sets {
+        s.set_assignment(a).map_err(|e| e.to_string())?;
+    }
+    Ok(Some(o))
+}
+
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match parse(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{}", help());
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("walbench: error: {e}");
+            eprintln!("Try \"walbench --help\" for more information.");
+            return 2;
+        }
+    };
+    match run_all(&opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("walbench: error: {e}");
+            1
+        }
+    }
+}
+
+/// Runs every point; prints progress and the final table.
+pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
+    let postmaster = postmaster_path()?;
+    println!(
+        "walbench: {} core(s); {} s per point; settings: {}",
+        cores(),
+        o.seconds,
+        if o.sets.is_empty() {
+            "defaults".to_string()
+        } else {
+            o.sets.join(" ")
+        }
+    );
+    let total = o.workloads.len() * o.clients.len() * o.variants.len();
+    // A discarded warm-up point: the first server of a run is measurably
+    // slower (cold page cache, CPU frequency), which would bias whichever
+    // variant runs first.
+    let warm = Options {
+        seconds: o.seconds.min(1.0),
+        workloads: vec![],
+        clients: vec![],
+        variants: vec![],
+        sets: o.sets.clone(),
+        datadir: o.datadir.clone(),
+        json: None,
+    };
+    run_point(
+        &postmaster,
+        &warm,
+        &o.workloads[0],
+        o.clients[0],
+        &o.variants[0],
+    )?;
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut k = 0;
+    for w in &o.workloads {
+        for &c in &o.clients {
+            for v in &o.variants {
+                k += 1;
+                let r = run_point(&postmaster, o, w, c, v)?;
+                eprintln!(
+                    "[{k}/{total}, {:.0} s] {v} {w} clients {c}: {:.0} tps, {:.1} MB/s",
+                    started.elapsed().as_secs_f64(),
+                    r.tps,
+                    r.bytes as f64 / r.seconds / 1e6
+                );
+                runs.push(r);
+            }
+        }
+    }
+    print!("{}", table(&runs));
+    if let Some(p) = &o.json {
+        std::fs::write(p, json(&runs))
+            .map_err(|e| format!("could not write \"{}\": {e}", p.display()))?;
+        println!("wrote {}", p.display());
+    }
+    Ok(runs)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn postmaster_path() -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let p = me.with_file_name("postmaster");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "postmaster binary not found next to walbench ({})",
+            p.display()
+        ))
+    }
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, String> {
+        let base = std::env::temp_dir();
+        for n in 0..1000 {
+            let p = base.join(format!("walbench.{}.{n}", std::process::id()));
+            if std::fs::create_dir(&p).is_ok() {
+                return Ok(TempDir(p));
+            }
+        }
+        Err("could not create a temporary directory".into())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kills the server's process group if a point fails half-way.
+struct ServerGuard(Option<Child>);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            // SAFETY: kill has no memory effects; the group is the server's.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Sample {
+    transactions: u64,
+    records: u64,
+    bytes: u64,
+    syncs: u64,
+}
+
+fn sample(shm: &Shmem, clients: u32) -> Sample {
+    let mut s = Sample::default();
+    for p in &shm.procs()[..clients as usize] {
+        s.transactions += p.counters.transactions.load(Ordering::Relaxed);
+        s.records += p.counters.records.load(Ordering::Relaxed);
+        s.bytes += p.counters.bytes.load(Ordering::Relaxed);
+    }
+    s.syncs = shm.xlog().write.syncs.load(Ordering::Relaxed);
+    s
+}
+
+fn run_point(
+    postmaster: &Path,
+    o: &Options,
+    workload: &str,
+    clients: u32,
+    variant: &str,
+) -> Result<Run, String> {
+    let tmp;
+    let dir = match &o.datadir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = TempDir::new()?;
+            tmp.0.join("data")
+        }
+    };
+    let needs_init = !dir.join("global").join("pg_control").exists();
+    if needs_init {
+        let out = Command::new(postmaster)
+            .args(["init", "-D"])
+            .arg(&dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "init failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let log_path = dir.with_file_name(format!("walbench-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let (_, variant_sets, _) = VARIANTS
+        .iter()
+        .find(|(n, _, _)| *n == variant)
+        .expect("validated");
+    let mut cmd = Command::new(postmaster);
+    cmd.args(["start", "-D"]).arg(&dir);
+    for s in o
+        .sets
+        .iter()
+        .map(String::as_str)
+        .chain(variant_sets.iter().copied())
+    {
+        cmd.args(["--set", s]);
+    }
+    cmd.args(["--workers", &clients.to_string(), "--workload", workload])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start postmaster: {e}"))?;
+    let mut guard = ServerGuard(Some(child));
+    let server_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+
+    wait_ready(&log_path, Duration::from_secs(60)).map_err(|e| format!("{e}\n{}", server_log()))?;
+    let canon = dir.canonicalize().map_err(|e| e.to_string())?;
+    let shm = Shmem::attach(&segment_name_for(&canon), None).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_secs_f64((o.seconds / 4.0).min(0.5)));
+    let t0 = Instant::now();
+    let s0 = sample(&shm, clients);
+    std::thread::sleep(Duration::from_secs_f64(o.seconds));
+    let s1 = sample(&shm, clients);
+    let dt = t0.elapsed().as_secs_f64();
+    drop(shm);
+
+    let child = guard.0.take().expect("server running");
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&log_path);
+    if !out.status.success() {
+        return Err(format!(
+            "postmaster for {variant} {workload} clients {clients} exited with {}\n{}",
+            out.status,
+            server_log()
+        ));
+    }
+    let transactions = s1.transactions - s0.transactions;
+    Ok(Run {
+        variant: variant.to_string(),
+        workload: workload.to_string(),
+        clients,
+        seconds: dt,
+        transactions,
+        records: s1.records - s0.records,
+        bytes: s1.bytes - s0.bytes,
+        wal_syncs: s1.syncs - s0.syncs,
+        tps: transactions as f64 / dt,
+    })
+}
+
+fn wait_ready(log: &Path, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("ready to accept connections") {
+            return Ok(());
+        }
+        if text.contains("FATAL") {
+            return Err("postmaster failed to start".into());
+        }
+        if Instant::now() > deadline {
+            return Err("postmaster did not become ready in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The results as a table: one row per workload, client count and variant,
+/// with the ratio to `modern` at the same point when it was measured.
+pub fn table(runs: &[Run]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n{:<12} {:>7}  {:<22} {:>12} {:>10} {:>10} {:>12}",
+        "workload", "clients", "variant", "tps", "MB/s", "vs modern", "syncs/tx"
+    );
+    for r in runs {
+        let base = runs
+            .iter()
+            .find(|b| b.variant == "modern" && b.workload == r.workload && b.clients == r.clients);
+        let ratio = base.map_or("-".to_string(), |b| {
+            format!("{:.2}", r.tps / b.tps.max(1e-9))
+        });
+        let syncs = if r.transactions > 0 {
+            format!("{:.4}", r.wal_syncs as f64 / r.transactions as f64)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            s,
+            "{:<12} {:>7}  {:<22} {:>12.0} {:>10.1} {:>10} {:>12}",
+            r.workload,
+            r.clients,
+            r.variant,
+            r.tps,
+            r.bytes as f64 / r.seconds / 1e6,
+            ratio,
+            syncs
+        );
+    }
+    s
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// `{"runs":[{"variant","workload","clients","seconds","transactions","tps",...}]}`
+pub fn json(runs: &[Run]) -> String {
+    let mut s = String::from("{\"runs\":[");
+    for (i, r) in runs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(
+            s,
+            "\n  {{\"variant\":{},\"workload\":{},\"clients\":{},\"seconds\":{:.3},\"transactions\":{},\"tps\":{:.1},\"records\":{},\"bytes\":{},\"wal_syncs\":{},\"cores\":{}}}",
+            json_str(&r.variant),
+            json_str(&r.workload),
+            r.clients,
+            r.seconds,
+            r.transactions,
+            r.tps,
+            r.records,
+            r.bytes,
+            r.wal_syncs,
+            cores()
+        );
+    }
+    s.push_str("\n]}\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn parses_and_rejects() {
+        let o = parse(&args(
+            "--workload emit:16,emit:100 --clients 1,4 --seconds 0.5 --variant all",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.workloads.len(), 2);
+        assert_eq!(o.clients, vec![1, 4]);
+        assert_eq!(o.variants.len(), VARIANTS.len());
+        assert!(parse(&args("--clients 0")).is_err());
+        assert!(parse(&args("--variant nope")).is_err());
+        assert!(parse(&args("--workload emit:x")).is_err());
+        assert!(parse(&args("--set bogus=1")).is_err());
+        assert!(parse(&args("--help")).unwrap().is_none());
+    }
+
+    #[test]
+    fn json_has_the_contract_keys() {
+        let r = Run {
+            variant: "modern".into(),
+            workload: "emit:16".into(),
+            clients: 2,
+            seconds: 1.0,
+            transactions: 10,
+            records: 10,
+            bytes: 560,
+            wal_syncs: 0,
+            tps: 10.0,
+        };
+        let j = json(&[r]);
+        for k in [
+            "\"runs\"",
+            "\"variant\"",
+            "\"workload\"",
+            "\"clients\"",
+            "\"seconds\"",
+            "\"transactions\"",
+            "\"tps\"",
+        ] {
+            assert!(j.contains(k), "{k} missing in {j}");
+        }
+        assert!(table(&[]).contains("workload"));
+    }
+}
