@@ -4,8 +4,10 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod control;
+pub mod procarray;
 pub mod process;
 pub mod startup;
 pub mod walfile;
 pub mod workload;
+pub mod xact;
 pub mod xlog;

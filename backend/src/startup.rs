@@ -179,6 +179,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         log("FATAL", &e);
         return crate::process::EXIT_FATAL;
     }
+    crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
     let how = match &r.stop_reason {
         None => "clean end of WAL".to_string(),
         Some(why) => format!("invalid record: {why}"),

@@ -3,13 +3,19 @@
 //! - `emit:SIZE`: non-transactional logical messages with a SIZE-byte
 //!   payload (prefix `walshm`), no flush — what
 //!   `SELECT pg_logical_emit_message(false, 'walshm', ...)` writes.
+//! - `emit-tx:SIZE`: a transaction: snapshot, XID, transactional logical
+//!   message, commit record, flush (synchronous commit), XID clear; with
+//!   `--ack`, then `ack LSN` on stdout (LSN = start of the commit record).
+//! - `txid`: what `SELECT txid_current()` does: snapshot, XID, commit record
+//!   without waiting for its flush (nothing was written before it), clear.
 //! - `lwlock`: take the Test LWLock (one in five exclusive), update or check
 //!   plain data under it, release: a cross-process mutual-exclusion check.
 //!
 //! A backend loops until SIGTERM, finishing the iteration it is in. Every
 //! iteration bumps the proc's `transactions` counter, which walbench samples.
 
-use crate::process::shutdown_requested;
+use crate::process::{shutdown_requested, write_all_fd};
+use crate::xact::Xact;
 use crate::xlog::Xlog;
 use shmem::lwlock::LWLockMode;
 use shmem::proc::ProcCounters;
@@ -26,6 +32,8 @@ pub const MESSAGE_PREFIX: &str = "walshm";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     Emit(usize),
+    EmitTx(usize),
+    Txid,
     Lwlock,
 }
 
@@ -33,12 +41,14 @@ impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Workload::Emit(n) => write!(f, "emit:{n}"),
+            Workload::EmitTx(n) => write!(f, "emit-tx:{n}"),
+            Workload::Txid => write!(f, "txid"),
             Workload::Lwlock => write!(f, "lwlock"),
         }
     }
 }
 
-pub const WORKLOAD_HELP: &str = "emit:SIZE, lwlock";
+pub const WORKLOAD_HELP: &str = "emit:SIZE, emit-tx:SIZE, txid, lwlock";
 
 impl Workload {
     pub fn parse(s: &str) -> Result<Workload, String> {
@@ -58,19 +68,52 @@ impl Workload {
         };
         match kind {
             "emit" => Ok(Workload::Emit(size(arg)?)),
+            "emit-tx" => Ok(Workload::EmitTx(size(arg)?)),
+            "txid" if arg.is_none() => Ok(Workload::Txid),
             "lwlock" if arg.is_none() => Ok(Workload::Lwlock),
             _ => Err(bad()),
         }
     }
 }
 
-/// Runs `w` as proc `procno` until shutdown is requested.
-pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload) -> i32 {
+/// Runs `w` as proc `procno` until shutdown is requested; `ack`: print
+/// `ack LSN` after each durable commit.
+pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload, ack: bool) -> i32 {
     match w {
         Workload::Emit(size) => run_emit(shm, procno, datadir, size),
+        Workload::EmitTx(size) => run_emit_tx(shm, procno, datadir, Some(size), ack),
+        Workload::Txid => run_emit_tx(shm, procno, datadir, None, false),
         Workload::Lwlock => run_lwlock(shm, procno),
     }
     0
+}
+
+/// `emit-tx:SIZE` (message = Some(SIZE)) and `txid` (None).
+fn run_emit_tx(shm: &Shmem, procno: u32, datadir: &Path, message: Option<usize>, ack: bool) {
+    let mut xact = Xact::new(Xlog::new(shm, procno, datadir), shm, procno);
+    let payload = payload_of(message.unwrap_or(0));
+    let mut rec = walformat::RecordBuf::default();
+    let mut line = String::with_capacity(32);
+    while !shutdown_requested() {
+        xact.begin();
+        let xid = xact.xid();
+        if message.is_some() {
+            walformat::logical_message_into(&mut rec, xid, true, MESSAGE_PREFIX, &payload);
+            xact.insert(&mut rec);
+        }
+        let commit = xact.commit().expect("an XID was assigned");
+        if ack {
+            line.clear();
+            line.push_str("ack ");
+            line.push_str(&walformat::format_lsn(commit.start));
+            line.push('\n');
+            // One write per line: lines from many backends never interleave.
+            if write_all_fd(1, line.as_bytes()).is_err() {
+                break;
+            }
+        }
+    }
+    xact.shutdown();
 }
 
 fn payload_of(size: usize) -> Vec<u8> {
@@ -117,6 +160,6 @@ impl Workload {
     /// Does each transaction wait for its commit to be flushed (so that an
     /// `ack` line can promise durability)?
     pub fn waits_for_commit(self) -> bool {
-        false
+        matches!(self, Workload::EmitTx(_))
     }
 }

@@ -99,6 +99,7 @@ struct Postmaster {
     control: ControlFile,
     workers: u32,
     workload: Option<Workload>,
+    ack: bool,
     segment: String,
     shm: Option<Shmem>,
     generation: u64,
@@ -124,6 +125,9 @@ fn log(level: &str, msg: &str) {
 pub fn start(opts: StartOptions) -> Result<i32, String> {
     let datadir = datadir::check_datadir(&opts.datadir)?;
     let settings = datadir::load_settings(&datadir, &opts.sets)?;
+    if opts.ack && !settings.synchronous_commit {
+        return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
+    }
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
     let segment = segment_name_for(&datadir);
     let (_pidfile, _stale) = PidFile::create(&datadir, &segment)?;
@@ -141,6 +145,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
         control,
         workers: opts.workers,
         workload: opts.workload,
+        ack: opts.ack,
         segment,
         shm: None,
         generation: 0,
@@ -219,14 +224,8 @@ impl Postmaster {
     fn create_segment(&mut self) -> Result<(), String> {
         self.generation += 1;
         let max_backends = self.settings.max_connections.max(self.workers);
-        let shm = Shmem::create(
-            &self.segment,
-            &self.settings,
-            max_backends,
-            0,
-            self.generation,
-        )
-        .map_err(|e| e.to_string())?;
+        let shm = Shmem::create(&self.segment, &self.settings, max_backends, self.generation)
+            .map_err(|e| e.to_string())?;
         // SAFETY: the segment was just created and no other process is
         // attached yet.
         unsafe {
@@ -330,7 +329,14 @@ impl Postmaster {
             return;
         }
         if pid == 0 {
-            let code = run_child(shm, &self.datadir, kind, self.workload, postmaster_pid);
+            let code = run_child(
+                shm,
+                &self.datadir,
+                kind,
+                self.workload,
+                self.ack,
+                postmaster_pid,
+            );
             // SAFETY: leaving the child without running the parent's
             // destructors (which would unmap or unlink shared state).
             unsafe { libc::_exit(code) };
@@ -561,6 +567,7 @@ fn run_child(
     datadir: &Path,
     kind: Kind,
     workload: Option<Workload>,
+    ack: bool,
     postmaster_pid: i32,
 ) -> i32 {
     let name = match kind {
@@ -581,7 +588,7 @@ fn run_child(
         Kind::Startup => backend::startup::run(shm, datadir),
         Kind::Walwriter => walwriter::run(shm, datadir),
         Kind::Backend(_) => match workload {
-            Some(w) => backend::workload::run(shm, procno, datadir, w),
+            Some(w) => backend::workload::run(shm, procno, datadir, w, ack),
             None => EXIT_QUIT,
         },
     }

@@ -12,6 +12,7 @@
 
 pub mod lwlock;
 pub mod proc;
+pub mod procarray;
 pub mod sema;
 pub mod settings;
 pub mod spin;

@@ -47,6 +47,9 @@ pub struct ProcCounters {
     pub wal_syncs: AtomicU64,
     /// Commits this process waited for to be flushed.
     pub sync_commits: AtomicU64,
+    /// Snapshots that showed one of our own committed XIDs as running
+    /// (must stay 0).
+    pub snapshot_violations: AtomicU64,
 }
 
 impl ProcCounters {
@@ -66,6 +69,7 @@ impl ProcCounters {
             &self.lock_sleeps,
             &self.wal_syncs,
             &self.sync_commits,
+            &self.snapshot_violations,
         ] {
             c.store(0, Ordering::Relaxed);
         }

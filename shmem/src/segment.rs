@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 const WAL_PAGE: usize = 8192;
 
 /// Individually named LWLocks.
@@ -153,11 +153,10 @@ fn align_up(x: usize, a: usize) -> usize {
 
 impl Layout {
     /// Computes the layout for `settings` with room for `max_backends`.
-    /// `procarray_size` is the byte size of the ProcArray region (owned by
-    /// the backend crate).
-    pub fn compute(settings: &Settings, max_backends: u32, procarray_size: usize) -> Layout {
+    pub fn compute(settings: &Settings, max_backends: u32) -> Layout {
         use std::mem::size_of;
         let max_procs = max_backends + NUM_AUX_PROCS;
+        let procarray_size = crate::procarray::region_size(max_procs);
         let n_insert_locks = settings.wal_insert_locks;
         let insert_lock_stride = match settings.insert_lock_layout {
             crate::variants::LockLayout::Padded => size_of::<PaddedWalInsertLock>(),
@@ -377,10 +376,9 @@ impl Shmem {
         name: &str,
         settings: &Settings,
         max_backends: u32,
-        procarray_size: usize,
         generation: u64,
     ) -> Result<Shmem, ShmemError> {
-        let layout = Layout::compute(settings, max_backends, procarray_size);
+        let layout = Layout::compute(settings, max_backends);
         let (base, _) = map_segment(
             name,
             libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
@@ -433,8 +431,7 @@ impl Shmem {
             }
         }
         let settings = hdr.settings;
-        let procarray_size = hdr.procarray_size as usize;
-        let layout = Layout::compute(&settings, hdr.max_backends, procarray_size);
+        let layout = Layout::compute(&settings, hdr.max_backends);
         if layout.total != size {
             return bad(format!(
                 "layout of {} bytes does not match size {size}",
@@ -502,6 +499,14 @@ impl Shmem {
                         last_important_at: AtomicU64::new(0),
                     });
             }
+            let pa = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
+            (*self.at::<crate::procarray::ProcArrayShared>(pa))
+                .group_first
+                .store(INVALID_PROCNO, Ordering::Relaxed);
+            let pa = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
+            (*self.at::<crate::procarray::ProcArrayShared>(pa))
+                .group_first
+                .store(INVALID_PROCNO, Ordering::Relaxed);
             // XLogCtl, xlblocks, prev links, ProcArray, test area: all-zero
             // is their valid initial state (atomics and plain integers), and
             // the segment is zero-filled by ftruncate.
@@ -601,13 +606,27 @@ impl Shmem {
         }
     }
 
-    /// The ProcArray region: `procarray_size` bytes aligned to 128.
-    pub fn procarray_region(&self) -> (*mut u8, usize) {
-        // SAFETY: the region lies inside the mapping.
-        (
-            unsafe { self.at::<u8>(self.layout.off_procarray) },
-            self.layout.procarray_size,
-        )
+    pub fn xid_state(&self) -> &crate::procarray::XidState {
+        // SAFETY: zero-initialized XidState at the start of the region.
+        unsafe { &*self.at::<crate::procarray::XidState>(self.layout.off_procarray) }
+    }
+
+    pub fn proc_array(&self) -> &crate::procarray::ProcArrayShared {
+        let off = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
+        // SAFETY: the ProcArrayShared follows the XidState in the region;
+        // its group list head is set to INVALID_PROCNO at creation.
+        unsafe { &*self.at::<crate::procarray::ProcArrayShared>(off) }
+    }
+
+    /// Member proc numbers of the ProcArray (first `num_members` valid).
+    pub fn proc_array_members(&self) -> &[AtomicU32] {
+        let off = self.layout.off_procarray
+            + std::mem::size_of::<crate::procarray::XidState>()
+            + std::mem::size_of::<crate::procarray::ProcArrayShared>();
+        // SAFETY: `max_procs` zero-initialized u32 atomics follow.
+        unsafe {
+            std::slice::from_raw_parts(self.at::<AtomicU32>(off), self.layout.max_procs as usize)
+        }
     }
 
     pub fn lock_test_area(&self) -> &LockTestArea {

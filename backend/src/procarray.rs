@@ -1,0 +1,286 @@
+//! Transaction ids and the ProcArray (PostgreSQL's varsup.c and
+//! procarray.c, reduced to what a log needs).
+//!
+//! - `assign_xid`: under XidGenLock, take `next_full_xid`, skip the special
+//!   XIDs 0..=2 on wraparound, and publish the XID in our proc *before*
+//!   releasing XidGenLock, so that no snapshot can see a later XID as
+//!   assigned while missing ours.
+//! - `snapshot`: under ProcArrayLock shared, xmax = latestCompletedXid + 1;
+//!   every member's XID below xmax is running; xmin the oldest of them.
+//! - `end_transaction`: clear our XID and advance latestCompletedXid under
+//!   ProcArrayLock exclusive. Two variants (seed 004):
+//!   - `exclusive`: every backend takes the lock itself;
+//!   - `group` (default): if the lock is not free at once, push ourselves on
+//!     an atomic list (`group_first`, linked by proc number); the backend that
+//!     found the list empty becomes the leader, takes the lock once, clears
+//!     every member's XID, and wakes each through its semaphore. Followers
+//!     sleep until their `group_clear_member` flag drops, absorbing and
+//!     re-posting unrelated wake-ups (the semaphore is shared with LWLock
+//!     waits).
+//!
+//! Invariant: once `end_transaction` returns, no snapshot taken afterwards
+//! shows our XID as running (the clear happened under ProcArrayLock
+//! exclusive, which a snapshot's shared acquisition orders after).
+
+use shmem::lwlock::{LWLockMode, LockEnv};
+use shmem::proc::{Proc, INVALID_PROCNO};
+use shmem::segment::NamedLock;
+use shmem::sync::Ordering;
+use shmem::variants::XidClear;
+use shmem::Shmem;
+
+/// PostgreSQL's FirstNormalTransactionId.
+pub const FIRST_NORMAL_XID: u32 = 3;
+
+/// `a` precedes `b` in modulo-2^32 XID order (TransactionIdPrecedes).
+pub fn xid_precedes(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// A snapshot: XIDs running when it was taken.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub xmin: u32,
+    pub xmax: u32,
+    pub running: Vec<u32>,
+}
+
+impl Snapshot {
+    /// Would this snapshot consider `xid` still running?
+    pub fn is_running(&self, xid: u32) -> bool {
+        !xid_precedes(xid, self.xmax) || self.running.contains(&xid)
+    }
+}
+
+pub struct ProcArray<'a> {
+    shm: &'a Shmem,
+    me: u32,
+    proc: &'a Proc,
+    clear: XidClear,
+}
+
+impl<'a> ProcArray<'a> {
+    pub fn new(shm: &'a Shmem, me: u32) -> Self {
+        ProcArray {
+            shm,
+            me,
+            proc: &shm.procs()[me as usize],
+            clear: shm.settings().xid_clear,
+        }
+    }
+
+    /// Adds our proc to the ProcArray (backend start).
+    pub fn join(&self, env: &LockEnv) {
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        lock.acquire(env, LWLockMode::Exclusive);
+        let pa = self.shm.proc_array();
+        let n = pa.num_members.load(Ordering::Relaxed) as usize;
+        self.shm.proc_array_members()[n].store(self.me, Ordering::Relaxed);
+        pa.num_members.store(n as u32 + 1, Ordering::Relaxed);
+        lock.release(env);
+    }
+
+    /// Removes our proc from the ProcArray (backend exit).
+    pub fn leave(&self, env: &LockEnv) {
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        lock.acquire(env, LWLockMode::Exclusive);
+        let pa = self.shm.proc_array();
+        let members = self.shm.proc_array_members();
+        let n = pa.num_members.load(Ordering::Relaxed) as usize;
+        if let Some(i) = (0..n).find(|&i| members[i].load(Ordering::Relaxed) == self.me) {
+            members[i].store(members[n - 1].load(Ordering::Relaxed), Ordering::Relaxed);
+            pa.num_members.store(n as u32 - 1, Ordering::Relaxed);
+        }
+        lock.release(env);
+    }
+
+    /// Assigns a new top-level XID and publishes it in our proc.
+    pub fn assign_xid(&self, env: &LockEnv) -> u32 {
+        let lock = self.shm.named_lock(NamedLock::XidGen);
+        let xs = self.shm.xid_state();
+        lock.acquire(env, LWLockMode::Exclusive);
+        let mut full = xs.next_full_xid.load(Ordering::Relaxed);
+        if (full as u32) < FIRST_NORMAL_XID {
+            // Wrapped into the special XIDs: skip them.
+            full += (FIRST_NORMAL_XID - full as u32) as u64;
+        }
+        xs.next_full_xid.store(full + 1, Ordering::Relaxed);
+        xs.assigned.fetch_add(1, Ordering::Relaxed);
+        let xid = full as u32;
+        // Published before XidGenLock is released (the release orders it
+        // before any later assignment a snapshot could see).
+        self.proc.xid.store(xid, Ordering::Relaxed);
+        lock.release(env);
+        xid
+    }
+
+    /// Takes a snapshot under ProcArrayLock shared (GetSnapshotData).
+    pub fn snapshot(&self, env: &LockEnv, into: &mut Snapshot) {
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        let pa = self.shm.proc_array();
+        let members = self.shm.proc_array_members();
+        let procs = self.shm.procs();
+        lock.acquire(env, LWLockMode::Shared);
+        let latest = pa.latest_completed_xid.load(Ordering::Relaxed) as u32;
+        let xmax = latest.wrapping_add(1).max(FIRST_NORMAL_XID);
+        let mut xmin = xmax;
+        into.running.clear();
+        let n = pa.num_members.load(Ordering::Relaxed) as usize;
+        for m in &members[..n] {
+            let p = &procs[m.load(Ordering::Relaxed) as usize];
+            // Relaxed: XIDs are published before XidGenLock/ProcArrayLock
+            // releases that our shared acquisition is ordered after; a
+            // concurrently assigned one is >= xmax and so not "running".
+            let xid = p.xid.load(Ordering::Relaxed);
+            if xid != 0 && xid_precedes(xid, xmax) {
+                into.running.push(xid);
+                if xid_precedes(xid, xmin) {
+                    xmin = xid;
+                }
+            }
+        }
+        lock.release(env);
+        into.xmin = xmin;
+        into.xmax = xmax;
+        self.proc.xmin.store(xmin, Ordering::Relaxed);
+    }
+
+    /// Clears our XID at transaction end (ProcArrayEndTransaction).
+    pub fn end_transaction(&self, env: &LockEnv, xid: u32) {
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        match self.clear {
+            XidClear::Exclusive => {
+                lock.acquire(env, LWLockMode::Exclusive);
+                self.clear_locked(self.proc, xid);
+                lock.release(env);
+            }
+            XidClear::Group => {
+                if lock.conditional_acquire(env, LWLockMode::Exclusive) {
+                    self.clear_locked(self.proc, xid);
+                    lock.release(env);
+                } else {
+                    self.group_clear(env, xid);
+                }
+            }
+        }
+        self.proc.xmin.store(0, Ordering::Relaxed);
+    }
+
+    /// Caller holds ProcArrayLock exclusively.
+    fn clear_locked(&self, p: &Proc, xid: u32) {
+        p.xid.store(0, Ordering::Relaxed);
+        let pa = self.shm.proc_array();
+        let latest = pa.latest_completed_xid.load(Ordering::Relaxed);
+        if latest == 0 || xid_precedes(latest as u32, xid) {
+            pa.latest_completed_xid.store(xid as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// ProcArrayGroupClearXid.
+    fn group_clear(&self, env: &LockEnv, xid: u32) {
+        let pa = self.shm.proc_array();
+        let procs = self.shm.procs();
+        let me = self.proc;
+        me.group_clear_xid.store(xid, Ordering::Relaxed);
+        me.group_clear_member.store(1, Ordering::Relaxed);
+        // Push ourselves. Release: our fields above are visible to the
+        // leader that pops the list (pairs with its Acquire swap).
+        let mut head = pa.group_first.load(Ordering::Relaxed);
+        loop {
+            me.group_clear_next.store(head, Ordering::Relaxed);
+            match pa.group_first.compare_exchange_weak(
+                head,
+                self.me,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(h) => head = h,
+            }
+        }
+        if head != INVALID_PROCNO {
+            // A leader exists (or will): wait until it cleared us.
+            let mut extra = 0;
+            loop {
+                me.sem.wait();
+                // Acquire pairs with the leader's Release store of 0.
+                if me.group_clear_member.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                extra += 1;
+            }
+            for _ in 0..extra {
+                me.sem.post();
+            }
+            return;
+        }
+        // We are the leader: one exclusive acquisition for the whole group.
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        lock.acquire(env, LWLockMode::Exclusive);
+        // Acquire pairs with the members' Release pushes.
+        let first = pa.group_first.swap(INVALID_PROCNO, Ordering::Acquire);
+        let mut n = 0u64;
+        let mut cur = first;
+        while cur != INVALID_PROCNO {
+            let p = &procs[cur as usize];
+            self.clear_locked(p, p.group_clear_xid.load(Ordering::Relaxed));
+            n += 1;
+            cur = p.group_clear_next.load(Ordering::Relaxed);
+        }
+        lock.release(env);
+        pa.group_leaders.fetch_add(1, Ordering::Relaxed);
+        pa.group_cleared
+            .fetch_add(n.saturating_sub(1), Ordering::Relaxed);
+        // Wake everybody but ourselves. Read the link before the member
+        // may run and reuse it.
+        let mut cur = first;
+        while cur != INVALID_PROCNO {
+            let p = &procs[cur as usize];
+            let next = p.group_clear_next.load(Ordering::Relaxed);
+            p.group_clear_next.store(INVALID_PROCNO, Ordering::Relaxed);
+            // Release pairs with the follower's Acquire load.
+            p.group_clear_member.store(0, Ordering::Release);
+            if cur != self.me {
+                p.sem.post();
+            }
+            cur = next;
+        }
+    }
+}
+
+/// Startup: restore the XID counter from the control file and the highest
+/// XID recovery saw.
+pub fn restore_next_xid(shm: &Shmem, control_next: u64, max_seen: u32) {
+    let mut next = control_next.max(FIRST_NORMAL_XID as u64);
+    if max_seen != 0 {
+        let epoch = next & !0xFFFF_FFFF;
+        let mut candidate = epoch | (max_seen as u64 + 1);
+        if candidate < next && xid_precedes(next as u32, max_seen.wrapping_add(1)) {
+            candidate += 1 << 32;
+        }
+        next = next.max(candidate);
+    }
+    shm.xid_state().next_full_xid.store(next, Ordering::Relaxed);
+    shm.proc_array()
+        .latest_completed_xid
+        .store(next - 1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xid_order_wraps() {
+        assert!(xid_precedes(3, 4));
+        assert!(!xid_precedes(4, 3));
+        assert!(xid_precedes(u32::MAX - 1, 5));
+        let s = Snapshot {
+            xmin: 5,
+            xmax: 10,
+            running: vec![5, 7],
+        };
+        assert!(s.is_running(7) && s.is_running(10) && s.is_running(11));
+        assert!(!s.is_running(6));
+    }
+}

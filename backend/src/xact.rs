@@ -1,0 +1,113 @@
+//! Transactions: XID, records, commit record, durable commit, XID clear
+//! (PostgreSQL's xact.c RecordTransactionCommit, reduced).
+//!
+//! Commit order, and the crash invariant each step keeps:
+//! 1. insert the commit record (it carries the XID in `xl_xid`);
+//! 2. synchronous commit of a transaction that wrote WAL before its commit
+//!    record: flush WAL up to the end of the commit record (group flush: one
+//!    fdatasync covers every commit below the flushed position). Only after
+//!    this may the commit be acknowledged: it is on disk. A transaction that
+//!    wrote nothing before its commit record (`txid_current()`), or any
+//!    commit with `synchronous_commit = off`, does not wait: it advances
+//!    the asynchronous-commit LSN and the walwriter flushes it within
+//!    `wal_writer_delay`;
+//! 3. clear the XID from the ProcArray (group or exclusive clear);
+//! 4. then, and only then, the caller may report the commit (`ack`).
+
+use crate::procarray::{ProcArray, Snapshot};
+use crate::xlog::{Inserted, Xlog};
+use shmem::proc::{Proc, ProcCounters};
+use shmem::sync::Ordering;
+use shmem::Shmem;
+use walformat::RecordBuf;
+
+/// One backend's transaction machinery.
+pub struct Xact<'a> {
+    pub xlog: Xlog<'a>,
+    pub procarray: ProcArray<'a>,
+    shm: &'a Shmem,
+    me: &'a Proc,
+    synchronous: bool,
+    snapshot: Snapshot,
+    /// The last XID we committed, checked against the next snapshot.
+    last_committed: u32,
+    xid: u32,
+    wrote_wal: bool,
+    commit_buf: RecordBuf,
+}
+
+impl<'a> Xact<'a> {
+    pub fn new(xlog: Xlog<'a>, shm: &'a Shmem, procno: u32) -> Xact<'a> {
+        let procarray = ProcArray::new(shm, procno);
+        procarray.join(&xlog.env);
+        Xact {
+            xlog,
+            procarray,
+            shm,
+            me: &shm.procs()[procno as usize],
+            synchronous: shm.settings().synchronous_commit,
+            snapshot: Snapshot::default(),
+            last_committed: 0,
+            xid: 0,
+            wrote_wal: false,
+            commit_buf: RecordBuf::default(),
+        }
+    }
+
+    /// Starts a transaction: takes its snapshot, and checks that our
+    /// previous commit is not shown as running.
+    pub fn begin(&mut self) {
+        self.procarray.snapshot(&self.xlog.env, &mut self.snapshot);
+        if self.last_committed != 0 && self.snapshot.running.contains(&self.last_committed) {
+            ProcCounters::bump(&self.me.counters.snapshot_violations, 1);
+        }
+        self.wrote_wal = false;
+    }
+
+    /// Our XID, assigning one on first use (GetCurrentTransactionId).
+    pub fn xid(&mut self) -> u32 {
+        if self.xid == 0 {
+            self.xid = self.procarray.assign_xid(&self.xlog.env);
+        }
+        self.xid
+    }
+
+    /// Inserts a record of this transaction.
+    pub fn insert(&mut self, rec: &mut RecordBuf) -> Inserted {
+        self.wrote_wal = true;
+        self.xlog.insert(rec)
+    }
+
+    /// Commits; returns the commit record's position (None if the
+    /// transaction had no XID and so wrote no commit record). When this
+    /// returns with a synchronous commit, the commit is durable.
+    pub fn commit(&mut self) -> Option<Inserted> {
+        if self.xid == 0 {
+            return None;
+        }
+        let xid = self.xid;
+        self.commit_buf = walformat::commit_record(xid, walformat::pg_now_us());
+        let at = self.xlog.insert(&mut self.commit_buf);
+        if self.synchronous && self.wrote_wal {
+            self.xlog.flush(at.end);
+            ProcCounters::bump(&self.me.counters.sync_commits, 1);
+        } else {
+            // The walwriter flushes it within wal_writer_delay.
+            self.shm
+                .xlog()
+                .write
+                .async_xact_lsn
+                .fetch_max(at.end, Ordering::Relaxed);
+        }
+        self.procarray.end_transaction(&self.xlog.env, xid);
+        self.last_committed = xid;
+        self.xid = 0;
+        ProcCounters::bump(&self.me.counters.transactions, 1);
+        Some(at)
+    }
+
+    /// Leaves the ProcArray (backend exit).
+    pub fn shutdown(&mut self) {
+        self.procarray.leave(&self.xlog.env);
+    }
+}
