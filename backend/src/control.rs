@@ -13,9 +13,7 @@
 //! either the old or the new file, never a torn one. A file whose magic,
 //! version or CRC does not check is refused with a clear error.
 
-use crate::walfile::sync_dir;
 use std::fmt;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use walformat::Lsn;
 
@@ -163,16 +161,8 @@ impl ControlFile {
     /// Writes the file crash-safely (temp file, fsync, rename, dir fsync).
     pub fn write(&self, datadir: &Path) -> Result<(), ControlError> {
         let p = path(datadir);
-        let dir = p.parent().expect("has parent").to_path_buf();
-        let tmp = dir.join("pg_control.tmp");
-        let io = |e| ControlError::Io(p.clone(), e);
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(&self.encode()).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        std::fs::rename(&tmp, &p).map_err(io)?;
-        sync_dir(&dir).map_err(io)?;
-        Ok(())
+        crate::walfile::write_file_atomically(&p, &self.encode())
+            .map_err(|e| ControlError::Io(p.clone(), e))
     }
 }
 

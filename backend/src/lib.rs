@@ -3,6 +3,7 @@
 //! flush), plus the child-process plumbing (`process`).
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod checkpointer;
 pub mod control;
 pub mod procarray;
 pub mod process;

@@ -71,6 +71,21 @@ pub fn become_child(name: &str, postmaster_pid: i32) {
     set_handler(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t);
     set_handler(libc::SIGQUIT, on_sigquit as *const () as libc::sighandler_t);
     unblock_all_signals();
+    // A panic in a child is PostgreSQL's PANIC: log it in one line, then
+    // abort (the postmaster sees a crash and restarts everything).
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        log("PANIC", &format!("{msg}{at}"));
+    }));
 }
 
 fn unblock_all_signals() {

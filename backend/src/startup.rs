@@ -14,7 +14,7 @@
 //! `prev_byte_pos` the start of the last valid record, and the buffers hold
 //! the page the next record goes to.
 
-use crate::control::ControlFile;
+use crate::control::{ControlFile, DbState};
 use crate::process::log;
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -37,25 +37,28 @@ pub struct RecoveryResult {
     pub stop_reason: Option<String>,
 }
 
-/// Reads WAL from the control file's checkpoint to its end.
+/// Reads the checkpoint record the control file names, then WAL from its
+/// redo point to the end.
 pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult, String> {
     let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
     let pg_wal = datadir.join("pg_wal");
-    let mut reader = WalReader::open(
-        &pg_wal,
-        geo,
-        control.timeline,
-        Some(control.system_identifier),
-        control.checkpoint,
-    )
-    .map_err(|e| {
+    let open = |at: Lsn| {
+        WalReader::open(
+            &pg_wal,
+            geo,
+            control.timeline,
+            Some(control.system_identifier),
+            at,
+        )
+    };
+    let mut reader = open(control.checkpoint).map_err(|e| {
         format!(
             "could not locate a valid checkpoint record at {}: {e}",
             format_lsn(control.checkpoint)
         )
     })?;
-    let first = match reader.next_record() {
-        Ok(Some(r)) if r.lsn == control.checkpoint && r.as_checkpoint().is_some() => r,
+    match reader.next_record() {
+        Ok(Some(r)) if r.lsn == control.checkpoint && r.as_checkpoint().is_some() => {}
         Ok(Some(r)) => {
             return Err(format!(
                 "record at {} is not the checkpoint the control file names ({} {})",
@@ -71,21 +74,38 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
             ))
         }
         Err(e) => return Err(format!("invalid checkpoint record: {e}")),
-    };
+    }
+    if control.redo != control.checkpoint {
+        reader = open(control.redo).map_err(|e| {
+            format!(
+                "could not read WAL at redo point {}: {e}",
+                format_lsn(control.redo)
+            )
+        })?;
+    } else {
+        reader = open(control.checkpoint).map_err(|e| e.to_string())?;
+    }
     let mut result = RecoveryResult {
-        last_record: first.lsn,
-        end_of_wal: first.next,
-        records: 1,
-        max_xid: first.xid,
+        last_record: control.checkpoint,
+        end_of_wal: control.checkpoint,
+        records: 0,
+        max_xid: 0,
         stop_reason: None,
     };
+    let mut saw_checkpoint = false;
     loop {
         match reader.next_record() {
             Ok(Some(r)) => {
+                saw_checkpoint |= r.lsn == control.checkpoint;
                 result.last_record = r.lsn;
                 result.end_of_wal = r.next;
                 result.records += 1;
-                result.max_xid = result.max_xid.max(r.xid);
+                if r.xid != 0
+                    && (result.max_xid == 0
+                        || crate::procarray::xid_precedes(result.max_xid, r.xid))
+                {
+                    result.max_xid = r.xid;
+                }
             }
             Ok(None) => break,
             Err(e) => {
@@ -93,6 +113,14 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
                 break;
             }
         }
+    }
+    if !saw_checkpoint {
+        return Err(format!(
+            "WAL between redo point {} and checkpoint {} is damaged: {}",
+            format_lsn(control.redo),
+            format_lsn(control.checkpoint),
+            result.stop_reason.unwrap_or_else(|| "it ends early".into())
+        ));
     }
     Ok(result)
 }
@@ -158,13 +186,26 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
             return crate::process::EXIT_FATAL;
         }
     };
+    let crashed = control.state != DbState::ShutDown;
+    if crashed {
+        log(
+            "LOG",
+            &format!(
+                "database system was interrupted while {}; last known up at {} (unix time); automatic recovery in progress",
+                control.state.name(),
+                control.time
+            ),
+        );
+        let mut c = control;
+        c.state = DbState::InCrashRecovery;
+        if let Err(e) = c.write(datadir) {
+            log("FATAL", &e.to_string());
+            return crate::process::EXIT_FATAL;
+        }
+    }
     log(
         "LOG",
-        &format!(
-            "database system was {}; redo starts at {}",
-            control.state.name(),
-            format_lsn(control.redo)
-        ),
+        &format!("redo starts at {}", format_lsn(control.redo)),
     );
     let started = std::time::Instant::now();
     let r = match scan_wal(datadir, &control) {
@@ -180,6 +221,20 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         return crate::process::EXIT_FATAL;
     }
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+    shm.xlog()
+        .checkpointer
+        .last_redo
+        .store(control.redo, Ordering::Release);
+    let mut c = control;
+    c.state = DbState::InProduction;
+    c.time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    if let Err(e) = c.write(datadir) {
+        log("FATAL", &e.to_string());
+        return crate::process::EXIT_FATAL;
+    }
     let how = match &r.stop_reason {
         None => "clean end of WAL".to_string(),
         Some(why) => format!("invalid record: {why}"),

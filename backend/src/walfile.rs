@@ -1,20 +1,172 @@
-//! WAL segment files: creation and opening. Every WAL file operation of the
-//! runtime goes through this module (the I/O seam).
+//! The I/O seam: every WAL and control-file operation of the runtime goes
+//! through this module, so that fail points can be injected in one place.
 //!
-//! A new segment is made as PostgreSQL's XLogFileInit does: written in full
-//! with zeros to a temporary file, synced, then linked into place under its
-//! final name; if another process linked it first, we use theirs. So a
-//! segment under its final name always has its full size. With `fsync = off`
-//! durability is not promised anyway, and the file is only extended to its
-//! size (sparse, as PostgreSQL's `wal_init_zero = off`), which halves the
-//! write volume when measuring the insert path alone.
+//! Segments: a new segment is made as PostgreSQL's XLogFileInit does:
+//! written in full with zeros to a temporary file, synced, then linked into
+//! place under its final name; if another process linked it first, we use
+//! theirs. So a segment under its final name always has its full size. With
+//! `fsync = off` durability is not promised anyway, and the file is only
+//! extended to its size (sparse, as PostgreSQL's `wal_init_zero = off`),
+//! which halves the write volume when measuring the insert path alone.
+//! Old segments are recycled by renaming them to future names.
+//!
+//! Fail points (compiled in only with the `failpoints` feature, which the
+//! test build enables): the environment variable `WALSHM_FAILPOINTS` holds
+//! `NAME=ACTION[:after=N][:once=PATH]` entries separated by `;`. NAME is one
+//! of `wal_write`, `wal_fsync`, `wal_create`, `control_write`,
+//! `control_fsync`; ACTION one of `eio`, `enospc`, `short` (half the bytes
+//! written, then ENOSPC, as a full disk does). `after=N`: fire from the
+//! (N+1)-th call of this process on; `once=PATH`: fire at most once across
+//! all processes (the first to create PATH fires).
+//!
+//! Callers' policy: a failed WAL write or fdatasync is a PANIC (the process
+//! aborts, the postmaster restarts everything, recovery runs): after a failed
+//! fdatasync the kernel may have dropped the dirty pages, so retrying could
+//! acknowledge WAL that is not on disk.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 const ZERO_CHUNK: usize = 1 << 20;
+
+/// The named I/O operations a fail point can target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    WalWrite,
+    WalFsync,
+    WalCreate,
+    ControlWrite,
+    ControlFsync,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::WalWrite => "wal_write",
+            Op::WalFsync => "wal_fsync",
+            Op::WalCreate => "wal_create",
+            Op::ControlWrite => "control_write",
+            Op::ControlFsync => "control_fsync",
+        }
+    }
+}
+
+#[cfg(feature = "failpoints")]
+mod fail {
+    use super::Op;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Action {
+        Eio,
+        Enospc,
+        Short,
+    }
+
+    struct Point {
+        name: String,
+        action: Action,
+        after: u64,
+        once: Option<String>,
+        calls: AtomicU64,
+    }
+
+    fn points() -> &'static Vec<Point> {
+        static POINTS: OnceLock<Vec<Point>> = OnceLock::new();
+        POINTS.get_or_init(|| {
+            let spec = std::env::var("WALSHM_FAILPOINTS").unwrap_or_default();
+            spec.split(';')
+                .filter(|s| !s.trim().is_empty())
+                .filter_map(parse)
+                .collect()
+        })
+    }
+
+    fn parse(entry: &str) -> Option<Point> {
+        let (name, rest) = entry.trim().split_once('=')?;
+        let mut parts = rest.split(':');
+        let action = match parts.next()? {
+            "eio" => Action::Eio,
+            "enospc" => Action::Enospc,
+            "short" => Action::Short,
+            _ => return None,
+        };
+        let mut p = Point {
+            name: name.to_string(),
+            action,
+            after: 0,
+            once: None,
+            calls: AtomicU64::new(0),
+        };
+        for opt in parts {
+            match opt.split_once('=') {
+                Some(("after", n)) => p.after = n.parse().ok()?,
+                Some(("once", path)) => p.once = Some(path.to_string()),
+                _ => return None,
+            }
+        }
+        Some(p)
+    }
+
+    /// The action to inject for this call of `op`, if any.
+    pub fn check(op: Op) -> Option<Action> {
+        let p = points().iter().find(|p| p.name == op.name())?;
+        let n = p.calls.fetch_add(1, Ordering::Relaxed);
+        if n < p.after {
+            return None;
+        }
+        if let Some(path) = &p.once {
+            // Only the process that creates the marker fires.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .ok()?;
+        }
+        eprintln!("FAILPOINT {} fired: {:?}", op.name(), p.action);
+        Some(p.action)
+    }
+}
+
+/// Injected error for `op`, if a fail point says so. `short`: the caller
+/// should write only half before failing.
+#[cfg(feature = "failpoints")]
+fn injected(op: Op) -> Option<(std::io::Error, bool)> {
+    use fail::Action;
+    fail::check(op).map(|a| match a {
+        Action::Eio => (std::io::Error::from_raw_os_error(libc::EIO), false),
+        Action::Enospc => (std::io::Error::from_raw_os_error(libc::ENOSPC), false),
+        Action::Short => (std::io::Error::from_raw_os_error(libc::ENOSPC), true),
+    })
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn injected(_op: Op) -> Option<(std::io::Error, bool)> {
+    None
+}
+
+/// Writes all of `bytes` at `offset` (a short write is an error).
+pub fn write_at(op: Op, file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+    if let Some((err, short)) = injected(op) {
+        if short {
+            let _ = file.write_all_at(&bytes[..bytes.len() / 2], offset);
+        }
+        return Err(err);
+    }
+    file.write_all_at(bytes, offset)
+}
+
+/// fdatasync.
+pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
+    if let Some((err, _)) = injected(op) {
+        return Err(err);
+    }
+    file.sync_data()
+}
 
 /// Opens segment `path` for writing, creating it zero-filled if absent.
 pub fn open_or_create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Result<File> {
@@ -29,6 +181,9 @@ pub fn open_or_create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::i
 
 /// Creates a zero-filled segment at `path` unless it already exists.
 pub fn create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Result<()> {
+    if let Some((err, _)) = injected(Op::WalCreate) {
+        return Err(err);
+    }
     let dir = path.parent().expect("segment path has a directory");
     let tmp = dir.join(format!("xlogtemp.{}", std::process::id()));
     {
@@ -66,7 +221,39 @@ pub fn create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Resul
     }
 }
 
+/// Writes a whole small file crash-safely: temporary file, fsync, rename
+/// over `path`, directory fsync (the control file).
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("file has a directory");
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp)?;
+    if let Some((err, short)) = injected(Op::ControlWrite) {
+        if short {
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+        }
+        return Err(err);
+    }
+    f.write_all(bytes)?;
+    if let Some((err, _)) = injected(Op::ControlFsync) {
+        return Err(err);
+    }
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
 /// fsyncs a directory (after creating or renaming entries in it).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Recycles segment `old` as `new` (a future segment name); false if
+/// `new` exists already.
+pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
+    if new.exists() {
+        return Ok(false);
+    }
+    std::fs::rename(old, new)?;
+    Ok(true)
 }

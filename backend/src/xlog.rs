@@ -57,7 +57,6 @@ use shmem::sync::Ordering;
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
 
@@ -132,6 +131,12 @@ impl<'a> Xlog<'a> {
     /// End of reserved WAL (an LSN).
     pub fn insert_lsn(&self) -> Lsn {
         self.geo.bytepos_to_end_recptr(reserved_bytepos(self.shm))
+    }
+
+    /// Where the next record will start (a record-start LSN, after any
+    /// page header).
+    pub fn insert_rec_ptr(&self) -> Lsn {
+        self.geo.bytepos_to_recptr(reserved_bytepos(self.shm))
     }
 
     pub fn write_lsn(&self) -> Lsn {
@@ -611,7 +616,8 @@ impl<'a> Xlog<'a> {
         let bytes =
             unsafe { std::slice::from_raw_parts(self.shm.wal_page(first), n * XLOG_BLCKSZ) };
         let file = self.segment_file(segno);
-        if let Err(e) = file.write_all_at(bytes, offset) {
+        if let Err(e) = crate::walfile::write_at(crate::walfile::Op::WalWrite, file, bytes, offset)
+        {
             panic!(
                 "could not write to WAL segment {} at offset {offset}, length {}: {e}",
                 self.geo.file_name(self.tli, segno),
@@ -630,7 +636,7 @@ impl<'a> Xlog<'a> {
             return;
         }
         let file = self.segment_file(segno);
-        if let Err(e) = file.sync_data() {
+        if let Err(e) = crate::walfile::sync_data(crate::walfile::Op::WalFsync, file) {
             // Never retry: the kernel may have dropped the dirty pages.
             panic!(
                 "PANIC: could not fdatasync WAL segment {}: {e}",

@@ -3,7 +3,8 @@
 //! State machine (PostgreSQL's postmaster.c PMState, reduced):
 //!
 //! ```text
-//!   Startup --startup exits 0--> Run --SIGTERM--> StopBackends --all gone--> StopWalwriter --gone--> exit 0
+//!   Startup --startup exits 0--> Run --SIGTERM--> StopBackends --all gone-->
+//!       StopCheckpointer (shutdown checkpoint) --gone--> StopWalwriter --gone--> exit 0
 //!      |                          |
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
 //! ```
@@ -56,6 +57,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 enum Kind {
     Startup,
     Walwriter,
+    Checkpointer,
     /// Worker backend number `i` (also its proc number).
     Backend(u32),
 }
@@ -65,6 +67,7 @@ impl Kind {
         match self {
             Kind::Startup => "startup process".into(),
             Kind::Walwriter => "walwriter".into(),
+            Kind::Checkpointer => "checkpointer".into(),
             Kind::Backend(i) => format!("backend {i}"),
         }
     }
@@ -75,6 +78,7 @@ enum State {
     Startup,
     Run,
     StopBackends,
+    StopCheckpointer,
     StopWalwriter,
     CrashWait,
 }
@@ -441,6 +445,7 @@ impl Postmaster {
                 self.enter_crash_wait();
             }
             Kind::Walwriter if clean && self.state == State::StopWalwriter => {}
+            Kind::Checkpointer if clean && self.state == State::StopCheckpointer => {}
             Kind::Backend(_) if clean || (exited && code == EXIT_FATAL) => {
                 if !clean {
                     log(
@@ -468,6 +473,7 @@ impl Postmaster {
             return;
         }
         self.fork_child(Kind::Walwriter);
+        self.fork_child(Kind::Checkpointer);
         for i in 0..self.workers {
             self.fork_child(Kind::Backend(i));
         }
@@ -482,10 +488,20 @@ impl Postmaster {
         match self.state {
             State::StopBackends => {
                 if !self.has_children(|k| matches!(k, Kind::Backend(_))) {
+                    self.signal_kind(|k| k == Kind::Checkpointer, libc::SIGTERM);
+                    self.state = State::StopCheckpointer;
+                } else if overdue {
+                    log("LOG", "backends did not stop in time; sending SIGKILL");
+                    self.signal_all(libc::SIGKILL);
+                }
+                None
+            }
+            State::StopCheckpointer => {
+                if !self.has_children(|k| k == Kind::Checkpointer) {
                     self.signal_kind(|k| k == Kind::Walwriter, libc::SIGTERM);
                     self.state = State::StopWalwriter;
                 } else if overdue {
-                    log("LOG", "backends did not stop in time; sending SIGKILL");
+                    log("LOG", "checkpointer did not stop in time; sending SIGKILL");
                     self.signal_all(libc::SIGKILL);
                 }
                 None
@@ -573,12 +589,14 @@ fn run_child(
     let name = match kind {
         Kind::Startup => "startup",
         Kind::Walwriter => "walwriter",
+        Kind::Checkpointer => "checkpointer",
         Kind::Backend(_) => "backend",
     };
     become_child(name, postmaster_pid);
     let procno = match kind {
         Kind::Startup => shm.aux_procno(AuxProc::Startup),
         Kind::Walwriter => shm.aux_procno(AuxProc::Walwriter),
+        Kind::Checkpointer => shm.aux_procno(AuxProc::Checkpointer),
         Kind::Backend(i) => i,
     };
     shm.procs()[procno as usize]
@@ -587,6 +605,7 @@ fn run_child(
     match kind {
         Kind::Startup => backend::startup::run(shm, datadir),
         Kind::Walwriter => walwriter::run(shm, datadir),
+        Kind::Checkpointer => backend::checkpointer::run(shm, datadir),
         Kind::Backend(_) => match workload {
             Some(w) => backend::workload::run(shm, procno, datadir, w, ack),
             None => EXIT_QUIT,

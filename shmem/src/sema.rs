@@ -37,10 +37,38 @@ use std::time::Duration;
 const COUNT_MASK: u32 = 0x7FFF_FFFF;
 const SLEEPER: u32 = 0x8000_0000;
 
+/// The 32-bit futex word. Under loom it also carries a `Notify` on which an
+/// untimed wait really blocks (a yield loop makes loom explore every spin of
+/// the sleeper, which does not finish for three threads); in real builds it
+/// is exactly one `AtomicU32`, so the shared layout does not change.
+#[repr(C)]
+struct FutexWord {
+    word: AtomicU32,
+    #[cfg(loom)]
+    notify: loom::sync::Notify,
+}
+
+impl FutexWord {
+    fn new(v: u32) -> Self {
+        FutexWord {
+            word: AtomicU32::new(v),
+            #[cfg(loom)]
+            notify: loom::sync::Notify::new(),
+        }
+    }
+}
+
+impl std::ops::Deref for FutexWord {
+    type Target = AtomicU32;
+    fn deref(&self) -> &AtomicU32 {
+        &self.word
+    }
+}
+
 /// A counting semaphore owned by one proc slot.
 #[repr(C)]
 pub struct Semaphore {
-    word: AtomicU32,
+    word: FutexWord,
 }
 
 impl Default for Semaphore {
@@ -52,7 +80,7 @@ impl Default for Semaphore {
 impl Semaphore {
     pub fn new() -> Self {
         Semaphore {
-            word: AtomicU32::new(0),
+            word: FutexWord::new(0),
         }
     }
 
@@ -131,7 +159,7 @@ impl Semaphore {
 /// A latch: a flag one process sleeps on and others set.
 #[repr(C)]
 pub struct Latch {
-    word: AtomicU32,
+    word: FutexWord,
 }
 
 const LATCH_SET: u32 = 1;
@@ -145,7 +173,7 @@ impl Default for Latch {
 impl Latch {
     pub fn new() -> Self {
         Latch {
-            word: AtomicU32::new(0),
+            word: FutexWord::new(0),
         }
     }
 
@@ -191,7 +219,8 @@ impl Latch {
 
 /// Sleeps while `*word == expected`; false on timeout.
 #[cfg(not(loom))]
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
+fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<Duration>) -> bool {
+    let word: &AtomicU32 = word;
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs() as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -216,7 +245,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> boo
 }
 
 #[cfg(not(loom))]
-fn futex_wake(word: &AtomicU32, n: i32) {
+fn futex_wake(word: &FutexWord, n: i32) {
+    let word: &AtomicU32 = word;
     // SAFETY: `word` is a valid, aligned 32-bit word; FUTEX_WAKE only reads
     // the address to find waiters.
     unsafe {
@@ -229,16 +259,30 @@ fn futex_wake(word: &AtomicU32, n: i32) {
     }
 }
 
+/// Under loom: an untimed wait blocks on the word's `Notify` (the waker's
+/// `notify` leaves a permit if it comes first, so no wake-up is lost); a
+/// timed wait yields once and then reports a timeout.
 #[cfg(loom)]
-fn futex_wait(word: &AtomicU32, expected: u32, _timeout: Option<Duration>) -> bool {
-    if word.load(Ordering::Relaxed) == expected {
-        loom::thread::yield_now();
+fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<Duration>) -> bool {
+    if word.load(Ordering::Relaxed) != expected {
+        return true;
     }
-    true
+    match timeout {
+        None => {
+            word.notify.wait();
+            true
+        }
+        Some(_) => {
+            loom::thread::yield_now();
+            false
+        }
+    }
 }
 
 #[cfg(loom)]
-fn futex_wake(_word: &AtomicU32, _n: i32) {}
+fn futex_wake(word: &FutexWord, _n: i32) {
+    word.notify.notify();
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -39,6 +39,8 @@ pub struct Settings {
     pub checkpoint_timeout_s: u32,
     /// WAL (MB) written before a checkpoint is requested.
     pub max_wal_size_mb: u32,
+    /// WAL (MB) kept before the last checkpoint's redo point.
+    pub wal_keep_size_mb: u32,
 }
 
 impl Default for Settings {
@@ -59,6 +61,7 @@ impl Default for Settings {
             xid_clear: XidClear::Group,
             checkpoint_timeout_s: 300,
             max_wal_size_mb: 1024,
+            wal_keep_size_mb: 0,
         }
     }
 }
@@ -258,6 +261,15 @@ impl Settings {
                 };
                 self.max_wal_size_mb = in_range(mb, 2, 1_000_000).ok_or_else(bad)?;
             }
+            "wal_keep_size" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let mb = match unit.as_str() {
+                    "" | "mb" => n,
+                    "gb" => n.saturating_mul(1024),
+                    _ => return Err(bad()),
+                };
+                self.wal_keep_size_mb = in_range(mb, 0, 1_000_000).ok_or_else(bad)?;
+            }
             _ => {
                 return Err(SettingError(format!(
                     "unrecognized setting \"{name}\" (valid: {})",
@@ -315,6 +327,7 @@ impl Settings {
                 format!("{}s", self.checkpoint_timeout_s),
             ),
             ("max_wal_size", format!("{}MB", self.max_wal_size_mb)),
+            ("wal_keep_size", format!("{}MB", self.wal_keep_size_mb)),
         ]
     }
 }

@@ -92,6 +92,22 @@ pub struct WalFacts {
     pub n_buffers: u32,
 }
 
+/// Checkpoint requests and results.
+#[repr(C, align(128))]
+pub struct CheckpointerShared {
+    pub latch: Latch,
+    /// Checkpoints requested (a backend's CHECKPOINT bumps it and waits
+    /// until `done` reaches the value it saw).
+    pub requested: AtomicU64,
+    /// Checkpoints completed.
+    pub done: AtomicU64,
+    /// Redo point of the last checkpoint (an LSN).
+    pub last_redo: AtomicU64,
+    /// Segments removed / recycled by checkpoints.
+    pub removed_segments: AtomicU64,
+    pub recycled_segments: AtomicU64,
+}
+
 /// The shared WAL control block.
 #[repr(C)]
 pub struct XLogCtl {
@@ -101,6 +117,7 @@ pub struct XLogCtl {
     pub facts: WalFacts,
     /// The walwriter's latch.
     pub walwriter_latch: Latch,
+    pub checkpointer: CheckpointerShared,
     /// Set when the postmaster asked for shutdown (diagnostics only: the
     /// request itself is a signal).
     pub shutdown_requested: AtomicU32,

@@ -1,0 +1,217 @@
+//! The checkpointer process: online checkpoints on a timer, after enough
+//! WAL, or on request; the shutdown checkpoint; removal and recycling of
+//! WAL segments no longer needed (PostgreSQL's checkpointer.c +
+//! CreateCheckPoint, without data pages to write).
+//!
+//! A checkpoint, and the crash invariant each step keeps:
+//! 1. redo := the current insert position (a record start). Every record
+//!    inserted from here on is at or after redo;
+//! 2. read nextXid *after* redo: any XID assigned later has its records at
+//!    or after redo, so recovery, which scans from redo, sees it;
+//! 3. insert the checkpoint record (online, or shutdown: then no backend
+//!    runs and redo is the record's own position) and flush it;
+//! 4. write the control file (atomically: temp file, fsync, rename) naming
+//!    the checkpoint and redo. A crash before this leaves the previous
+//!    checkpoint in force, whose WAL is all still there;
+//! 5. only then remove or recycle segments wholly before redo (minus what
+//!    `wal_keep_size` asks to keep).
+//!
+//! A failed control-file write is a PANIC, like a failed WAL flush.
+
+use crate::control::{ControlFile, DbState};
+use crate::process::{log, shutdown_requested};
+use crate::xlog::Xlog;
+use shmem::lwlock::LWLockMode;
+use shmem::segment::{AuxProc, NamedLock};
+use shmem::sync::Ordering;
+use shmem::Shmem;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use walformat::{format_lsn, CheckPoint, Geometry, Lsn};
+
+/// How often the checkpointer looks at the WAL volume.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct Checkpointer<'a> {
+    shm: &'a Shmem,
+    xlog: Xlog<'a>,
+    datadir: PathBuf,
+    geo: Geometry,
+}
+
+impl<'a> Checkpointer<'a> {
+    pub fn new(shm: &'a Shmem, datadir: &Path) -> Self {
+        let procno = shm.aux_procno(AuxProc::Checkpointer);
+        let xlog = Xlog::new(shm, procno, datadir);
+        let geo = xlog.geometry();
+        Checkpointer {
+            shm,
+            xlog,
+            datadir: datadir.to_path_buf(),
+            geo,
+        }
+    }
+
+    /// Creates a checkpoint; returns the checkpoint record's LSN.
+    pub fn checkpoint(&mut self, shutdown: bool) -> Lsn {
+        let started = Instant::now();
+        let redo = self.xlog.insert_rec_ptr();
+        let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Acquire);
+        let facts = &self.shm.xlog().facts;
+        let cp = CheckPoint {
+            redo,
+            tli: facts.timeline,
+            prev_tli: facts.timeline,
+            full_page_writes: true,
+            next_xid,
+            next_oid: 10000,
+            next_multi: 1,
+            next_multi_offset: 0,
+            oldest_xid: crate::procarray::FIRST_NORMAL_XID,
+            oldest_xid_db: 1,
+            oldest_multi: 1,
+            oldest_multi_db: 1,
+            time: unix_now(),
+            oldest_commit_ts_xid: 0,
+            newest_commit_ts_xid: 0,
+            oldest_active_xid: 0,
+        };
+        let mut rec = walformat::checkpoint_record(&cp, shutdown);
+        let at = self.xlog.insert(&mut rec);
+        self.xlog.flush(at.end);
+        // At shutdown nothing else inserts, so the record sits at redo.
+        let redo = if shutdown { at.start } else { redo };
+        self.update_control_file(at.start, redo, next_xid, shutdown);
+        let ck = &self.shm.xlog().checkpointer;
+        ck.last_redo.store(redo, Ordering::Release);
+        let (removed, recycled) = self.remove_old_segments(redo);
+        log(
+            "LOG",
+            &format!(
+                "checkpoint complete{}: lsn {}, redo {}; {removed} segment(s) removed, {recycled} recycled; {:.3} s",
+                if shutdown { " (shutdown)" } else { "" },
+                format_lsn(at.start),
+                format_lsn(redo),
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        ck.done.fetch_add(1, Ordering::Release);
+        at.start
+    }
+
+    fn update_control_file(&mut self, checkpoint: Lsn, redo: Lsn, next_xid: u64, shutdown: bool) {
+        let lock = self.shm.named_lock(NamedLock::ControlFile);
+        lock.acquire(&self.xlog.env, LWLockMode::Exclusive);
+        let mut c = match ControlFile::read(&self.datadir) {
+            Ok(c) => c,
+            Err(e) => panic!("could not read control file: {e}"),
+        };
+        c.state = if shutdown {
+            DbState::ShutDown
+        } else {
+            DbState::InProduction
+        };
+        c.checkpoint = checkpoint;
+        c.redo = redo;
+        c.next_xid = next_xid;
+        c.time = unix_now();
+        if let Err(e) = c.write(&self.datadir) {
+            panic!("could not write control file: {e}");
+        }
+        lock.release(&self.xlog.env);
+    }
+
+    /// Removes or recycles segments wholly before `redo`, keeping
+    /// `wal_keep_size` MB before it. Returns (removed, recycled).
+    fn remove_old_segments(&self, redo: Lsn) -> (u64, u64) {
+        let s = self.shm.settings();
+        let keep_segs = (s.wal_keep_size_mb as u64 * (1 << 20)).div_ceil(self.geo.seg_size);
+        let redo_seg = self.geo.seg_no(redo);
+        let cutoff = redo_seg.saturating_sub(keep_segs);
+        let tli = self.shm.xlog().facts.timeline;
+        let pg_wal = self.datadir.join("pg_wal");
+        let Ok(entries) = std::fs::read_dir(&pg_wal) else {
+            return (0, 0);
+        };
+        let mut segs: Vec<u64> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| self.geo.parse_file_name(&e.file_name().to_string_lossy()))
+            .filter(|&(t, _)| t == tli)
+            .map(|(_, n)| n)
+            .collect();
+        segs.sort_unstable();
+        let insert_seg = self.geo.seg_no(self.xlog.insert_lsn());
+        let mut future = segs.iter().filter(|&&n| n > insert_seg).count() as u64;
+        let mut last = segs.last().copied().unwrap_or(insert_seg).max(insert_seg);
+        // Recycle into up to a quarter of max_wal_size of future segments.
+        let keep_future = ((s.max_wal_size_mb as u64) << 20) / self.geo.seg_size / 4;
+        let keep_future = keep_future.clamp(1, 64);
+        let (mut removed, mut recycled) = (0, 0);
+        for n in segs.into_iter().filter(|&n| n < cutoff) {
+            let old = pg_wal.join(self.geo.file_name(tli, n));
+            if future < keep_future {
+                let new = pg_wal.join(self.geo.file_name(tli, last + 1));
+                if crate::walfile::recycle_segment(&old, &new).unwrap_or(false) {
+                    last += 1;
+                    future += 1;
+                    recycled += 1;
+                    continue;
+                }
+            }
+            if std::fs::remove_file(&old).is_ok() {
+                removed += 1;
+            }
+        }
+        let ck = &self.shm.xlog().checkpointer;
+        ck.removed_segments.fetch_add(removed, Ordering::Relaxed);
+        ck.recycled_segments.fetch_add(recycled, Ordering::Relaxed);
+        (removed, recycled)
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The checkpointer process body: runs until SIGTERM, then writes the
+/// shutdown checkpoint and exits 0.
+pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
+    let mut c = Checkpointer::new(shm, datadir);
+    let s = *shm.settings();
+    let timeout = Duration::from_secs(s.checkpoint_timeout_s as u64);
+    // PostgreSQL spreads checkpoints so that max_wal_size is not exceeded
+    // with checkpoint_completion_target 0.9: trigger at about half of it.
+    let wal_trigger = ((s.max_wal_size_mb as u64) << 20) / 2;
+    let ck = &shm.xlog().checkpointer;
+    let mut last = Instant::now();
+    while !shutdown_requested() {
+        ck.latch.reset();
+        let requested = ck.requested.load(Ordering::Acquire) > ck.done.load(Ordering::Acquire);
+        let last_redo = ck.last_redo.load(Ordering::Acquire);
+        let wal_due = c.xlog.insert_lsn().saturating_sub(last_redo) >= wal_trigger;
+        if requested || wal_due || last.elapsed() >= timeout {
+            c.checkpoint(false);
+            last = Instant::now();
+            continue;
+        }
+        ck.latch.wait(POLL);
+    }
+    c.checkpoint(true);
+    0
+}
+
+/// A backend's CHECKPOINT: request one and wait until it is done.
+pub fn request_checkpoint(shm: &Shmem) {
+    let ck = &shm.xlog().checkpointer;
+    let target = ck.requested.fetch_add(1, Ordering::AcqRel) + 1;
+    ck.latch.set();
+    while ck.done.load(Ordering::Acquire) < target {
+        if shutdown_requested() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
