@@ -17,12 +17,14 @@
 use crate::process::{shutdown_requested, write_all_fd};
 use crate::xact::Xact;
 use crate::xlog::Xlog;
+use shmem::histogram::LatencyHistogram;
 use shmem::lwlock::LWLockMode;
 use shmem::proc::ProcCounters;
 use shmem::segment::NamedLock;
 use shmem::Shmem;
 use std::fmt;
 use std::path::Path;
+use std::time::Instant;
 
 /// Largest payload a workload may ask for.
 pub const MAX_PAYLOAD: usize = 64 << 20;
@@ -94,14 +96,19 @@ fn run_emit_tx(shm: &Shmem, procno: u32, datadir: &Path, message: Option<usize>,
     let payload = payload_of(message.unwrap_or(0));
     let mut rec = walformat::RecordBuf::default();
     let mut line = String::with_capacity(32);
+    let hist = shm.latency_histogram(procno);
+    let mut n = 0u64;
     while !shutdown_requested() {
-        xact.begin();
-        let xid = xact.xid();
-        if message.is_some() {
-            walformat::logical_message_into(&mut rec, xid, true, MESSAGE_PREFIX, &payload);
-            xact.insert(&mut rec);
-        }
-        let commit = xact.commit().expect("an XID was assigned");
+        n += 1;
+        let commit = timed(hist, n, || {
+            xact.begin();
+            let xid = xact.xid();
+            if message.is_some() {
+                walformat::logical_message_into(&mut rec, xid, true, MESSAGE_PREFIX, &payload);
+                xact.insert(&mut rec);
+            }
+            xact.commit().expect("an XID was assigned")
+        });
         if ack {
             line.clear();
             line.push_str("ack ");
@@ -116,6 +123,22 @@ fn run_emit_tx(shm: &Shmem, procno: u32, datadir: &Path, message: Option<usize>,
     xact.shutdown();
 }
 
+/// One transaction in `SAMPLE_EVERY` is timed into the proc's latency
+/// histogram (timing every one would cost a measurable share of `emit:16`).
+const SAMPLE_EVERY: u64 = 8;
+
+/// Times `f` into `hist` when `n` is a sampled iteration.
+#[inline]
+fn timed<R>(hist: &LatencyHistogram, n: u64, f: impl FnOnce() -> R) -> R {
+    if n % SAMPLE_EVERY != 0 {
+        return f();
+    }
+    let t = Instant::now();
+    let r = f();
+    hist.record(t.elapsed().as_nanos() as u64);
+    r
+}
+
 fn payload_of(size: usize) -> Vec<u8> {
     (0..size).map(|i| b'a' + (i % 26) as u8).collect()
 }
@@ -123,11 +146,16 @@ fn payload_of(size: usize) -> Vec<u8> {
 fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize) {
     let mut xlog = Xlog::new(shm, procno, datadir);
     let me = &shm.procs()[procno as usize];
+    let hist = shm.latency_histogram(procno);
     let payload = payload_of(size);
     let mut rec = walformat::RecordBuf::default();
+    let mut n = 0u64;
     while !shutdown_requested() {
-        walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
-        xlog.insert(&mut rec);
+        n += 1;
+        timed(hist, n, || {
+            walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
+            xlog.insert(&mut rec);
+        });
         ProcCounters::bump(&me.counters.transactions, 1);
     }
 }
@@ -137,9 +165,11 @@ fn run_lwlock(shm: &Shmem, procno: u32) {
     let me = &shm.procs()[procno as usize];
     let lock = shm.named_lock(NamedLock::Test);
     let area = shm.lock_test_area();
+    let hist = shm.latency_histogram(procno);
     let mut i: u64 = procno as u64;
     while !shutdown_requested() {
         i += 1;
+        let t = (i % SAMPLE_EVERY == 0).then(Instant::now);
         if i % 5 == 0 {
             lock.acquire(&env, LWLockMode::Exclusive);
             // SAFETY: we hold the Test lock exclusively.
@@ -151,6 +181,9 @@ fn run_lwlock(shm: &Shmem, procno: u32) {
             // SAFETY: we hold the Test lock in shared mode.
             unsafe { area.check_shared() };
             lock.release(&env);
+        }
+        if let Some(t) = t {
+            hist.record(t.elapsed().as_nanos() as u64);
         }
         ProcCounters::bump(&me.counters.transactions, 1);
     }

@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 const WAL_PAGE: usize = 8192;
 
 /// Individually named LWLocks.
@@ -143,6 +143,7 @@ pub struct Layout {
     off_procarray: usize,
     procarray_size: usize,
     off_locktest: usize,
+    off_histograms: usize,
     off_pages: usize,
     pub total: usize,
 }
@@ -186,7 +187,12 @@ impl Layout {
         let off_procarray = off;
         off = align_up(off + procarray_size, 128);
         let off_locktest = off;
-        off = align_up(off + size_of::<LockTestArea>(), 4096);
+        off = align_up(off + size_of::<LockTestArea>(), 128);
+        let off_histograms = off;
+        off = align_up(
+            off + max_procs as usize * size_of::<crate::histogram::LatencyHistogram>(),
+            4096,
+        );
         let off_pages = off;
         off += n_buffers as usize * WAL_PAGE;
         Layout {
@@ -206,6 +212,7 @@ impl Layout {
             off_procarray,
             procarray_size,
             off_locktest,
+            off_histograms,
             off_pages,
             total: align_up(off, 4096),
         }
@@ -627,6 +634,15 @@ impl Shmem {
         unsafe {
             std::slice::from_raw_parts(self.at::<AtomicU32>(off), self.layout.max_procs as usize)
         }
+    }
+
+    /// Transaction latency histogram of proc `procno`.
+    pub fn latency_histogram(&self, procno: u32) -> &crate::histogram::LatencyHistogram {
+        assert!(procno < self.layout.max_procs);
+        let off = self.layout.off_histograms
+            + procno as usize * std::mem::size_of::<crate::histogram::LatencyHistogram>();
+        // SAFETY: zero-initialized histograms (all atomics) at this offset.
+        unsafe { &*self.at::<crate::histogram::LatencyHistogram>(off) }
     }
 
     pub fn lock_test_area(&self) -> &LockTestArea {

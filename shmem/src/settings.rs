@@ -151,6 +151,11 @@ pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
         "MB, or with MB/GB, 2..=1000000",
         "WAL written between checkpoints",
     ),
+    (
+        "wal_keep_size",
+        "MB, or with MB/GB, 0..=1000000",
+        "WAL kept before the last checkpoint",
+    ),
 ];
 
 fn valid_names() -> String {
