@@ -22,8 +22,9 @@
 //! shows our XID as running (the clear happened under ProcArrayLock
 //! exclusive, which a snapshot's shared acquisition orders after).
 
+use shmem::groupclear::{group_clear, GroupRole};
 use shmem::lwlock::{LWLockMode, LockEnv};
-use shmem::proc::{Proc, INVALID_PROCNO};
+use shmem::proc::Proc;
 use shmem::segment::NamedLock;
 use shmem::sync::Ordering;
 use shmem::variants::XidClear;
@@ -176,74 +177,18 @@ impl<'a> ProcArray<'a> {
         }
     }
 
-    /// ProcArrayGroupClearXid.
+    /// ProcArrayGroupClearXid (the protocol lives in shmem::groupclear,
+    /// where loom checks it).
     fn group_clear(&self, env: &LockEnv, xid: u32) {
         let pa = self.shm.proc_array();
-        let procs = self.shm.procs();
-        let me = self.proc;
-        me.group_clear_xid.store(xid, Ordering::Relaxed);
-        me.group_clear_member.store(1, Ordering::Relaxed);
-        // Push ourselves. Release: our fields above are visible to the
-        // leader that pops the list (pairs with its Acquire swap).
-        let mut head = pa.group_first.load(Ordering::Relaxed);
-        loop {
-            me.group_clear_next.store(head, Ordering::Relaxed);
-            match pa.group_first.compare_exchange_weak(
-                head,
-                self.me,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(h) => head = h,
-            }
-        }
-        if head != INVALID_PROCNO {
-            // A leader exists (or will): wait until it cleared us.
-            let mut extra = 0;
-            loop {
-                me.sem.wait();
-                // Acquire pairs with the leader's Release store of 0.
-                if me.group_clear_member.load(Ordering::Acquire) == 0 {
-                    break;
-                }
-                extra += 1;
-            }
-            for _ in 0..extra {
-                me.sem.post();
-            }
-            return;
-        }
-        // We are the leader: one exclusive acquisition for the whole group.
         let lock = self.shm.named_lock(NamedLock::ProcArray);
-        lock.acquire(env, LWLockMode::Exclusive);
-        // Acquire pairs with the members' Release pushes.
-        let first = pa.group_first.swap(INVALID_PROCNO, Ordering::Acquire);
-        let mut n = 0u64;
-        let mut cur = first;
-        while cur != INVALID_PROCNO {
-            let p = &procs[cur as usize];
-            self.clear_locked(p, p.group_clear_xid.load(Ordering::Relaxed));
-            n += 1;
-            cur = p.group_clear_next.load(Ordering::Relaxed);
-        }
-        lock.release(env);
-        pa.group_leaders.fetch_add(1, Ordering::Relaxed);
-        pa.group_cleared
-            .fetch_add(n.saturating_sub(1), Ordering::Relaxed);
-        // Wake everybody but ourselves. Read the link before the member
-        // may run and reuse it.
-        let mut cur = first;
-        while cur != INVALID_PROCNO {
-            let p = &procs[cur as usize];
-            let next = p.group_clear_next.load(Ordering::Relaxed);
-            p.group_clear_next.store(INVALID_PROCNO, Ordering::Relaxed);
-            // Release pairs with the follower's Acquire load.
-            p.group_clear_member.store(0, Ordering::Release);
-            if cur != self.me {
-                p.sem.post();
-            }
-            cur = next;
+        let role = group_clear(env, lock, &pa.group_first, xid, |p, x| {
+            self.clear_locked(p, x)
+        });
+        if let GroupRole::Leader(n) = role {
+            pa.group_leaders.fetch_add(1, Ordering::Relaxed);
+            pa.group_cleared
+                .fetch_add(n.saturating_sub(1) as u64, Ordering::Relaxed);
         }
     }
 }
