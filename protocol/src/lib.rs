@@ -1,0 +1,30 @@
+//! walshm's server side of the PostgreSQL frontend/backend protocol v3, so
+//! that psql, pgbench and libpq programs can talk to walshm.
+//!
+//! The postmaster accepts a connection, forks, and the backend calls
+//! [`startup`] (negotiation and authentication) and then [`serve`] (simple
+//! and extended query protocol) with its [`Session`], the object that really
+//! writes WAL. [`reject_too_many`] is the postmaster's refusal at
+//! max_connections.
+//!
+//! Invariants: no client input can panic this crate; malformed messages end
+//! the connection with FATAL 08P01; SQL errors keep it usable. The
+//! transaction contract between `serve` and a `Session` is documented in
+//! [`Session`]'s module.
+#![forbid(unsafe_code)]
+
+mod codec;
+mod error;
+mod scram;
+mod serve;
+mod session;
+mod settings;
+pub mod sql;
+mod startup;
+mod wire;
+
+pub use error::{sqlstate, SqlError};
+pub use serve::serve;
+pub use session::{Session, Termination};
+pub use settings::DEFAULT_SERVER_VERSION;
+pub use startup::{reject_too_many, startup, ServerParams, Startup, StartupInfo, Transport};

@@ -1,0 +1,983 @@
+//! The query phase of a connection: simple Query and the extended protocol
+//! (Parse/Bind/Describe/Execute/Close/Sync/Flush), transaction-block state,
+//! run-time parameters, and termination/cancel handling.
+//!
+//! Invariants:
+//! * transaction status follows PostgreSQL: `I` idle, `T` in a block, `E`
+//!   in a failed block; in a failed block only COMMIT/ROLLBACK run, every
+//!   other statement gets ERROR 25P02;
+//! * the Session sees the transaction contract documented in `session.rs`
+//!   (each `begin()` matched by exactly one `commit()`/`rollback()`);
+//! * after an error in an extended-protocol message, messages are skipped
+//!   until Sync; output is flushed at ReadyForQuery, Flush, when large, and
+//!   before closing;
+//! * malformed messages end the connection with FATAL 08P01; nothing a
+//!   client sends can panic.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::rc::Rc;
+
+use crate::codec::{decode_frontend, CodecError, FieldDescription, FrontendMessage, Out, Target};
+use crate::error::{sqlstate, SqlError};
+use crate::session::{Session, Termination};
+use crate::settings::{self, DEFAULT_SERVER_VERSION};
+use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
+use crate::sql::eval::eval;
+use crate::sql::parser::{parse_statements, SetValue};
+use crate::sql::value::{format_binary, format_text, parse_binary, parse_text, SqlType, Value};
+use crate::wire::{send, Incoming, MessageReader};
+
+/// Output is written out once this much is buffered, even mid-batch.
+const FLUSH_THRESHOLD: usize = 64 * 1024;
+
+/// Serves the connection after start-up until Terminate, EOF, a FATAL error
+/// or `Session::termination()`. Returns Ok(()) in all those cases; Err only
+/// for I/O errors on the stream (the connection is then unusable).
+///
+/// Implicit transactions: outside an explicit block each simple Query
+/// message runs in one transaction (`begin()` before its first statement,
+/// `commit()` after its last), and in the extended protocol everything up
+/// to Sync does. See `Session` for the full contract.
+///
+/// Blocking reads that fail with EINTR, EWOULDBLOCK or ETIMEDOUT (a signal
+/// without SA_RESTART, or SO_RCVTIMEO on the socket) make `serve` check
+/// `Session::termination()` and then read again.
+pub fn serve<S: Read + Write>(stream: &mut S, session: &mut dyn Session) -> io::Result<()> {
+    let mut reader = MessageReader::new();
+    let mut conn = Connection::new(session);
+    loop {
+        if let Some(t) = conn.session.termination() {
+            conn.terminate(t);
+            return conn.close(stream);
+        }
+        // A cancel arriving while we wait for a command is ignored, as in PostgreSQL.
+        conn.session.take_cancel();
+        let incoming = {
+            let session = &mut *conn.session;
+            let mut poll = || session.termination().is_some();
+            reader.read_message(stream, &mut poll)?
+        };
+        match incoming {
+            Incoming::Eof => {
+                conn.abort_for_exit();
+                return conn.close(stream);
+            }
+            Incoming::Stopped => continue,
+            Incoming::BadLength(len) => {
+                conn.fail(SqlError::protocol_violation(format!(
+                    "invalid message length {len}"
+                )));
+            }
+            Incoming::Message { tag, body } => conn.dispatch(tag, &body),
+        }
+        if conn.closing {
+            return conn.close(stream);
+        }
+        if conn.out.len() >= FLUSH_THRESHOLD
+            || (conn.wants_flush && !reader.has_buffered_input())
+            || conn.wants_flush_now
+        {
+            send(stream, conn.out.bytes())?;
+            conn.out.clear();
+            conn.wants_flush = false;
+            conn.wants_flush_now = false;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxState {
+    /// No transaction.
+    Idle,
+    /// An implicit transaction (per Query message / until Sync) is open.
+    Implicit,
+    /// Inside BEGIN ... COMMIT.
+    Block,
+    /// Inside a block that failed: already rolled back in the Session.
+    Failed,
+}
+
+impl TxState {
+    fn status_byte(self) -> u8 {
+        match self {
+            TxState::Idle | TxState::Implicit => b'I',
+            TxState::Block => b'T',
+            TxState::Failed => b'E',
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortalState {
+    Ready,
+    /// Stopped by Execute's row limit.
+    Suspended,
+    Done,
+}
+
+struct Portal {
+    statement: Rc<Analyzed>,
+    params: Vec<Value>,
+    /// One format code per result column.
+    formats: Vec<i16>,
+    state: PortalState,
+}
+
+/// What running one statement produced.
+struct Outcome {
+    tag: String,
+    row: Option<Vec<Value>>,
+}
+
+impl Outcome {
+    fn tag(tag: &str) -> Self {
+        Outcome {
+            tag: tag.to_string(),
+            row: None,
+        }
+    }
+}
+
+/// synchronous_commit with PostgreSQL's transactional SET semantics; other
+/// parameters are remembered (non-transactionally) so SHOW can echo them.
+struct Parameters {
+    sync_name: String,
+    sync_default: (bool, String),
+    sync_committed: (bool, String),
+    sync_pending: Option<(bool, String)>,
+    sync_dirty: bool,
+    others: HashMap<String, String>,
+}
+
+impl Parameters {
+    fn new(sync: bool) -> Self {
+        let name = if sync { "on" } else { "off" }.to_string();
+        Parameters {
+            sync_name: name.clone(),
+            sync_default: (sync, name.clone()),
+            sync_committed: (sync, name),
+            sync_pending: None,
+            sync_dirty: false,
+            others: HashMap::new(),
+        }
+    }
+}
+
+struct Connection<'s> {
+    session: &'s mut dyn Session,
+    out: Out,
+    tx: TxState,
+    statements: HashMap<String, Rc<Analyzed>>,
+    portals: HashMap<String, Portal>,
+    /// An extended-protocol message failed: ignore messages until Sync.
+    skipping: bool,
+    params: Parameters,
+    /// ParameterStatus messages to send before the next ReadyForQuery.
+    reports: Vec<(&'static str, String)>,
+    /// Write out after this message unless more input is already buffered.
+    wants_flush: bool,
+    /// Write out after this message unconditionally (Flush).
+    wants_flush_now: bool,
+    closing: bool,
+}
+
+fn fields(columns: &[Column], formats: &[i16]) -> Vec<FieldDescription> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| FieldDescription {
+            name: c.name.clone(),
+            type_oid: c.ty.oid(),
+            type_len: c.ty.typlen(),
+            format: formats.get(i).copied().unwrap_or(0),
+        })
+        .collect()
+}
+
+fn encode_row(row: &[Value], columns: &[Column], formats: &[i16]) -> Vec<Option<Vec<u8>>> {
+    row.iter()
+        .zip(columns)
+        .enumerate()
+        .map(|(i, (v, c))| match formats.get(i).copied().unwrap_or(0) {
+            1 => format_binary(v, c.ty),
+            _ => format_text(v, c.ty),
+        })
+        .collect()
+}
+
+/// Expands Bind's format list (none, one for all, or one each) to `n` codes.
+fn expand_formats(formats: &[i16], n: usize, what: &str) -> Result<Vec<i16>, SqlError> {
+    let expanded = match formats.len() {
+        0 => vec![0; n],
+        1 => vec![formats[0]; n],
+        k if k == n => formats.to_vec(),
+        k => {
+            return Err(SqlError::error(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message has {k} {what} formats but {n} {}",
+                    if what == "result" {
+                        "columns"
+                    } else {
+                        "parameters"
+                    }
+                ),
+            ))
+        }
+    };
+    if let Some(bad) = expanded.iter().find(|f| !matches!(f, 0 | 1)) {
+        return Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("unsupported format code: {bad}"),
+        ));
+    }
+    Ok(expanded)
+}
+
+fn statement_not_found(name: &str) -> SqlError {
+    if name.is_empty() {
+        SqlError::error(
+            sqlstate::INVALID_SQL_STATEMENT_NAME,
+            "unnamed prepared statement does not exist",
+        )
+    } else {
+        SqlError::error(
+            sqlstate::INVALID_SQL_STATEMENT_NAME,
+            format!("prepared statement \"{name}\" does not exist"),
+        )
+    }
+}
+
+fn portal_not_found(name: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::INVALID_CURSOR_NAME,
+        format!("portal \"{name}\" does not exist"),
+    )
+}
+
+fn in_failed_transaction() -> SqlError {
+    SqlError::error(
+        sqlstate::IN_FAILED_SQL_TRANSACTION,
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
+fn query_canceled() -> SqlError {
+    SqlError::error(
+        sqlstate::QUERY_CANCELED,
+        "canceling statement due to user request",
+    )
+}
+
+fn no_transaction_warning() -> SqlError {
+    SqlError::warning(
+        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+        "there is no transaction in progress",
+    )
+}
+
+impl<'s> Connection<'s> {
+    fn new(session: &'s mut dyn Session) -> Self {
+        let sync = session.synchronous_commit();
+        Connection {
+            session,
+            out: Out::new(),
+            tx: TxState::Idle,
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            skipping: false,
+            params: Parameters::new(sync),
+            reports: Vec::new(),
+            wants_flush: false,
+            wants_flush_now: false,
+            closing: false,
+        }
+    }
+
+    fn close<S: Write>(&mut self, stream: &mut S) -> io::Result<()> {
+        match send(stream, self.out.bytes()) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn ready_for_query(&mut self) {
+        for (name, value) in std::mem::take(&mut self.reports) {
+            self.out.parameter_status(name, &value);
+        }
+        self.out.ready_for_query(self.tx.status_byte());
+        self.wants_flush = true;
+    }
+
+    // ---- errors, termination, transaction ends ----
+
+    /// Sends an error (or notice) and applies its consequences.
+    fn fail(&mut self, e: SqlError) {
+        self.out.error_or_notice(&e);
+        if e.is_notice() {
+            return;
+        }
+        self.abort_transaction();
+        if e.is_fatal() {
+            self.closing = true;
+        }
+    }
+
+    /// Rolls back after a failed statement: an implicit transaction ends, a block becomes failed.
+    fn abort_transaction(&mut self) {
+        match self.tx {
+            TxState::Implicit => {
+                self.tx = TxState::Idle;
+                self.session_rollback();
+            }
+            TxState::Block => {
+                self.tx = TxState::Failed;
+                self.session_rollback();
+            }
+            TxState::Idle | TxState::Failed => {}
+        }
+    }
+
+    fn session_rollback(&mut self) {
+        if let Err(e) = self.session.rollback() {
+            self.out.error_or_notice(&SqlError {
+                severity: "WARNING",
+                ..e
+            });
+        }
+        self.transaction_ended(false);
+    }
+
+    /// Drops portals and settles transactional parameters at the end of a transaction.
+    fn transaction_ended(&mut self, committed: bool) {
+        self.portals.clear();
+        if !self.params.sync_dirty {
+            return;
+        }
+        let (on, name) = match self.params.sync_pending.take() {
+            Some(pending) if committed => pending,
+            _ => self.params.sync_committed.clone(),
+        };
+        self.session.set_synchronous_commit(on);
+        self.params.sync_name = name.clone();
+        self.params.sync_committed = (on, name);
+        self.params.sync_dirty = false;
+    }
+
+    /// Rolls back what is open when the connection ends (Terminate, EOF, fast shutdown).
+    fn abort_for_exit(&mut self) {
+        if matches!(self.tx, TxState::Implicit | TxState::Block) {
+            self.tx = TxState::Idle;
+            let _ = self.session.rollback();
+        }
+        self.tx = TxState::Idle;
+    }
+
+    fn terminate(&mut self, t: Termination) {
+        match t {
+            Termination::FastShutdown => {
+                self.abort_for_exit();
+                self.out.error_or_notice(&SqlError::fatal(
+                    sqlstate::ADMIN_SHUTDOWN,
+                    "terminating connection due to administrator command",
+                ));
+            }
+            Termination::Crash => {
+                // PostgreSQL's quickdie: a WARNING to the client, no cleanup at all.
+                self.out.error_or_notice(
+                    &SqlError::warning(
+                        sqlstate::CRASH_SHUTDOWN,
+                        "terminating connection because of crash of another server process",
+                    )
+                    .with_detail(
+                        "The postmaster has commanded this server process to roll back the current transaction and \
+                         exit, because another server process exited abnormally and possibly corrupted shared memory.",
+                    )
+                    .with_hint("In a moment you should be able to reconnect to the database and repeat your command."),
+                );
+            }
+        }
+        self.closing = true;
+    }
+
+    /// Commits the implicit transaction at the end of a Query message or at Sync.
+    fn commit_implicit(&mut self) {
+        if self.tx != TxState::Implicit {
+            return;
+        }
+        self.tx = TxState::Idle;
+        let result = self.session.commit();
+        self.transaction_ended(result.is_ok());
+        if let Err(e) = result {
+            self.fail(e);
+        }
+    }
+
+    fn ensure_transaction(&mut self) -> Result<(), SqlError> {
+        if self.tx == TxState::Idle {
+            self.session.begin()?;
+            self.tx = TxState::Implicit;
+        }
+        Ok(())
+    }
+
+    // ---- dispatch ----
+
+    fn dispatch(&mut self, tag: u8, body: &[u8]) {
+        let msg = match decode_frontend(tag, body) {
+            Ok(m) => m,
+            Err(e @ CodecError::Malformed(_)) => return self.fail(e.to_sql_error()),
+            Err(e @ CodecError::InvalidUtf8) => {
+                if self.skipping {
+                    return;
+                }
+                self.fail(e.to_sql_error());
+                if tag == b'Q' {
+                    self.ready_for_query();
+                } else {
+                    self.skipping = true;
+                }
+                return;
+            }
+        };
+        if self.skipping && !matches!(msg, FrontendMessage::Sync | FrontendMessage::Terminate) {
+            return;
+        }
+        let extended = match msg {
+            FrontendMessage::Query(sql) => {
+                self.simple_query(&sql);
+                if !self.closing {
+                    self.ready_for_query();
+                }
+                return;
+            }
+            FrontendMessage::Sync => {
+                self.sync();
+                return;
+            }
+            FrontendMessage::Flush => {
+                self.wants_flush_now = true;
+                return;
+            }
+            FrontendMessage::Terminate => {
+                self.abort_for_exit();
+                self.closing = true;
+                return;
+            }
+            FrontendMessage::StrayCopy => return,
+            FrontendMessage::FunctionCall => {
+                self.fail(SqlError::not_supported(
+                    "fastpath function calls are not supported by walshm",
+                ));
+                self.ready_for_query();
+                return;
+            }
+            FrontendMessage::Parse {
+                name,
+                query,
+                param_types,
+            } => self.parse(&name, &query, &param_types),
+            FrontendMessage::Bind {
+                portal,
+                statement,
+                param_formats,
+                params,
+                result_formats,
+            } => self.bind(
+                &portal,
+                &statement,
+                &param_formats,
+                &params,
+                &result_formats,
+            ),
+            FrontendMessage::Describe { target, name } => self.describe(target, &name),
+            FrontendMessage::Execute { portal, max_rows } => self.execute(&portal, max_rows),
+            FrontendMessage::Close { target, name } => {
+                match target {
+                    Target::Statement => self.statements.remove(&name).map(|_| ()),
+                    Target::Portal => self.portals.remove(&name).map(|_| ()),
+                };
+                self.out.close_complete();
+                Ok(())
+            }
+        };
+        if let Err(e) = extended {
+            self.fail(e);
+            self.skipping = true;
+        }
+    }
+
+    fn sync(&mut self) {
+        self.skipping = false;
+        self.commit_implicit();
+        if self.tx == TxState::Idle {
+            self.portals.clear();
+        }
+        if !self.closing {
+            self.ready_for_query();
+        }
+    }
+
+    // ---- simple query ----
+
+    fn simple_query(&mut self, sql: &str) {
+        self.statements.remove("");
+        self.portals.remove("");
+        let statements = match parse_statements(sql) {
+            Ok(s) => s,
+            Err(e) => return self.fail(e),
+        };
+        if statements.is_empty() {
+            self.out.empty_query_response();
+            return;
+        }
+        for stmt in &statements {
+            if let Some(t) = self.session.termination() {
+                return self.terminate(t);
+            }
+            let result = self.simple_statement(stmt);
+            if let Err(e) = result {
+                return self.fail(e);
+            }
+        }
+        self.commit_implicit();
+    }
+
+    fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
+        if self.session.take_cancel() {
+            return Err(query_canceled());
+        }
+        if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
+            return Err(in_failed_transaction());
+        }
+        let analyzed = analyze(stmt, &[], false)?;
+        let outcome = self.run(&analyzed, &[])?;
+        let columns = analyzed.columns();
+        if let Some(columns) = &columns {
+            self.out.row_description(&fields(columns, &[]));
+        }
+        if let (Some(row), Some(columns)) = (&outcome.row, &columns) {
+            self.out.data_row(&encode_row(row, columns, &[]));
+        }
+        self.out.command_complete(&outcome.tag);
+        Ok(())
+    }
+
+    // ---- extended protocol ----
+
+    fn parse(&mut self, name: &str, query: &str, declared: &[u32]) -> Result<(), SqlError> {
+        if !name.is_empty() && self.statements.contains_key(name) {
+            return Err(SqlError::error(
+                sqlstate::DUPLICATE_PREPARED_STATEMENT,
+                format!("prepared statement \"{name}\" already exists"),
+            ));
+        }
+        let statements = parse_statements(query)?;
+        if statements.len() > 1 {
+            return Err(SqlError::syntax_error(
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        let analyzed = match statements.first() {
+            None => Analyzed {
+                kind: Kind::Empty,
+                param_types: declared
+                    .iter()
+                    .map(|&o| SqlType::from_oid(o).unwrap_or(SqlType::Text))
+                    .collect(),
+            },
+            Some(stmt) => {
+                if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
+                    return Err(in_failed_transaction());
+                }
+                analyze(stmt, declared, true)?
+            }
+        };
+        self.statements.insert(name.to_string(), Rc::new(analyzed));
+        self.out.parse_complete();
+        Ok(())
+    }
+
+    fn bind(
+        &mut self,
+        portal: &str,
+        statement: &str,
+        param_formats: &[i16],
+        raw_params: &[Option<Vec<u8>>],
+        result_formats: &[i16],
+    ) -> Result<(), SqlError> {
+        let stmt = self
+            .statements
+            .get(statement)
+            .cloned()
+            .ok_or_else(|| statement_not_found(statement))?;
+        let expected = stmt.param_types.len();
+        if raw_params.len() != expected {
+            return Err(SqlError::error(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement \"{statement}\" requires {expected}",
+                    raw_params.len()
+                ),
+            ));
+        }
+        let formats = expand_formats(param_formats, expected, "parameter")?;
+        if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
+            return Err(in_failed_transaction());
+        }
+        let mut params = Vec::with_capacity(expected);
+        for (i, raw) in raw_params.iter().enumerate() {
+            params.push(decode_param(
+                raw.as_deref(),
+                stmt.param_types[i],
+                formats[i],
+                i,
+            )?);
+        }
+        let ncols = stmt.columns().map_or(0, |c| c.len());
+        let formats = expand_formats(result_formats, ncols, "result")?;
+        if !portal.is_empty() && self.portals.contains_key(portal) {
+            return Err(SqlError::error(
+                sqlstate::DUPLICATE_CURSOR,
+                format!("cursor \"{portal}\" already exists"),
+            ));
+        }
+        self.portals.insert(
+            portal.to_string(),
+            Portal {
+                statement: stmt,
+                params,
+                formats,
+                state: PortalState::Ready,
+            },
+        );
+        self.out.bind_complete();
+        Ok(())
+    }
+
+    fn describe(&mut self, target: Target, name: &str) -> Result<(), SqlError> {
+        let (stmt, formats) = match target {
+            Target::Statement => {
+                let stmt = self
+                    .statements
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| statement_not_found(name))?;
+                let oids: Vec<u32> = stmt.param_types.iter().map(|t| t.oid()).collect();
+                self.out.parameter_description(&oids);
+                (stmt, Vec::new())
+            }
+            Target::Portal => {
+                let p = self
+                    .portals
+                    .get(name)
+                    .ok_or_else(|| portal_not_found(name))?;
+                (p.statement.clone(), p.formats.clone())
+            }
+        };
+        match stmt.columns() {
+            Some(columns) => self.out.row_description(&fields(&columns, &formats)),
+            None => self.out.no_data(),
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self, name: &str, max_rows: i32) -> Result<(), SqlError> {
+        let p = self
+            .portals
+            .get(name)
+            .ok_or_else(|| portal_not_found(name))?;
+        let (stmt, params, formats, state) = (
+            p.statement.clone(),
+            p.params.clone(),
+            p.formats.clone(),
+            p.state,
+        );
+        if self.session.take_cancel() {
+            return Err(query_canceled());
+        }
+        if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
+            return Err(in_failed_transaction());
+        }
+        let is_select = matches!(stmt.kind, Kind::Select { .. } | Kind::Show(_));
+        match state {
+            PortalState::Suspended => {
+                self.out
+                    .command_complete(if is_select { "SELECT 0" } else { "SHOW" });
+                self.set_portal_state(name, PortalState::Done);
+                return Ok(());
+            }
+            PortalState::Done if is_select => {
+                self.out.command_complete("SELECT 0");
+                return Ok(());
+            }
+            PortalState::Done => {
+                return Err(SqlError::error(
+                    sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!("portal \"{name}\" cannot be run"),
+                ))
+            }
+            PortalState::Ready => {}
+        }
+        if stmt.kind == Kind::Empty {
+            self.out.empty_query_response();
+            self.set_portal_state(name, PortalState::Done);
+            return Ok(());
+        }
+        let outcome = self.run(&stmt, &params)?;
+        if let (Some(row), Some(columns)) = (&outcome.row, stmt.columns()) {
+            self.out.data_row(&encode_row(row, &columns, &formats));
+            if max_rows > 0 {
+                self.out.portal_suspended();
+                self.set_portal_state(name, PortalState::Suspended);
+                return Ok(());
+            }
+        }
+        self.out.command_complete(&outcome.tag);
+        self.set_portal_state(name, PortalState::Done);
+        Ok(())
+    }
+
+    fn set_portal_state(&mut self, name: &str, state: PortalState) {
+        if let Some(p) = self.portals.get_mut(name) {
+            p.state = state;
+        }
+    }
+
+    // ---- statement execution ----
+
+    fn run(&mut self, stmt: &Analyzed, params: &[Value]) -> Result<Outcome, SqlError> {
+        match &stmt.kind {
+            Kind::Begin => return self.begin_block(),
+            Kind::Commit => return self.end_block(true),
+            Kind::Rollback => return self.end_block(false),
+            Kind::Empty => return Ok(Outcome::tag("")),
+            _ => {}
+        }
+        self.ensure_transaction()?;
+        match &stmt.kind {
+            Kind::Select { exprs, .. } => {
+                let mut row = Vec::with_capacity(exprs.len());
+                for e in exprs {
+                    row.push(eval(e, params, self.session)?);
+                }
+                Ok(Outcome {
+                    tag: "SELECT 1".into(),
+                    row: Some(row),
+                })
+            }
+            Kind::Checkpoint => {
+                self.session.checkpoint()?;
+                Ok(Outcome::tag("CHECKPOINT"))
+            }
+            Kind::Set { name, value, local } => {
+                self.set(name, value, *local)?;
+                Ok(Outcome::tag("SET"))
+            }
+            Kind::SetIgnored => Ok(Outcome::tag("SET")),
+            Kind::Reset(name) => {
+                self.reset(name.as_deref());
+                Ok(Outcome::tag("RESET"))
+            }
+            Kind::Show(name) => {
+                let value = self.show(name)?;
+                Ok(Outcome {
+                    tag: "SHOW".into(),
+                    row: Some(vec![Value::Text(value)]),
+                })
+            }
+            Kind::Begin | Kind::Commit | Kind::Rollback | Kind::Empty => Ok(Outcome::tag("")),
+        }
+    }
+
+    fn begin_block(&mut self) -> Result<Outcome, SqlError> {
+        match self.tx {
+            TxState::Idle => {
+                self.session.begin()?;
+                self.tx = TxState::Block;
+            }
+            TxState::Implicit => self.tx = TxState::Block,
+            TxState::Block | TxState::Failed => self.out.error_or_notice(&SqlError::warning(
+                sqlstate::ACTIVE_SQL_TRANSACTION,
+                "there is already a transaction in progress",
+            )),
+        }
+        Ok(Outcome::tag("BEGIN"))
+    }
+
+    /// COMMIT (commit = true) or ROLLBACK.
+    fn end_block(&mut self, commit: bool) -> Result<Outcome, SqlError> {
+        let tag = if commit { "COMMIT" } else { "ROLLBACK" };
+        match self.tx {
+            TxState::Idle => {
+                self.out.error_or_notice(&no_transaction_warning());
+                Ok(Outcome::tag(tag))
+            }
+            TxState::Failed => {
+                self.tx = TxState::Idle;
+                self.transaction_ended(false);
+                Ok(Outcome::tag("ROLLBACK"))
+            }
+            TxState::Implicit | TxState::Block => {
+                if self.tx == TxState::Implicit {
+                    self.out.error_or_notice(&no_transaction_warning());
+                }
+                self.tx = TxState::Idle;
+                let result = if commit {
+                    self.session.commit()
+                } else {
+                    self.session.rollback()
+                };
+                self.transaction_ended(commit && result.is_ok());
+                result.map(|()| Outcome::tag(tag))
+            }
+        }
+    }
+
+    // ---- run-time parameters ----
+
+    fn set(&mut self, name: &str, value: &SetValue, local: bool) -> Result<(), SqlError> {
+        if local && self.tx != TxState::Block {
+            self.out.error_or_notice(&SqlError::warning(
+                sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                "SET LOCAL can only be used in transaction blocks",
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        let text = match value {
+            SetValue::Default => None,
+            SetValue::Values(v) => Some(v.join(", ")),
+        };
+        if lower == "synchronous_commit" {
+            let (on, canonical) = match &text {
+                Some(t) => {
+                    let (on, c) = settings::parse_synchronous_commit(t)?;
+                    (on, c.to_string())
+                }
+                None => self.params.sync_default.clone(),
+            };
+            self.session.set_synchronous_commit(on);
+            self.params.sync_name = canonical.clone();
+            if !local {
+                self.params.sync_pending = Some((on, canonical));
+            }
+            self.params.sync_dirty = true;
+            return Ok(());
+        }
+        let text = match (lower.as_str(), text) {
+            ("client_encoding", Some(t)) => settings::parse_client_encoding(&t)?.to_string(),
+            ("standard_conforming_strings", Some(t))
+                if !matches!(t.to_ascii_lowercase().as_str(), "on" | "true" | "1") =>
+            {
+                return Err(SqlError::not_supported(
+                    "walshm supports only standard_conforming_strings = on",
+                ))
+            }
+            (_, Some(t)) => t,
+            (_, None) => {
+                self.params.others.remove(&lower);
+                return Ok(());
+            }
+        };
+        if let Some(reported) = settings::is_reported(&lower) {
+            self.reports.push((reported, text.clone()));
+        }
+        self.params.others.insert(lower, text);
+        Ok(())
+    }
+
+    fn reset(&mut self, name: Option<&str>) {
+        let reset_sync = !matches!(name, Some(n) if !n.eq_ignore_ascii_case("synchronous_commit"));
+        if reset_sync {
+            let (on, canonical) = self.params.sync_default.clone();
+            self.session.set_synchronous_commit(on);
+            self.params.sync_name = canonical.clone();
+            self.params.sync_pending = Some((on, canonical));
+            self.params.sync_dirty = true;
+        }
+        match name {
+            None => self.params.others.clear(),
+            Some(n) => {
+                self.params.others.remove(&n.to_ascii_lowercase());
+            }
+        }
+    }
+
+    fn show(&self, name: &str) -> Result<String, SqlError> {
+        let lower = name.to_ascii_lowercase();
+        if lower == "synchronous_commit" {
+            let on = self.session.synchronous_commit();
+            let shown_on = settings::parse_synchronous_commit(&self.params.sync_name)
+                .map(|(b, _)| b)
+                .unwrap_or(!on);
+            return Ok(if shown_on == on {
+                self.params.sync_name.clone()
+            } else if on {
+                "on".into()
+            } else {
+                "off".into()
+            });
+        }
+        if let Some(v) = self.params.others.get(&lower) {
+            return Ok(v.clone());
+        }
+        let builtin = match lower.as_str() {
+            "server_version" => DEFAULT_SERVER_VERSION,
+            "server_version_num" => "150000",
+            "server_encoding" | "client_encoding" => "UTF8",
+            "datestyle" => "ISO, MDY",
+            "intervalstyle" => "postgres",
+            "timezone" => "UTC",
+            "integer_datetimes" | "standard_conforming_strings" | "is_superuser" => "on",
+            "transaction_isolation" | "default_transaction_isolation" => "read committed",
+            "transaction_read_only" | "default_transaction_read_only" | "in_hot_standby" => "off",
+            "application_name" => "",
+            "wal_level" => "logical",
+            "block_size" => "8192",
+            "wal_block_size" => "8192",
+            "wal_segment_size" => "16MB",
+            "all" => {
+                return Err(SqlError::not_supported(
+                    "SHOW ALL is not supported by walshm",
+                ))
+            }
+            _ => {
+                return Err(SqlError::error(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("unrecognized configuration parameter \"{name}\""),
+                ))
+            }
+        };
+        Ok(builtin.to_string())
+    }
+}
+
+/// Decodes one Bind parameter with its format code.
+fn decode_param(
+    raw: Option<&[u8]>,
+    ty: SqlType,
+    format: i16,
+    index: usize,
+) -> Result<Value, SqlError> {
+    let Some(bytes) = raw else {
+        return Ok(Value::Null);
+    };
+    if format == 1 {
+        return parse_binary(ty, bytes, index);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| {
+        SqlError::error(
+            sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    })?;
+    parse_text(ty, text)
+}

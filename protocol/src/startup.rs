@@ -1,0 +1,661 @@
+//! The start-up phase of a connection: SSL/GSS negotiation (refused with
+//! 'N'), CancelRequest, StartupMessage, authentication (peer-uid trust on
+//! Unix sockets, SCRAM-SHA-256 on TCP), and the AuthenticationOk /
+//! ParameterStatus / BackendKeyData / ReadyForQuery greeting.
+//!
+//! Invariants: reads here are exact (nothing is read beyond the current
+//! packet, so `serve` can take over the stream); every refusal sends a FATAL
+//! ErrorResponse first when the peer speaks the protocol, and then yields
+//! `Startup::Rejected`; nothing the client sends can make this panic.
+
+use std::io::{self, Read, Write};
+
+use crate::codec::{BodyReader, Out};
+use crate::error::{sqlstate, SqlError};
+use crate::scram::{self, Exchange, ScramError};
+use crate::settings;
+use crate::wire::{read_exact_retrying, send};
+
+/// PostgreSQL's MAX_STARTUP_PACKET_LENGTH.
+const MAX_STARTUP_PACKET_LEN: usize = 10_000;
+/// Longest SASL message accepted (PG_MAX_AUTH_TOKEN_LENGTH).
+const MAX_AUTH_MESSAGE_LEN: usize = 65_535;
+#[cfg(test)]
+const PROTOCOL_3_0: i32 = 3 << 16;
+const CANCEL_REQUEST_CODE: i32 = (1234 << 16) | 5678;
+const SSL_REQUEST_CODE: i32 = (1234 << 16) | 5679;
+const GSSENC_REQUEST_CODE: i32 = (1234 << 16) | 5680;
+
+/// What the postmaster knows when it hands a connection over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerParams {
+    /// Reported as server_version ("15.0 (walshm)" is fine: libpq only parses the leading number).
+    pub server_version: String,
+    pub backend_pid: i32,
+    /// Secret key of BackendKeyData, checked against later CancelRequests.
+    pub secret_key: i32,
+    /// SCRAM password for TCP connections; None: no TCP authentication can succeed.
+    pub password: Option<String>,
+}
+
+impl ServerParams {
+    /// Params with the default server_version.
+    pub fn new(backend_pid: i32, secret_key: i32, password: Option<String>) -> Self {
+        ServerParams {
+            server_version: settings::DEFAULT_SERVER_VERSION.to_string(),
+            backend_pid,
+            secret_key,
+            password,
+        }
+    }
+}
+
+/// How the client reached us, for authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// Unix-domain socket: trusted only when the peer runs as the server's user
+    /// (peer_uid from SO_PEERCRED; None if unknown).
+    Unix {
+        peer_uid: Option<u32>,
+        server_uid: u32,
+    },
+    /// TCP: SCRAM-SHA-256 with `ServerParams::password`.
+    Tcp,
+}
+
+/// What the client asked for in its StartupMessage.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartupInfo {
+    pub user: String,
+    /// Defaults to the user name, as in PostgreSQL.
+    pub database: String,
+    pub application_name: String,
+    /// `synchronous_commit` given at start-up (parameter or `-c` in `options`,
+    /// e.g. PGOPTIONS): the integrator applies it with `Session::set_synchronous_commit`
+    /// before calling `serve`.
+    pub synchronous_commit: Option<bool>,
+    /// All other run-time parameters sent at start-up (accepted, not applied).
+    pub options: Vec<(String, String)>,
+}
+
+/// Outcome of the start-up phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Startup {
+    /// Authenticated and greeted: call `serve` next.
+    Ready(StartupInfo),
+    /// A CancelRequest: the caller signals the backend with this pid if the key matches, then closes.
+    Cancel { pid: i32, key: i32 },
+    /// Refused (the error has been sent if the client was still there): close the connection.
+    Rejected,
+}
+
+/// The first packet of a connection, after SSL/GSS negotiation.
+enum FirstPacket {
+    Startup {
+        version: i32,
+        body: Vec<u8>,
+    },
+    Cancel {
+        pid: i32,
+        key: i32,
+    },
+    /// Garbage length or EOF: close without a word (PostgreSQL only logs this).
+    Invalid,
+}
+
+fn read_i32<S: Read>(stream: &mut S) -> io::Result<i32> {
+    let mut b = [0u8; 4];
+    read_exact_retrying(stream, &mut b)?;
+    Ok(i32::from_be_bytes(b))
+}
+
+fn read_first_packet<S: Read + Write>(stream: &mut S) -> io::Result<FirstPacket> {
+    let (mut ssl_done, mut gss_done) = (false, false);
+    loop {
+        let len = match read_i32(stream) {
+            Ok(len) => len,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(FirstPacket::Invalid),
+            Err(e) => return Err(e),
+        };
+        if len < 8 || len as usize > MAX_STARTUP_PACKET_LEN {
+            return Ok(FirstPacket::Invalid);
+        }
+        let mut body = vec![0u8; len as usize - 4];
+        match read_exact_retrying(stream, &mut body) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(FirstPacket::Invalid),
+            Err(e) => return Err(e),
+        }
+        let code = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+        match code {
+            SSL_REQUEST_CODE if !ssl_done => {
+                ssl_done = true;
+                send(stream, b"N")?;
+            }
+            GSSENC_REQUEST_CODE if !gss_done => {
+                gss_done = true;
+                send(stream, b"N")?;
+            }
+            CANCEL_REQUEST_CODE if body.len() == 12 => {
+                let pid = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+                let key = i32::from_be_bytes([body[8], body[9], body[10], body[11]]);
+                return Ok(FirstPacket::Cancel { pid, key });
+            }
+            version => {
+                return Ok(FirstPacket::Startup {
+                    version,
+                    body: body[4..].to_vec(),
+                })
+            }
+        }
+    }
+}
+
+/// Name/value pairs of a StartupMessage body (after the version).
+fn parse_startup_parameters(body: &[u8]) -> Result<Vec<(String, String)>, SqlError> {
+    if body.last() != Some(&0) {
+        return Err(SqlError::protocol_violation(
+            "invalid startup packet layout: expected terminator as last byte",
+        ));
+    }
+    let mut r = BodyReader::new(body);
+    let mut params = Vec::new();
+    loop {
+        let name = r.cstr().map_err(|e| e.to_sql_error())?;
+        if name.is_empty() {
+            break;
+        }
+        let value = r.cstr().map_err(|_| {
+            SqlError::protocol_violation(
+                "invalid startup packet layout: expected terminator as last byte",
+            )
+        })?;
+        params.push((name, value));
+    }
+    if r.remaining() != 0 {
+        return Err(SqlError::protocol_violation(
+            "invalid startup packet layout: expected terminator as last byte",
+        ));
+    }
+    Ok(params)
+}
+
+fn is_true_ish(value: &str) -> bool {
+    matches!(
+        value.to_ascii_lowercase().as_str(),
+        "true" | "on" | "yes" | "1" | "database"
+    )
+}
+
+/// A validated StartupMessage: the info, the client encoding to report,
+/// and protocol options we must tell the client we do not know.
+struct Accepted {
+    info: StartupInfo,
+    client_encoding: &'static str,
+    unrecognized: Vec<String>,
+}
+
+fn interpret_startup(version: i32, params: Vec<(String, String)>) -> Result<Accepted, SqlError> {
+    let (major, minor) = (version >> 16, version & 0xffff);
+    if major != 3 {
+        return Err(SqlError::fatal(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            format!("unsupported frontend protocol {major}.{minor}: server supports 3.0 to 3.0"),
+        ));
+    }
+    let mut info = StartupInfo::default();
+    let mut client_encoding = "UTF8";
+    let mut unrecognized = Vec::new();
+    let mut settings_list = Vec::new();
+    for (name, value) in params {
+        match name.as_str() {
+            "user" => info.user = value,
+            "database" => info.database = value,
+            "options" => settings_list.extend(settings::parse_options(&value)),
+            "replication" if is_true_ish(&value) => {
+                return Err(SqlError::fatal(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "replication connections are not supported by walshm",
+                ))
+            }
+            "replication" => {}
+            n if n.starts_with("_pq_.") => unrecognized.push(name),
+            _ => settings_list.push((name, value)),
+        }
+    }
+    for (name, value) in settings_list {
+        match name.to_ascii_lowercase().as_str() {
+            "application_name" => info.application_name = value,
+            "client_encoding" => {
+                client_encoding = settings::parse_client_encoding(&value).map_err(to_fatal)?
+            }
+            "synchronous_commit" => {
+                info.synchronous_commit = Some(
+                    settings::parse_synchronous_commit(&value)
+                        .map_err(to_fatal)?
+                        .0,
+                )
+            }
+            _ => info.options.push((name, value)),
+        }
+    }
+    if info.user.is_empty() {
+        return Err(SqlError::fatal(
+            sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            "no PostgreSQL user name specified in startup packet",
+        ));
+    }
+    if info.database.is_empty() {
+        info.database = info.user.clone();
+    }
+    Ok(Accepted {
+        info,
+        client_encoding,
+        unrecognized,
+    })
+}
+
+fn to_fatal(mut e: SqlError) -> SqlError {
+    e.severity = "FATAL";
+    e
+}
+
+fn send_error<S: Write>(stream: &mut S, e: &SqlError) -> io::Result<()> {
+    let mut out = Out::new();
+    out.error_or_notice(e);
+    // The client may already be gone; the connection is closed either way.
+    match send(stream, out.bytes()) {
+        Err(err)
+            if err.kind() == io::ErrorKind::BrokenPipe
+                || err.kind() == io::ErrorKind::ConnectionReset =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Runs the start-up phase on a freshly accepted connection.
+pub fn startup<S: Read + Write>(
+    stream: &mut S,
+    transport: &Transport,
+    params: &ServerParams,
+) -> io::Result<Startup> {
+    let (version, body) = match read_first_packet(stream)? {
+        FirstPacket::Invalid => return Ok(Startup::Rejected),
+        FirstPacket::Cancel { pid, key } => return Ok(Startup::Cancel { pid, key }),
+        FirstPacket::Startup { version, body } => (version, body),
+    };
+    let accepted = match parse_startup_parameters(&body).and_then(|p| interpret_startup(version, p))
+    {
+        Ok(a) => a,
+        Err(e) => {
+            send_error(stream, &e)?;
+            return Ok(Startup::Rejected);
+        }
+    };
+    let mut out = Out::new();
+    if version & 0xffff > 0 || !accepted.unrecognized.is_empty() {
+        out.negotiate_protocol_version(0, &accepted.unrecognized);
+        send(stream, out.bytes())?;
+        out.clear();
+    }
+    if !authenticate(stream, transport, params, &accepted.info.user)? {
+        return Ok(Startup::Rejected);
+    }
+    greet(&mut out, params, &accepted);
+    send(stream, out.bytes())?;
+    Ok(Startup::Ready(accepted.info))
+}
+
+fn greet(out: &mut Out, params: &ServerParams, accepted: &Accepted) {
+    out.authentication_ok();
+    let info = &accepted.info;
+    for (name, value) in settings::reported_parameters(
+        &params.server_version,
+        &info.user,
+        &info.application_name,
+        accepted.client_encoding,
+    ) {
+        out.parameter_status(name, &value);
+    }
+    out.backend_key_data(params.backend_pid, params.secret_key);
+    out.ready_for_query(b'I');
+}
+
+/// Authenticates; false when refused (the error has been sent).
+fn authenticate<S: Read + Write>(
+    stream: &mut S,
+    transport: &Transport,
+    params: &ServerParams,
+    user: &str,
+) -> io::Result<bool> {
+    match transport {
+        Transport::Unix {
+            peer_uid,
+            server_uid,
+        } => {
+            if *peer_uid == Some(*server_uid) {
+                return Ok(true);
+            }
+            let e = SqlError::fatal(
+                sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+                format!("Peer authentication failed for user \"{user}\""),
+            );
+            send_error(stream, &e)?;
+            Ok(false)
+        }
+        Transport::Tcp => match scram_exchange(stream, params.password.as_deref())? {
+            Ok(()) => Ok(true),
+            Err(ScramFailure::ClientGone) => Ok(false),
+            Err(ScramFailure::Refused(e)) => {
+                let e = match e {
+                    ScramError::WrongPassword => SqlError::fatal(
+                        sqlstate::INVALID_PASSWORD,
+                        format!("password authentication failed for user \"{user}\""),
+                    ),
+                    ScramError::Unsupported(m) => {
+                        SqlError::fatal(sqlstate::FEATURE_NOT_SUPPORTED, m)
+                    }
+                    ScramError::Malformed(m) => {
+                        SqlError::protocol_violation("malformed SCRAM message").with_detail(m)
+                    }
+                };
+                send_error(stream, &e)?;
+                Ok(false)
+            }
+        },
+    }
+}
+
+enum ScramFailure {
+    ClientGone,
+    Refused(ScramError),
+}
+
+/// Reads one password-type ('p') message body; None at EOF.
+fn read_password_message<S: Read>(stream: &mut S) -> io::Result<Result<Vec<u8>, ScramFailure>> {
+    let mut tag = [0u8; 1];
+    match read_exact_retrying(stream, &mut tag) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Ok(Err(ScramFailure::ClientGone))
+        }
+        Err(e) => return Err(e),
+    }
+    let len = match read_i32(stream) {
+        Ok(len) => len,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Ok(Err(ScramFailure::ClientGone))
+        }
+        Err(e) => return Err(e),
+    };
+    if tag[0] != b'p' {
+        let m = format!("expected SASL response, got message type {}", tag[0]);
+        return Ok(Err(ScramFailure::Refused(ScramError::Malformed(m))));
+    }
+    if len < 4 || len as usize - 4 > MAX_AUTH_MESSAGE_LEN {
+        return Ok(Err(ScramFailure::Refused(ScramError::Malformed(
+            "invalid SASL response length".into(),
+        ))));
+    }
+    let mut body = vec![0u8; len as usize - 4];
+    match read_exact_retrying(stream, &mut body) {
+        Ok(()) => Ok(Ok(body)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(Err(ScramFailure::ClientGone)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Splits SASLInitialResponse into mechanism and client-first message.
+fn parse_initial_response(body: &[u8]) -> Result<(String, Vec<u8>), ScramError> {
+    let mut r = BodyReader::new(body);
+    let mechanism = r
+        .cstr()
+        .map_err(|_| ScramError::Malformed("invalid SASLInitialResponse".into()))?;
+    let len = r
+        .i32()
+        .map_err(|_| ScramError::Malformed("invalid SASLInitialResponse".into()))?;
+    let data = if len < 0 {
+        Vec::new()
+    } else {
+        r.bytes(len as usize)
+            .map_err(|_| ScramError::Malformed("invalid SASLInitialResponse".into()))?
+            .to_vec()
+    };
+    Ok((mechanism, data))
+}
+
+fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn scram_exchange<S: Read + Write>(
+    stream: &mut S,
+    password: Option<&str>,
+) -> io::Result<Result<(), ScramFailure>> {
+    let mut out = Out::new();
+    out.authentication_sasl(&[scram::MECHANISM]);
+    send(stream, out.bytes())?;
+    let body = match read_password_message(stream)? {
+        Ok(b) => b,
+        Err(f) => return Ok(Err(f)),
+    };
+    let (mechanism, client_first) = match parse_initial_response(&body) {
+        Ok(x) => x,
+        Err(e) => return Ok(Err(ScramFailure::Refused(e))),
+    };
+    if mechanism != scram::MECHANISM {
+        let e = ScramError::Malformed(
+            "client selected an invalid SASL authentication mechanism".into(),
+        );
+        return Ok(Err(ScramFailure::Refused(e)));
+    }
+    let (exchange, server_first) =
+        match Exchange::start(&client_first, password, &random_bytes::<34>()?) {
+            Ok(x) => x,
+            Err(e) => return Ok(Err(ScramFailure::Refused(e))),
+        };
+    out.clear();
+    out.authentication_sasl_continue(server_first.as_bytes());
+    send(stream, out.bytes())?;
+    let client_final = match read_password_message(stream)? {
+        Ok(b) => b,
+        Err(f) => return Ok(Err(f)),
+    };
+    match exchange.finish(&client_final) {
+        Ok(server_final) => {
+            out.clear();
+            out.authentication_sasl_final(server_final.as_bytes());
+            send(stream, out.bytes())?;
+            Ok(Ok(()))
+        }
+        Err(e) => Ok(Err(ScramFailure::Refused(e))),
+    }
+}
+
+/// The postmaster's refusal when max_connections is reached: reads the
+/// start-up packet (answering SSL/GSS requests with 'N') so that the client
+/// is listening, then sends FATAL 53300 "sorry, too many clients already".
+/// A CancelRequest arriving here is dropped.
+pub fn reject_too_many<S: Read + Write>(stream: &mut S) -> io::Result<()> {
+    match read_first_packet(stream)? {
+        FirstPacket::Startup { .. } => send_error(
+            stream,
+            &SqlError::fatal(
+                sqlstate::TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+            ),
+        ),
+        FirstPacket::Cancel { .. } | FirstPacket::Invalid => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// An in-memory duplex stream: reads from `input`, collects writes.
+    struct Duplex {
+        input: Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Duplex {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Duplex {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn packet(code: i32, rest: &[u8]) -> Vec<u8> {
+        let mut v = ((rest.len() + 8) as i32).to_be_bytes().to_vec();
+        v.extend_from_slice(&code.to_be_bytes());
+        v.extend_from_slice(rest);
+        v
+    }
+
+    fn duplex(input: Vec<u8>) -> Duplex {
+        Duplex {
+            input: Cursor::new(input),
+            output: Vec::new(),
+        }
+    }
+
+    const UNIX_OK: Transport = Transport::Unix {
+        peer_uid: Some(7),
+        server_uid: 7,
+    };
+
+    #[test]
+    fn ssl_refused_then_startup_greets() {
+        let mut input = packet(SSL_REQUEST_CODE, b"");
+        input.extend(packet(
+            PROTOCOL_3_0,
+            b"user\0bob\0application_name\0app\0\0",
+        ));
+        let mut s = duplex(input);
+        let r = startup(&mut s, &UNIX_OK, &ServerParams::new(42, 99, None)).unwrap();
+        let Startup::Ready(info) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            (
+                info.user.as_str(),
+                info.database.as_str(),
+                info.application_name.as_str()
+            ),
+            ("bob", "bob", "app")
+        );
+        assert_eq!(s.output[0], b'N');
+        assert_eq!(&s.output[1..10], b"R\0\0\0\x08\0\0\0\0");
+        assert!(s
+            .output
+            .ends_with(b"K\0\0\0\x0c\0\0\0\x2a\0\0\0\x63Z\0\0\0\x05I"));
+        let text = String::from_utf8_lossy(&s.output);
+        assert!(text.contains("server_version\x0015.0 (walshm)\0"));
+        assert!(text.contains("application_name\0app\0"));
+    }
+
+    #[test]
+    fn cancel_request_is_returned() {
+        let mut rest = 5i32.to_be_bytes().to_vec();
+        rest.extend(6i32.to_be_bytes());
+        let mut s = duplex(packet(CANCEL_REQUEST_CODE, &rest));
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Cancel { pid: 5, key: 6 }
+        );
+    }
+
+    #[test]
+    fn wrong_peer_is_refused_with_28000() {
+        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0bob\0\0"));
+        let t = Transport::Unix {
+            peer_uid: Some(8),
+            server_uid: 7,
+        };
+        assert_eq!(
+            startup(&mut s, &t, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        let text = String::from_utf8_lossy(&s.output);
+        assert!(
+            text.starts_with('E')
+                && text.contains("C28000\0")
+                && text.contains("Peer authentication failed")
+        );
+    }
+
+    #[test]
+    fn malformed_packets_are_refused() {
+        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0bob"));
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        assert!(String::from_utf8_lossy(&s.output).contains("C08P01\0"));
+        let mut s = duplex(packet(2 << 16, b"user\0bob\0\0"));
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        assert!(String::from_utf8_lossy(&s.output).contains("C0A000\0"));
+        let mut s = duplex(vec![0, 0, 0, 3]);
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        let mut s = duplex(packet(PROTOCOL_3_0, b"database\0x\0\0"));
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        assert!(String::from_utf8_lossy(&s.output).contains("C28000\0"));
+    }
+
+    #[test]
+    fn options_carry_synchronous_commit() {
+        let mut s = duplex(packet(
+            PROTOCOL_3_0,
+            b"user\0u\0options\0-c synchronous_commit=off\0\0",
+        ));
+        let Startup::Ready(info) =
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(info.synchronous_commit, Some(false));
+    }
+
+    #[test]
+    fn minor_version_gets_negotiation() {
+        let mut s = duplex(packet(PROTOCOL_3_0 | 2, b"user\0u\0_pq_.x\0y\0\0"));
+        assert!(matches!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Ready(_)
+        ));
+        assert_eq!(s.output[0], b'v');
+        assert!(String::from_utf8_lossy(&s.output).contains("_pq_.x\0"));
+    }
+
+    #[test]
+    fn too_many_clients() {
+        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0u\0\0"));
+        reject_too_many(&mut s).unwrap();
+        let text = String::from_utf8_lossy(&s.output);
+        assert!(text.contains("C53300\0") && text.contains("sorry, too many clients already"));
+    }
+}

@@ -1,0 +1,286 @@
+//! Byte-level I/O on the client stream: buffered reading of framed messages
+//! (with polling of interrupts while blocked) and exact reads for start-up.
+//!
+//! Invariants: a read that fails with `Interrupted`, `WouldBlock` or
+//! `TimedOut` is retried after asking the caller's poll function whether to
+//! stop, so a signal (EINTR, installed without SA_RESTART) or a socket read
+//! timeout lets the connection notice shutdown and cancel requests. A length
+//! field is validated before any allocation, and buffers grow only as bytes
+//! actually arrive, so a client cannot make the server allocate memory it
+//! has not sent.
+
+use std::io::{self, Read, Write};
+
+/// Largest frontend message accepted (PostgreSQL's limit is 1 GB - 1).
+pub const MAX_MESSAGE_LEN: usize = (1 << 30) - 1;
+
+const INITIAL_BUFFER: usize = 8192;
+
+/// What the next read from the client produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Incoming {
+    Message {
+        tag: u8,
+        body: Vec<u8>,
+    },
+    /// The client closed the connection (possibly in the middle of a message).
+    Eof,
+    /// The poll function asked to stop waiting.
+    Stopped,
+    /// A message header with an impossible length.
+    BadLength(i64),
+}
+
+enum Fill {
+    Ready,
+    Eof,
+    Stopped,
+}
+
+fn is_retryable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Reads typed messages (`tag`, `int32 length`, body) from a stream, with read-ahead.
+pub struct MessageReader {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for MessageReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MessageReader {
+    pub fn new() -> Self {
+        MessageReader {
+            buf: vec![0; INITIAL_BUFFER],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// True when bytes of a next message are already buffered (the client pipelines).
+    pub fn has_buffered_input(&self) -> bool {
+        self.buffered() > 0
+    }
+
+    /// Makes room so that `n` bytes fit from `start`, growing at most to `n`.
+    fn make_room(&mut self, n: usize) {
+        if self.start > 0 && self.buf.len() - self.start < n {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            let grown = (self.buf.len() * 2).min(n.max(INITIAL_BUFFER));
+            self.buf.resize(grown.max(self.buf.len() + 1), 0);
+        }
+    }
+
+    fn ensure<S: Read>(
+        &mut self,
+        stream: &mut S,
+        n: usize,
+        poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Fill> {
+        while self.buffered() < n {
+            self.make_room(n);
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(Fill::Eof),
+                Ok(k) => self.end += k,
+                Err(e) if is_retryable(&e) => {
+                    if poll() {
+                        return Ok(Fill::Stopped);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Fill::Ready)
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u8> {
+        let v = self.buf[self.start..self.start + n].to_vec();
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > 1 << 20 {
+                self.buf = vec![0; INITIAL_BUFFER];
+            }
+        }
+        v
+    }
+
+    /// Reads one complete message. `poll` is called whenever a read was
+    /// interrupted or timed out; returning true abandons the read.
+    pub fn read_message<S: Read>(
+        &mut self,
+        stream: &mut S,
+        poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Incoming> {
+        match self.ensure(stream, 5, poll)? {
+            Fill::Ready => {}
+            Fill::Eof => return Ok(Incoming::Eof),
+            Fill::Stopped => return Ok(Incoming::Stopped),
+        }
+        let h = &self.buf[self.start..self.start + 5];
+        let tag = h[0];
+        let len = i32::from_be_bytes([h[1], h[2], h[3], h[4]]);
+        if len < 4 || len as usize > MAX_MESSAGE_LEN {
+            return Ok(Incoming::BadLength(len as i64));
+        }
+        let total = 1 + len as usize;
+        match self.ensure(stream, total, poll)? {
+            Fill::Ready => {}
+            Fill::Eof => return Ok(Incoming::Eof),
+            Fill::Stopped => return Ok(Incoming::Stopped),
+        }
+        let mut msg = self.take(total);
+        msg.drain(..5);
+        Ok(Incoming::Message { tag, body: msg })
+    }
+}
+
+/// Fills `buf` exactly, retrying only on EINTR. EOF is `UnexpectedEof`; a
+/// read timeout is returned as the error it is (the caller's start-up
+/// deadline).
+pub fn read_exact_retrying<S: Read>(stream: &mut S, buf: &mut [u8]) -> io::Result<()> {
+    stream.read_exact(buf)
+}
+
+/// Writes all of `bytes` and flushes.
+pub fn send<S: Write>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
+    stream.write_all(bytes)?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that returns its data in fixed-size chunks, with an
+    /// `Interrupted` error before each chunk.
+    struct Choppy {
+        data: Vec<u8>,
+        pos: usize,
+        chunk: usize,
+        interrupt_next: bool,
+    }
+
+    impl Read for Choppy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.interrupt_next {
+                self.interrupt_next = false;
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "eintr"));
+            }
+            self.interrupt_next = true;
+            let n = buf.len().min(self.chunk).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    fn framed(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn reassembles_messages_across_chunks_and_interrupts() {
+        let big = vec![7u8; 100_000];
+        let mut data = framed(b'Q', b"SELECT 1\0");
+        data.extend(framed(b'd', &big));
+        data.extend(framed(b'S', b""));
+        let mut s = Choppy {
+            data,
+            pos: 0,
+            chunk: 3,
+            interrupt_next: true,
+        };
+        let mut r = MessageReader::new();
+        let mut polls = 0;
+        let mut poll = || {
+            polls += 1;
+            false
+        };
+        assert_eq!(
+            r.read_message(&mut s, &mut poll).unwrap(),
+            Incoming::Message {
+                tag: b'Q',
+                body: b"SELECT 1\0".to_vec()
+            }
+        );
+        assert_eq!(
+            r.read_message(&mut s, &mut poll).unwrap(),
+            Incoming::Message {
+                tag: b'd',
+                body: big
+            }
+        );
+        assert_eq!(
+            r.read_message(&mut s, &mut poll).unwrap(),
+            Incoming::Message {
+                tag: b'S',
+                body: vec![]
+            }
+        );
+        assert_eq!(r.read_message(&mut s, &mut poll).unwrap(), Incoming::Eof);
+        assert!(polls > 10);
+    }
+
+    #[test]
+    fn poll_can_stop_a_blocked_read() {
+        let mut s = Choppy {
+            data: vec![],
+            pos: 0,
+            chunk: 1,
+            interrupt_next: true,
+        };
+        let mut r = MessageReader::new();
+        assert_eq!(
+            r.read_message(&mut s, &mut || true).unwrap(),
+            Incoming::Stopped
+        );
+    }
+
+    #[test]
+    fn rejects_bad_lengths_without_allocating() {
+        let mut r = MessageReader::new();
+        let mut s: &[u8] = b"Q\x7f\xff\xff\xff";
+        assert!(matches!(
+            r.read_message(&mut s, &mut || false).unwrap(),
+            Incoming::BadLength(_)
+        ));
+        let mut r = MessageReader::new();
+        let mut s: &[u8] = b"Q\0\0\0\x02";
+        assert_eq!(
+            r.read_message(&mut s, &mut || false).unwrap(),
+            Incoming::BadLength(2)
+        );
+    }
+
+    #[test]
+    fn truncated_message_is_eof() {
+        let mut r = MessageReader::new();
+        let mut s: &[u8] = b"Q\0\0\0\x10abc";
+        assert_eq!(
+            r.read_message(&mut s, &mut || false).unwrap(),
+            Incoming::Eof
+        );
+    }
+}
