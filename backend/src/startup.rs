@@ -142,7 +142,7 @@ pub fn install_end_of_wal(
     crate::xlog::seed_prev_link(shm, prev_pos, end_pos);
 
     let page_start = end - end % BLCKSZ;
-    if end % BLCKSZ != 0 {
+    if !end.is_multiple_of(BLCKSZ) {
         // Load the partial last page; zero what follows the end of WAL.
         let n_buffers = shm.layout().n_buffers as u64;
         let idx = ((page_start / BLCKSZ) % n_buffers) as usize;

@@ -130,7 +130,7 @@ const SAMPLE_EVERY: u64 = 8;
 /// Times `f` into `hist` when `n` is a sampled iteration.
 #[inline]
 fn timed<R>(hist: &LatencyHistogram, n: u64, f: impl FnOnce() -> R) -> R {
-    if n % SAMPLE_EVERY != 0 {
+    if !n.is_multiple_of(SAMPLE_EVERY) {
         return f();
     }
     let t = Instant::now();
@@ -169,8 +169,8 @@ fn run_lwlock(shm: &Shmem, procno: u32) {
     let mut i: u64 = procno as u64;
     while !shutdown_requested() {
         i += 1;
-        let t = (i % SAMPLE_EVERY == 0).then(Instant::now);
-        if i % 5 == 0 {
+        let t = i.is_multiple_of(SAMPLE_EVERY).then(Instant::now);
+        if i.is_multiple_of(5) {
             lock.acquire(&env, LWLockMode::Exclusive);
             // SAFETY: we hold the Test lock exclusively.
             unsafe { area.bump_exclusive() };

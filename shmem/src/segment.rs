@@ -469,9 +469,9 @@ impl Shmem {
             procarray_size: l.procarray_size as u32,
             settings: *settings,
         };
-        // SAFETY (whole block): every offset comes from `Layout::compute`,
-        // is aligned for its type and lies inside the mapping; the caller
-        // guarantees exclusive access.
+        // SAFETY: every offset comes from `Layout::compute`, is aligned for
+        // its type and lies inside the mapping; the caller guarantees
+        // exclusive access (whole block).
         unsafe {
             self.at::<ShmemHeader>(0).write(hdr);
             self.at::<ProcGlobal>(l.off_procglobal).write(ProcGlobal {
@@ -527,7 +527,7 @@ impl Shmem {
     /// writing, reserved) `T`.
     unsafe fn at<T>(&self, off: usize) -> *mut T {
         debug_assert!(off + std::mem::size_of::<T>() <= self.layout.total);
-        debug_assert!(off % std::mem::align_of::<T>() == 0);
+        debug_assert!(off.is_multiple_of(std::mem::align_of::<T>()));
         // SAFETY: the caller guarantees `off` is inside the mapping.
         unsafe { self.base.as_ptr().add(off) as *mut T }
     }

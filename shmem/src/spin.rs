@@ -137,7 +137,7 @@ impl SpinDelay {
         sleep_us(self.cur_delay_us);
         // Grow by a random fraction between 1x and 2x, wrap to the minimum
         // after the maximum (as s_lock.c does).
-        let frac = (self.next_random() % 1000) as u64;
+        let frac = self.next_random() % 1000;
         self.cur_delay_us += self.cur_delay_us * frac / 1000 + 1;
         if self.cur_delay_us > MAX_DELAY_US {
             self.cur_delay_us = MIN_DELAY_US;

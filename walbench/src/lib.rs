@@ -13,16 +13,24 @@
 //! Variants are compared as ratios to `modern` measured in the same run, one
 //! client count at a time, because the machines this runs on are small and
 //! noisy.
+//!
+//! `walbench reproduce NAME` (module `reproduce`) reruns one seed's table
+//! with its own grid, old and new algorithm side by side, and writes JSON,
+//! CSV and an SVG chart. The plain mode's JSON keys are a contract.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod chart;
+pub mod experiments;
+pub mod machine;
+pub mod point;
+pub mod procstat;
+pub mod reproduce;
+
 use backend::workload::{Workload, WORKLOAD_HELP};
-use shmem::segment::segment_name_for;
-use shmem::sync::Ordering;
-use shmem::Shmem;
+use point::PointSpec;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Named variants: the settings that differ from the modern defaults.
 pub const VARIANTS: &[(&str, &[&str], &str)] = &[
@@ -92,7 +100,8 @@ fn help() -> String {
     let mut s = String::from(
         "walbench: measure walshm's WAL throughput per variant, workload and client count
 
-Usage: walbench [--workload KIND ...] [--clients LIST] [--seconds S] [--variant NAME ...]
+Usage: walbench reproduce NAME [...]   (see walbench reproduce --help)
+       walbench [--workload KIND ...] [--clients LIST] [--seconds S] [--variant NAME ...]
                 [--set NAME=VALUE ...] [-D DIR] [--json FILE]
 
   --workload KIND   repeatable or comma-separated; ",
@@ -199,19 +208,48 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
     Ok(Some(o))
 }
 
+fn usage_error(e: &str, help_cmd: &str) -> i32 {
+    eprintln!("walbench: error: {e}");
+    eprintln!("Try \"{help_cmd}\" for more information.");
+    2
+}
+
+fn main_reproduce(args: &[String]) -> i32 {
+    let opts = match reproduce::parse(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{}", reproduce::help());
+            return 0;
+        }
+        Err(e) => return usage_error(&e, "walbench reproduce --help"),
+    };
+    match reproduce::run(&opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("\nwalbench: error: {e}");
+            1
+        }
+    }
+}
+
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match parse(&args) {
+    main_with(&args)
+}
+
+/// `main` with explicit arguments (without the program name): 0 ok, 1 a
+/// failed run, 2 a usage error.
+pub fn main_with(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some("reproduce") {
+        return main_reproduce(&args[1..]);
+    }
+    let opts = match parse(args) {
         Ok(Some(o)) => o,
         Ok(None) => {
             print!("{}", help());
             return 0;
         }
-        Err(e) => {
-            eprintln!("walbench: error: {e}");
-            eprintln!("Try \"walbench --help\" for more information.");
-            return 2;
-        }
+        Err(e) => return usage_error(&e, "walbench --help"),
     };
     match run_all(&opts) {
         Ok(_) => 0,
@@ -283,76 +321,30 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
 }
 
 fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    machine::cores()
 }
 
-fn postmaster_path() -> Result<PathBuf, String> {
+/// The `postmaster` binary next to this executable (or, for a test
+/// executable in `target/<profile>/deps`, in `target/<profile>`).
+pub fn postmaster_path() -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let p = me.with_file_name("postmaster");
     if p.exists() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "postmaster binary not found next to walbench ({})",
-            p.display()
-        ))
+        return Ok(p);
     }
-}
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir, String> {
-        let base = std::env::temp_dir();
-        for n in 0..1000 {
-            let p = base.join(format!("walbench.{}.{n}", std::process::id()));
-            if std::fs::create_dir(&p).is_ok() {
-                return Ok(TempDir(p));
-            }
-        }
-        Err("could not create a temporary directory".into())
+    let dir = me.parent();
+    if let Some(up) = dir
+        .filter(|d| d.file_name().is_some_and(|n| n == "deps"))
+        .and_then(Path::parent)
+        .map(|d| d.join("postmaster"))
+        .filter(|q| q.exists())
+    {
+        return Ok(up);
     }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Kills the server's process group if a point fails half-way.
-struct ServerGuard(Option<Child>);
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            // SAFETY: kill has no memory effects; the group is the server's.
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-            let _ = c.wait();
-        }
-    }
-}
-
-#[derive(Default, Clone, Copy)]
-struct Sample {
-    transactions: u64,
-    records: u64,
-    bytes: u64,
-    syncs: u64,
-}
-
-fn sample(shm: &Shmem, clients: u32) -> Sample {
-    let mut s = Sample::default();
-    for p in &shm.procs()[..clients as usize] {
-        s.transactions += p.counters.transactions.load(Ordering::Relaxed);
-        s.records += p.counters.records.load(Ordering::Relaxed);
-        s.bytes += p.counters.bytes.load(Ordering::Relaxed);
-    }
-    s.syncs = shm.xlog().write.syncs.load(Ordering::Relaxed);
-    s
+    Err(format!(
+        "postmaster binary not found next to walbench ({})",
+        p.display()
+    ))
 }
 
 fn run_point(
@@ -362,107 +354,37 @@ fn run_point(
     clients: u32,
     variant: &str,
 ) -> Result<Run, String> {
-    let tmp;
-    let dir = match &o.datadir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = TempDir::new()?;
-            tmp.0.join("data")
-        }
-    };
-    let needs_init = !dir.join("global").join("pg_control").exists();
-    if needs_init {
-        let out = Command::new(postmaster)
-            .args(["init", "-D"])
-            .arg(&dir)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "init failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    let log_path = dir.with_file_name(format!("walbench-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     let (_, variant_sets, _) = VARIANTS
         .iter()
         .find(|(n, _, _)| *n == variant)
-        .expect("validated");
-    let mut cmd = Command::new(postmaster);
-    cmd.args(["start", "-D"]).arg(&dir);
-    for s in o
-        .sets
-        .iter()
-        .map(String::as_str)
-        .chain(variant_sets.iter().copied())
-    {
-        cmd.args(["--set", s]);
-    }
-    cmd.args(["--workers", &clients.to_string(), "--workload", workload])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start postmaster: {e}"))?;
-    let mut guard = ServerGuard(Some(child));
-    let server_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-
-    wait_ready(&log_path, Duration::from_secs(60)).map_err(|e| format!("{e}\n{}", server_log()))?;
-    let canon = dir.canonicalize().map_err(|e| e.to_string())?;
-    let shm = Shmem::attach(&segment_name_for(&canon), None).map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_secs_f64((o.seconds / 4.0).min(0.5)));
-    let t0 = Instant::now();
-    let s0 = sample(&shm, clients);
-    std::thread::sleep(Duration::from_secs_f64(o.seconds));
-    let s1 = sample(&shm, clients);
-    let dt = t0.elapsed().as_secs_f64();
-    drop(shm);
-
-    let child = guard.0.take().expect("server running");
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&log_path);
-    if !out.status.success() {
-        return Err(format!(
-            "postmaster for {variant} {workload} clients {clients} exited with {}\n{}",
-            out.status,
-            server_log()
-        ));
-    }
-    let transactions = s1.transactions - s0.transactions;
+        .ok_or_else(|| format!("unknown variant \"{variant}\""))?;
+    let spec = PointSpec {
+        workload: workload.to_string(),
+        clients,
+        seconds: o.seconds,
+        sets: o
+            .sets
+            .iter()
+            .cloned()
+            .chain(variant_sets.iter().map(|s| s.to_string()))
+            .collect(),
+        datadir: o.datadir.clone(),
+        temp_base: std::env::temp_dir(),
+        keep_at: None,
+    };
+    let m = point::measure(postmaster, &spec)
+        .map_err(|e| format!("{variant} {workload} clients {clients}: {e}"))?;
     Ok(Run {
         variant: variant.to_string(),
         workload: workload.to_string(),
         clients,
-        seconds: dt,
-        transactions,
-        records: s1.records - s0.records,
-        bytes: s1.bytes - s0.bytes,
-        wal_syncs: s1.syncs - s0.syncs,
-        tps: transactions as f64 / dt,
+        seconds: m.seconds,
+        transactions: m.transactions,
+        records: m.records,
+        bytes: m.bytes,
+        wal_syncs: m.wal_syncs,
+        tps: m.transactions as f64 / m.seconds,
     })
-}
-
-fn wait_ready(log: &Path, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains("ready to accept connections") {
-            return Ok(());
-        }
-        if text.contains("FATAL") {
-            return Err("postmaster failed to start".into());
-        }
-        if Instant::now() > deadline {
-            return Err("postmaster did not become ready in time".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The results as a table: one row per workload, client count and variant,
@@ -501,7 +423,7 @@ pub fn table(runs: &[Run]) -> String {
     s
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut o = String::from("\"");
     for c in s.chars() {
         match c {

@@ -1,0 +1,286 @@
+//! Hand-written SVG charts in the style of the seeds' graphs: TPS against
+//! client count on a log axis, one line per variant with min–max whiskers,
+//! a legend, and one panel per record size.
+//!
+//! Invariants: the output is self-contained SVG 1.1 (no scripts, no external
+//! fonts), every series is exactly one `<polyline>` (tests count them), and
+//! every text is XML-escaped.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+pub struct Series {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+pub struct Panel {
+    pub title: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+}
+
+const COLORS: &[&str] = &[
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
+const PW: f64 = 460.0;
+const PH: f64 = 320.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 50.0;
+const HEADER: f64 = 60.0;
+
+/// Refuses chart paths walbench cannot write.
+pub fn check_path(p: &Path) -> Result<(), String> {
+    match p.extension().and_then(|e| e.to_str()) {
+        Some("svg") => Ok(()),
+        Some("png") => Err(format!(
+            "--chart {}: walbench writes SVG only (no PNG renderer is built in); write .svg \
+             and convert it, e.g. rsvg-convert -o chart.png chart.svg",
+            p.display()
+        )),
+        _ => Err(format!(
+            "--chart {}: the chart file must end in .svg",
+            p.display()
+        )),
+    }
+}
+
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A "nice" axis maximum and step for values up to `max`.
+pub fn nice_axis(max: f64) -> (f64, f64) {
+    let max = if max > 0.0 { max } else { 1.0 };
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    ((max / step).ceil() * step, step)
+}
+
+pub fn fmt_tick(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{}M", trim(v / 1e6))
+    } else if v >= 1e3 {
+        format!("{}k", trim(v / 1e3))
+    } else {
+        trim(v)
+    }
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The whole chart: panels side by side (two per row).
+pub fn svg(title: &str, subtitle: &str, panels: &[Panel]) -> String {
+    let cols = panels.len().clamp(1, 2);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let w = PW * 2.0;
+    let h = HEADER + PH * rows as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{w}\" height=\"{h}\" \
+         viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"10\" y=\"42\" font-size=\"11\" fill=\"#555\">{}</text>\n",
+        esc(title),
+        esc(subtitle)
+    );
+    for (i, p) in panels.iter().enumerate() {
+        let ox = PW * (i % cols) as f64;
+        let oy = HEADER + PH * (i / cols) as f64;
+        panel(&mut s, p, ox, oy);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
+    let pts = || p.series.iter().flat_map(|x| x.points.iter());
+    let xmin = pts().map(|q| q.x).fold(f64::INFINITY, f64::min).max(1.0);
+    let xmax = pts().map(|q| q.x).fold(0.0, f64::max).max(xmin);
+    let (ymax, ystep) = nice_axis(pts().map(|q| q.hi.max(q.y)).fold(0.0, f64::max));
+    let (lx, ly) = (xmin.log2(), xmax.log2());
+    let (x0, x1) = (ox + LEFT, ox + PW - RIGHT);
+    let (y0, y1) = (oy + PH - BOTTOM, oy + TOP);
+    let sx = |x: f64| {
+        if ly > lx {
+            x0 + (x.max(1.0).log2() - lx) / (ly - lx) * (x1 - x0)
+        } else {
+            (x0 + x1) / 2.0
+        }
+    };
+    let sy = |y: f64| y0 - y / ymax * (y0 - y1);
+    let _ = writeln!(
+        s,
+        "<g class=\"panel\"><text x=\"{:.1}\" y=\"{:.1}\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>",
+        (x0 + x1) / 2.0,
+        oy + 22.0,
+        esc(&p.title)
+    );
+    // Grid and y ticks.
+    let mut v = 0.0;
+    while v <= ymax + ystep / 2.0 {
+        let y = sy(v);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{x1:.1}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            x0 - 5.0,
+            y + 4.0,
+            fmt_tick(v)
+        );
+        v += ystep;
+    }
+    // X ticks at the measured client counts.
+    let mut xs: Vec<f64> = pts().map(|q| q.x).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    for x in &xs {
+        let px = sx(*x);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{px:.1}\" y1=\"{y0:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>\
+             <text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            y0 + 4.0,
+            y0 + 17.0,
+            fmt_tick(*x)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<rect x=\"{x0:.1}\" y=\"{y1:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"#333\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">clients (log scale)</text>\
+         <text transform=\"translate({:.1},{:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+        x1 - x0,
+        y0 - y1,
+        (x0 + x1) / 2.0,
+        y0 + 35.0,
+        ox + 14.0,
+        (y0 + y1) / 2.0,
+        esc(&p.y_label)
+    );
+    for (i, ser) in p.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let line: Vec<String> = ser
+            .points
+            .iter()
+            .map(|q| format!("{:.1},{:.1}", sx(q.x), sy(q.y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline class=\"series\" data-variant=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+            esc(&ser.name),
+            line.join(" ")
+        );
+        for q in &ser.points {
+            let (px, py) = (sx(q.x), sy(q.y));
+            let _ = writeln!(
+                s,
+                "<line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\"/>\
+                 <circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"><title>{} {} clients: {:.0} tps [{:.0}-{:.0}]</title></circle>",
+                sy(q.lo),
+                sy(q.hi),
+                esc(&ser.name),
+                q.x,
+                q.y,
+                q.lo,
+                q.hi
+            );
+        }
+        let lyy = y1 + 14.0 + 16.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{:.1}\" y1=\"{lyy:.1}\" x2=\"{:.1}\" y2=\"{lyy:.1}\" stroke=\"{color}\" stroke-width=\"2\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            x1 - 130.0,
+            x1 - 110.0,
+            x1 - 105.0,
+            lyy + 4.0,
+            esc(&ser.name)
+        );
+    }
+    s.push_str("</g>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn svg_has_one_polyline_per_series_per_panel() {
+        let series = |n: &str| Series {
+            name: n.into(),
+            points: vec![
+                Point {
+                    x: 1.0,
+                    y: 10.0,
+                    lo: 9.0,
+                    hi: 11.0,
+                },
+                Point {
+                    x: 4.0,
+                    y: 30.0,
+                    lo: 25.0,
+                    hi: 35.0,
+                },
+            ],
+        };
+        let panels = vec![
+            Panel {
+                title: "16".into(),
+                y_label: "tps".into(),
+                series: vec![series("a<b"), series("c")],
+            },
+            Panel {
+                title: "64".into(),
+                y_label: "tps".into(),
+                series: vec![series("a<b"), series("c")],
+            },
+        ];
+        let s = svg("t & t", "m", &panels);
+        assert!(s.starts_with("<svg"));
+        assert!(s.trim_end().ends_with("</svg>"));
+        assert_eq!(s.matches("<polyline").count(), 4);
+        assert!(s.contains("a&lt;b") && s.contains("t &amp; t"));
+        assert!(!s.contains("NaN"));
+        // A single point and an empty panel draw without NaN.
+        let one = vec![Panel {
+            title: "x".into(),
+            y_label: "y".into(),
+            series: vec![Series {
+                name: "s".into(),
+                points: vec![Point {
+                    x: 2.0,
+                    y: 0.0,
+                    lo: 0.0,
+                    hi: 0.0,
+                }],
+            }],
+        }];
+        assert!(!svg("t", "m", &one).contains("NaN"));
+        assert_eq!(nice_axis(0.0), (1.0, 0.2));
+        assert_eq!(nice_axis(380_000.0), (400_000.0, 100_000.0));
+        assert_eq!(fmt_tick(250_000.0), "250k");
+        assert!(check_path(Path::new("a.png")).unwrap_err().contains("PNG"));
+        assert!(check_path(Path::new("a.svg")).is_ok());
+    }
+}

@@ -1,0 +1,281 @@
+//! One measured point: a fresh postmaster with given settings, workload and
+//! client count, sampled through shared memory over a timed window.
+//!
+//! Invariants: every number returned comes from the runtime's own counters
+//! (per-proc transaction/record/byte counters, the WAL write counters, the
+//! per-proc latency histograms) read as deltas over the window, so start-up
+//! and shutdown never count; `records_at_exit` is read after the server has
+//! exited, from our still-mapped segment, so it equals what the backends
+//! wrote to WAL in the whole run. The server runs in its own process group
+//! and is killed if the point fails half-way.
+
+use crate::procstat::{self, TreeSample};
+use shmem::histogram::{quantile, BUCKETS};
+use shmem::segment::segment_name_for;
+use shmem::sync::Ordering;
+use shmem::Shmem;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to run for one point.
+#[derive(Clone, Debug)]
+pub struct PointSpec {
+    pub workload: String,
+    pub clients: u32,
+    pub seconds: f64,
+    /// `--set` assignments, in order (later wins).
+    pub sets: Vec<String>,
+    /// Reuse this data directory (initialized if empty).
+    pub datadir: Option<PathBuf>,
+    /// Where fresh temporary data directories go.
+    pub temp_base: PathBuf,
+    /// Keep the data directory at this path (must not exist yet).
+    pub keep_at: Option<PathBuf>,
+}
+
+/// The counters of one point.
+#[derive(Clone, Debug, Default)]
+pub struct Measured {
+    pub seconds: f64,
+    pub transactions: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub wal_syncs: u64,
+    pub wal_writes: u64,
+    pub preinit_pages: u64,
+    pub backend_init_pages: u64,
+    pub buffer_full_waits: u64,
+    /// Records the backends inserted over the whole run (read after exit).
+    pub records_at_exit: u64,
+    pub latency_ns_p50: Option<u64>,
+    pub latency_ns_p99: Option<u64>,
+    /// CPU time of the server's processes over the window / window length.
+    pub cpu_cores: f64,
+    /// Resident memory of the server's processes at the end of the window.
+    pub mem_bytes: u64,
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new_in(base: &Path) -> Result<TempDir, String> {
+        for n in 0..1000 {
+            let p = base.join(format!("walbench.{}.{n}", std::process::id()));
+            if std::fs::create_dir(&p).is_ok() {
+                return Ok(TempDir(p));
+            }
+        }
+        Err(format!(
+            "could not create a temporary directory in \"{}\"",
+            base.display()
+        ))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Kills the server's process group if a point fails half-way.
+struct ServerGuard(Option<Child>);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            // SAFETY: kill has no memory effects; the group is the server's.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct Sample {
+    transactions: u64,
+    records: u64,
+    bytes: u64,
+    syncs: u64,
+    writes: u64,
+    preinit: u64,
+    backend_init: u64,
+    full_waits: u64,
+    hist: Vec<u64>,
+}
+
+fn sample(shm: &Shmem, clients: u32) -> Sample {
+    let mut s = Sample {
+        hist: vec![0; BUCKETS],
+        ..Sample::default()
+    };
+    for (i, p) in shm.procs()[..clients as usize].iter().enumerate() {
+        s.transactions += p.counters.transactions.load(Ordering::Relaxed);
+        s.records += p.counters.records.load(Ordering::Relaxed);
+        s.bytes += p.counters.bytes.load(Ordering::Relaxed);
+        for (acc, v) in s
+            .hist
+            .iter_mut()
+            .zip(shm.latency_histogram(i as u32).snapshot())
+        {
+            *acc += v;
+        }
+    }
+    let x = shm.xlog();
+    s.syncs = x.write.syncs.load(Ordering::Relaxed);
+    s.writes = x.write.writes.load(Ordering::Relaxed);
+    s.preinit = x.bufmap.preinit_pages.load(Ordering::Relaxed);
+    s.backend_init = x.bufmap.backend_init_pages.load(Ordering::Relaxed);
+    s.full_waits = x.bufmap.buffer_full_waits.load(Ordering::Relaxed);
+    s
+}
+
+fn init_datadir(postmaster: &Path, dir: &Path) -> Result<(), String> {
+    if dir.join("global").join("pg_control").exists() {
+        return Ok(());
+    }
+    let out = Command::new(postmaster)
+        .args(["init", "-D"])
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("could not run postmaster init: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "postmaster init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Runs one point end to end.
+pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
+    let tmp;
+    let dir = match (&p.keep_at, &p.datadir) {
+        (Some(k), _) => {
+            std::fs::create_dir_all(k.parent().unwrap_or(Path::new(".")))
+                .map_err(|e| format!("could not create \"{}\": {e}", k.display()))?;
+            k.clone()
+        }
+        (None, Some(d)) => d.clone(),
+        (None, None) => {
+            tmp = TempDir::new_in(&p.temp_base)?;
+            tmp.0.join("data")
+        }
+    };
+    init_datadir(postmaster, &dir)?;
+    let log_path = dir.with_file_name(format!(
+        "walbench-{}-{}.log",
+        std::process::id(),
+        dir.file_name().and_then(|s| s.to_str()).unwrap_or("data")
+    ));
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("could not create \"{}\": {e}", log_path.display()))?;
+    let mut cmd = Command::new(postmaster);
+    cmd.args(["start", "-D"]).arg(&dir);
+    for s in &p.sets {
+        cmd.args(["--set", s]);
+    }
+    cmd.args([
+        "--workers",
+        &p.clients.to_string(),
+        "--workload",
+        &p.workload,
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(log);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start postmaster: {e}"))?;
+    let pgid = child.id() as i32;
+    let mut guard = ServerGuard(Some(child));
+    let server_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let fail = |e: String| format!("{e}\n{}", server_log());
+
+    // Start-up of thousands of backends takes a while on a small machine.
+    let ready_timeout = Duration::from_secs(60 + u64::from(p.clients) / 20);
+    wait_ready(&log_path, ready_timeout).map_err(fail)?;
+    let canon = dir.canonicalize().map_err(|e| e.to_string())?;
+    let shm = Shmem::attach(&segment_name_for(&canon), None).map_err(|e| fail(e.to_string()))?;
+    std::thread::sleep(Duration::from_secs_f64((p.seconds / 4.0).min(0.5)));
+    let c0 = procstat::sample_group(pgid);
+    let t0 = Instant::now();
+    let s0 = sample(&shm, p.clients);
+    std::thread::sleep(Duration::from_secs_f64(p.seconds));
+    let s1 = sample(&shm, p.clients);
+    let dt = t0.elapsed().as_secs_f64();
+    let c1 = procstat::sample_group(pgid);
+
+    let child = guard.0.take().expect("server running");
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pgid, libc::SIGTERM) };
+    let mut child = child;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    // The segment is unlinked at exit but stays mapped here: the final
+    // counters are the whole run's.
+    let records_at_exit = sample(&shm, p.clients).records;
+    drop(shm);
+    let log_text = server_log();
+    let _ = std::fs::remove_file(&log_path);
+    if !status.success() {
+        return Err(format!(
+            "postmaster ({} with {} clients) exited with {status}\n{log_text}",
+            p.workload, p.clients
+        ));
+    }
+    Ok(combine(&s0, &s1, dt, &c0, &c1, records_at_exit))
+}
+
+fn combine(
+    s0: &Sample,
+    s1: &Sample,
+    dt: f64,
+    c0: &TreeSample,
+    c1: &TreeSample,
+    records_at_exit: u64,
+) -> Measured {
+    let hist: Vec<u64> = s1
+        .hist
+        .iter()
+        .zip(&s0.hist)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    Measured {
+        seconds: dt,
+        transactions: s1.transactions - s0.transactions,
+        records: s1.records - s0.records,
+        bytes: s1.bytes - s0.bytes,
+        wal_syncs: s1.syncs - s0.syncs,
+        wal_writes: s1.writes - s0.writes,
+        preinit_pages: s1.preinit - s0.preinit,
+        backend_init_pages: s1.backend_init - s0.backend_init,
+        buffer_full_waits: s1.full_waits - s0.full_waits,
+        records_at_exit,
+        latency_ns_p50: quantile(&hist, 0.5),
+        latency_ns_p99: quantile(&hist, 0.99),
+        cpu_cores: procstat::cpu_cores_between(c0, c1, dt),
+        mem_bytes: c1.mem_bytes(),
+    }
+}
+
+fn wait_ready(log: &Path, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("ready to accept connections") {
+            return Ok(());
+        }
+        if text.contains("FATAL") {
+            return Err("postmaster failed to start".into());
+        }
+        if Instant::now() > deadline {
+            return Err("postmaster did not become ready in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

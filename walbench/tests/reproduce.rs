@@ -1,0 +1,433 @@
+//! End-to-end tests of `walbench reproduce`: every experiment on a tiny grid
+//! (one size, two client counts, a fraction of a second) against real
+//! postmasters, checking the JSON, CSV and SVG it writes, and one point's
+//! record count against the WAL on disk; plus the usage errors.
+//!
+//! The postmaster binary is looked up in target/<profile>/ (the root package
+//! builds it for `cargo test --workspace`); without it the end-to-end tests
+//! print a loud SKIPPED message and pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use walbench::reproduce;
+
+fn postmaster() -> Option<PathBuf> {
+    match walbench::postmaster_path() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("\n*** SKIPPED: {e}; build it with `cargo build --bins` ***\n");
+            None
+        }
+    }
+}
+
+fn args(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_string).collect()
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("walbench-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// A minimal JSON parser: enough to validate walbench's output.
+#[derive(Debug, Clone, PartialEq)]
+enum J {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<J>),
+    Obj(Vec<(String, J)>),
+}
+
+impl J {
+    fn get(&self, k: &str) -> Option<&J> {
+        match self {
+            J::Obj(v) => v.iter().find(|(n, _)| n == k).map(|(_, x)| x),
+            _ => None,
+        }
+    }
+    fn num(&self, k: &str) -> f64 {
+        match self.get(k) {
+            Some(J::Num(n)) => *n,
+            other => panic!("{k} is not a number: {other:?}"),
+        }
+    }
+    fn str(&self, k: &str) -> &str {
+        match self.get(k) {
+            Some(J::Str(s)) => s,
+            other => panic!("{k} is not a string: {other:?}"),
+        }
+    }
+}
+
+struct P<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl P<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> Result<(), String> {
+        self.ws();
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(format!("expected '{}' at {}", c as char, self.i))
+        }
+    }
+    fn value(&mut self) -> Result<J, String> {
+        self.ws();
+        match self.s.get(self.i) {
+            Some(b'{') => {
+                self.i += 1;
+                let mut v = vec![];
+                self.ws();
+                if self.s.get(self.i) == Some(&b'}') {
+                    self.i += 1;
+                    return Ok(J::Obj(v));
+                }
+                loop {
+                    self.ws();
+                    let J::Str(k) = self.value()? else {
+                        return Err(format!("key expected at {}", self.i));
+                    };
+                    self.eat(b':')?;
+                    v.push((k, self.value()?));
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b'}') => {
+                            self.i += 1;
+                            return Ok(J::Obj(v));
+                        }
+                        _ => return Err(format!("bad object at {}", self.i)),
+                    }
+                }
+            }
+            Some(b'[') => {
+                self.i += 1;
+                let mut v = vec![];
+                self.ws();
+                if self.s.get(self.i) == Some(&b']') {
+                    self.i += 1;
+                    return Ok(J::Arr(v));
+                }
+                loop {
+                    v.push(self.value()?);
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b']') => {
+                            self.i += 1;
+                            return Ok(J::Arr(v));
+                        }
+                        _ => return Err(format!("bad array at {}", self.i)),
+                    }
+                }
+            }
+            Some(b'"') => {
+                self.i += 1;
+                let mut out = String::new();
+                while let Some(&c) = self.s.get(self.i) {
+                    self.i += 1;
+                    match c {
+                        b'"' => return Ok(J::Str(out)),
+                        b'\\' => {
+                            let e = *self.s.get(self.i).ok_or("eof")?;
+                            self.i += 1;
+                            match e {
+                                b'u' => {
+                                    let h = std::str::from_utf8(&self.s[self.i..self.i + 4])
+                                        .map_err(|e| e.to_string())?;
+                                    let n =
+                                        u32::from_str_radix(h, 16).map_err(|e| e.to_string())?;
+                                    out.push(char::from_u32(n).ok_or("bad escape")?);
+                                    self.i += 4;
+                                }
+                                b'n' => out.push('\n'),
+                                b't' => out.push('\t'),
+                                other => out.push(other as char),
+                            }
+                        }
+                        c if c < 0x20 => return Err("control character in string".into()),
+                        c => out.push(c as char),
+                    }
+                }
+                Err("unterminated string".into())
+            }
+            Some(b't') if self.s[self.i..].starts_with(b"true") => {
+                self.i += 4;
+                Ok(J::Bool(true))
+            }
+            Some(b'f') if self.s[self.i..].starts_with(b"false") => {
+                self.i += 5;
+                Ok(J::Bool(false))
+            }
+            Some(b'n') if self.s[self.i..].starts_with(b"null") => {
+                self.i += 4;
+                Ok(J::Null)
+            }
+            _ => {
+                let st = self.i;
+                while self.i < self.s.len() && b"+-.eE0123456789".contains(&self.s[self.i]) {
+                    self.i += 1;
+                }
+                std::str::from_utf8(&self.s[st..self.i])
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .map(J::Num)
+                    .ok_or_else(|| format!("bad value at {st}"))
+            }
+        }
+    }
+}
+
+fn parse_json(text: &str) -> J {
+    let mut p = P {
+        s: text.as_bytes(),
+        i: 0,
+    };
+    let v = p
+        .value()
+        .unwrap_or_else(|e| panic!("invalid JSON ({e}): {text}"));
+    p.ws();
+    assert_eq!(p.i, text.len(), "trailing data in JSON");
+    v
+}
+
+/// Runs one experiment on a tiny grid and validates its three files;
+/// returns the parsed JSON.
+fn tiny(name: &str, size: Option<&str>, extra: &str, dir: &Path) -> J {
+    let (json, csv, svg) = (dir.join("r.json"), dir.join("r.csv"), dir.join("r.svg"));
+    let mut a = format!(
+        "{name} --clients 1,2 --seconds 0.15 --repeat 1 --json {} --csv {} --chart {} {extra}",
+        json.display(),
+        csv.display(),
+        svg.display()
+    );
+    if let Some(s) = size {
+        a.push_str(&format!(" --sizes {s}"));
+    }
+    let o = reproduce::parse(&args(&a)).unwrap().unwrap();
+    let nvariants = o.variants.len();
+    reproduce::run(&o).unwrap_or_else(|e| panic!("{name}: {e}"));
+
+    let j = parse_json(&std::fs::read_to_string(&json).unwrap());
+    assert_eq!(j.str("reproduce"), name);
+    assert_eq!(j.num("repeat"), 1.0);
+    assert!(j.get("machine").unwrap().num("cores") >= 1.0);
+    let Some(J::Arr(runs)) = j.get("runs") else {
+        panic!("no runs")
+    };
+    assert_eq!(runs.len(), 2 * nvariants, "{name}");
+    for r in runs {
+        for k in [
+            "clients",
+            "seconds",
+            "transactions",
+            "tps",
+            "tps_min",
+            "tps_max",
+            "records",
+            "bytes",
+        ] {
+            assert!(r.num(k) >= 0.0, "{name} {k}");
+        }
+        for k in ["variant", "workload"] {
+            assert!(!r.str(k).is_empty());
+        }
+        assert!(r.get("latency_us_p50").is_some() && r.get("latency_us_p99").is_some());
+        assert!(r.num("tps") > 0.0, "{name}: no throughput in {r:?}");
+        assert!(r.num("tps_min") <= r.num("tps") && r.num("tps") <= r.num("tps_max"));
+        // The rate is the counters' delta over the window.
+        let per_tx = r.num("records_per_transaction");
+        let tx = if r.get("transactions_derived") == Some(&J::Bool(true)) {
+            (r.num("records") / per_tx).floor()
+        } else {
+            r.num("transactions")
+        };
+        assert_eq!(r.num("transactions"), tx, "{name}");
+        let tps = r.num("records") / per_tx / r.num("seconds");
+        if r.str("workload").starts_with("emit") {
+            assert!(
+                (tps - r.num("tps")).abs() <= tps * 0.01 + 1.0,
+                "{name}: {tps} vs {r:?}"
+            );
+            assert!(r.num("records_at_exit") >= r.num("records"));
+        }
+    }
+
+    let c = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = c.lines().collect();
+    assert_eq!(lines[0], reproduce::CSV_HEADER);
+    assert_eq!(lines.len(), 1 + 2 * nvariants);
+    let cols = lines[0].split(',').count();
+    for l in &lines[1..] {
+        assert_eq!(l.split(',').count(), cols, "{l}");
+        assert!(l.starts_with(&format!("{name},")));
+    }
+
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg"), "{name}");
+    assert!(s.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        s.matches("<polyline").count(),
+        nvariants,
+        "{name}: one line per variant"
+    );
+    assert!(!s.contains("NaN"));
+    j
+}
+
+#[test]
+fn atomic_insertingat_and_its_wal() {
+    let Some(pm) = postmaster() else { return };
+    let d = Scratch::new("000");
+    let keep = d.0.join("data");
+    let j = tiny(
+        "atomic-insertingat",
+        Some("16"),
+        &format!("--keep-data {}", keep.display()),
+        &d.0,
+    );
+    // One point: what the runtime counted equals the logical messages in
+    // the WAL on disk (kept by wal_keep_size=100GB).
+    let Some(J::Arr(runs)) = j.get("runs") else {
+        panic!()
+    };
+    let r = runs
+        .iter()
+        .find(|r| r.str("variant") == "atomic" && r.num("clients") == 1.0)
+        .unwrap();
+    let dir = keep.join("atomic-16-c1-r1");
+    let out = Command::new(&pm)
+        .args(["waldump", "-D"])
+        .arg(&dir)
+        .args(["--quiet", "--stats"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("clean end of WAL") || text.contains("end of WAL"),
+        "{text}"
+    );
+    let in_wal: f64 = text
+        .lines()
+        .find(|l| l.starts_with("LogicalMessage"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no LogicalMessage line in\n{text}"));
+    assert_eq!(in_wal, r.num("records_at_exit"), "{text}");
+    assert!(in_wal >= r.num("records") && r.num("records") > 0.0);
+}
+
+#[test]
+fn insert_locks_tiny() {
+    if postmaster().is_none() {
+        return;
+    }
+    let d = Scratch::new("001");
+    let j = tiny("insert-locks", Some("8000"), "", &d.0);
+    let Some(J::Arr(runs)) = j.get("runs") else {
+        panic!()
+    };
+    assert!(runs
+        .iter()
+        .all(|r| r.num("records_per_transaction") == 13.0));
+    assert!(runs
+        .iter()
+        .all(|r| r.get("transactions_derived") == Some(&J::Bool(true))));
+}
+
+#[test]
+fn lwlock_queue_tiny() {
+    if postmaster().is_none() {
+        return;
+    }
+    let d = Scratch::new("002");
+    tiny("lwlock-queue", None, "", &d.0);
+}
+
+#[test]
+fn parallel_insert_tiny() {
+    if postmaster().is_none() {
+        return;
+    }
+    let d = Scratch::new("003");
+    let j = tiny("parallel-insert", Some("16"), "", &d.0);
+    let Some(J::Arr(runs)) = j.get("runs") else {
+        panic!()
+    };
+    assert!(runs
+        .iter()
+        .all(|r| r.num("records_per_transaction") == 10000.0));
+}
+
+#[test]
+fn group_xid_clear_tiny() {
+    if postmaster().is_none() {
+        return;
+    }
+    let d = Scratch::new("004");
+    tiny("group-xid-clear", None, "", &d.0);
+}
+
+#[test]
+fn lockfree_reserve_tiny() {
+    if postmaster().is_none() {
+        return;
+    }
+    let d = Scratch::new("lf");
+    tiny("lockfree-reserve", Some("16"), "", &d.0);
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    for a in [
+        "reproduce nope",
+        "reproduce",
+        "reproduce lwlock-queue --clients 0",
+        "reproduce atomic-insertingat --sizes 99999999999",
+        "reproduce atomic-insertingat --sizes 67108865",
+        "reproduce lwlock-queue --chart out.jpg",
+        "reproduce lwlock-queue --bogus",
+        "--clients 0",
+        "--workload emit:99999999999",
+    ] {
+        assert_eq!(walbench::main_with(&args(a)), 2, "{a}");
+    }
+    let e = reproduce::parse(&args("atomic-insertingat --sizes 67108865"))
+        .err()
+        .unwrap();
+    assert!(e.contains("maximum record length"), "{e}");
+    let e = reproduce::parse(&args("nope")).err().unwrap();
+    assert!(
+        e.contains("unknown experiment") && e.contains("atomic-insertingat"),
+        "{e}"
+    );
+}
