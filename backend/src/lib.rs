@@ -7,6 +7,7 @@ pub mod checkpointer;
 pub mod control;
 pub mod procarray;
 pub mod process;
+pub mod session;
 pub mod startup;
 pub mod walfile;
 pub mod workload;

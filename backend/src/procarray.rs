@@ -95,8 +95,9 @@ impl<'a> ProcArray<'a> {
         lock.release(env);
     }
 
-    /// Assigns a new top-level XID and publishes it in our proc.
-    pub fn assign_xid(&self, env: &LockEnv) -> u32 {
+    /// Assigns a new top-level XID, publishes it in our proc, and returns
+    /// its full (epoch-extended) form.
+    pub fn assign_xid(&self, env: &LockEnv) -> u64 {
         let lock = self.shm.named_lock(NamedLock::XidGen);
         let xs = self.shm.xid_state();
         lock.acquire(env, LWLockMode::Exclusive);
@@ -112,7 +113,7 @@ impl<'a> ProcArray<'a> {
         // before any later assignment a snapshot could see).
         self.proc.xid.store(xid, Ordering::Relaxed);
         lock.release(env);
-        xid
+        full
     }
 
     /// Takes a snapshot under ProcArrayLock shared (GetSnapshotData).

@@ -12,7 +12,7 @@
 //! the process reported (FATAL), 2 = quit on request; anything else or a
 //! signal = crash.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 /// Set by SIGTERM: finish the current unit of work and exit cleanly.
 pub static SHUTDOWN_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -26,7 +26,46 @@ extern "C" fn on_sigterm(_: libc::c_int) {
     SHUTDOWN_REQUESTED.store(true, Ordering::Relaxed);
 }
 
+/// Set by SIGINT in a connection backend: cancel the running statement.
+pub static CANCEL_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// A connection backend's client socket and the bytes to send it if the
+/// postmaster orders an immediate quit (prepared before any signal).
+static CLIENT_FD: AtomicI32 = AtomicI32::new(-1);
+static QUIT_MSG: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static QUIT_MSG_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers the client socket and the message SIGQUIT sends it.
+pub fn set_quit_message(fd: i32, msg: Vec<u8>) {
+    let msg: &'static mut [u8] = Box::leak(msg.into_boxed_slice());
+    QUIT_MSG_LEN.store(msg.len(), Ordering::Relaxed);
+    QUIT_MSG.store(msg.as_mut_ptr(), Ordering::Release);
+    CLIENT_FD.store(fd, Ordering::Release);
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    CANCEL_REQUESTED.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT request a cancel (connection backends).
+pub fn enable_cancel_signal() {
+    set_handler(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+}
+
 extern "C" fn on_sigquit(_: libc::c_int) {
+    let fd = CLIENT_FD.load(Ordering::Acquire);
+    let msg = QUIT_MSG.load(Ordering::Acquire);
+    if fd >= 0 && !msg.is_null() {
+        // SAFETY: write(2) is async-signal-safe; `msg` points to a leaked
+        // buffer of QUIT_MSG_LEN bytes that is never freed.
+        unsafe {
+            libc::write(
+                fd,
+                msg as *const libc::c_void,
+                QUIT_MSG_LEN.load(Ordering::Relaxed),
+            )
+        };
+    }
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(EXIT_QUIT) };
 }

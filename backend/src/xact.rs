@@ -32,6 +32,7 @@ pub struct Xact<'a> {
     /// The last XID we committed, checked against the next snapshot.
     last_committed: u32,
     xid: u32,
+    full_xid: u64,
     wrote_wal: bool,
     commit_buf: RecordBuf,
 }
@@ -49,6 +50,7 @@ impl<'a> Xact<'a> {
             snapshot: Snapshot::default(),
             last_committed: 0,
             xid: 0,
+            full_xid: 0,
             wrote_wal: false,
             commit_buf: RecordBuf::default(),
         }
@@ -67,9 +69,48 @@ impl<'a> Xact<'a> {
     /// Our XID, assigning one on first use (GetCurrentTransactionId).
     pub fn xid(&mut self) -> u32 {
         if self.xid == 0 {
-            self.xid = self.procarray.assign_xid(&self.xlog.env);
+            self.full_xid = self.procarray.assign_xid(&self.xlog.env);
+            self.xid = self.full_xid as u32;
         }
         self.xid
+    }
+
+    /// Our XID in its 64-bit form (txid_current), assigning one if needed.
+    pub fn full_xid(&mut self) -> u64 {
+        self.xid();
+        self.full_xid
+    }
+
+    /// Does the current transaction have an XID?
+    pub fn has_xid(&self) -> bool {
+        self.xid != 0
+    }
+
+    pub fn set_synchronous(&mut self, on: bool) {
+        self.synchronous = on;
+    }
+
+    pub fn synchronous(&self) -> bool {
+        self.synchronous
+    }
+
+    /// Aborts: an ABORT record if an XID was assigned (never flushed: an
+    /// abort needs no durability), then the XID is cleared.
+    pub fn abort(&mut self) -> Option<Inserted> {
+        if self.xid == 0 {
+            return None;
+        }
+        let xid = self.xid;
+        self.commit_buf = walformat::RecordBuf::new(
+            xid,
+            walformat::RM_XACT_ID,
+            walformat::XLOG_XACT_ABORT,
+            &[&walformat::pg_now_us().to_le_bytes()],
+        );
+        let at = self.xlog.insert(&mut self.commit_buf);
+        self.procarray.end_transaction(&self.xlog.env, xid);
+        self.xid = 0;
+        Some(at)
     }
 
     /// Inserts a record of this transaction.

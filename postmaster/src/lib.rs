@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod datadir;
+pub mod listen;
 pub mod supervisor;
 pub mod waldump;
 

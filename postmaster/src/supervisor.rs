@@ -60,6 +60,10 @@ enum Kind {
     Checkpointer,
     /// Worker backend number `i` (also its proc number).
     Backend(u32),
+    /// A client connection's backend.
+    Connection,
+    /// A short-lived child that sends a client a FATAL error and exits.
+    Rejecter,
 }
 
 impl Kind {
@@ -69,6 +73,8 @@ impl Kind {
             Kind::Walwriter => "walwriter".into(),
             Kind::Checkpointer => "checkpointer".into(),
             Kind::Backend(i) => format!("backend {i}"),
+            Kind::Connection => "connection backend".into(),
+            Kind::Rejecter => "connection rejecter".into(),
         }
     }
 }
@@ -116,6 +122,7 @@ struct Postmaster {
     totals: Vec<WorkerTotals>,
     lwlock_mismatch: Option<String>,
     exit_code_override: Option<i32>,
+    listeners: Option<crate::listen::Listeners>,
     wake_rd: i32,
     started: Instant,
     run_started: Option<Instant>,
@@ -162,6 +169,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
         totals: vec![WorkerTotals::default(); opts.workers as usize],
         lwlock_mismatch: None,
         exit_code_override: None,
+        listeners: None,
         wake_rd,
         started: Instant::now(),
         run_started: None,
@@ -205,9 +213,31 @@ impl Postmaster {
             log("FATAL", &e);
             return 1;
         }
+        match crate::listen::Listeners::open(&self.datadir, &self.settings) {
+            Ok(l) => {
+                log(
+                    "LOG",
+                    &format!(
+                        "listening on Unix socket \"{}\"{}",
+                        l.unix_path.display(),
+                        if l.tcp.is_some() {
+                            format!(" and on 127.0.0.1 port {}", self.settings.port)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
+                self.listeners = Some(l);
+            }
+            Err(e) => {
+                log("FATAL", &e);
+                return 1;
+            }
+        }
         self.fork_child(Kind::Startup);
         loop {
             self.wait_for_event(Duration::from_millis(500));
+            self.accept_connections();
             if GOT_SIGQUIT.swap(false, Ordering::Relaxed) {
                 log("LOG", "received immediate shutdown request");
                 self.shutting_down = true;
@@ -227,7 +257,8 @@ impl Postmaster {
 
     fn create_segment(&mut self) -> Result<(), String> {
         self.generation += 1;
-        let max_backends = self.settings.max_connections.max(self.workers);
+        // Workers have fixed slots; client connections share the rest.
+        let max_backends = self.settings.max_connections + self.workers;
         let shm = Shmem::create(&self.segment, &self.settings, max_backends, self.generation)
             .map_err(|e| e.to_string())?;
         // SAFETY: the segment was just created and no other process is
@@ -292,13 +323,26 @@ impl Postmaster {
     }
 
     fn wait_for_event(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd {
-            fd: self.wake_rd,
-            events: libc::POLLIN,
-            revents: 0,
+        let mut fds = vec![self.wake_rd];
+        if let Some(l) = &self.listeners {
+            fds.extend(l.fds());
+        }
+        let mut pfds: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `pfds` is a valid array of pollfd of the given length.
+        unsafe {
+            libc::poll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                timeout.as_millis() as libc::c_int,
+            )
         };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
         let mut buf = [0u8; 64];
         // SAFETY: reading into a local buffer from our non-blocking pipe.
         while unsafe {
@@ -348,6 +392,87 @@ impl Postmaster {
         self.children.push(Child { pid, kind });
     }
 
+    /// Accepts waiting clients: a backend each while running, otherwise a
+    /// child that tells the client why it cannot connect now.
+    fn accept_connections(&mut self) {
+        let Some(l) = &self.listeners else { return };
+        let accepted = l.accept_all();
+        for conn in accepted {
+            let connections = self
+                .children
+                .iter()
+                .filter(|c| c.kind == Kind::Connection)
+                .count();
+            let refusal = match self.state {
+                _ if self.shutting_down => Some("the database system is shutting down"),
+                State::Run if connections >= self.settings.max_connections as usize => None,
+                State::Run => {
+                    self.fork_connection(conn, None);
+                    continue;
+                }
+                State::Startup => Some("the database system is starting up"),
+                _ => Some("the database system is in recovery mode"),
+            };
+            self.fork_connection(
+                conn,
+                Some(refusal.unwrap_or("sorry, too many clients already")),
+            );
+        }
+    }
+
+    /// Forks a child for an accepted client: a connection backend, or (with
+    /// `refuse`) a rejecter that sends that FATAL message.
+    fn fork_connection(&mut self, conn: crate::listen::Accepted, refuse: Option<&str>) {
+        let Some(shm) = self.shm.as_ref() else { return };
+        let postmaster_pid = std::process::id() as i32;
+        let kind = if refuse.is_some() {
+            Kind::Rejecter
+        } else {
+            Kind::Connection
+        };
+        // SAFETY: single-threaded postmaster; the child leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            log(
+                "LOG",
+                &format!(
+                    "could not fork {}: {}",
+                    kind.describe(),
+                    std::io::Error::last_os_error()
+                ),
+            );
+            return;
+        }
+        if pid == 0 {
+            become_child("backend", postmaster_pid);
+            // The listening sockets belong to the postmaster.
+            self.listeners.take().map(std::mem::forget);
+            let password =
+                Some(self.settings.password.as_str().to_string()).filter(|p| !p.is_empty());
+            let code = match (conn, refuse) {
+                (crate::listen::Accepted::Unix(mut s), Some(msg)) => reject(&mut s, msg),
+                (crate::listen::Accepted::Tcp(mut s), Some(msg)) => reject(&mut s, msg),
+                (crate::listen::Accepted::Unix(s), None) => backend::session::run_connection(
+                    shm,
+                    &self.datadir,
+                    s,
+                    backend::session::Peer::Unix,
+                    password,
+                ),
+                (crate::listen::Accepted::Tcp(s), None) => backend::session::run_connection(
+                    shm,
+                    &self.datadir,
+                    s,
+                    backend::session::Peer::Tcp,
+                    password,
+                ),
+            };
+            // SAFETY: leaving the child without the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        self.children.push(Child { pid, kind });
+    }
+
     fn signal_all(&self, sig: libc::c_int) {
         for c in &self.children {
             // SAFETY: kill has no memory effects.
@@ -373,7 +498,10 @@ impl Postmaster {
                 // Let startup finish; advance_state moves on from there.
             }
             State::Run => {
-                self.signal_kind(|k| matches!(k, Kind::Backend(_)), libc::SIGTERM);
+                self.signal_kind(
+                    |k| matches!(k, Kind::Backend(_) | Kind::Connection),
+                    libc::SIGTERM,
+                );
                 self.state = State::StopBackends;
                 self.crash_deadline = Some(Instant::now() + SHUTDOWN_KILL_AFTER);
             }
@@ -446,6 +574,8 @@ impl Postmaster {
             }
             Kind::Walwriter if clean && self.state == State::StopWalwriter => {}
             Kind::Checkpointer if clean && self.state == State::StopCheckpointer => {}
+            Kind::Rejecter => {}
+            Kind::Connection if clean || (exited && code == EXIT_FATAL) => {}
             Kind::Backend(_) if clean || (exited && code == EXIT_FATAL) => {
                 if !clean {
                     log(
@@ -487,7 +617,9 @@ impl Postmaster {
         let overdue = self.crash_deadline.is_some_and(|d| Instant::now() > d);
         match self.state {
             State::StopBackends => {
-                if !self.has_children(|k| matches!(k, Kind::Backend(_))) {
+                if !self.has_children(|k| {
+                    matches!(k, Kind::Backend(_) | Kind::Connection | Kind::Rejecter)
+                }) {
                     self.signal_kind(|k| k == Kind::Checkpointer, libc::SIGTERM);
                     self.state = State::StopCheckpointer;
                 } else if overdue {
@@ -590,7 +722,7 @@ fn run_child(
         Kind::Startup => "startup",
         Kind::Walwriter => "walwriter",
         Kind::Checkpointer => "checkpointer",
-        Kind::Backend(_) => "backend",
+        Kind::Backend(_) | Kind::Connection | Kind::Rejecter => "backend",
     };
     become_child(name, postmaster_pid);
     let procno = match kind {
@@ -598,6 +730,7 @@ fn run_child(
         Kind::Walwriter => shm.aux_procno(AuxProc::Walwriter),
         Kind::Checkpointer => shm.aux_procno(AuxProc::Checkpointer),
         Kind::Backend(i) => i,
+        Kind::Connection | Kind::Rejecter => unreachable!("forked by fork_connection"),
     };
     shm.procs()[procno as usize]
         .pid
@@ -606,11 +739,24 @@ fn run_child(
         Kind::Startup => backend::startup::run(shm, datadir),
         Kind::Walwriter => walwriter::run(shm, datadir),
         Kind::Checkpointer => backend::checkpointer::run(shm, datadir),
+        Kind::Connection | Kind::Rejecter => unreachable!("forked by fork_connection"),
         Kind::Backend(_) => match workload {
             Some(w) => backend::workload::run(shm, procno, datadir, w, ack),
             None => EXIT_QUIT,
         },
     }
+}
+
+/// Sends a client a FATAL 57P03 (or 53300) after reading its start-up
+/// packet; returns the exit code.
+fn reject<S: std::io::Read + std::io::Write>(s: &mut S, msg: &str) -> i32 {
+    let code = if msg.starts_with("sorry") {
+        protocol::sqlstate::TOO_MANY_CONNECTIONS
+    } else {
+        protocol::sqlstate::CANNOT_CONNECT_NOW
+    };
+    let _ = protocol::reject_with(s, &protocol::SqlError::fatal(code, msg));
+    0
 }
 
 fn signal_name(sig: i32) -> &'static str {

@@ -39,6 +39,7 @@ pub mod sqlstate {
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const QUERY_CANCELED: &str = "57014";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const CRASH_SHUTDOWN: &str = "57P02";
 }
 

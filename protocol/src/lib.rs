@@ -27,4 +27,7 @@ pub use error::{sqlstate, SqlError};
 pub use serve::serve;
 pub use session::{Session, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
-pub use startup::{reject_too_many, startup, ServerParams, Startup, StartupInfo, Transport};
+pub use startup::{
+    crash_notice_bytes, reject_too_many, reject_with, send_error_after_startup, startup,
+    ServerParams, Startup, StartupInfo, Transport,
+};

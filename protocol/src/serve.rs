@@ -392,17 +392,7 @@ impl<'s> Connection<'s> {
             }
             Termination::Crash => {
                 // PostgreSQL's quickdie: a WARNING to the client, no cleanup at all.
-                self.out.error_or_notice(
-                    &SqlError::warning(
-                        sqlstate::CRASH_SHUTDOWN,
-                        "terminating connection because of crash of another server process",
-                    )
-                    .with_detail(
-                        "The postmaster has commanded this server process to roll back the current transaction and \
-                         exit, because another server process exited abnormally and possibly corrupted shared memory.",
-                    )
-                    .with_hint("In a moment you should be able to reconnect to the database and repeat your command."),
-                );
+                self.out.error_or_notice(&crash_notice());
             }
         }
         self.closing = true;
@@ -980,4 +970,17 @@ fn decode_param(
         )
     })?;
     parse_text(ty, text)
+}
+
+/// The notice PostgreSQL's quickdie sends (57P02).
+pub(crate) fn crash_notice() -> SqlError {
+    SqlError::warning(
+        sqlstate::CRASH_SHUTDOWN,
+        "terminating connection because of crash of another server process",
+    )
+    .with_detail(
+        "The postmaster has commanded this server process to roll back the current transaction and \
+         exit, because another server process exited abnormally and possibly corrupted shared memory.",
+    )
+    .with_hint("In a moment you should be able to reconnect to the database and repeat your command.")
 }

@@ -481,16 +481,38 @@ fn scram_exchange<S: Read + Write>(
 /// is listening, then sends FATAL 53300 "sorry, too many clients already".
 /// A CancelRequest arriving here is dropped.
 pub fn reject_too_many<S: Read + Write>(stream: &mut S) -> io::Result<()> {
-    match read_first_packet(stream)? {
-        FirstPacket::Startup { .. } => send_error(
-            stream,
-            &SqlError::fatal(
-                sqlstate::TOO_MANY_CONNECTIONS,
-                "sorry, too many clients already",
-            ),
+    reject_with(
+        stream,
+        &SqlError::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            "sorry, too many clients already",
         ),
+    )
+}
+
+/// Like [`reject_too_many`] with any FATAL error, e.g. 57P03 "the database
+/// system is starting up" while recovery runs.
+pub fn reject_with<S: Read + Write>(stream: &mut S, error: &SqlError) -> io::Result<()> {
+    match read_first_packet(stream)? {
+        FirstPacket::Startup { .. } => send_error(stream, error),
         FirstPacket::Cancel { .. } | FirstPacket::Invalid => Ok(()),
     }
+}
+
+/// Sends an ErrorResponse on a connection whose start-up already finished
+/// (e.g. no proc slot was free after authentication).
+pub fn send_error_after_startup<S: Write>(stream: &mut S, error: &SqlError) -> io::Result<()> {
+    send_error(stream, error)
+}
+
+/// The bytes PostgreSQL's `quickdie` sends a client when the postmaster
+/// orders a backend to quit after another process crashed (a WARNING
+/// NoticeResponse, 57P02). Prepared ahead so that a signal handler can
+/// write them with one `write(2)`.
+pub fn crash_notice_bytes() -> Vec<u8> {
+    let mut out = crate::codec::Out::new();
+    out.error_or_notice(&crate::serve::crash_notice());
+    out.bytes().to_vec()
 }
 
 #[cfg(test)]

@@ -104,6 +104,8 @@ pub struct Proc {
     pub group_clear_next: AtomicU32,
     /// Group XID clear: the XID the leader must clear for us.
     pub group_clear_xid: AtomicU32,
+    /// Secret key a CancelRequest for this backend must present.
+    pub cancel_key: AtomicU32,
     pub counters: ProcCounters,
 }
 
@@ -123,6 +125,7 @@ impl Proc {
             group_clear_member: AtomicU32::new(0),
             group_clear_next: AtomicU32::new(INVALID_PROCNO),
             group_clear_xid: AtomicU32::new(0),
+            cancel_key: AtomicU32::new(0),
             counters: ProcCounters::default(),
         }
     }

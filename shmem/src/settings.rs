@@ -41,6 +41,47 @@ pub struct Settings {
     pub max_wal_size_mb: u32,
     /// WAL (MB) kept before the last checkpoint's redo point.
     pub wal_keep_size_mb: u32,
+    /// TCP port, also the number in the Unix socket's name.
+    pub port: u32,
+    /// Directory of the Unix socket (empty: the data directory).
+    pub unix_socket_directories: Text<256>,
+    /// TCP addresses to listen on (empty: none; loopback only).
+    pub listen_addresses: Text<64>,
+    /// SCRAM-SHA-256 password for TCP connections (empty: TCP refused).
+    pub password: Text<128>,
+}
+
+/// A short string stored inline (plain data, so it can live in shared
+/// memory). Always valid UTF-8, NUL-padded.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Text<const N: usize>([u8; N]);
+
+impl<const N: usize> Text<N> {
+    pub const fn empty() -> Self {
+        Text([0; N])
+    }
+
+    /// None if `s` does not fit (N - 1 bytes at most) or contains NUL.
+    pub fn new(s: &str) -> Option<Self> {
+        if s.len() >= N || s.contains('\0') {
+            return None;
+        }
+        let mut b = [0; N];
+        b[..s.len()].copy_from_slice(s.as_bytes());
+        Some(Text(b))
+    }
+
+    pub fn as_str(&self) -> &str {
+        let end = self.0.iter().position(|&c| c == 0).unwrap_or(N);
+        std::str::from_utf8(&self.0[..end]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> fmt::Debug for Text<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 impl Default for Settings {
@@ -62,6 +103,10 @@ impl Default for Settings {
             checkpoint_timeout_s: 300,
             max_wal_size_mb: 1024,
             wal_keep_size_mb: 0,
+            port: 5432,
+            unix_socket_directories: Text::empty(),
+            listen_addresses: Text::empty(),
+            password: Text::empty(),
         }
     }
 }
@@ -155,6 +200,22 @@ pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
         "wal_keep_size",
         "MB, or with MB/GB, 0..=1000000",
         "WAL kept before the last checkpoint",
+    ),
+    ("port", "1..=65535", "TCP port and Unix socket number"),
+    (
+        "unix_socket_directories",
+        "a directory ('' = the data directory)",
+        "where the Unix socket .s.PGSQL.PORT is created",
+    ),
+    (
+        "listen_addresses",
+        "'' (none), 'localhost' or '127.0.0.1'",
+        "TCP listening (loopback only)",
+    ),
+    (
+        "password",
+        "text ('' = TCP logins refused)",
+        "SCRAM-SHA-256 password for TCP connections",
     ),
 ];
 
@@ -275,6 +336,22 @@ impl Settings {
                 };
                 self.wal_keep_size_mb = in_range(mb, 0, 1_000_000).ok_or_else(bad)?;
             }
+            "port" => {
+                self.port = number_and_unit(value)
+                    .filter(|(_, u)| u.is_empty())
+                    .and_then(|(n, _)| in_range(n, 1, 65535))
+                    .ok_or_else(bad)?
+            }
+            "unix_socket_directories" => {
+                self.unix_socket_directories = Text::new(value).ok_or_else(bad)?
+            }
+            "listen_addresses" => {
+                if !["", "localhost", "127.0.0.1"].contains(&value) {
+                    return Err(bad());
+                }
+                self.listen_addresses = Text::new(value).ok_or_else(bad)?;
+            }
+            "password" => self.password = Text::new(value).ok_or_else(bad)?,
             _ => {
                 return Err(SettingError(format!(
                     "unrecognized setting \"{name}\" (valid: {})",
@@ -333,6 +410,16 @@ impl Settings {
             ),
             ("max_wal_size", format!("{}MB", self.max_wal_size_mb)),
             ("wal_keep_size", format!("{}MB", self.wal_keep_size_mb)),
+            ("port", self.port.to_string()),
+            (
+                "unix_socket_directories",
+                format!("'{}'", self.unix_socket_directories.as_str()),
+            ),
+            (
+                "listen_addresses",
+                format!("'{}'", self.listen_addresses.as_str()),
+            ),
+            ("password", format!("'{}'", self.password.as_str())),
         ]
     }
 }

@@ -1,0 +1,247 @@
+//! A client connection's backend: the `protocol::Session` that turns
+//! statements into WAL, and the connection's life (start-up, cancel
+//! requests, serving, exit).
+//!
+//! Transactions follow the protocol crate's contract: `begin` at the start
+//! of every transaction (implicit per query message, or an explicit
+//! block), `commit` writes the commit record when an XID was assigned and,
+//! with `synchronous_commit = on` and WAL written before it, returns only
+//! after the flush — so a client that saw COMMIT succeed has a durable
+//! commit. `rollback` writes an ABORT record when an XID was assigned.
+//! `pg_logical_emit_message(true, ...)` assigns an XID (transactional);
+//! `(false, ...)` writes a message with no XID and, as in PostgreSQL 15,
+//! does not wait for its flush.
+
+use crate::checkpointer::request_checkpoint;
+use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
+use crate::xact::Xact;
+use crate::xlog::Xlog;
+use protocol::{sqlstate, Session, SqlError, Termination};
+use shmem::sync::Ordering;
+use shmem::Shmem;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+pub struct WalSession<'a> {
+    shm: &'a Shmem,
+    xact: Xact<'a>,
+}
+
+impl<'a> WalSession<'a> {
+    pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> Self {
+        WalSession {
+            shm,
+            xact: Xact::new(Xlog::new(shm, procno, datadir), shm, procno),
+        }
+    }
+
+    /// Leaves the ProcArray; ends an open transaction first.
+    pub fn close(mut self) {
+        self.xact.abort();
+        self.xact.shutdown();
+    }
+}
+
+impl Session for WalSession<'_> {
+    fn emit_message(
+        &mut self,
+        transactional: bool,
+        prefix: &str,
+        payload: &[u8],
+    ) -> Result<u64, SqlError> {
+        let xid = if transactional { self.xact.xid() } else { 0 };
+        let mut rec = walformat::RecordBuf::default();
+        walformat::try_logical_message_into(&mut rec, xid, transactional, prefix, payload)
+            .map_err(|e| {
+                SqlError::error(
+                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    format!("message too large: {e}"),
+                )
+            })?;
+        let at = if transactional {
+            self.xact.insert(&mut rec)
+        } else {
+            self.xact.xlog.insert(&mut rec)
+        };
+        Ok(at.end)
+    }
+
+    fn txid_current(&mut self) -> Result<u64, SqlError> {
+        Ok(self.xact.full_xid())
+    }
+
+    fn current_wal_lsn(&mut self) -> u64 {
+        self.xact.xlog.write_lsn()
+    }
+
+    fn current_wal_insert_lsn(&mut self) -> u64 {
+        self.xact.xlog.insert_rec_ptr()
+    }
+
+    fn current_wal_flush_lsn(&mut self) -> u64 {
+        self.xact.xlog.flush_lsn()
+    }
+
+    fn switch_wal(&mut self) -> Result<u64, SqlError> {
+        let at = self.xact.xlog.insert(&mut walformat::switch_record());
+        Ok(at.end)
+    }
+
+    fn checkpoint(&mut self) -> Result<(), SqlError> {
+        request_checkpoint(self.shm);
+        Ok(())
+    }
+
+    fn begin(&mut self) -> Result<(), SqlError> {
+        self.xact.begin();
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), SqlError> {
+        self.xact.commit();
+        Ok(())
+    }
+
+    fn rollback(&mut self) -> Result<(), SqlError> {
+        self.xact.abort();
+        Ok(())
+    }
+
+    fn set_synchronous_commit(&mut self, on: bool) {
+        self.xact.set_synchronous(on);
+    }
+
+    fn synchronous_commit(&self) -> bool {
+        self.xact.synchronous()
+    }
+
+    fn termination(&self) -> Option<Termination> {
+        shutdown_requested().then_some(Termination::FastShutdown)
+    }
+
+    fn take_cancel(&mut self) -> bool {
+        CANCEL_REQUESTED.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// How the client reached us.
+pub enum Peer {
+    Unix,
+    Tcp,
+}
+
+/// Credentials of a Unix-socket peer (SO_PEERCRED).
+fn peer_uid(fd: i32) -> Option<u32> {
+    // SAFETY: an all-zero ucred is a valid value for getsockopt to fill.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid out-pointers of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+fn random_key() -> i32 {
+    let mut b = [0u8; 4];
+    // SAFETY: `b` is a writable 4-byte buffer.
+    unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, 4, 0) };
+    i32::from_le_bytes(b)
+}
+
+/// Sends a CancelRequest on to the backend it names, if the key matches.
+fn forward_cancel(shm: &Shmem, pid: i32, key: i32) {
+    for p in shm.procs() {
+        if p.pid.load(Ordering::Relaxed) == pid
+            && p.cancel_key.load(Ordering::Relaxed) == key as u32
+        {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+            return;
+        }
+    }
+}
+
+/// A connection backend's whole life; returns the exit code.
+pub fn run_connection<S: Read + Write + AsRawFd>(
+    shm: &Shmem,
+    datadir: &Path,
+    mut stream: S,
+    peer: Peer,
+    password: Option<String>,
+) -> i32 {
+    process::enable_cancel_signal();
+    let fd = stream.as_raw_fd();
+    set_read_timeout(fd, 200);
+    process::set_quit_message(fd, protocol::crash_notice_bytes());
+    let pid = std::process::id() as i32;
+    let key = random_key();
+    let transport = match peer {
+        Peer::Unix => protocol::Transport::Unix {
+            peer_uid: peer_uid(fd),
+            // SAFETY: geteuid has no preconditions.
+            server_uid: unsafe { libc::geteuid() },
+        },
+        Peer::Tcp => protocol::Transport::Tcp,
+    };
+    let params = protocol::ServerParams::new(pid, key, password);
+    let info = match protocol::startup(&mut stream, &transport, &params) {
+        Ok(protocol::Startup::Ready(info)) => info,
+        Ok(protocol::Startup::Cancel { pid, key }) => {
+            forward_cancel(shm, pid, key);
+            return 0;
+        }
+        Ok(protocol::Startup::Rejected) | Err(_) => return 0,
+    };
+    let Some(procno) = shm.alloc_backend_proc() else {
+        let e = SqlError::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            "sorry, too many clients already",
+        );
+        let _ = protocol::send_error_after_startup(&mut stream, &e);
+        return 0;
+    };
+    let me = &shm.procs()[procno as usize];
+    me.counters.reset();
+    me.cancel_key.store(key as u32, Ordering::Relaxed);
+    me.pid.store(pid, Ordering::Release);
+    let mut session = WalSession::new(shm, procno, datadir);
+    if let Some(on) = info.synchronous_commit {
+        session.set_synchronous_commit(on);
+    }
+    if let Err(e) = protocol::serve(&mut stream, &mut session) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe
+            && e.kind() != std::io::ErrorKind::ConnectionReset
+        {
+            log("LOG", &format!("connection ended: {e}"));
+        }
+    }
+    session.close();
+    me.cancel_key.store(0, Ordering::Relaxed);
+    shm.free_backend_proc(procno);
+    0
+}
+
+fn set_read_timeout(fd: i32, ms: i64) {
+    let tv = libc::timeval {
+        tv_sec: ms / 1000,
+        tv_usec: (ms % 1000) * 1000,
+    };
+    // SAFETY: `tv` is a valid timeval for SO_RCVTIMEO.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+}
