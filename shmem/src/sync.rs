@@ -3,8 +3,9 @@
 //!
 //! Invariant: no module of this crate names `std::sync::atomic` or
 //! `std::hint::spin_loop` directly; they import from here. Under `--cfg loom`
-//! the types are loom's, and blocking primitives (futex waits) are replaced by
-//! `loom::thread::yield_now`, which loom understands as "let someone else run".
+//! the types are loom's; futex waits become `loom::sync::Notify` waits (see
+//! `sema`), and spin loops yield, which loom understands as "let someone
+//! else run".
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{
