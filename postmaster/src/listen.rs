@@ -7,12 +7,14 @@
 use shmem::Settings;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 pub struct Listeners {
     pub unix: UnixListener,
     pub unix_path: PathBuf,
+    lock_path: PathBuf,
     pub tcp: Option<TcpListener>,
 }
 
@@ -30,6 +32,8 @@ impl Listeners {
             d => PathBuf::from(d),
         };
         let unix_path = dir.join(format!(".s.PGSQL.{}", s.port));
+        let lock_path = dir.join(format!(".s.PGSQL.{}.lock", s.port));
+        take_socket_lock(&lock_path)?;
         if unix_path.exists() {
             std::fs::remove_file(&unix_path).map_err(|e| {
                 format!(
@@ -44,6 +48,16 @@ impl Listeners {
                 unix_path.display()
             )
         })?;
+        // Owner-only: only our own uid may even try (peer credentials are
+        // checked again at start-up).
+        std::fs::set_permissions(&unix_path, std::fs::Permissions::from_mode(0o600)).map_err(
+            |e| {
+                format!(
+                    "could not set permissions of \"{}\": {e}",
+                    unix_path.display()
+                )
+            },
+        )?;
         unix.set_nonblocking(true).map_err(|e| e.to_string())?;
         let tcp = match s.listen_addresses.as_str() {
             "" => None,
@@ -58,6 +72,7 @@ impl Listeners {
         Ok(Listeners {
             unix,
             unix_path,
+            lock_path,
             tcp,
         })
     }
@@ -88,8 +103,50 @@ impl Listeners {
     }
 }
 
+/// Creates the socket's lock file (mode 0600, our PID inside), refusing
+/// when a live process owns it: two servers must not share a socket name
+/// (e.g. the same `unix_socket_directories` and `port`).
+fn take_socket_lock(lock_path: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(lock_path)
+        {
+            Ok(mut f) => {
+                return f
+                    .write_all(format!("{}\n", std::process::id()).as_bytes())
+                    .map_err(|e| format!("could not write \"{}\": {e}", lock_path.display()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let owner: i32 = std::fs::read_to_string(lock_path)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0);
+                // SAFETY: kill with signal 0 only checks for existence.
+                if owner > 0
+                    && owner != std::process::id() as i32
+                    && unsafe { libc::kill(owner, 0) } == 0
+                {
+                    return Err(format!(
+                        "socket lock file \"{}\" is held by another server (PID {owner})",
+                        lock_path.display()
+                    ));
+                }
+                let _ = std::fs::remove_file(lock_path);
+            }
+            Err(e) => return Err(format!("could not create \"{}\": {e}", lock_path.display())),
+        }
+    }
+    Err(format!("could not create \"{}\"", lock_path.display()))
+}
+
 impl Drop for Listeners {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.unix_path);
+        let _ = std::fs::remove_file(&self.lock_path);
     }
 }

@@ -231,10 +231,14 @@ impl Postmaster {
             }
             // Without an explicit socket setting, a data directory whose
             // path is too long for a socket name must still run workloads.
-            Err(e) if self.settings.unix_socket_directories.as_str().is_empty()
-                && self.settings.listen_addresses.as_str().is_empty() =>
+            Err(e)
+                if self.settings.unix_socket_directories.as_str().is_empty()
+                    && self.settings.listen_addresses.as_str().is_empty() =>
             {
-                log("WARNING", &format!("{e}; clients cannot connect (set unix_socket_directories)"));
+                log(
+                    "WARNING",
+                    &format!("{e}; clients cannot connect (set unix_socket_directories)"),
+                );
             }
             Err(e) => {
                 log("FATAL", &e);
