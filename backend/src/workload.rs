@@ -192,6 +192,11 @@ fn run_lwlock(shm: &Shmem, procno: u32) {
 impl Workload {
     /// Does each transaction wait for its commit to be flushed (so that an
     /// `ack` line can promise durability)?
+    /// Does the workload run transactions (XIDs, commit records)?
+    pub fn is_transactional(self) -> bool {
+        matches!(self, Workload::EmitTx(_) | Workload::Txid)
+    }
+
     pub fn waits_for_commit(self) -> bool {
         matches!(self, Workload::EmitTx(_))
     }

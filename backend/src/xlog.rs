@@ -704,7 +704,7 @@ fn publish_prev_link(links: &[PrevLink], start: u64, end: u64) {
 fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
     let mask = links.len() - 1;
     let home = (start / 8) as usize & mask;
-    let mut delay: Option<shmem::spin::SpinDelay> = None;
+    let mut waits: u64 = 0;
     loop {
         // Probe the whole table: an entry sits at the first free slot from
         // its home, and slots before it may have been freed since.
@@ -721,13 +721,25 @@ fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
             }
             i = (i + 1) & mask;
         }
-        // The predecessor publishes right after its fetch-add: this only
-        // waits when it was descheduled in between.
-        delay
-            .get_or_insert_with(|| shmem::spin::SpinDelay::new(home))
-            .spin_once("WAL prev-link hand-off");
+        // The predecessor publishes right after its fetch-add, so this only
+        // waits when it was descheduled in between: then give it our CPU
+        // (a sleep would idle the CPU it needs on an oversubscribed machine).
+        waits += 1;
+        if waits % 64 == 0 {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        } else {
+            std::hint::spin_loop();
+        }
+        if waits > LINK_WAIT_LIMIT {
+            panic!("stuck WAL prev-link hand-off: no record ends at usable byte {start}");
+        }
     }
 }
+
+/// About a minute of yielding: the predecessor cannot take that long to
+/// run two instructions unless something is broken.
+const LINK_WAIT_LIMIT: u64 = 1 << 32;
 
 /// Sets up the prev-link table after recovery: the last record found.
 pub fn seed_prev_link(shm: &Shmem, last_start: u64, end: u64) {

@@ -7,6 +7,36 @@ use std::collections::BTreeMap;
 use walformat::{format_lsn, Geometry, WalReader};
 
 pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
+    match dump(opts) {
+        // A reader that stopped early (`| head`) is not an error.
+        Err(DumpError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(DumpError::Output(e)) => Err(format!("could not write output: {e}")),
+        Err(DumpError::Other(e)) => Err(e),
+        Ok(()) => Ok(()),
+    }
+}
+
+enum DumpError {
+    Output(std::io::Error),
+    Other(String),
+}
+
+impl From<String> for DumpError {
+    fn from(s: String) -> Self {
+        DumpError::Other(s)
+    }
+}
+
+impl From<std::io::Error> for DumpError {
+    fn from(e: std::io::Error) -> Self {
+        DumpError::Output(e)
+    }
+}
+
+fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     let dir = crate::datadir::check_datadir(&opts.datadir)?;
     let control = ControlFile::read(&dir).map_err(|e| e.to_string())?;
     let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
@@ -31,7 +61,7 @@ pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
         match reader.next_record() {
             Ok(Some(r)) => {
                 if !opts.quiet {
-                    println!(
+                    writeln!(out,
                         "rmgr: {:<11} len (rec/tot): {:>6}/{:>6}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
                         r.rmgr_name(),
                         r.rec_len(),
@@ -40,7 +70,7 @@ pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
                         format_lsn(r.lsn),
                         format_lsn(r.prev),
                         r.describe()
-                    );
+                    )?;
                 }
                 first.get_or_insert(r.lsn);
                 count += 1;
@@ -53,18 +83,20 @@ pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
             Err(e) => break format!("invalid record: {e}"),
         }
     };
-    println!(
+    writeln!(
+        out,
         "end of WAL at {}: {stop}; {count} records, {bytes} bytes from {}",
         format_lsn(reader.end_of_valid()),
         format_lsn(first.unwrap_or(start))
-    );
+    )?;
     if opts.stats {
-        println!("{:<16} {:>12} {:>16}", "rmgr", "records", "bytes");
+        writeln!(out, "{:<16} {:>12} {:>16}", "rmgr", "records", "bytes")?;
         for (name, (n, b)) in &per_rmgr {
-            println!("{name:<16} {n:>12} {b:>16}");
+            writeln!(out, "{name:<16} {n:>12} {b:>16}")?;
         }
-        println!("{:<16} {count:>12} {bytes:>16}", "total");
+        writeln!(out, "{:<16} {count:>12} {bytes:>16}", "total")?;
     }
+    out.flush()?;
     Ok(())
 }
 

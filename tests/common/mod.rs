@@ -1,0 +1,1036 @@
+//! Shared harness for the integration tests: temporary directories, a
+//! `postmaster start` child that is always cleaned up (its whole process
+//! group is SIGKILLed on drop), `/proc` and `/dev/shm` inspection, and WAL
+//! verification with the project's own reader, `postmaster waldump` and
+//! PostgreSQL 15's `pg_waldump`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Default timeout for every wait in the tests.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub const READY: &str = "database system is ready to accept connections";
+
+pub fn postmaster_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_postmaster")
+}
+
+// ---------------------------------------------------------------------------
+// Temporary directories
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique directory under the system temp dir, removed on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "walshm-it-{tag}-{}-{n}-{nanos:08x}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // A test that panicked while a server ran has SIGKILLed it (Server's
+        // drop runs first): remove the segments of data dirs in here.
+        if let Ok(rd) = fs::read_dir(&self.path) {
+            for e in rd.flatten() {
+                if e.path().join("global").is_dir() {
+                    let _ = fs::remove_file(Path::new("/dev/shm").join(segment_name(&e.path())));
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running commands with a timeout
+
+/// Output of a finished command.
+#[derive(Debug)]
+pub struct Out {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    pub fn describe(&self) -> String {
+        format!(
+            "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Kills `pid` with SIGKILL unless cancelled before `timeout`.
+struct Watchdog {
+    tx: Option<std::sync::mpsc::Sender<()>>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn new(pid: i32, timeout: Duration) -> Watchdog {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = fired.clone();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(timeout) {
+                f.store(true, Ordering::SeqCst);
+                // SAFETY: kill has no memory effects.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        });
+        Watchdog {
+            tx: Some(tx),
+            fired,
+        }
+    }
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Runs `cmd` to completion (stdout/stderr captured), killing it after
+/// `timeout` and panicking then.
+pub fn run_cmd(cmd: &mut Command, timeout: Duration) -> Out {
+    let desc = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not run {desc}: {e}"));
+    let dog = Watchdog::new(child.id() as i32, timeout);
+    let mut err_pipe = child.stderr.take().unwrap();
+    let err_thread = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err_pipe.read_to_end(&mut s);
+        s
+    });
+    let mut out = Vec::new();
+    let _ = child.stdout.take().unwrap().read_to_end(&mut out);
+    let status = child.wait().expect("wait");
+    let err = err_thread.join().unwrap();
+    let o = Out {
+        status,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    };
+    if dog.fired() {
+        panic!("{desc} did not finish within {timeout:?}\n{}", o.describe());
+    }
+    o
+}
+
+/// `postmaster ARGS...` with the default timeout.
+pub fn postmaster(args: &[&str]) -> Out {
+    run_cmd(Command::new(postmaster_bin()).args(args), TIMEOUT)
+}
+
+/// Panics if the text looks like a Rust panic.
+pub fn assert_no_panic(what: &str, o: &Out) {
+    for bad in ["panicked", "RUST_BACKTRACE", "stack backtrace"] {
+        assert!(
+            !o.stderr.contains(bad) && !o.stdout.contains(bad),
+            "{what}: output contains {bad:?}\n{}",
+            o.describe()
+        );
+    }
+    assert!(
+        o.status.signal().is_none(),
+        "{what}: killed by a signal\n{}",
+        o.describe()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Data directories
+
+/// A data directory made by `postmaster init`.
+#[derive(Clone, Debug)]
+pub struct DataDir {
+    pub path: PathBuf,
+    pub seg_size: u64,
+    /// LSN of init's shutdown checkpoint (first record).
+    pub first_lsn: u64,
+}
+
+/// `postmaster init -D DIR ARGS...`; panics on failure.
+pub fn init(dir: &Path, args: &[&str]) -> DataDir {
+    let d = dir.to_str().unwrap();
+    let mut all = vec!["init", "-D", d];
+    all.extend_from_slice(args);
+    let o = postmaster(&all);
+    assert!(o.status.success(), "init failed\n{}", o.describe());
+    // "... WAL segment size 1 MB, first checkpoint at 0/00100028)"
+    let mb: u64 = o
+        .stdout
+        .split("WAL segment size ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no segment size in init output\n{}", o.describe()));
+    let first = o
+        .stdout
+        .split("first checkpoint at ")
+        .nth(1)
+        .map(|s| s.trim_end_matches(|c: char| c == ')' || c.is_whitespace()))
+        .and_then(|s| s.split(')').next())
+        .map(|s| walformat::parse_lsn(s).expect("checkpoint LSN"))
+        .unwrap_or_else(|| panic!("no checkpoint LSN in init output\n{}", o.describe()));
+    let seg_size = mb << 20;
+    assert_eq!(
+        first,
+        seg_size + 0x28,
+        "init's checkpoint is not at the start of segment 1 (after the long page header)"
+    );
+    DataDir {
+        path: dir.to_path_buf(),
+        seg_size,
+        first_lsn: first,
+    }
+}
+
+/// `init` with `wal_keep_size` so large that checkpoints never remove or
+/// recycle a segment: every record ever written stays readable, so the
+/// tests can count them.
+pub fn init_keep(dir: &Path, args: &[&str]) -> DataDir {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--set", "wal_keep_size=1000000"]);
+    init(dir, &all)
+}
+
+/// Name of the /dev/shm file of a data directory (as `shm_open` names it:
+/// FNV-1a of the canonical path, the README's `walshm.<16 hex>`).
+pub fn segment_name(datadir: &Path) -> String {
+    let canon = datadir
+        .canonicalize()
+        .unwrap_or_else(|_| datadir.to_path_buf());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canon.as_os_str().as_encoded_bytes() {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("walshm.{h:016x}")
+}
+
+/// Every walshm segment in /dev/shm (of any test or user).
+pub fn all_segments() -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir("/dev/shm")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("walshm."))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The segments in /dev/shm that belong to `datadir` (zero or one).
+pub fn segments_for(datadir: &Path) -> Vec<String> {
+    let mine = segment_name(datadir);
+    all_segments().into_iter().filter(|n| *n == mine).collect()
+}
+
+// ---------------------------------------------------------------------------
+// /proc
+
+/// Parses /proc/PID/stat: (comm, state, ppid).
+pub fn proc_stat(pid: i32) -> Option<(String, char, i32)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s[open + 1..close].to_string();
+    let mut rest = s[close + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((comm, state, ppid))
+}
+
+/// Is `pid` alive (exists and is not a zombie)?
+pub fn alive(pid: i32) -> bool {
+    matches!(proc_stat(pid), Some((_, st, _)) if st != 'Z' && st != 'X')
+}
+
+/// Live children of `pid`: (pid, comm), sorted by pid.
+pub fn children_of(pid: i32) -> Vec<(i32, String)> {
+    let mut v = Vec::new();
+    if let Ok(rd) = fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if let Some((comm, st, ppid)) = proc_stat(p) {
+                if ppid == pid && st != 'Z' && st != 'X' {
+                    v.push((p, comm));
+                }
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill has no memory effects.
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The server
+
+/// A running `postmaster start`, in its own process group.
+pub struct Server {
+    child: Option<Child>,
+    pub pid: i32,
+    pub datadir: PathBuf,
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+}
+
+static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Server {
+    /// `postmaster start -D DATADIR ARGS...`, logs in files under `logdir`.
+    pub fn start(datadir: &Path, logdir: &Path, args: &[&str]) -> Server {
+        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let stdout_path = logdir.join(format!("start-{n}.out"));
+        let stderr_path = logdir.join(format!("start-{n}.err"));
+        let out = fs::File::create(&stdout_path).unwrap();
+        let err = fs::File::create(&stderr_path).unwrap();
+        let child = Command::new(postmaster_bin())
+            .arg("start")
+            .arg("-D")
+            .arg(datadir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .expect("spawn postmaster start");
+        Server {
+            pid: child.id() as i32,
+            child: Some(child),
+            datadir: datadir.to_path_buf(),
+            stdout_path,
+            stderr_path,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn stdout(&self) -> String {
+        fs::read_to_string(&self.stdout_path).unwrap_or_default()
+    }
+
+    /// Has the postmaster exited? (reaps it then)
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits until stderr contains `needle` at least `n` times.
+    pub fn wait_log(&mut self, needle: &str, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let err = self.stderr();
+            if err.matches(needle).count() >= n {
+                return;
+            }
+            if let Some(st) = self.try_wait() {
+                panic!(
+                    "postmaster exited ({st:?}) before logging {needle:?} {n} time(s)\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "postmaster did not log {needle:?} {n} time(s) within {timeout:?}\n--- stderr ---\n{err}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the first ready line.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        self.wait_ready_n(1, timeout)
+    }
+
+    /// Waits for the `n`-th ready line (n = 2 after one crash restart).
+    pub fn wait_ready_n(&mut self, n: usize, timeout: Duration) {
+        self.wait_log(READY, n, timeout)
+    }
+
+    /// Live children of the postmaster: (pid, comm).
+    pub fn children(&self) -> Vec<(i32, String)> {
+        children_of(self.pid)
+    }
+
+    /// Sends `sig` to the postmaster only.
+    pub fn signal(&self, sig: i32) {
+        kill(self.pid, sig)
+    }
+
+    /// Waits for the postmaster to exit (after a signal sent elsewhere).
+    pub fn wait_exit(mut self, timeout: Duration) -> Out {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = self.try_wait() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "postmaster did not exit within {timeout:?}\n--- stderr ---\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.child = None;
+        Out {
+            status,
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        }
+    }
+
+    /// Fast shutdown: SIGTERM, wait for exit.
+    pub fn stop(self) -> Out {
+        self.stop_timeout(TIMEOUT)
+    }
+
+    pub fn stop_timeout(self, timeout: Duration) -> Out {
+        self.signal(libc::SIGTERM);
+        self.wait_exit(timeout)
+    }
+
+    /// Stops and asserts a clean exit 0; returns the output.
+    pub fn stop_ok(self) -> Out {
+        let o = self.stop();
+        assert!(
+            o.status.success(),
+            "postmaster did not exit 0 after SIGTERM\n{}",
+            o.describe()
+        );
+        assert_no_panic("postmaster start", &o);
+        o
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if c.try_wait().ok().flatten().is_none() {
+                // SAFETY: kill has no memory effects; -pid is the process
+                // group we created with process_group(0).
+                unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+                let _ = c.wait();
+            } else {
+                // Postmaster gone: make sure no child of its group survives.
+                // SAFETY: as above.
+                unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Starts, waits for ready, sleeps `run`, stops; asserts exit 0.
+pub fn run_for(datadir: &Path, logdir: &Path, args: &[&str], run: Duration) -> Out {
+    let mut s = Server::start(datadir, logdir, args);
+    s.wait_ready(TIMEOUT);
+    std::thread::sleep(run);
+    s.stop_ok()
+}
+
+// ---------------------------------------------------------------------------
+// Summary
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub records: u64,
+    pub bytes: u64,
+    pub transactions: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub total: Counts,
+    pub backends: Vec<Counts>,
+    /// The lwlock check lines: true for OK, false for MISMATCH.
+    pub lwlock_checks: Vec<bool>,
+    /// The same lines, parsed.
+    pub lwlock_details: Vec<LwlockCheck>,
+}
+
+/// "lwlock check (generation G): protected counter C, exclusive
+/// acquisitions E, torn reads T: OK|MISMATCH"
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LwlockCheck {
+    pub generation: u64,
+    pub counter: u64,
+    pub exclusive: u64,
+    pub torn: u64,
+    pub ok: bool,
+}
+
+fn parse_lwlock_line(line: &str) -> Option<LwlockCheck> {
+    let num_after = |key: &str| -> Option<u64> {
+        let rest = line.split_once(key)?.1;
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    };
+    Some(LwlockCheck {
+        generation: num_after("(generation ")?,
+        counter: num_after("protected counter ")?,
+        exclusive: num_after("exclusive acquisitions ")?,
+        torn: num_after("torn reads ")?,
+        ok: line.ends_with(": OK"),
+    })
+}
+
+fn parse_counts(s: &str) -> Option<Counts> {
+    // "records R bytes B transactions T"
+    let w: Vec<&str> = s.split_whitespace().collect();
+    if w.len() != 6 || w[0] != "records" || w[2] != "bytes" || w[4] != "transactions" {
+        return None;
+    }
+    Some(Counts {
+        records: w[1].parse().ok()?,
+        bytes: w[3].parse().ok()?,
+        transactions: w[5].parse().ok()?,
+    })
+}
+
+/// Parses the summary `postmaster start` prints on stdout at shutdown.
+pub fn parse_summary(stdout: &str) -> Summary {
+    let mut sum = Summary::default();
+    let mut total = None;
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("total: ") {
+            total = Some(parse_counts(rest).unwrap_or_else(|| panic!("bad total line {line:?}")));
+        } else if let Some(rest) = line.strip_prefix("backend ") {
+            let (i, c) = rest
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("bad backend line {line:?}"));
+            let i: usize = i.parse().unwrap();
+            assert_eq!(i, sum.backends.len(), "backend lines out of order");
+            sum.backends
+                .push(parse_counts(c).unwrap_or_else(|| panic!("bad backend line {line:?}")));
+        } else if line.starts_with("lwlock check") {
+            sum.lwlock_details.push(
+                parse_lwlock_line(line).unwrap_or_else(|| panic!("bad lwlock line {line:?}")),
+            );
+            if line.ends_with(": OK") {
+                sum.lwlock_checks.push(true);
+            } else {
+                sum.lwlock_checks.push(false);
+            }
+        }
+    }
+    sum.total = total.unwrap_or_else(|| panic!("no total line in stdout:\n{stdout}"));
+    let add = sum.backends.iter().fold(Counts::default(), |a, c| Counts {
+        records: a.records + c.records,
+        bytes: a.bytes + c.bytes,
+        transactions: a.transactions + c.transactions,
+    });
+    assert_eq!(add, sum.total, "backend lines do not add up to the total");
+    sum
+}
+
+// ---------------------------------------------------------------------------
+// pg_waldump
+
+/// Path of PostgreSQL 15's pg_waldump, or None after printing a loud skip
+/// notice (panics instead when WALSHM_REQUIRE_PG=1).
+pub fn pg_waldump_path() -> Option<PathBuf> {
+    let p = std::env::var_os("PG_WALDUMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin/pg_waldump"));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var("WALSHM_REQUIRE_PG").as_deref() == Ok("1") {
+        panic!(
+            "pg_waldump not found at {} and WALSHM_REQUIRE_PG=1",
+            p.display()
+        );
+    }
+    eprintln!(
+        "\n********************************************************\n\
+         SKIPPED: pg_waldump not found ({}); set PG_WALDUMP\n\
+         ********************************************************\n",
+        p.display()
+    );
+    None
+}
+
+/// How pg_waldump stopped.
+#[derive(Debug)]
+pub struct PgEnd {
+    /// The LSN pg_waldump names as end of WAL.
+    pub end_lsn: u64,
+}
+
+/// Checks that pg_waldump ended at the normal end of WAL; returns where.
+/// Exactly "invalid record length at X: wanted 24, got 0" is a normal end.
+/// If the end lies on a page boundary the next page is simply not written
+/// yet, so "invalid magic number 0000" there is a normal end too.
+pub fn pg_normal_end(o: &Out) -> Result<PgEnd, String> {
+    if o.code() != Some(1) {
+        return Err(format!("pg_waldump exit status {:?}", o.status));
+    }
+    let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.len() != 1 {
+        return Err(format!("pg_waldump stderr is not one line: {:?}", o.stderr));
+    }
+    let l = lines[0];
+    if let Some(rest) = l
+        .split_once(": invalid record length at ")
+        .map(|(_, r)| r)
+        .filter(|_| l.starts_with("pg_waldump: error: error in WAL record at "))
+    {
+        if let Some(lsn) = rest.strip_suffix(": wanted 24, got 0") {
+            return walformat::parse_lsn(lsn)
+                .map(|end_lsn| PgEnd { end_lsn })
+                .map_err(|_| format!("bad LSN in {l:?}"));
+        }
+    }
+    if l.contains("invalid magic number 0000") {
+        // "...: invalid magic number 0000 in log segment S, offset O"
+        return Err(format!("PAGE-BOUNDARY:{l}"));
+    }
+    Err(format!("unexpected pg_waldump error: {l:?}"))
+}
+
+/// pg_waldump totals (--stats).
+#[derive(Debug)]
+pub struct PgStats {
+    pub logical_messages: u64,
+    pub total_records: u64,
+    pub total_bytes: u64,
+    pub end: Option<PgEnd>,
+    pub raw: Out,
+}
+
+/// `pg_waldump -p DIR/pg_wal -s START --stats`; None if pg_waldump is not
+/// installed. Panics unless it read to a normal end of WAL (`end_lsn` is
+/// walshm's end of WAL; used for the page-boundary case).
+pub fn pg_waldump_stats(d: &DataDir, end_lsn: u64) -> Option<PgStats> {
+    let pg = pg_waldump_path()?;
+    let o = run_cmd(
+        Command::new(pg)
+            .arg("-p")
+            .arg(d.path.join("pg_wal"))
+            .arg("-s")
+            .arg(walformat::format_lsn(d.first_lsn))
+            .arg("--stats"),
+        Duration::from_secs(120),
+    );
+    let end = match pg_normal_end(&o) {
+        Ok(e) => Some(e),
+        Err(e) if e.starts_with("PAGE-BOUNDARY:") && end_lsn % 8192 == 0 => None,
+        Err(e) => panic!(
+            "pg_waldump did not read to a normal end: {e}\n{}",
+            o.describe()
+        ),
+    };
+    let field = |name: &str, idx: usize| -> u64 {
+        o.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(idx))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} line in pg_waldump --stats\n{}", o.describe()))
+    };
+    let logical = field("LogicalMessage", 1);
+    let total = field("Total", 1);
+    let bytes = field("Total", 2);
+    Some(PgStats {
+        logical_messages: logical,
+        total_records: total,
+        total_bytes: bytes,
+        end,
+        raw: o,
+    })
+}
+
+/// `pg_waldump -p DIR/pg_wal -s START [-n N]` record lines (lines starting
+/// with "rmgr: "); None if pg_waldump is not installed. Panics unless it
+/// stopped after N records or at a normal end of WAL.
+pub fn pg_waldump(d: &DataDir, start: u64, limit: Option<u64>) -> Option<Vec<String>> {
+    let pg = pg_waldump_path()?;
+    let mut cmd = Command::new(pg);
+    cmd.arg("-p")
+        .arg(d.path.join("pg_wal"))
+        .arg("-s")
+        .arg(walformat::format_lsn(start));
+    if let Some(n) = limit {
+        cmd.arg("-n").arg(n.to_string());
+    }
+    let o = run_cmd(&mut cmd, Duration::from_secs(120));
+    let lines: Vec<String> = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("rmgr: "))
+        .map(String::from)
+        .collect();
+    let reached_limit = limit.is_some_and(|n| lines.len() as u64 == n);
+    if !(reached_limit && o.status.success()) {
+        if let Err(e) = pg_normal_end(&o) {
+            if !e.starts_with("PAGE-BOUNDARY:") {
+                panic!(
+                    "pg_waldump -s {} failed: {e}\n--- stderr ---\n{}",
+                    walformat::format_lsn(start),
+                    o.stderr
+                );
+            }
+        }
+    }
+    Some(lines)
+}
+
+// ---------------------------------------------------------------------------
+// walshm's own waldump
+
+/// The end line of `postmaster waldump`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnEnd {
+    pub end_lsn: u64,
+    pub reason: String,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// `postmaster waldump -D DIR --quiet`, parsed; panics on failure.
+pub fn own_waldump(datadir: &Path) -> OwnEnd {
+    let o = run_cmd(
+        Command::new(postmaster_bin())
+            .args(["waldump", "--quiet", "-D"])
+            .arg(datadir),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "postmaster waldump\n{}", o.describe());
+    parse_own_end(&o.stdout).unwrap_or_else(|| panic!("no end line\n{}", o.describe()))
+}
+
+/// "end of WAL at X: REASON; N records, B bytes from Y"
+pub fn parse_own_end(stdout: &str) -> Option<OwnEnd> {
+    let line = stdout.lines().find(|l| l.starts_with("end of WAL at "))?;
+    let rest = line.strip_prefix("end of WAL at ")?;
+    let (lsn, rest) = rest.split_once(": ")?;
+    let (reason, rest) = rest.rsplit_once("; ")?;
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    Some(OwnEnd {
+        end_lsn: walformat::parse_lsn(lsn).ok()?,
+        reason: reason.to_string(),
+        records: w.first()?.parse().ok()?,
+        bytes: w.get(2)?.trim_end_matches(',').parse().ok()?,
+    })
+}
+
+/// The first `n` record lines of `postmaster waldump -D DIR --start LSN`
+/// (the process is killed once they are read).
+pub fn own_waldump_lines(datadir: &Path, start: u64, n: usize) -> Vec<String> {
+    let mut child = Command::new(postmaster_bin())
+        .args(["waldump", "-D"])
+        .arg(datadir)
+        .arg("--start")
+        .arg(walformat::format_lsn(start))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn waldump");
+    let dog = Watchdog::new(child.id() as i32, Duration::from_secs(120));
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut buf = String::new();
+    while lines.len() < n {
+        buf.clear();
+        if r.read_line(&mut buf).unwrap_or(0) == 0 {
+            break;
+        }
+        let l = buf.trim_end_matches('\n');
+        if l.starts_with("rmgr: ") {
+            lines.push(l.to_string());
+        }
+    }
+    // SAFETY: kill has no memory effects; the child is not reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    drop(r);
+    let _ = child.wait();
+    assert!(!dog.fired(), "postmaster waldump --start timed out");
+    lines
+}
+
+// ---------------------------------------------------------------------------
+// Whole-WAL verification
+
+/// What the WAL of a data directory holds.
+#[derive(Debug)]
+pub struct WalFacts {
+    pub records: u64,
+    pub logical_messages: u64,
+    pub bytes: u64,
+    pub end_lsn: u64,
+    pub lsns: Vec<u64>,
+    /// For each record of `lsns`: is it a logical message?
+    pub is_message: Vec<bool>,
+    /// Whether pg_waldump took part.
+    pub pg_checked: bool,
+}
+
+pub fn payload_of(size: usize) -> Vec<u8> {
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// Reads all WAL of `d` with walformat's reader (checking every logical
+/// message's prefix and payload: SIZE bytes of a..z for a size in `sizes`),
+/// then with `postmaster waldump` and pg_waldump, and compares record by
+/// record in windows at the start, middle and end. Asserts that the number
+/// of logical messages is `expected_messages` when that is given.
+pub fn verify_wal(d: &DataDir, expected_messages: Option<u64>, sizes: &[usize]) -> WalFacts {
+    let geo = walformat::Geometry::new(d.seg_size).unwrap();
+    let mut reader = walformat::WalReader::open(&d.path.join("pg_wal"), geo, 1, None, d.first_lsn)
+        .unwrap_or_else(|e| panic!("open WAL: {e}"));
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let pattern = payload_of(max);
+    let mut lsns = Vec::new();
+    let mut is_message = Vec::new();
+    let mut logical = 0u64;
+    let mut bytes = 0u64;
+    let mut prev_lsn = 0u64;
+    loop {
+        match reader.next_record() {
+            Ok(Some(r)) => {
+                assert_eq!(r.prev, prev_lsn, "xl_prev chain broken at {}", r.lsn);
+                prev_lsn = r.lsn;
+                lsns.push(r.lsn);
+                is_message.push(r.rmgr_name() == "LogicalMessage");
+                bytes += r.tot_len as u64;
+                if r.rmgr_name() == "LogicalMessage" {
+                    let (tx, prefix, payload) = r
+                        .as_logical_message()
+                        .unwrap_or_else(|| panic!("malformed message at {}", r.lsn));
+                    assert!(!tx, "transactional message at {}", r.lsn);
+                    assert_eq!(prefix, "walshm", "prefix at {}", r.lsn);
+                    assert!(
+                        sizes.contains(&payload.len()),
+                        "payload of {} bytes at {} (expected one of {sizes:?})",
+                        payload.len(),
+                        walformat::format_lsn(r.lsn)
+                    );
+                    assert!(
+                        payload == &pattern[..payload.len()],
+                        "payload bytes differ at {}",
+                        walformat::format_lsn(r.lsn)
+                    );
+                    logical += 1;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => panic!("walformat reader: invalid record: {e}"),
+        }
+    }
+    let end_lsn = reader.end_of_valid();
+    let records = lsns.len() as u64;
+
+    let own = own_waldump(&d.path);
+    assert_eq!(
+        own.reason, "clean end of WAL",
+        "postmaster waldump: {own:?}"
+    );
+    assert_eq!(own.records, records, "postmaster waldump record count");
+    assert_eq!(own.bytes, bytes, "postmaster waldump byte count");
+    assert_eq!(own.end_lsn, end_lsn, "postmaster waldump end of WAL");
+
+    if let Some(expected) = expected_messages {
+        assert_eq!(
+            logical, expected,
+            "logical messages on disk != records the backends inserted (summary)"
+        );
+    }
+
+    let mut pg_checked = false;
+    if let Some(st) = pg_waldump_stats(d, end_lsn) {
+        pg_checked = true;
+        if let Some(e) = &st.end {
+            assert_eq!(
+                walformat::format_lsn(e.end_lsn),
+                walformat::format_lsn(end_lsn),
+                "pg_waldump's end of WAL differs from walshm's"
+            );
+        }
+        assert_eq!(
+            st.logical_messages, logical,
+            "pg_waldump LogicalMessage count"
+        );
+        assert_eq!(st.total_records, records, "pg_waldump total records");
+        assert_eq!(st.total_bytes, bytes, "pg_waldump total bytes");
+
+        // Record-by-record windows: about 4 MB of WAL each, so that a window
+        // crosses pages and (with 1 MB segments) segment boundaries.
+        let per = (4u64 << 20) / (max as u64 + 80);
+        let n = per.clamp(50, 20_000) as usize;
+        let mut starts = vec![0usize];
+        if lsns.len() > 2 * n {
+            starts.push(lsns.len() / 2);
+        }
+        if lsns.len() > n {
+            starts.push(lsns.len() - n);
+        }
+        for i in starts {
+            let start = lsns[i];
+            let want = n.min(lsns.len() - i);
+            let pg = pg_waldump(d, start, Some(want as u64)).unwrap();
+            let mine = own_waldump_lines(&d.path, start, want);
+            assert_eq!(
+                pg.len(),
+                want,
+                "pg_waldump window at {}",
+                walformat::format_lsn(start)
+            );
+            assert_eq!(
+                mine.len(),
+                want,
+                "own waldump window at {}",
+                walformat::format_lsn(start)
+            );
+            for (k, (a, b)) in pg.iter().zip(&mine).enumerate() {
+                if a != b {
+                    panic!(
+                        "record {} of window at {}: pg_waldump and postmaster waldump differ\npg:   {}\nmine: {}",
+                        k,
+                        walformat::format_lsn(start),
+                        &a[..a.len().min(300)],
+                        &b[..b.len().min(300)]
+                    );
+                }
+            }
+        }
+    }
+    WalFacts {
+        records,
+        logical_messages: logical,
+        bytes,
+        end_lsn,
+        lsns,
+        is_message,
+        pg_checked,
+    }
+}
+
+/// Asserts the data directory has no pid file and no segment.
+pub fn assert_cleaned_up(datadir: &Path) {
+    assert!(
+        !datadir.join("postmaster.pid").exists(),
+        "postmaster.pid still exists after shutdown"
+    );
+    let segs = segments_for(datadir);
+    assert!(segs.is_empty(), "segment left in /dev/shm: {segs:?}");
+}
+
+/// One "redo done at A: N records in T s; end of WAL at Y (REASON)" line of
+/// the startup process.
+#[derive(Debug, Clone)]
+pub struct RedoDone {
+    pub last_record: u64,
+    pub records: u64,
+    pub end_of_wal: u64,
+    pub reason: String,
+}
+
+/// Every startup "redo done" line in a server's stderr, in order.
+pub fn redo_lines(stderr: &str) -> Vec<RedoDone> {
+    let mut v = Vec::new();
+    for line in stderr.lines() {
+        let Some((_, rest)) = line.split_once("redo done at ") else {
+            continue;
+        };
+        let parse = || -> Option<RedoDone> {
+            let (a, rest) = rest.split_once(": ")?;
+            let n = rest.split_whitespace().next()?.parse().ok()?;
+            let (_, rest) = rest.split_once("end of WAL at ")?;
+            let (y, reason) = rest.split_once(' ')?;
+            Some(RedoDone {
+                last_record: walformat::parse_lsn(a).ok()?,
+                records: n,
+                end_of_wal: walformat::parse_lsn(y).ok()?,
+                reason: reason
+                    .trim()
+                    .trim_start_matches('(')
+                    .trim_end_matches(')')
+                    .to_string(),
+            })
+        };
+        v.push(parse().unwrap_or_else(|| panic!("cannot parse {line:?}")));
+    }
+    v
+}
