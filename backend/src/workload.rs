@@ -3,6 +3,9 @@
 //! - `emit:SIZE`: non-transactional logical messages with a SIZE-byte
 //!   payload (prefix `walshm`), no flush — what
 //!   `SELECT pg_logical_emit_message(false, 'walshm', ...)` writes.
+//! - `emit-batch:SIZE:N`: N such messages per transaction (the seeds'
+//!   "transactions of about 100 kB of WAL" and "10,000 small records"),
+//!   no XID, no commit record.
 //! - `emit-tx:SIZE`: a transaction: snapshot, XID, transactional logical
 //!   message, commit record, flush (synchronous commit), XID clear; with
 //!   `--ack`, then `ack LSN` on stdout (LSN = start of the commit record).
@@ -34,6 +37,7 @@ pub const MESSAGE_PREFIX: &str = "walshm";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     Emit(usize),
+    EmitBatch(usize, usize),
     EmitTx(usize),
     Txid,
     Lwlock,
@@ -43,6 +47,7 @@ impl fmt::Display for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Workload::Emit(n) => write!(f, "emit:{n}"),
+            Workload::EmitBatch(n, k) => write!(f, "emit-batch:{n}:{k}"),
             Workload::EmitTx(n) => write!(f, "emit-tx:{n}"),
             Workload::Txid => write!(f, "txid"),
             Workload::Lwlock => write!(f, "lwlock"),
@@ -50,7 +55,7 @@ impl fmt::Display for Workload {
     }
 }
 
-pub const WORKLOAD_HELP: &str = "emit:SIZE, emit-tx:SIZE, txid, lwlock";
+pub const WORKLOAD_HELP: &str = "emit:SIZE, emit-batch:SIZE:N, emit-tx:SIZE, txid, lwlock";
 
 impl Workload {
     pub fn parse(s: &str) -> Result<Workload, String> {
@@ -70,6 +75,14 @@ impl Workload {
         };
         match kind {
             "emit" => Ok(Workload::Emit(size(arg)?)),
+            "emit-batch" => {
+                let (sz, n) = arg.and_then(|a| a.split_once(':')).ok_or_else(bad)?;
+                let n: usize = n.parse().map_err(|_| bad())?;
+                if !(1..=1_000_000).contains(&n) {
+                    return Err(bad());
+                }
+                Ok(Workload::EmitBatch(size(Some(sz))?, n))
+            }
             "emit-tx" => Ok(Workload::EmitTx(size(arg)?)),
             "txid" if arg.is_none() => Ok(Workload::Txid),
             "lwlock" if arg.is_none() => Ok(Workload::Lwlock),
@@ -82,7 +95,8 @@ impl Workload {
 /// `ack LSN` after each durable commit.
 pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload, ack: bool) -> i32 {
     match w {
-        Workload::Emit(size) => run_emit(shm, procno, datadir, size),
+        Workload::Emit(size) => run_emit(shm, procno, datadir, size, 1),
+        Workload::EmitBatch(size, n) => run_emit(shm, procno, datadir, size, n),
         Workload::EmitTx(size) => run_emit_tx(shm, procno, datadir, Some(size), ack),
         Workload::Txid => run_emit_tx(shm, procno, datadir, None, false),
         Workload::Lwlock => run_lwlock(shm, procno),
@@ -143,7 +157,8 @@ fn payload_of(size: usize) -> Vec<u8> {
     (0..size).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
-fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize) {
+/// `n` messages of `size` bytes per transaction.
+fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize, n_per_tx: usize) {
     let mut xlog = Xlog::new(shm, procno, datadir);
     let me = &shm.procs()[procno as usize];
     let hist = shm.latency_histogram(procno);
@@ -153,8 +168,13 @@ fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize) {
     while !shutdown_requested() {
         n += 1;
         timed(hist, n, || {
-            walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
-            xlog.insert(&mut rec);
+            for _ in 0..n_per_tx {
+                walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
+                xlog.insert(&mut rec);
+                if n_per_tx > 1 && shutdown_requested() {
+                    break;
+                }
+            }
         });
         ProcCounters::bump(&me.counters.transactions, 1);
     }
