@@ -245,8 +245,15 @@ mod tests {
         assert_eq!(PerTx::Bytes(100_000).records(20), 5000);
         assert_eq!(PerTx::Bytes(100_000).records(8000), 13);
         assert_eq!(find("insert-locks").unwrap().per_tx(100), 1000);
-        assert!(find("parallel-insert").unwrap().derived());
-        assert!(!find("lwlock-queue").unwrap().derived());
+        let pi = find("parallel-insert").unwrap();
+        assert!(!pi.derived());
+        assert_eq!(pi.workload(Some(16)), "emit-batch:16:10000");
+        assert_eq!(find("insert-locks").unwrap().workload(Some(8000)), "emit-batch:8000:13");
+        assert_eq!(find("atomic-insertingat").unwrap().workload(Some(64)), "emit:64");
+        assert_eq!(find("lwlock-queue").unwrap().workload(None), "txid");
+        for w in ["emit-batch:16:10000", "emit-batch:8000:13"] {
+            backend::workload::Workload::parse(w).unwrap();
+        }
         assert_eq!(client_cap(2), 256);
         assert_eq!(client_cap(64), 4096);
     }
