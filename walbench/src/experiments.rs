@@ -248,8 +248,14 @@ mod tests {
         let pi = find("parallel-insert").unwrap();
         assert!(!pi.derived());
         assert_eq!(pi.workload(Some(16)), "emit-batch:16:10000");
-        assert_eq!(find("insert-locks").unwrap().workload(Some(8000)), "emit-batch:8000:13");
-        assert_eq!(find("atomic-insertingat").unwrap().workload(Some(64)), "emit:64");
+        assert_eq!(
+            find("insert-locks").unwrap().workload(Some(8000)),
+            "emit-batch:8000:13"
+        );
+        assert_eq!(
+            find("atomic-insertingat").unwrap().workload(Some(64)),
+            "emit:64"
+        );
         assert_eq!(find("lwlock-queue").unwrap().workload(None), "txid");
         for w in ["emit-batch:16:10000", "emit-batch:8000:13"] {
             backend::workload::Workload::parse(w).unwrap();

@@ -269,8 +269,16 @@ fn tiny(name: &str, size: Option<&str>, extra: &str, dir: &Path) -> J {
         assert_eq!(r.num("transactions"), tx, "{name}");
         let tps = r.num("records") / per_tx / r.num("seconds");
         if r.str("workload").starts_with("emit") {
+            // emit-batch counts whole batches: those straddling the window's
+            // edges (one per client at each end) make the record-derived
+            // rate differ by up to 2 x clients batches.
+            let edge = if per_tx > 1.0 {
+                2.0 * r.num("clients") / r.num("seconds")
+            } else {
+                0.0
+            };
             assert!(
-                (tps - r.num("tps")).abs() <= tps * 0.01 + 1.0,
+                (tps - r.num("tps")).abs() <= tps * 0.01 + 1.0 + edge,
                 "{name}: {tps} vs {r:?}"
             );
             assert!(r.num("records_at_exit") >= r.num("records"));
@@ -363,9 +371,16 @@ fn insert_locks_tiny() {
     assert!(runs
         .iter()
         .all(|r| r.get("transactions_derived") == Some(&J::Bool(false))));
-    assert!(runs
-        .iter()
-        .all(|r| r.num("records") >= 13.0 * r.num("transactions")));
+    // Batches straddling the window's edges: at most one per client each.
+    for r in runs {
+        let slack = 2.0 * 13.0 * r.num("clients");
+        assert!(
+            (r.num("records") - 13.0 * r.num("transactions")).abs() <= slack,
+            "records {} vs 13 x transactions {}",
+            r.num("records"),
+            r.num("transactions")
+        );
+    }
 }
 
 #[test]
