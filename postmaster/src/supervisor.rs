@@ -35,6 +35,14 @@ const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
 const MAX_STARTUP_FAILURES: u32 = 3;
 
+/// A report line on stdout (errors ignored, as for `log`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
 static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
@@ -132,7 +140,7 @@ struct Postmaster {
 }
 
 fn log(level: &str, msg: &str) {
-    eprintln!("postmaster[{}] {level}:  {msg}", std::process::id());
+    esay!("postmaster[{}] {level}:  {msg}", std::process::id());
 }
 
 /// Runs the server until shutdown; returns the exit code.
@@ -313,7 +321,7 @@ impl Postmaster {
                     // Torn reads would still prove a broken lock; the
                     // counts cannot be compared after a SIGKILL.
                     let torn = shm.lock_test_area().torn_reads.load(Ordering::Relaxed);
-                    println!(
+                    say!(
                         "lwlock crash generation {}: torn reads {torn}; count check skipped (a killed holder may have updated the data without counting it)",
                         self.generation
                     );
@@ -350,9 +358,9 @@ impl Postmaster {
             self.generation
         );
         if counter == exclusive && torn == 0 {
-            println!("{line}: OK");
+            say!("{line}: OK");
         } else {
-            println!("{line}: MISMATCH");
+            say!("{line}: MISMATCH");
             self.lwlock_mismatch = Some(line);
         }
     }
@@ -714,15 +722,18 @@ impl Postmaster {
             .elapsed()
             .as_secs_f64();
         if let Some(w) = self.workload {
-            println!(
+            say!(
                 "walshm summary: workload {w}, {} backend(s), {elapsed:.2} s, {} crash restart(s)",
-                self.workers, self.crashes
+                self.workers,
+                self.crashes
             );
             let mut sum = WorkerTotals::default();
             for (i, t) in self.totals.iter().enumerate() {
-                println!(
+                say!(
                     "backend {i}: records {} bytes {} transactions {}",
-                    t.records, t.bytes, t.transactions
+                    t.records,
+                    t.bytes,
+                    t.transactions
                 );
                 sum.records += t.records;
                 sum.bytes += t.bytes;
@@ -730,9 +741,11 @@ impl Postmaster {
                 sum.snapshot_violations += t.snapshot_violations;
                 sum.sync_commits += t.sync_commits;
             }
-            println!(
+            say!(
                 "total: records {} bytes {} transactions {}",
-                sum.records, sum.bytes, sum.transactions
+                sum.records,
+                sum.bytes,
+                sum.transactions
             );
             if w.is_transactional() {
                 let per_sync = if self.wal_syncs > 0 {
@@ -740,7 +753,7 @@ impl Postmaster {
                 } else {
                     "-".into()
                 };
-                println!(
+                say!(
                     "transactions: synchronous commits {}, WAL fdatasyncs {}, commits per fdatasync {per_sync}, snapshot violations {}",
                     sum.sync_commits, self.wal_syncs, sum.snapshot_violations
                 );
