@@ -139,8 +139,15 @@ struct Postmaster {
     run_started: Option<Instant>,
 }
 
+/// A log line on stderr. Output errors (a closed pipe) are ignored: the
+/// postmaster must keep supervising whatever happens to its terminal.
 fn log(level: &str, msg: &str) {
-    esay!("postmaster[{}] {level}:  {msg}", std::process::id());
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "postmaster[{}] {level}:  {msg}",
+        std::process::id()
+    );
 }
 
 /// Runs the server until shutdown; returns the exit code.
