@@ -237,6 +237,17 @@ impl<'a> LockEnv<'a> {
     }
 }
 
+/// Exit path: a process context going away releases whatever it still
+/// holds, so an error that unwinds past a critical section (or a forgotten
+/// release) cannot leave a lock held by a process that no longer uses it.
+impl Drop for LockEnv<'_> {
+    fn drop(&mut self) {
+        if self.held_count() > 0 {
+            self.release_all();
+        }
+    }
+}
+
 struct ProcCountersBump;
 impl ProcCountersBump {
     fn sleep(p: &Proc) {
@@ -698,5 +709,51 @@ impl LWLock {
             }
         }
         self.release(env);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn env(procs: &[Proc]) -> LockEnv<'_> {
+        LockEnv::new(procs, 0, WaitQueue::Modern, VarAccess::Atomic)
+    }
+
+    #[test]
+    fn release_all_and_drop_free_every_held_lock() {
+        let procs: Vec<Proc> = (0..2).map(Proc::new).collect();
+        let (a, b) = (LWLock::new(1), LWLock::new(2));
+        let e = env(&procs);
+        assert!(a.acquire(&e, LWLockMode::Exclusive));
+        assert!(b.acquire(&e, LWLockMode::Shared));
+        assert!(e.holds(&a) && e.holds(&b) && e.held_count() == 2);
+        assert!(!a.conditional_acquire(&env(&procs), LWLockMode::Shared));
+        e.release_all();
+        assert!(a.is_free() && b.is_free() && e.held_count() == 0);
+        {
+            let e2 = env(&procs);
+            assert!(a.acquire(&e2, LWLockMode::Exclusive));
+        }
+        assert!(a.is_free(), "dropping the context released the lock");
+    }
+
+    #[test]
+    fn shared_holders_coexist_and_exclude_writers() {
+        let procs: Vec<Proc> = (0..3).map(Proc::new).collect();
+        let l = LWLock::new(1);
+        let e0 = LockEnv::new(&procs, 0, WaitQueue::Legacy, VarAccess::WaitListLock);
+        let e1 = LockEnv::new(&procs, 1, WaitQueue::Legacy, VarAccess::WaitListLock);
+        assert!(l.conditional_acquire(&e0, LWLockMode::Shared));
+        assert!(l.conditional_acquire(&e1, LWLockMode::Shared));
+        assert!(!l.conditional_acquire(&e1, LWLockMode::Exclusive));
+        l.release(&e0);
+        l.release(&e1);
+        assert!(l.conditional_acquire(&e0, LWLockMode::Exclusive));
+        let v = AtomicU64::new(0);
+        l.update_var(&e0, &v, 42);
+        assert_eq!(l.wait_for_var(&e1, &v, 0), VarWait::Changed(42));
+        l.release_clear_var(&e0, &v, 0);
+        assert_eq!(l.wait_for_var(&e1, &v, 42), VarWait::Free);
     }
 }
