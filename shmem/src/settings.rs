@@ -430,10 +430,15 @@ mod tests {
 
     #[test]
     fn every_described_setting_round_trips() {
-        let mut s = Settings::default();
-        s.fsync = false;
-        s.lwlock_queue = WaitQueue::Legacy;
-        s.wal_buffers = 64;
+        let s = Settings {
+            fsync: false,
+            lwlock_queue: WaitQueue::Legacy,
+            wal_buffers: 64,
+            port: 6543,
+            password: Text::new("s3cret").unwrap(),
+            listen_addresses: Text::new("localhost").unwrap(),
+            ..Default::default()
+        };
         let mut t = Settings::default();
         for (n, v) in s.describe() {
             t.set(n, &v).unwrap();

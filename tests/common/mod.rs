@@ -1034,3 +1034,318 @@ pub fn redo_lines(stderr: &str) -> Vec<RedoDone> {
     }
     v
 }
+
+// ---------------------------------------------------------------------------
+// Transactions, acknowledgements and damaged WAL (tests/transactions.rs and
+// tests/crash.rs)
+
+/// One record line of pg_waldump or `postmaster waldump`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpRec {
+    pub rmgr: String,
+    pub xid: u32,
+    pub lsn: u64,
+    /// First word of the description: COMMIT, MESSAGE, CHECKPOINT_ONLINE...
+    pub kind: String,
+    /// A transactional logical message.
+    pub transactional: bool,
+}
+
+/// Parses "rmgr: R len (rec/tot): a/ b, tx: X, lsn: L, prev P, desc: D".
+pub fn parse_dump_line(l: &str) -> Option<DumpRec> {
+    let rest = l.strip_prefix("rmgr: ")?;
+    let rmgr = rest.split_whitespace().next()?.to_string();
+    let tx = rest.split_once("tx:")?.1.trim_start();
+    let xid = tx.split(',').next()?.trim().parse().ok()?;
+    let lsn = rest.split_once(", lsn: ")?.1.split(',').next()?;
+    let desc = rest.split_once("desc: ")?.1;
+    Some(DumpRec {
+        rmgr,
+        xid,
+        lsn: walformat::parse_lsn(lsn.trim()).ok()?,
+        kind: desc.split_whitespace().next().unwrap_or("").to_string(),
+        transactional: desc.starts_with("MESSAGE transactional"),
+    })
+}
+
+/// Record lines ("rmgr: ...") of a dump's stdout.
+pub fn record_lines(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("rmgr: "))
+        .map(String::from)
+        .collect()
+}
+
+/// `pg_waldump -p DIR/pg_wal -s START` in full, not judged; None if
+/// pg_waldump is not installed.
+pub fn pg_waldump_raw(d: &DataDir, start: u64) -> Option<Out> {
+    let pg = pg_waldump_path()?;
+    Some(run_cmd(
+        Command::new(pg)
+            .arg("-p")
+            .arg(d.path.join("pg_wal"))
+            .arg("-s")
+            .arg(walformat::format_lsn(start)),
+        Duration::from_secs(120),
+    ))
+}
+
+/// `postmaster waldump -D DIR --start START` in full, not judged.
+pub fn own_waldump_raw(datadir: &Path, start: u64) -> Out {
+    run_cmd(
+        Command::new(postmaster_bin())
+            .args(["waldump", "-D"])
+            .arg(datadir)
+            .arg("--start")
+            .arg(walformat::format_lsn(start)),
+        Duration::from_secs(120),
+    )
+}
+
+/// What the WAL of a transactional run holds.
+#[derive(Debug, Default)]
+pub struct TxWal {
+    /// (LSN, xid) of every COMMIT record, in WAL order.
+    pub commits: Vec<(u64, u32)>,
+    /// (LSN, xid) of every transactional logical message.
+    pub tx_messages: Vec<(u64, u32)>,
+    pub records: usize,
+    /// LSN of the last record.
+    pub last_lsn: u64,
+    /// Whether pg_waldump took part.
+    pub pg_checked: bool,
+}
+
+impl TxWal {
+    pub fn commit_lsns(&self) -> std::collections::HashSet<u64> {
+        self.commits.iter().map(|c| c.0).collect()
+    }
+}
+
+/// Reads all WAL of `d` from its first record with `postmaster waldump`
+/// and pg_waldump: both must read to a clean end and print identical
+/// record lines. Panics if an XID has two COMMIT records.
+pub fn tx_wal_check(d: &DataDir) -> TxWal {
+    let own = own_waldump_raw(&d.path, d.first_lsn);
+    assert!(
+        own.status.success(),
+        "postmaster waldump\n{}",
+        own.describe()
+    );
+    let end = parse_own_end(&own.stdout)
+        .unwrap_or_else(|| panic!("no end line in postmaster waldump output\n{}", own.stderr));
+    assert_eq!(
+        end.reason, "clean end of WAL",
+        "postmaster waldump: {end:?}"
+    );
+    let mine = record_lines(&own.stdout);
+    assert_eq!(end.records as usize, mine.len(), "own waldump record count");
+    let mut pg_checked = false;
+    if let Some(pg) = pg_waldump_raw(d, d.first_lsn) {
+        pg_checked = true;
+        match pg_normal_end(&pg) {
+            Ok(e) => assert_eq!(
+                walformat::format_lsn(e.end_lsn),
+                walformat::format_lsn(end.end_lsn),
+                "pg_waldump's end of WAL differs from walshm's"
+            ),
+            Err(e) if e.starts_with("PAGE-BOUNDARY:") && end.end_lsn % 8192 == 0 => {}
+            Err(e) => panic!("pg_waldump did not read to a normal end: {e}"),
+        }
+        let theirs = record_lines(&pg.stdout);
+        assert_eq!(
+            theirs.len(),
+            mine.len(),
+            "pg_waldump and postmaster waldump decode different numbers of records"
+        );
+        for (a, b) in theirs.iter().zip(&mine) {
+            assert_eq!(a, b, "pg_waldump and postmaster waldump differ");
+        }
+    }
+    let mut w = TxWal {
+        pg_checked,
+        records: mine.len(),
+        ..TxWal::default()
+    };
+    let mut seen = std::collections::HashMap::new();
+    for l in &mine {
+        let r = parse_dump_line(l).unwrap_or_else(|| panic!("cannot parse dump line {l:?}"));
+        w.last_lsn = r.lsn;
+        if r.rmgr == "Transaction" && r.kind == "COMMIT" {
+            assert_ne!(r.xid, 0, "COMMIT without xid: {l}");
+            if let Some(first) = seen.insert(r.xid, r.lsn) {
+                panic!(
+                    "xid {} committed twice: at {} and at {}",
+                    r.xid,
+                    walformat::format_lsn(first),
+                    walformat::format_lsn(r.lsn)
+                );
+            }
+            w.commits.push((r.lsn, r.xid));
+        } else if r.rmgr == "LogicalMessage" && r.transactional {
+            w.tx_messages.push((r.lsn, r.xid));
+        }
+    }
+    w
+}
+
+/// The LSNs of the `ack X/Y` lines of a run's stdout.
+pub fn parse_acks(stdout: &str) -> Vec<u64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ack "))
+        .map(|s| walformat::parse_lsn(s.trim()).unwrap_or_else(|_| panic!("bad ack line {s:?}")))
+        .collect()
+}
+
+/// Every ack names a COMMIT record; no LSN is acked twice. Returns the
+/// number of acks checked.
+pub fn check_acks(acks: &[u64], wal: &TxWal) -> usize {
+    let commits = wal.commit_lsns();
+    let mut seen = std::collections::HashSet::new();
+    for a in acks {
+        assert!(
+            seen.insert(*a),
+            "LSN {} acknowledged twice",
+            walformat::format_lsn(*a)
+        );
+        assert!(
+            commits.contains(a),
+            "acknowledged commit at {} is not a COMMIT record in the WAL ({} acks, {} commits on disk)",
+            walformat::format_lsn(*a),
+            acks.len(),
+            commits.len()
+        );
+    }
+    acks.len()
+}
+
+/// The "transactions: ..." summary line.
+#[derive(Debug, Clone, Copy)]
+pub struct TxLine {
+    pub sync_commits: u64,
+    pub fdatasyncs: u64,
+    pub per_fdatasync: Option<f64>,
+    pub snapshot_violations: u64,
+}
+
+pub fn parse_tx_line(stdout: &str) -> TxLine {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("transactions: "))
+        .unwrap_or_else(|| panic!("no transactions line in stdout:\n{stdout}"));
+    let after = |key: &str| -> &str {
+        line.split_once(key)
+            .unwrap_or_else(|| panic!("no {key:?} in {line:?}"))
+            .1
+            .split(',')
+            .next()
+            .unwrap()
+            .trim()
+    };
+    TxLine {
+        sync_commits: after("synchronous commits ").parse().unwrap(),
+        fdatasyncs: after("WAL fdatasyncs ").parse().unwrap(),
+        per_fdatasync: after("commits per fdatasync ").parse().ok(),
+        snapshot_violations: after("snapshot violations ").parse().unwrap(),
+    }
+}
+
+/// `Server::start` with extra environment variables (fail points).
+pub fn start_with_env(
+    datadir: &Path,
+    logdir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
+    let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let stdout_path = logdir.join(format!("start-{n}.out"));
+    let stderr_path = logdir.join(format!("start-{n}.err"));
+    let out = fs::File::create(&stdout_path).unwrap();
+    let err = fs::File::create(&stderr_path).unwrap();
+    let mut cmd = Command::new(postmaster_bin());
+    cmd.arg("start").arg("-D").arg(datadir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .expect("spawn postmaster start");
+    Server {
+        pid: child.id() as i32,
+        child: Some(child),
+        datadir: datadir.to_path_buf(),
+        stdout_path,
+        stderr_path,
+    }
+}
+
+/// SIGKILLs the server's whole process group (no shutdown flush, no
+/// shutdown checkpoint) and waits for the postmaster and its children.
+pub fn kill_group(s: Server) -> Out {
+    let kids = s.children();
+    kill(-s.pid, libc::SIGKILL);
+    let o = s.wait_exit(TIMEOUT);
+    assert!(
+        wait_until(TIMEOUT, || kids.iter().all(|(p, _)| !alive(*p))),
+        "children survived SIGKILL of the process group"
+    );
+    o
+}
+
+/// A record as walformat's reader sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecInfo {
+    pub lsn: u64,
+    /// End of the record's bytes.
+    pub end: u64,
+    /// Where the next record starts.
+    pub next: u64,
+    pub tot_len: u32,
+    pub xid: u32,
+    pub is_commit: bool,
+    /// Commit timestamp (µs since 2000-01-01) of a COMMIT record.
+    pub commit_time: Option<i64>,
+}
+
+/// Reads WAL of `d` from its first record with walformat's reader: every
+/// valid record, and the error that ended reading (None: clean end).
+pub fn scan_records(d: &DataDir) -> (Vec<RecInfo>, Option<String>) {
+    let geo = walformat::Geometry::new(d.seg_size).unwrap();
+    let mut reader = walformat::WalReader::open(&d.path.join("pg_wal"), geo, 1, None, d.first_lsn)
+        .unwrap_or_else(|e| panic!("open WAL: {e}"));
+    let mut v = Vec::new();
+    loop {
+        match reader.next_record() {
+            Ok(Some(r)) => v.push(RecInfo {
+                lsn: r.lsn,
+                end: r.end,
+                next: r.next,
+                tot_len: r.tot_len,
+                xid: r.xid,
+                is_commit: r.is_commit(),
+                commit_time: r.commit_time(),
+            }),
+            Ok(None) => return (v, None),
+            Err(e) => return (v, Some(e.to_string())),
+        }
+    }
+}
+
+/// Sum of the sizes of the files in `dir` (not recursive).
+pub fn dir_size(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
