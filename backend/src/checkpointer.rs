@@ -58,24 +58,7 @@ impl<'a> Checkpointer<'a> {
         let redo = self.xlog.insert_rec_ptr();
         let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Acquire);
         let facts = &self.shm.xlog().facts;
-        let cp = CheckPoint {
-            redo,
-            tli: facts.timeline,
-            prev_tli: facts.timeline,
-            full_page_writes: true,
-            next_xid,
-            next_oid: 10000,
-            next_multi: 1,
-            next_multi_offset: 0,
-            oldest_xid: crate::procarray::FIRST_NORMAL_XID,
-            oldest_xid_db: 1,
-            oldest_multi: 1,
-            oldest_multi_db: 1,
-            time: unix_now(),
-            oldest_commit_ts_xid: 0,
-            newest_commit_ts_xid: 0,
-            oldest_active_xid: 0,
-        };
+        let cp = checkpoint_contents(redo, facts.timeline, next_xid);
         let mut rec = walformat::checkpoint_record(&cp, shutdown);
         let at = self.xlog.insert(&mut rec);
         self.xlog.flush(at.end);
@@ -166,6 +149,30 @@ impl<'a> Checkpointer<'a> {
         ck.removed_segments.fetch_add(removed, Ordering::Relaxed);
         ck.recycled_segments.fetch_add(recycled, Ordering::Relaxed);
         (removed, recycled)
+    }
+}
+
+/// The CheckPoint record's contents walshm writes: the redo point, timeline
+/// and next XID that matter to recovery, and PostgreSQL's initial values for
+/// the fields that only matter to a database with tables.
+pub fn checkpoint_contents(redo: Lsn, tli: u32, next_xid: u64) -> CheckPoint {
+    CheckPoint {
+        redo,
+        tli,
+        prev_tli: tli,
+        full_page_writes: true,
+        next_xid,
+        next_oid: 10000,
+        next_multi: 1,
+        next_multi_offset: 0,
+        oldest_xid: crate::procarray::FIRST_NORMAL_XID,
+        oldest_xid_db: 1,
+        oldest_multi: 1,
+        oldest_multi_db: 1,
+        time: unix_now(),
+        oldest_commit_ts_xid: 0,
+        newest_commit_ts_xid: 0,
+        oldest_active_xid: 0,
     }
 }
 

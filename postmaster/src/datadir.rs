@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use walformat::{checkpoint_record, CheckPoint, Geometry, SegmentWriter};
+use walformat::{checkpoint_record, Geometry, SegmentWriter};
 
 pub const CONFIG_FILE: &str = "walshm.conf";
 pub const PID_FILE: &str = "postmaster.pid";
@@ -81,24 +81,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     // WAL starts in segment 1, as initdb's does (LSN 0 is invalid).
     let mut w = SegmentWriter::new(geo, tli, sysid, geo.seg_start(1), 0);
     let redo = w.insert_pos();
-    let cp = CheckPoint {
-        redo,
-        tli,
-        prev_tli: tli,
-        full_page_writes: true,
-        next_xid: FIRST_NORMAL_XID,
-        next_oid: 10000,
-        next_multi: 1,
-        next_multi_offset: 0,
-        oldest_xid: FIRST_NORMAL_XID as u32,
-        oldest_xid_db: 1,
-        oldest_multi: 1,
-        oldest_multi_db: 1,
-        time: unix_now(),
-        oldest_commit_ts_xid: 0,
-        newest_commit_ts_xid: 0,
-        oldest_active_xid: 0,
-    };
+    let cp = backend::checkpointer::checkpoint_contents(redo, tli, FIRST_NORMAL_XID);
     let checkpoint = w.append(&mut checkpoint_record(&cp, true));
     let pg_wal = dir.join("pg_wal");
     w.write_to_dir(&pg_wal)

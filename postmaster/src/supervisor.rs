@@ -405,41 +405,34 @@ impl Postmaster {
         {}
     }
 
-    fn fork_child(&mut self, kind: Kind) {
-        let shm = self
-            .shm
-            .as_ref()
-            .expect("segment exists while children run");
+    /// Forks a child of `kind` that runs `body` and exits with its code;
+    /// the parent records the child.
+    fn spawn(&mut self, kind: Kind, body: impl FnOnce(&Self, &Shmem, i32) -> i32) {
+        let Some(shm) = self.shm.as_ref() else { return };
         let postmaster_pid = std::process::id() as i32;
         // SAFETY: the postmaster is single-threaded, so the child gets a
-        // consistent copy of its memory; the child only runs the process
-        // body and leaves with _exit.
+        // consistent copy of its memory; the child only runs `body` and
+        // leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            log(
-                "LOG",
-                &format!(
-                    "could not fork {}: {}",
-                    kind.describe(),
-                    std::io::Error::last_os_error()
-                ),
-            );
+            let e = std::io::Error::last_os_error();
+            log("LOG", &format!("could not fork {}: {e}", kind.describe()));
             return;
         }
         if pid == 0 {
-            let code = run_child(
-                shm,
-                &self.datadir,
-                kind,
-                self.workload,
-                self.ack,
-                postmaster_pid,
-            );
+            let code = body(self, shm, postmaster_pid);
             // SAFETY: leaving the child without running the parent's
-            // destructors (which would unmap or unlink shared state).
+            // destructors (which would unmap or unlink shared state and
+            // remove the listening sockets).
             unsafe { libc::_exit(code) };
         }
         self.children.push(Child { pid, kind });
+    }
+
+    fn fork_child(&mut self, kind: Kind) {
+        self.spawn(kind, |pm, shm, pm_pid| {
+            run_child(shm, &pm.datadir, kind, pm.workload, pm.ack, pm_pid)
+        });
     }
 
     /// Accepts waiting clients: a backend each while running, otherwise a
@@ -473,54 +466,28 @@ impl Postmaster {
     /// Forks a child for an accepted client: a connection backend, or (with
     /// `refuse`) a rejecter that sends that FATAL message.
     fn fork_connection(&mut self, conn: crate::listen::Accepted, refuse: Option<&str>) {
-        let Some(shm) = self.shm.as_ref() else { return };
-        let postmaster_pid = std::process::id() as i32;
+        use crate::listen::Accepted;
+        use backend::session::{run_connection, Peer};
         let kind = if refuse.is_some() {
             Kind::Rejecter
         } else {
             Kind::Connection
         };
-        // SAFETY: single-threaded postmaster; the child leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            log(
-                "LOG",
-                &format!(
-                    "could not fork {}: {}",
-                    kind.describe(),
-                    std::io::Error::last_os_error()
-                ),
-            );
-            return;
-        }
-        if pid == 0 {
-            become_child("backend", postmaster_pid);
-            // The listening sockets belong to the postmaster.
-            self.listeners.take().map(std::mem::forget);
+        self.spawn(kind, |pm, shm, pm_pid| {
+            become_child("backend", pm_pid);
             let password =
-                Some(self.settings.password.as_str().to_string()).filter(|p| !p.is_empty());
-            let code = match (conn, refuse) {
-                (crate::listen::Accepted::Unix(mut s), Some(msg)) => reject(&mut s, msg),
-                (crate::listen::Accepted::Tcp(mut s), Some(msg)) => reject(&mut s, msg),
-                (crate::listen::Accepted::Unix(s), None) => backend::session::run_connection(
-                    shm,
-                    &self.datadir,
-                    s,
-                    backend::session::Peer::Unix,
-                    password,
-                ),
-                (crate::listen::Accepted::Tcp(s), None) => backend::session::run_connection(
-                    shm,
-                    &self.datadir,
-                    s,
-                    backend::session::Peer::Tcp,
-                    password,
-                ),
-            };
-            // SAFETY: leaving the child without the parent's destructors.
-            unsafe { libc::_exit(code) };
-        }
-        self.children.push(Child { pid, kind });
+                Some(pm.settings.password.as_str().to_string()).filter(|p| !p.is_empty());
+            match (conn, refuse) {
+                (Accepted::Unix(mut s), Some(msg)) => reject(&mut s, msg),
+                (Accepted::Tcp(mut s), Some(msg)) => reject(&mut s, msg),
+                (Accepted::Unix(s), None) => {
+                    run_connection(shm, &pm.datadir, s, Peer::Unix, password)
+                }
+                (Accepted::Tcp(s), None) => {
+                    run_connection(shm, &pm.datadir, s, Peer::Tcp, password)
+                }
+            }
+        });
     }
 
     fn signal_all(&self, sig: libc::c_int) {
