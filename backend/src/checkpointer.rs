@@ -55,6 +55,11 @@ impl<'a> Checkpointer<'a> {
     /// Creates a checkpoint; returns the checkpoint record's LSN.
     pub fn checkpoint(&mut self, shutdown: bool) -> Lsn {
         let started = Instant::now();
+        self.shm
+            .xlog()
+            .checkpointer
+            .started
+            .fetch_add(1, Ordering::AcqRel);
         let redo = self.xlog.insert_rec_ptr();
         let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Acquire);
         let facts = &self.shm.xlog().facts;
@@ -194,12 +199,16 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     let wal_trigger = ((s.max_wal_size_mb as u64) << 20) / 2;
     let ck = &shm.xlog().checkpointer;
     let mut last = Instant::now();
+    // Requests already served (a checkpoint begun after a request serves it).
+    let mut served = ck.requested.load(Ordering::Acquire);
     while !shutdown_requested() {
         ck.latch.reset();
-        let requested = ck.requested.load(Ordering::Acquire) > ck.done.load(Ordering::Acquire);
+        let pending = ck.requested.load(Ordering::Acquire);
+        let requested = pending > served;
         let last_redo = ck.last_redo.load(Ordering::Acquire);
         let wal_due = c.xlog.insert_lsn().saturating_sub(last_redo) >= wal_trigger;
         if requested || wal_due || last.elapsed() >= timeout {
+            served = pending;
             c.checkpoint(false);
             last = Instant::now();
             continue;
@@ -210,12 +219,15 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     0
 }
 
-/// A backend's CHECKPOINT: request one and wait until it is done.
+/// A backend's CHECKPOINT: request one and wait until a checkpoint that
+/// began after the request has completed (one already running when we ask
+/// may have missed our WAL).
 pub fn request_checkpoint(shm: &Shmem) {
     let ck = &shm.xlog().checkpointer;
-    let target = ck.requested.fetch_add(1, Ordering::AcqRel) + 1;
+    let begun = ck.started.load(Ordering::Acquire);
+    ck.requested.fetch_add(1, Ordering::AcqRel);
     ck.latch.set();
-    while ck.done.load(Ordering::Acquire) < target {
+    while ck.done.load(Ordering::Acquire) < begun + 1 {
         if shutdown_requested() {
             return;
         }

@@ -99,7 +99,9 @@ pub struct CheckpointerShared {
     /// Checkpoints requested (a backend's CHECKPOINT bumps it and waits
     /// until `done` reaches the value it saw).
     pub requested: AtomicU64,
-    /// Checkpoints completed.
+    /// Checkpoints begun and completed (one checkpointer: begun - done is 0
+    /// or 1).
+    pub started: AtomicU64,
     pub done: AtomicU64,
     /// Redo point of the last checkpoint (an LSN).
     pub last_redo: AtomicU64,
