@@ -103,7 +103,7 @@ impl<'a> Checkpointer<'a> {
         c.redo = redo;
         c.next_xid = next_xid;
         c.time = unix_now();
-        if let Err(e) = c.write(&self.datadir) {
+        if let Err(e) = c.write(&self.datadir, self.shm.settings().fsync) {
             panic!("could not write control file: {e}");
         }
         lock.release(&self.xlog.env);

@@ -158,10 +158,11 @@ impl ControlFile {
         ControlFile::decode(&b, &p)
     }
 
-    /// Writes the file crash-safely (temp file, fsync, rename, dir fsync).
-    pub fn write(&self, datadir: &Path) -> Result<(), ControlError> {
+    /// Writes the file crash-safely (temp file, fsync, rename, dir fsync;
+    /// the fsyncs only with `fsync`).
+    pub fn write(&self, datadir: &Path, fsync: bool) -> Result<(), ControlError> {
         let p = path(datadir);
-        crate::walfile::write_file_atomically(&p, &self.encode())
+        crate::walfile::write_file_atomically(&p, &self.encode(), fsync)
             .map_err(|e| ControlError::Io(p.clone(), e))
     }
 }

@@ -198,7 +198,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         );
         let mut c = control;
         c.state = DbState::InCrashRecovery;
-        if let Err(e) = c.write(datadir) {
+        if let Err(e) = c.write(datadir, shm.settings().fsync) {
             log("FATAL", &e.to_string());
             return crate::process::EXIT_FATAL;
         }
@@ -231,7 +231,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    if let Err(e) = c.write(datadir) {
+    if let Err(e) = c.write(datadir, shm.settings().fsync) {
         log("FATAL", &e.to_string());
         return crate::process::EXIT_FATAL;
     }

@@ -169,9 +169,28 @@ pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
 }
 
 /// Opens segment `path` for writing, creating it zero-filled if absent.
+///
+/// An existing file of the wrong size (truncated, or damaged) is never
+/// written into: every reader refuses such a segment whole, so WAL written
+/// there — acknowledged commits included — would be lost. It is renamed
+/// aside (`NAME.broken`, kept for inspection) and a fresh segment created.
 pub fn open_or_create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Result<File> {
     match OpenOptions::new().write(true).open(path) {
-        Ok(f) => return Ok(f),
+        Ok(f) if f.metadata()?.len() == seg_size => return Ok(f),
+        Ok(f) => {
+            let len = f.metadata()?.len();
+            drop(f);
+            let aside = path.with_extension("broken");
+            std::fs::rename(path, &aside)?;
+            crate::process::log(
+                "WARNING",
+                &format!(
+                    "WAL segment \"{}\" has {len} bytes, expected {seg_size}: moved to \"{}\" and recreated",
+                    path.display(),
+                    aside.display()
+                ),
+            );
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -222,8 +241,11 @@ pub fn create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Resul
 }
 
 /// Writes a whole small file crash-safely: temporary file, fsync, rename
-/// over `path`, directory fsync (the control file).
-pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// over `path`, directory fsync (the control file). With `fsync = false`
+/// (the `fsync = off` setting, which promises nothing across an OS crash)
+/// the rename still makes the replacement atomic for process crashes, and
+/// both fsyncs are skipped, as PostgreSQL's pg_fsync does.
+pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
     let dir = path.parent().expect("file has a directory");
     let tmp = path.with_extension("tmp");
     let mut f = File::create(&tmp)?;
@@ -234,6 +256,10 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         return Err(err);
     }
     f.write_all(bytes)?;
+    if !fsync {
+        drop(f);
+        return std::fs::rename(&tmp, path);
+    }
     if let Some((err, _)) = injected(Op::ControlFsync) {
         return Err(err);
     }

@@ -590,6 +590,7 @@ impl<'a> Xlog<'a> {
                 // A completed segment is synced at once (PostgreSQL does
                 // the same), so a later flush only needs the last one.
                 self.sync_segment(self.geo.seg_no(page_start));
+                self.maybe_request_checkpoint(page_end);
             }
         }
         if let Some((first, lsn, n)) = run {
@@ -602,6 +603,18 @@ impl<'a> Xlog<'a> {
                 self.sync_segment(self.geo.seg_no(written));
             }
             w.flush_result.fetch_max(written, Ordering::Release);
+        }
+    }
+
+    /// After a segment is complete: wake the checkpointer when the WAL since
+    /// the last checkpoint's redo point reaches its trigger (half of
+    /// `max_wal_size`), as PostgreSQL's XLogWrite does, rather than letting
+    /// WAL pile up until the checkpointer's next look.
+    fn maybe_request_checkpoint(&self, written: Lsn) {
+        let ck = &self.shm.xlog().checkpointer;
+        let trigger = ((self.shm.settings().max_wal_size_mb as u64) << 20) / 2;
+        if written.saturating_sub(ck.last_redo.load(Ordering::Relaxed)) >= trigger {
+            ck.latch.set();
         }
     }
 

@@ -102,7 +102,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
         next_xid: FIRST_NORMAL_XID,
         time: unix_now(),
     }
-    .write(dir)
+    .write(dir, true)
     .map_err(|e| e.to_string())?;
     println!(
         "walshm: initialized data directory \"{}\" (system identifier {sysid}, WAL segment size {} MB, first checkpoint at {})",

@@ -410,10 +410,18 @@ impl Postmaster {
     fn spawn(&mut self, kind: Kind, body: impl FnOnce(&Self, &Shmem, i32) -> i32) {
         let Some(shm) = self.shm.as_ref() else { return };
         let postmaster_pid = std::process::id() as i32;
+        // Signals stay blocked across fork until the child has installed its
+        // own handlers (become_child unblocks them): a SIGTERM arriving in
+        // between would otherwise run the postmaster's handler in the child
+        // and be lost.
+        let saved = block_all_signals();
         // SAFETY: the postmaster is single-threaded, so the child gets a
         // consistent copy of its memory; the child only runs `body` and
         // leaves with _exit.
         let pid = unsafe { libc::fork() };
+        if pid != 0 {
+            restore_signal_mask(&saved);
+        }
         if pid < 0 {
             let e = std::io::Error::last_os_error();
             log("LOG", &format!("could not fork {}: {e}", kind.describe()));
@@ -750,6 +758,24 @@ impl Postmaster {
         }
         0
     }
+}
+
+/// Blocks every signal; returns the previous mask.
+fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: zeroed sigsets are filled by sigfillset / sigprocmask before
+    // use; both pointers are valid.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+fn restore_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid sigset obtained from sigprocmask.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 /// The body of a forked child; returns its exit code.
