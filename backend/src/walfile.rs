@@ -174,7 +174,17 @@ pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
 /// written into: every reader refuses such a segment whole, so WAL written
 /// there — acknowledged commits included — would be lost. It is renamed
 /// aside (`NAME.broken`, kept for inspection) and a fresh segment created.
-pub fn open_or_create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Result<File> {
+///
+/// `first_page` is written at offset 0 of a new segment: its long page
+/// header (XLogWrite rewrites the page when WAL reaches it). A segment file
+/// without a valid header would make readers that take the segment size
+/// from the first file they find (pg_waldump) give up.
+pub fn open_or_create_segment(
+    path: &Path,
+    seg_size: u64,
+    fsync: bool,
+    first_page: &[u8],
+) -> std::io::Result<File> {
     match OpenOptions::new().write(true).open(path) {
         Ok(f) if f.metadata()?.len() == seg_size => return Ok(f),
         Ok(f) => {
@@ -194,12 +204,18 @@ pub fn open_or_create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::i
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    create_segment(path, seg_size, fsync)?;
+    create_segment(path, seg_size, fsync, first_page)?;
     OpenOptions::new().write(true).open(path)
 }
 
-/// Creates a zero-filled segment at `path` unless it already exists.
-pub fn create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Result<()> {
+/// Creates a zero-filled segment at `path`, beginning with `first_page`,
+/// unless it already exists.
+pub fn create_segment(
+    path: &Path,
+    seg_size: u64,
+    fsync: bool,
+    first_page: &[u8],
+) -> std::io::Result<()> {
     if let Some((err, _)) = injected(Op::WalCreate) {
         return Err(err);
     }
@@ -220,9 +236,11 @@ pub fn create_segment(path: &Path, seg_size: u64, fsync: bool) -> std::io::Resul
                 f.write_all(&zeros[..n])?;
                 left -= n;
             }
+            f.write_all_at(first_page, 0)?;
             f.sync_all()?;
         } else {
             f.set_len(seg_size)?;
+            f.write_all_at(first_page, 0)?;
         }
     }
     let linked = std::fs::hard_link(&tmp, path);
@@ -275,11 +293,16 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Recycles segment `old` as `new` (a future segment name); false if
-/// `new` exists already.
+/// `new` exists already. Never replaces an existing file: link, then
+/// unlink, so a segment another process created (and may be writing WAL
+/// into) under that name cannot be swapped for a stale one.
 pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
-    if new.exists() {
-        return Ok(false);
+    match std::fs::hard_link(old, new) {
+        Ok(()) => {
+            std::fs::remove_file(old)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
     }
-    std::fs::rename(old, new)?;
-    Ok(true)
 }

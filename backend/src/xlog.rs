@@ -664,10 +664,12 @@ impl<'a> Xlog<'a> {
     fn segment_file(&mut self, segno: u64) -> &File {
         if self.open_seg.as_ref().map(|(s, _)| *s) != Some(segno) {
             let path = self.pg_wal.join(self.geo.file_name(self.tli, segno));
+            let first_page = self.new_segment_first_page(segno);
             let file = match crate::walfile::open_or_create_segment(
                 &path,
                 self.geo.seg_size,
                 self.fsync,
+                &first_page,
             ) {
                 Ok(f) => f,
                 Err(e) => panic!("could not open WAL segment {}: {e}", path.display()),
@@ -675,6 +677,42 @@ impl<'a> Xlog<'a> {
             self.open_seg = Some((segno, file));
         }
         &self.open_seg.as_ref().expect("just opened").1
+    }
+
+    /// The first page of a new segment file: its long header, no data.
+    fn new_segment_first_page(&self, segno: u64) -> Vec<u8> {
+        let mut page = vec![0u8; XLOG_BLCKSZ];
+        walformat::write_page_header(
+            &mut page,
+            &self.geo,
+            self.geo.seg_start(segno),
+            self.tli,
+            self.sysid,
+            0,
+        );
+        page
+    }
+
+    /// Creates the segment after the one being inserted into, ahead of need
+    /// (PostgreSQL's PreallocXlogFiles), so that the process that crosses
+    /// into it does not zero-fill 16 MiB while holding WALWriteLock. A
+    /// failure here is only a warning: the writer tries again, and PANICs
+    /// if it cannot.
+    pub fn preallocate_next_segment(&self) {
+        let next = self.geo.seg_no(self.insert_lsn()) + 1;
+        let path = self.pg_wal.join(self.geo.file_name(self.tli, next));
+        if path.exists() {
+            return;
+        }
+        let first_page = self.new_segment_first_page(next);
+        if let Err(e) =
+            crate::walfile::create_segment(&path, self.geo.seg_size, self.fsync, &first_page)
+        {
+            log(
+                "WARNING",
+                &format!("could not create WAL segment {} ahead: {e}", path.display()),
+            );
+        }
     }
 
     /// Writes and flushes everything inserted (shutdown).

@@ -770,3 +770,90 @@ impl LockTestArea {
         unsafe { std::ptr::read_volatile(self.counter.get()) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Removes the test segment however the test ends.
+    struct Unlink(String);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = unlink_segment(&self.0);
+        }
+    }
+
+    fn name(tag: &str) -> String {
+        format!("/walshm.unit.{}.{tag}", std::process::id())
+    }
+
+    #[test]
+    fn attach_validates_the_header() {
+        let n = name("hdr");
+        let _guard = Unlink(n.clone());
+        let s = Settings::default();
+        let shm = Shmem::create(&n, &s, 4, 7).unwrap();
+        assert!(
+            matches!(Shmem::create(&n, &s, 4, 7), Err(ShmemError::Os { .. })),
+            "O_EXCL"
+        );
+        let other = Shmem::attach(&n, Some(7)).unwrap();
+        assert_eq!(other.layout(), shm.layout());
+        assert_eq!(other.settings(), &s);
+        let e = Shmem::attach(&n, Some(8)).err().unwrap().to_string();
+        assert!(e.contains("generation 7 (expected 8)"), "{e}");
+        // A segment whose magic is wrong is refused with a clear message.
+        // SAFETY: test-only write to the header of a segment we created;
+        // nothing else uses it.
+        unsafe { (*(shm.at::<ShmemHeader>(0))).magic = 0xdead };
+        let e = Shmem::attach(&n, None).err().unwrap().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+        drop(other);
+        drop(shm);
+        assert!(unlink_segment(&n).unwrap());
+        assert!(!unlink_segment(&n).unwrap());
+        let e = Shmem::attach(&n, None).err().unwrap().to_string();
+        assert!(e.contains("could not open shared memory segment"), "{e}");
+    }
+
+    #[test]
+    fn layout_regions_do_not_overlap_and_variants_change_the_stride() {
+        let mut s = Settings::default();
+        let padded = Layout::compute(&s, 10);
+        s.insert_lock_layout = crate::variants::LockLayout::Packed;
+        let packed = Layout::compute(&s, 10);
+        assert_eq!(padded.insert_lock_stride, 128);
+        assert_eq!(packed.insert_lock_stride, 32);
+        assert!(packed.total <= padded.total);
+        let offs = [
+            padded.off_procglobal,
+            padded.off_named,
+            padded.off_procs,
+            padded.off_insert_locks,
+            padded.off_xlogctl,
+            padded.off_xlblocks,
+            padded.off_prevlinks,
+            padded.off_procarray,
+            padded.off_locktest,
+            padded.off_histograms,
+            padded.off_pages,
+        ];
+        assert!(offs.windows(2).all(|w| w[0] < w[1]), "{offs:?}");
+        assert_eq!(padded.off_pages % 4096, 0);
+        assert_eq!(padded.max_procs, 10 + NUM_AUX_PROCS);
+    }
+
+    #[test]
+    fn free_list_hands_out_each_backend_slot_once() {
+        let n = name("free");
+        let _guard = Unlink(n.clone());
+        let shm = Shmem::create(&n, &Settings::default(), 3, 1).unwrap();
+        shm.reserve_fixed_procs(1);
+        let a = shm.alloc_backend_proc().unwrap();
+        let b = shm.alloc_backend_proc().unwrap();
+        assert_eq!((a, b), (1, 2));
+        assert_eq!(shm.alloc_backend_proc(), None);
+        shm.free_backend_proc(a);
+        assert_eq!(shm.alloc_backend_proc(), Some(a));
+    }
+}

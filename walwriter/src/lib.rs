@@ -5,7 +5,8 @@
 //! — with `wal_preinit = on` — initialize WAL buffer pages ahead of the
 //! insert position, as far as buffers already written out allow, so that
 //! backends rarely have to zero and format a page themselves (seed 003).
-//! Then sleep on the latch: backends set it when a quarter of the buffers
+//! It also creates the next WAL segment file ahead of need. Then sleep on
+//! the latch: backends set it when a quarter of the buffers
 //! awaits writing, and a commit that does not wait for its flush sets it too.
 //!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
@@ -33,6 +34,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         if preinit {
             xlog.preinit_buffers();
         }
+        xlog.preallocate_next_segment();
         if shutdown_requested() {
             break;
         }
