@@ -80,6 +80,7 @@ pub struct Options {
     pub sets: Vec<String>,
     pub datadir: Option<PathBuf>,
     pub json: Option<PathBuf>,
+    pub chart: Option<PathBuf>,
 }
 
 /// One measured point.
@@ -102,7 +103,7 @@ fn help() -> String {
 
 Usage: walbench reproduce NAME [...]   (see walbench reproduce --help)
        walbench [--workload KIND ...] [--clients LIST] [--seconds S] [--variant NAME ...]
-                [--set NAME=VALUE ...] [-D DIR] [--json FILE]
+                [--set NAME=VALUE ...] [-D DIR] [--json FILE] [--chart FILE.svg]
 
   --workload KIND   repeatable or comma-separated; ",
     );
@@ -116,6 +117,7 @@ Usage: walbench reproduce NAME [...]   (see walbench reproduce --help)
   -D DIR            use this data directory (initialized if empty) instead of a
                     fresh temporary one per point
   --json FILE       also write {\"runs\":[{variant,workload,clients,seconds,transactions,tps},...]}
+  --chart FILE.svg  also draw TPS against clients, a panel per workload, a line per variant
 
 Variants:
 ",
@@ -135,6 +137,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         sets: vec![],
         datadir: None,
         json: None,
+        chart: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -175,6 +178,11 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             "--set" | "-c" => o.sets.push(val()?),
             "-D" => o.datadir = Some(PathBuf::from(val()?)),
             "--json" => o.json = Some(PathBuf::from(val()?)),
+            "--chart" => {
+                let p = PathBuf::from(val()?);
+                chart::check_path(&p)?;
+                o.chart = Some(p);
+            }
             _ => return Err(format!("unknown option \"{a}\"")),
         }
         i += 1;
@@ -285,6 +293,7 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
         sets: o.sets.clone(),
         datadir: o.datadir.clone(),
         json: None,
+        chart: None,
     };
     run_point(
         &postmaster,
@@ -317,7 +326,49 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
             .map_err(|e| format!("could not write \"{}\": {e}", p.display()))?;
         println!("wrote {}", p.display());
     }
+    if let Some(p) = &o.chart {
+        let svg = chart::svg("walbench", &format!("{} core(s)", cores()), &panels(&runs));
+        std::fs::write(p, svg).map_err(|e| format!("could not write \"{}\": {e}", p.display()))?;
+        println!("wrote {}", p.display());
+    }
     Ok(runs)
+}
+
+/// TPS against clients: one panel per workload, one line per variant.
+fn panels(runs: &[Run]) -> Vec<chart::Panel> {
+    let mut workloads: Vec<&str> = runs.iter().map(|r| r.workload.as_str()).collect();
+    workloads.dedup();
+    workloads
+        .into_iter()
+        .map(|w| {
+            let mut variants: Vec<&str> = Vec::new();
+            for r in runs.iter().filter(|r| r.workload == w) {
+                if !variants.contains(&r.variant.as_str()) {
+                    variants.push(&r.variant);
+                }
+            }
+            chart::Panel {
+                title: w.to_string(),
+                y_label: "transactions/s".into(),
+                series: variants
+                    .into_iter()
+                    .map(|v| chart::Series {
+                        name: v.to_string(),
+                        points: runs
+                            .iter()
+                            .filter(|r| r.workload == w && r.variant == v)
+                            .map(|r| chart::Point {
+                                x: r.clients as f64,
+                                y: r.tps,
+                                lo: r.tps,
+                                hi: r.tps,
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 fn cores() -> usize {
@@ -488,6 +539,38 @@ mod tests {
         assert!(parse(&args("--workload emit:x")).is_err());
         assert!(parse(&args("--set bogus=1")).is_err());
         assert!(parse(&args("--help")).unwrap().is_none());
+    }
+
+    #[test]
+    fn chart_has_a_panel_per_workload_and_a_line_per_variant() {
+        let run = |variant: &str, workload: &str, clients| Run {
+            variant: variant.into(),
+            workload: workload.into(),
+            clients,
+            seconds: 1.0,
+            transactions: 10,
+            records: 10,
+            bytes: 100,
+            wal_syncs: 0,
+            tps: 10.0 * clients as f64,
+        };
+        let runs = [
+            run("modern", "emit:16", 1),
+            run("legacy-queue", "emit:16", 1),
+            run("modern", "emit:16", 2),
+            run("modern", "txid", 1),
+        ];
+        let p = panels(&runs);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].series.len(), 2);
+        assert_eq!(p[0].series[0].points.len(), 2);
+        assert_eq!(p[1].title, "txid");
+        assert!(parse(&args("--chart x.png")).is_err());
+        assert!(parse(&args("--chart x.svg"))
+            .unwrap()
+            .unwrap()
+            .chart
+            .is_some());
     }
 
     #[test]
