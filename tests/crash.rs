@@ -839,7 +839,7 @@ fn long_run_checkpoints_remove_old_wal() {
 fn long_run_disk_use_bounded() {
     let (max, _, o) = long_emit_run("disk-bound");
     let rate = parse_summary(&o.stdout).total.bytes as f64 / 4.0;
-    let bound = (4 * 8 << 20) + (rate * 0.1) as u64;
+    let bound = ((4 * 8) << 20) + (rate * 0.1) as u64;
     eprintln!(
         "disk bound: pg_wal peaked at {} MB; WAL rate {:.0} MB/s; bound {} MB",
         max >> 20,

@@ -776,7 +776,7 @@ fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
         // waits when it was descheduled in between: then give it our CPU
         // (a sleep would idle the CPU it needs on an oversubscribed machine).
         waits += 1;
-        if waits % 64 == 0 {
+        if waits.is_multiple_of(64) {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
         } else {

@@ -126,11 +126,7 @@ fn take_socket_lock(lock_path: &Path) -> Result<(), String> {
                     .ok()
                     .and_then(|t| t.trim().parse().ok())
                     .unwrap_or(0);
-                // SAFETY: kill with signal 0 only checks for existence.
-                if owner > 0
-                    && owner != std::process::id() as i32
-                    && unsafe { libc::kill(owner, 0) } == 0
-                {
+                if owner > 0 && owner != std::process::id() as i32 && process_exists(owner) {
                     return Err(format!(
                         "socket lock file \"{}\" is held by another server (PID {owner})",
                         lock_path.display()
@@ -142,6 +138,11 @@ fn take_socket_lock(lock_path: &Path) -> Result<(), String> {
         }
     }
     Err(format!("could not create \"{}\"", lock_path.display()))
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks existence.
+    unsafe { libc::kill(pid, 0) == 0 }
 }
 
 impl Drop for Listeners {

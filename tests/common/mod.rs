@@ -695,7 +695,7 @@ pub fn pg_waldump_stats(d: &DataDir, end_lsn: u64) -> Option<PgStats> {
     );
     let end = match pg_normal_end(&o) {
         Ok(e) => Some(e),
-        Err(e) if e.starts_with("PAGE-BOUNDARY:") && end_lsn % 8192 == 0 => None,
+        Err(e) if e.starts_with("PAGE-BOUNDARY:") && end_lsn.is_multiple_of(8192) => None,
         Err(e) => panic!(
             "pg_waldump did not read to a normal end: {e}\n{}",
             o.describe()
@@ -1150,7 +1150,7 @@ pub fn tx_wal_check(d: &DataDir) -> TxWal {
                 walformat::format_lsn(end.end_lsn),
                 "pg_waldump's end of WAL differs from walshm's"
             ),
-            Err(e) if e.starts_with("PAGE-BOUNDARY:") && end.end_lsn % 8192 == 0 => {}
+            Err(e) if e.starts_with("PAGE-BOUNDARY:") && end.end_lsn.is_multiple_of(8192) => {}
             Err(e) => panic!("pg_waldump did not read to a normal end: {e}"),
         }
         let theirs = record_lines(&pg.stdout);
