@@ -150,9 +150,6 @@ impl<'a> Checkpointer<'a> {
                 removed += 1;
             }
         }
-        let ck = &self.shm.xlog().checkpointer;
-        ck.removed_segments.fetch_add(removed, Ordering::Relaxed);
-        ck.recycled_segments.fetch_add(recycled, Ordering::Relaxed);
         (removed, recycled)
     }
 }

@@ -22,7 +22,7 @@
 //! shows our XID as running (the clear happened under ProcArrayLock
 //! exclusive, which a snapshot's shared acquisition orders after).
 
-use shmem::groupclear::{group_clear, GroupRole};
+use shmem::groupclear::group_clear;
 use shmem::lwlock::{LWLockMode, LockEnv};
 use shmem::proc::Proc;
 use shmem::segment::NamedLock;
@@ -107,7 +107,6 @@ impl<'a> ProcArray<'a> {
             full += (FIRST_NORMAL_XID - full as u32) as u64;
         }
         xs.next_full_xid.store(full + 1, Ordering::Relaxed);
-        xs.assigned.fetch_add(1, Ordering::Relaxed);
         let xid = full as u32;
         // Published before XidGenLock is released (the release orders it
         // before any later assignment a snapshot could see).
@@ -144,7 +143,6 @@ impl<'a> ProcArray<'a> {
         lock.release(env);
         into.xmin = xmin;
         into.xmax = xmax;
-        self.proc.xmin.store(xmin, Ordering::Relaxed);
     }
 
     /// Clears our XID at transaction end (ProcArrayEndTransaction).
@@ -165,7 +163,6 @@ impl<'a> ProcArray<'a> {
                 }
             }
         }
-        self.proc.xmin.store(0, Ordering::Relaxed);
     }
 
     /// Caller holds ProcArrayLock exclusively.
@@ -183,14 +180,9 @@ impl<'a> ProcArray<'a> {
     fn group_clear(&self, env: &LockEnv, xid: u32) {
         let pa = self.shm.proc_array();
         let lock = self.shm.named_lock(NamedLock::ProcArray);
-        let role = group_clear(env, lock, &pa.group_first, xid, |p, x| {
+        group_clear(env, lock, &pa.group_first, xid, |p, x| {
             self.clear_locked(p, x)
         });
-        if let GroupRole::Leader(n) = role {
-            pa.group_leaders.fetch_add(1, Ordering::Relaxed);
-            pa.group_cleared
-                .fetch_add(n.saturating_sub(1) as u64, Ordering::Relaxed);
-        }
     }
 }
 

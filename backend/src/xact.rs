@@ -17,7 +17,6 @@
 use crate::procarray::{ProcArray, Snapshot};
 use crate::xlog::{Inserted, Xlog};
 use shmem::proc::{Proc, ProcCounters};
-use shmem::sync::Ordering;
 use shmem::Shmem;
 use walformat::RecordBuf;
 
@@ -25,7 +24,6 @@ use walformat::RecordBuf;
 pub struct Xact<'a> {
     pub xlog: Xlog<'a>,
     pub procarray: ProcArray<'a>,
-    shm: &'a Shmem,
     me: &'a Proc,
     synchronous: bool,
     snapshot: Snapshot,
@@ -44,7 +42,6 @@ impl<'a> Xact<'a> {
         Xact {
             xlog,
             procarray,
-            shm,
             me: &shm.procs()[procno as usize],
             synchronous: shm.settings().synchronous_commit,
             snapshot: Snapshot::default(),
@@ -79,11 +76,6 @@ impl<'a> Xact<'a> {
     pub fn full_xid(&mut self) -> u64 {
         self.xid();
         self.full_xid
-    }
-
-    /// Does the current transaction have an XID?
-    pub fn has_xid(&self) -> bool {
-        self.xid != 0
     }
 
     pub fn set_synchronous(&mut self, on: bool) {
@@ -132,14 +124,8 @@ impl<'a> Xact<'a> {
         if self.synchronous && self.wrote_wal {
             self.xlog.flush(at.end);
             ProcCounters::bump(&self.me.counters.sync_commits, 1);
-        } else {
-            // The walwriter flushes it within wal_writer_delay.
-            self.shm
-                .xlog()
-                .write
-                .async_xact_lsn
-                .fetch_max(at.end, Ordering::Relaxed);
         }
+        // Otherwise the walwriter flushes it within wal_writer_delay.
         self.procarray.end_transaction(&self.xlog.env, xid);
         self.last_committed = xid;
         self.xid = 0;

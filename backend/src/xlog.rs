@@ -507,7 +507,6 @@ impl<'a> Xlog<'a> {
         if record <= self.flush_lsn() {
             return;
         }
-        w.req_flush.fetch_max(record, Ordering::Relaxed);
         let ww = self.shm.named_lock(NamedLock::WalWrite);
         loop {
             let target = record.max(w.req_write.load(Ordering::Relaxed));

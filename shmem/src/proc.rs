@@ -96,8 +96,6 @@ pub struct Proc {
     pub free_next: AtomicU32,
     /// Top-level transaction id (32-bit), 0 when none.
     pub xid: AtomicU32,
-    /// Oldest xid this proc's snapshot may consider running, 0 when none.
-    pub xmin: AtomicU32,
     /// Group XID clear: is this proc on the group list / waiting for a leader.
     pub group_clear_member: AtomicU32,
     /// Group XID clear: next proc on the group list.
@@ -121,7 +119,6 @@ impl Proc {
             lw_prev: AtomicU32::new(INVALID_PROCNO),
             free_next: AtomicU32::new(INVALID_PROCNO),
             xid: AtomicU32::new(0),
-            xmin: AtomicU32::new(0),
             group_clear_member: AtomicU32::new(0),
             group_clear_next: AtomicU32::new(INVALID_PROCNO),
             group_clear_xid: AtomicU32::new(0),

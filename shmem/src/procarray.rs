@@ -19,8 +19,6 @@ use crate::sync::{AtomicU32, AtomicU64};
 pub struct XidState {
     /// Next 64-bit transaction id to assign (epoch in the high half).
     pub next_full_xid: AtomicU64,
-    /// XIDs assigned since start-up (diagnostics).
-    pub assigned: AtomicU64,
 }
 
 #[repr(C, align(128))]
@@ -30,9 +28,6 @@ pub struct ProcArrayShared {
     pub num_members: AtomicU32,
     /// Head of the group XID clear list.
     pub group_first: AtomicU32,
-    /// Group clears done by a leader on behalf of others, and leader runs.
-    pub group_cleared: AtomicU64,
-    pub group_leaders: AtomicU64,
 }
 
 /// Bytes of the ProcArray region for `max_procs` procs: the header, then

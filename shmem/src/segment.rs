@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 const WAL_PAGE: usize = 8192;
 
 /// Individually named LWLocks.
@@ -91,7 +91,6 @@ pub struct ShmemHeader {
     pub n_insert_locks: u32,
     pub n_buffers: u32,
     pub n_prevlinks: u32,
-    pub procarray_size: u32,
     pub settings: Settings,
 }
 
@@ -100,8 +99,6 @@ pub struct ShmemHeader {
 pub struct ProcGlobal {
     pub lock: SpinLock,
     pub free_head: AtomicU32,
-    /// Backends that ever got a slot this generation.
-    pub started_backends: AtomicU32,
 }
 
 /// One entry of the lock-free reservation's xl_prev hand-off table: the
@@ -466,7 +463,6 @@ impl Shmem {
             n_insert_locks: l.n_insert_locks,
             n_buffers: l.n_buffers,
             n_prevlinks: l.n_prevlinks,
-            procarray_size: l.procarray_size as u32,
             settings: *settings,
         };
         // SAFETY: every offset comes from `Layout::compute`, is aligned for
@@ -481,7 +477,6 @@ impl Shmem {
                 } else {
                     INVALID_PROCNO
                 }),
-                started_backends: AtomicU32::new(0),
             });
             for i in 0..NUM_NAMED_LOCKS {
                 self.at::<PaddedLWLock>(l.off_named + i * std::mem::size_of::<PaddedLWLock>())
@@ -703,7 +698,6 @@ impl Shmem {
                 .free_next
                 .load(Ordering::Relaxed);
             g.free_head.store(next, Ordering::Relaxed);
-            g.started_backends.fetch_add(1, Ordering::Relaxed);
             Some(head)
         })
     }

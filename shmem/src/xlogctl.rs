@@ -15,8 +15,8 @@
 //! - WALWrite (named LWLock): `write` and `fdatasync` of WAL files and the
 //!   advance of `write_result`/`flush_result`. Call
 //!   `WaitXLogInsertionsToFinish` *before* taking it.
-//! - `info_lck` (spinlock): `req_write`/`req_flush`; the results are
-//!   atomics readable without it.
+//! - `req_write` and the write/flush results are atomics (advanced with
+//!   fetch_max), readable without any lock.
 //!
 //! Invariants: `flush_result <= write_result <= ` every finished insertion;
 //! a buffer page `i` holds the WAL page ending at `xlblocks[i]` and is never
@@ -25,7 +25,7 @@
 use crate::lwlock::LWLock;
 use crate::sema::Latch;
 use crate::spin::SpinLock;
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::AtomicU64;
 
 /// One WAL insertion lock with its progress variable (packed form, 32 B).
 #[repr(C)]
@@ -56,16 +56,12 @@ pub struct InsertPosition {
 /// Results of XLogWrite, on their own line.
 #[repr(C, align(128))]
 pub struct WriteState {
-    pub info_lck: SpinLock,
     /// WAL written (handed to the kernel) up to here.
     pub write_result: AtomicU64,
     /// WAL durably flushed up to here.
     pub flush_result: AtomicU64,
-    /// Highest write/flush somebody asked for.
+    /// Highest completed page somebody asked to have written.
     pub req_write: AtomicU64,
-    pub req_flush: AtomicU64,
-    /// Latest asynchronous commit the walwriter must flush.
-    pub async_xact_lsn: AtomicU64,
     /// fdatasync calls and pages written (benchmarks).
     pub syncs: AtomicU64,
     pub writes: AtomicU64,
@@ -105,9 +101,6 @@ pub struct CheckpointerShared {
     pub done: AtomicU64,
     /// Redo point of the last checkpoint (an LSN).
     pub last_redo: AtomicU64,
-    /// Segments removed / recycled by checkpoints.
-    pub removed_segments: AtomicU64,
-    pub recycled_segments: AtomicU64,
 }
 
 /// The shared WAL control block.
@@ -120,7 +113,4 @@ pub struct XLogCtl {
     /// The walwriter's latch.
     pub walwriter_latch: Latch,
     pub checkpointer: CheckpointerShared,
-    /// Set when the postmaster asked for shutdown (diagnostics only: the
-    /// request itself is a signal).
-    pub shutdown_requested: AtomicU32,
 }
