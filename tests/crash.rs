@@ -832,14 +832,15 @@ fn long_run_checkpoints_remove_old_wal() {
 /// max_wal_size is a soft limit, as in PostgreSQL: while a checkpoint runs
 /// WAL keeps coming (here over 1 GB/s, and on 2 oversubscribed cores the
 /// checkpointer waits tens of ms for a CPU and an insertion lock), so the
-/// bound allows 4 x max_wal_size plus 100 ms worth of the measured WAL rate.
-/// Before XLogWrite woke the checkpointer when a segment filled, it only
-/// looked every 200 ms and pg_wal reached hundreds of MB.
+/// bound allows 4 x max_wal_size plus 250 ms worth of the measured WAL rate
+/// (with the other tests of this file running beside it, peaks of ~100 ms
+/// of WAL were seen). Before XLogWrite woke the checkpointer when a segment
+/// filled, it only looked every 200 ms and pg_wal reached up to 463 MB.
 #[test]
 fn long_run_disk_use_bounded() {
     let (max, _, o) = long_emit_run("disk-bound");
     let rate = parse_summary(&o.stdout).total.bytes as f64 / 4.0;
-    let bound = ((4 * 8) << 20) + (rate * 0.1) as u64;
+    let bound = ((4 * 8) << 20) + (rate * 0.25) as u64;
     eprintln!(
         "disk bound: pg_wal peaked at {} MB; WAL rate {:.0} MB/s; bound {} MB",
         max >> 20,
