@@ -344,7 +344,7 @@ impl DecodedRecord {
             if self.main_data.len() >= 4 {
                 let _ = write!(s, "{}", get_u32(&self.main_data, 0));
             }
-        } else if let Some(time) = self.commit_time() {
+        } else if let Some(time) = self.commit_time().or_else(|| self.abort_time()) {
             s.push_str(&format_pg_timestamp(time));
         } else if self.rmid == RM_LOGICALMSG_ID {
             self.append_message_desc(s);
@@ -382,6 +382,16 @@ impl DecodedRecord {
     /// `xact_time` of a COMMIT record.
     pub fn commit_time(&self) -> Option<i64> {
         if !self.is_commit() || self.main_data.len() < SIZE_OF_XACT_COMMIT {
+            return None;
+        }
+        Some(get_u64(&self.main_data, 0) as i64)
+    }
+
+    /// `xact_time` of an ABORT record (`xl_xact_abort` has the same leading
+    /// field as `xl_xact_commit`).
+    fn abort_time(&self) -> Option<i64> {
+        let abort = self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT;
+        if !abort || self.main_data.len() < SIZE_OF_XACT_COMMIT {
             return None;
         }
         Some(get_u64(&self.main_data, 0) as i64)
