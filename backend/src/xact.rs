@@ -93,12 +93,7 @@ impl<'a> Xact<'a> {
             return None;
         }
         let xid = self.xid;
-        self.commit_buf = walformat::RecordBuf::new(
-            xid,
-            walformat::RM_XACT_ID,
-            walformat::XLOG_XACT_ABORT,
-            &[&walformat::pg_now_us().to_le_bytes()],
-        );
+        walformat::abort_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
         let at = self.xlog.insert(&mut self.commit_buf);
         self.procarray.end_transaction(&self.xlog.env, xid);
         self.xid = 0;
@@ -119,7 +114,7 @@ impl<'a> Xact<'a> {
             return None;
         }
         let xid = self.xid;
-        self.commit_buf = walformat::commit_record(xid, walformat::pg_now_us());
+        walformat::commit_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
         let at = self.xlog.insert(&mut self.commit_buf);
         if self.synchronous && self.wrote_wal {
             self.xlog.flush(at.end);

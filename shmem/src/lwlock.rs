@@ -218,7 +218,7 @@ impl<'a> LockEnv<'a> {
     fn sleep_until_woken(&self) -> u32 {
         let me = self.my_proc();
         let mut extra = 0;
-        ProcCountersBump::sleep(me);
+        crate::proc::ProcCounters::bump(&me.counters.lock_sleeps, 1);
         loop {
             me.sem.wait();
             // Acquire pairs with the Release store of NOT_WAITING in
@@ -245,13 +245,6 @@ impl Drop for LockEnv<'_> {
         if self.held_count() > 0 {
             self.release_all();
         }
-    }
-}
-
-struct ProcCountersBump;
-impl ProcCountersBump {
-    fn sleep(p: &Proc) {
-        crate::proc::ProcCounters::bump(&p.counters.lock_sleeps, 1);
     }
 }
 

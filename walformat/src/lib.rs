@@ -45,9 +45,9 @@ pub use geometry::{
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
 pub use reader::{LongHeaderMismatch, WalError, WalReader};
 pub use record::{
-    checkpoint_record, commit_record, logical_message, logical_message_into, switch_record,
-    try_logical_message_into, CheckPoint, RecordBuf, DEFAULT_MESSAGE_DB_OID, SIZE_OF_CHECKPOINT,
-    SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_XACT_COMMIT,
+    abort_record_into, checkpoint_record, commit_record, commit_record_into, logical_message,
+    logical_message_into, switch_record, try_logical_message_into, CheckPoint, RecordBuf,
+    DEFAULT_MESSAGE_DB_OID, SIZE_OF_CHECKPOINT, SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_XACT_COMMIT,
 };
 pub use time::{format_pg_timestamp, pg_now_us, PG_EPOCH_UNIX_SECS};
 pub use writer::SegmentWriter;

@@ -18,8 +18,8 @@
 use crate::consts::{
     MAX_RECORD_LEN, RM_LOGICALMSG_ID, RM_XACT_ID, RM_XLOG_ID, SIZE_OF_XLOG_RECORD,
     XLOG_CHECKPOINT_ONLINE, XLOG_CHECKPOINT_SHUTDOWN, XLOG_LOGICAL_MESSAGE, XLOG_SWITCH,
-    XLOG_XACT_COMMIT, XLR_BLOCK_ID_DATA_LONG, XLR_BLOCK_ID_DATA_SHORT, XLR_RMGR_INFO_MASK,
-    XL_CRC_OFFSET,
+    XLOG_XACT_ABORT, XLOG_XACT_COMMIT, XLR_BLOCK_ID_DATA_LONG, XLR_BLOCK_ID_DATA_SHORT,
+    XLR_RMGR_INFO_MASK, XL_CRC_OFFSET,
 };
 use crate::geometry::{FormatError, Lsn};
 use crate::page::{get_u32, get_u64, put_u32, put_u64};
@@ -267,8 +267,25 @@ pub fn switch_record() -> RecordBuf {
 /// A Transaction COMMIT record whose `xl_xact_commit` holds only `xact_time`
 /// (no `XLOG_XACT_HAS_INFO`), so `pg_waldump` prints `COMMIT <timestamp>`.
 pub fn commit_record(xid: u32, commit_time_us_since_pg_epoch: i64) -> RecordBuf {
-    let time = commit_time_us_since_pg_epoch.to_le_bytes();
-    RecordBuf::new(xid, RM_XACT_ID, XLOG_XACT_COMMIT, &[&time])
+    let mut buf = RecordBuf::default();
+    commit_record_into(&mut buf, xid, commit_time_us_since_pg_epoch);
+    buf
+}
+
+/// [`commit_record`] into an existing buffer (no allocation once warm).
+pub fn commit_record_into(buf: &mut RecordBuf, xid: u32, commit_time_us_since_pg_epoch: i64) {
+    xact_end_record_into(buf, xid, XLOG_XACT_COMMIT, commit_time_us_since_pg_epoch);
+}
+
+/// Transaction ABORT (`xl_xact_abort` with just `xact_time`, no xinfo), as
+/// pg_waldump decodes it: "ABORT <timestamp>".
+pub fn abort_record_into(buf: &mut RecordBuf, xid: u32, abort_time_us_since_pg_epoch: i64) {
+    xact_end_record_into(buf, xid, XLOG_XACT_ABORT, abort_time_us_since_pg_epoch);
+}
+
+/// COMMIT and ABORT share the layout: `{ xact_time: i64 }`.
+fn xact_end_record_into(buf: &mut RecordBuf, xid: u32, info: u8, time_us: i64) {
+    buf.rebuild(xid, RM_XACT_ID, info, &[&time_us.to_le_bytes()]);
 }
 
 /// PostgreSQL 15's `CheckPoint` (pg_control.h), 88 bytes on 64-bit:

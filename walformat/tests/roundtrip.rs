@@ -1,8 +1,9 @@
 //! Encode -> decode round trips for every record kind.
 
 use walformat::{
-    checkpoint_record, commit_record, decode_record_bytes, format_pg_timestamp, logical_message,
-    switch_record, CheckPoint, RecordBuf, RM_XACT_ID, XLOG_XACT_COMMIT,
+    abort_record_into, checkpoint_record, commit_record, commit_record_into, decode_record_bytes,
+    format_pg_timestamp, logical_message, switch_record, CheckPoint, RecordBuf, RM_XACT_ID,
+    XLOG_XACT_ABORT, XLOG_XACT_COMMIT,
 };
 
 fn decode(rec: &mut RecordBuf, lsn: u64, prev: u64) -> walformat::DecodedRecord {
@@ -70,6 +71,19 @@ fn commit_round_trip() {
     assert_eq!(d.rmgr_name(), "Transaction");
     assert_eq!(d.describe(), format!("COMMIT {}", format_pg_timestamp(t)));
     assert_eq!(d.tot_len, 24 + 2 + 8);
+}
+
+#[test]
+fn abort_round_trip_reusing_the_commit_buffer() {
+    let t = 817_000_000_654_321;
+    let mut rec = commit_record(1234, t);
+    abort_record_into(&mut rec, 1235, t);
+    let d = decode(&mut rec, 0x28, 0);
+    assert!(!d.is_commit());
+    assert_eq!((d.xid, d.rmid, d.info), (1235, RM_XACT_ID, XLOG_XACT_ABORT));
+    assert_eq!(d.describe(), format!("ABORT {}", format_pg_timestamp(t)));
+    commit_record_into(&mut rec, 1236, t);
+    assert_eq!(rec.bytes(), commit_record(1236, t).bytes());
 }
 
 #[test]
