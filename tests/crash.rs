@@ -21,24 +21,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use walformat::format_lsn;
 
-fn count(children: &[(i32, String)], comm: &str) -> usize {
-    children.iter().filter(|(_, c)| c == comm).count()
-}
-
-/// Waits until the server has `backends` backends, a walwriter and a
-/// checkpointer.
-fn wait_all_children(s: &Server, backends: usize) -> Vec<(i32, String)> {
-    let mut last = Vec::new();
-    let ok = wait_until(TIMEOUT, || {
-        last = s.children();
-        count(&last, "backend") == backends
-            && count(&last, "walwriter") == 1
-            && count(&last, "checkpointer") == 1
-    });
-    assert!(ok, "children are {last:?}\n{}", s.stderr());
-    last
-}
-
 /// A small deterministic pseudo-random sequence (xorshift).
 struct Rng(u64);
 impl Rng {
@@ -103,7 +85,7 @@ fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64) {
     let kinds = ["backend", "walwriter", "checkpointer"];
     let mut victims = Vec::new();
     for round in 1..=kills {
-        let kids = wait_all_children(&s, backends);
+        let kids = s.wait_children(backends);
         let kind = kinds[(round - 1) % 3];
         if kind == "checkpointer" {
             // Let this generation complete an online checkpoint first
@@ -130,7 +112,7 @@ fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64) {
         victims.push((kind, victim));
         s.wait_ready_n(round + 1, TIMEOUT);
     }
-    wait_all_children(&s, backends);
+    s.wait_children(backends);
     std::thread::sleep(Duration::from_millis(400));
     let o = s.stop_ok();
     assert_cleaned_up(&d.path);
@@ -182,7 +164,7 @@ fn kill9_postmaster_then_restart_nothing_acked_lost() {
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let mut s = Server::start(&d.path, tmp.path(), &emit_tx_args("16"));
     s.wait_ready(TIMEOUT);
-    let kids = wait_all_children(&s, 16);
+    let kids = s.wait_children(16);
     std::thread::sleep(Duration::from_millis(1200));
     s.signal(libc::SIGKILL);
     let o1 = s.wait_exit(TIMEOUT);
@@ -195,7 +177,7 @@ fn kill9_postmaster_then_restart_nothing_acked_lost() {
 
     let mut s = Server::start(&d.path, tmp.path(), &emit_tx_args("16"));
     s.wait_ready(TIMEOUT);
-    wait_all_children(&s, 16);
+    s.wait_children(16);
     std::thread::sleep(Duration::from_millis(800));
     let o2 = s.stop_ok();
     assert_cleaned_up(&d.path);
@@ -635,7 +617,7 @@ fn failpoint_run(tag: &str, spec: &str, settings: &[&str]) {
     s.wait_ready(TIMEOUT);
     s.wait_log("FAILPOINT", 1, TIMEOUT);
     s.wait_ready_n(2, TIMEOUT);
-    wait_all_children(&s, 8);
+    s.wait_children(8);
     std::thread::sleep(Duration::from_millis(400));
     let o = s.stop_ok();
     assert!(marker.exists());

@@ -11,25 +11,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-fn count_comm(children: &[(i32, String)], comm: &str) -> usize {
-    children.iter().filter(|(_, c)| c == comm).count()
-}
-
-/// Waits until the postmaster has `backends` backends and one walwriter.
-fn wait_children(s: &Server, backends: usize) -> Vec<(i32, String)> {
-    let mut last = Vec::new();
-    let ok = wait_until(TIMEOUT, || {
-        last = s.children();
-        count_comm(&last, "backend") == backends && count_comm(&last, "walwriter") == 1
-    });
-    assert!(
-        ok,
-        "expected {backends} backends and a walwriter, children are {last:?}\n{}",
-        s.stderr()
-    );
-    last
-}
-
 #[test]
 fn fast_shutdown_keeps_every_record_with_fsync_on() {
     let tmp = TempDir::new("fsync");
@@ -134,7 +115,7 @@ fn children_are_named_backend_and_walwriter() {
         &["--workers", "3", "--workload", "lwlock"],
     );
     s.wait_ready(TIMEOUT);
-    let kids = wait_children(&s, 3);
+    let kids = s.wait_children(3);
     for (_, comm) in &kids {
         assert!(
             ["backend", "walwriter", "checkpointer"].contains(&comm.as_str()),
@@ -178,7 +159,7 @@ fn kill9_backend_during_emit_restarts_and_wal_stays_valid() {
         ],
     );
     s.wait_ready(TIMEOUT);
-    let before = wait_children(&s, 4);
+    let before = s.wait_children(4);
     std::thread::sleep(Duration::from_millis(300));
     let victim = before.iter().find(|(_, c)| c == "backend").unwrap().0;
     kill(victim, libc::SIGKILL);
@@ -192,7 +173,7 @@ fn kill9_backend_during_emit_restarts_and_wal_stays_valid() {
         err.contains("reinitializing"),
         "no reinitializing line\n{err}"
     );
-    let after = wait_children(&s, 4);
+    let after = s.wait_children(4);
     for (pid, _) in &before {
         assert!(!alive(*pid), "pre-crash child {pid} still alive");
         assert!(!after.iter().any(|(p, _)| p == pid));
@@ -251,7 +232,7 @@ fn lwlock_kill_rounds(tag: &str, kills: usize) -> Out {
     );
     s.wait_ready(TIMEOUT);
     for round in 1..=kills {
-        let kids = wait_children(&s, 32);
+        let kids = s.wait_children(32);
         std::thread::sleep(Duration::from_millis(300));
         // A different backend each time; with 32 backends hammering one
         // lock, the victim holds or waits for it almost surely.
@@ -270,7 +251,7 @@ fn lwlock_kill_rounds(tag: &str, kills: usize) -> Out {
         kill(victim, libc::SIGKILL);
         s.wait_ready_n(round + 1, TIMEOUT);
     }
-    wait_children(&s, 32);
+    s.wait_children(32);
     std::thread::sleep(Duration::from_millis(300));
     let o = s.stop();
     assert_no_panic("postmaster", &o);
@@ -365,7 +346,7 @@ fn kill9_postmaster_takes_children_down_and_restart_cleans_up() {
         ],
     );
     s.wait_ready(TIMEOUT);
-    let kids = wait_children(&s, 4);
+    let kids = s.wait_children(4);
     std::thread::sleep(Duration::from_millis(300));
     s.signal(libc::SIGKILL);
     let o = s.wait_exit(TIMEOUT);

@@ -354,29 +354,7 @@ static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
 impl Server {
     /// `postmaster start -D DATADIR ARGS...`, logs in files under `logdir`.
     pub fn start(datadir: &Path, logdir: &Path, args: &[&str]) -> Server {
-        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let stdout_path = logdir.join(format!("start-{n}.out"));
-        let stderr_path = logdir.join(format!("start-{n}.err"));
-        let out = fs::File::create(&stdout_path).unwrap();
-        let err = fs::File::create(&stderr_path).unwrap();
-        let child = Command::new(postmaster_bin())
-            .arg("start")
-            .arg("-D")
-            .arg(datadir)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .spawn()
-            .expect("spawn postmaster start");
-        Server {
-            pid: child.id() as i32,
-            child: Some(child),
-            datadir: datadir.to_path_buf(),
-            stdout_path,
-            stderr_path,
-        }
+        start_with_env(datadir, logdir, args, &[])
     }
 
     pub fn stderr(&self) -> String {
@@ -431,6 +409,26 @@ impl Server {
     /// Live children of the postmaster: (pid, comm).
     pub fn children(&self) -> Vec<(i32, String)> {
         children_of(self.pid)
+    }
+
+    /// Waits until the postmaster has `backends` backends, one walwriter
+    /// and one checkpointer; returns its children.
+    pub fn wait_children(&self, backends: usize) -> Vec<(i32, String)> {
+        let count =
+            |kids: &[(i32, String)], comm: &str| kids.iter().filter(|(_, c)| c == comm).count();
+        let mut last = Vec::new();
+        let ok = wait_until(TIMEOUT, || {
+            last = self.children();
+            count(&last, "backend") == backends
+                && count(&last, "walwriter") == 1
+                && count(&last, "checkpointer") == 1
+        });
+        assert!(
+            ok,
+            "expected {backends} backends, a walwriter and a checkpointer; children are {last:?}\n{}",
+            self.stderr()
+        );
+        last
     }
 
     /// Sends `sig` to the postmaster only.
@@ -1252,7 +1250,8 @@ pub fn parse_tx_line(stdout: &str) -> TxLine {
     }
 }
 
-/// `Server::start` with extra environment variables (fail points).
+/// `postmaster start -D DATADIR ARGS...` with extra environment variables
+/// (fail points), logs in files under `logdir`; `Server::start` passes none.
 pub fn start_with_env(
     datadir: &Path,
     logdir: &Path,
