@@ -128,6 +128,14 @@ Variants:
     s
 }
 
+/// The value after option `flag` at `args[*i]`; advances `*i` past it.
+pub(crate) fn option_value(args: &[String], i: &mut usize, flag: &str) -> Result<String, String> {
+    *i += 1;
+    args.get(*i)
+        .cloned()
+        .ok_or_else(|| format!("option {flag} needs a value"))
+}
+
 fn parse(args: &[String]) -> Result<Option<Options>, String> {
     let mut o = Options {
         workloads: vec![],
@@ -142,12 +150,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let mut val = || -> Result<String, String> {
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| format!("option {a} needs a value"))
-        };
+        let mut val = || option_value(args, &mut i, a);
         match a {
             "-h" | "--help" => return Ok(None),
             "--workload" => o.workloads.extend(val()?.split(',').map(str::to_string)),

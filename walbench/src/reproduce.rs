@@ -14,6 +14,7 @@
 
 use crate::experiments::{self, Experiment};
 use crate::machine::Machine;
+use crate::option_value;
 use crate::point::{self, Measured, PointSpec};
 use crate::{chart, json_str};
 use backend::workload::MAX_PAYLOAD;
@@ -140,12 +141,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
     let mut i = 0;
     while i < args.len() {
         let a = args[i].as_str();
-        let mut val = || -> Result<String, String> {
-            i += 1;
-            args.get(i)
-                .cloned()
-                .ok_or_else(|| format!("option {a} needs a value"))
-        };
+        let mut val = || option_value(args, &mut i, a);
         match a {
             "-h" | "--help" => return Ok(None),
             "--clients" => clients = Some(val()?),
