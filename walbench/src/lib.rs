@@ -136,6 +136,14 @@ pub(crate) fn option_value(args: &[String], i: &mut usize, flag: &str) -> Result
         .ok_or_else(|| format!("option {flag} needs a value"))
 }
 
+/// A `--seconds` value: 0 < S <= 3600.
+pub(crate) fn parse_seconds(v: &str) -> Result<f64, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0 && *s <= 3600.0)
+        .ok_or_else(|| format!("invalid --seconds \"{v}\" (0 < S <= 3600)"))
+}
+
 fn parse(args: &[String]) -> Result<Option<Options>, String> {
     let mut o = Options {
         workloads: vec![],
@@ -169,14 +177,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
                         format!("invalid --clients \"{v}\" (comma-separated counts, 1..=4096)")
                     })?;
             }
-            "--seconds" => {
-                let v = val()?;
-                o.seconds = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0 && *s <= 3600.0)
-                    .ok_or_else(|| format!("invalid --seconds \"{v}\" (0 < S <= 3600)"))?;
-            }
+            "--seconds" => o.seconds = parse_seconds(&val()?)?,
             "--variant" => o.variants.extend(val()?.split(',').map(str::to_string)),
             "--set" | "-c" => o.sets.push(val()?),
             "-D" => o.datadir = Some(PathBuf::from(val()?)),

@@ -14,9 +14,9 @@
 
 use crate::experiments::{self, Experiment};
 use crate::machine::Machine;
-use crate::option_value;
 use crate::point::{self, Measured, PointSpec};
 use crate::{chart, json_str};
+use crate::{option_value, parse_seconds};
 use backend::workload::MAX_PAYLOAD;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -146,14 +146,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
             "-h" | "--help" => return Ok(None),
             "--clients" => clients = Some(val()?),
             "--sizes" => sizes = Some(val()?),
-            "--seconds" => {
-                let v = val()?;
-                o.seconds = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0 && *s <= 3600.0)
-                    .ok_or_else(|| format!("invalid --seconds \"{v}\" (0 < S <= 3600)"))?;
-            }
+            "--seconds" => o.seconds = parse_seconds(&val()?)?,
             "--repeat" => {
                 let v = val()?;
                 o.repeat = v
