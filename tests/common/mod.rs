@@ -1005,6 +1005,15 @@ pub struct RedoDone {
     pub reason: String,
 }
 
+impl DataDir {
+    /// Where the first record inserted at `end` (an end of WAL as recovery
+    /// reports it) starts: past the page header when `end` is a page boundary.
+    pub fn first_record_at(&self, end: u64) -> u64 {
+        let geo = walformat::Geometry::new(self.seg_size).unwrap();
+        geo.bytepos_to_recptr(geo.recptr_to_bytepos(end))
+    }
+}
+
 /// Every startup "redo done" line in a server's stderr, in order.
 pub fn redo_lines(stderr: &str) -> Vec<RedoDone> {
     let mut v = Vec::new();
