@@ -4,6 +4,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod checkpointer;
+pub mod client_poll;
 pub mod control;
 pub mod procarray;
 pub mod process;

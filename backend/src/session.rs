@@ -13,6 +13,7 @@
 //! does not wait for its flush.
 
 use crate::checkpointer::request_checkpoint;
+use crate::client_poll::PollingStream;
 use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
 use crate::xact::Xact;
 use crate::xlog::Xlog;
@@ -216,6 +217,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     if let Some(on) = info.synchronous_commit {
         session.set_synchronous_commit(on);
     }
+    let mut stream = PollingStream::new(stream, shm);
     if let Err(e) = protocol::serve(&mut stream, &mut session) {
         if e.kind() != std::io::ErrorKind::BrokenPipe
             && e.kind() != std::io::ErrorKind::ConnectionReset

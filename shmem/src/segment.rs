@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 10;
+pub const LAYOUT_VERSION: u32 = 11;
 const WAL_PAGE: usize = 8192;
 
 /// Individually named LWLocks.
@@ -99,6 +99,8 @@ pub struct ShmemHeader {
 pub struct ProcGlobal {
     pub lock: SpinLock,
     pub free_head: AtomicU32,
+    /// Connection backends holding a slot (changed under `lock`).
+    pub sessions: AtomicU32,
 }
 
 /// One entry of the lock-free reservation's xl_prev hand-off table: the
@@ -477,6 +479,7 @@ impl Shmem {
                 } else {
                     INVALID_PROCNO
                 }),
+                sessions: AtomicU32::new(0),
             });
             for i in 0..NUM_NAMED_LOCKS {
                 self.at::<PaddedLWLock>(l.off_named + i * std::mem::size_of::<PaddedLWLock>())
@@ -698,6 +701,7 @@ impl Shmem {
                 .free_next
                 .load(Ordering::Relaxed);
             g.free_head.store(next, Ordering::Relaxed);
+            g.sessions.fetch_add(1, Ordering::Relaxed);
             Some(head)
         })
     }
@@ -711,7 +715,14 @@ impl Shmem {
             p.free_next
                 .store(g.free_head.load(Ordering::Relaxed), Ordering::Relaxed);
             g.free_head.store(procno, Ordering::Relaxed);
+            g.sessions.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+
+    /// Connection backends now holding a proc slot (a hint: read without
+    /// the lock).
+    pub fn sessions(&self) -> u32 {
+        self.proc_global().sessions.load(Ordering::Relaxed)
     }
 }
 
@@ -847,7 +858,10 @@ mod tests {
         let b = shm.alloc_backend_proc().unwrap();
         assert_eq!((a, b), (1, 2));
         assert_eq!(shm.alloc_backend_proc(), None);
+        assert_eq!(shm.sessions(), 2);
         shm.free_backend_proc(a);
+        assert_eq!(shm.sessions(), 1);
         assert_eq!(shm.alloc_backend_proc(), Some(a));
+        assert_eq!(shm.sessions(), 2);
     }
 }

@@ -49,6 +49,10 @@ pub struct Settings {
     pub listen_addresses: Text<64>,
     /// SCRAM-SHA-256 password for TCP connections (empty: TCP refused).
     pub password: Text<128>,
+    /// Microseconds a connection backend polls its socket without
+    /// sleeping before it blocks on the next client message; only while
+    /// sessions take at most half the CPUs (0: never poll).
+    pub client_poll_us: u32,
 }
 
 /// A short string stored inline (plain data, so it can live in shared
@@ -107,6 +111,7 @@ impl Default for Settings {
             unix_socket_directories: Text::empty(),
             listen_addresses: Text::empty(),
             password: Text::empty(),
+            client_poll_us: 100,
         }
     }
 }
@@ -202,6 +207,11 @@ pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
         "WAL kept before the last checkpoint",
     ),
     ("port", "1..=65535", "TCP port and Unix socket number"),
+    (
+        "client_poll",
+        "us, or with us/ms, 0..=10000 us (0 = off)",
+        "how long a backend polls for the next client message before it sleeps, while sessions use at most half the CPUs",
+    ),
     (
         "unix_socket_directories",
         "a directory ('' = the data directory)",
@@ -352,6 +362,15 @@ impl Settings {
                 self.listen_addresses = Text::new(value).ok_or_else(bad)?;
             }
             "password" => self.password = Text::new(value).ok_or_else(bad)?,
+            "client_poll" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let us = match unit.as_str() {
+                    "" | "us" => n,
+                    "ms" => n.saturating_mul(1000),
+                    _ => return Err(bad()),
+                };
+                self.client_poll_us = in_range(us, 0, 10_000).ok_or_else(bad)?;
+            }
             _ => {
                 return Err(SettingError(format!(
                     "unrecognized setting \"{name}\" (valid: {})",
@@ -411,6 +430,7 @@ impl Settings {
             ("max_wal_size", format!("{}MB", self.max_wal_size_mb)),
             ("wal_keep_size", format!("{}MB", self.wal_keep_size_mb)),
             ("port", self.port.to_string()),
+            ("client_poll", format!("{}us", self.client_poll_us)),
             (
                 "unix_socket_directories",
                 format!("'{}'", self.unix_socket_directories.as_str()),
