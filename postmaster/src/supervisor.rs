@@ -804,6 +804,10 @@ fn run_child(
     shm.procs()[procno as usize]
         .pid
         .store(std::process::id() as i32, Ordering::Relaxed);
+    if matches!(kind, Kind::Walwriter | Kind::Backend(_)) {
+        // Lives as long as the server and touches every buffer page.
+        shm.prefault_wal_buffers();
+    }
     match kind {
         Kind::Startup => backend::startup::run(shm, datadir),
         Kind::Walwriter => walwriter::run(shm, datadir),
