@@ -173,6 +173,7 @@ pub fn install_end_of_wal(
     x.write.write_result.store(end, Ordering::Release);
     x.write.flush_result.store(end, Ordering::Release);
     x.write.req_write.store(end, Ordering::Relaxed);
+    x.write.req_flush.store(end, Ordering::Relaxed);
     Ok(())
 }
 

@@ -22,17 +22,24 @@
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
-//! to the request, contiguous runs in one `pwrite`, a completed segment
-//! fdatasynced at once, the last one when a flush is requested. Only WAL that
-//! every insertion has finished copying is written: callers first compute
-//! `wait_insertions_to_finish(upto)`, the minimum `insertingAt` over busy
-//! insertion locks (waiting on those still below `upto`).
+//! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one
+//! `pwrite`, a completed segment fdatasynced at once, the last one when a
+//! flush is requested. Only WAL that every insertion has finished copying is
+//! written: callers first compute `wait_insertions_to_finish(upto)`, the
+//! minimum `insertingAt` over busy insertion locks (waiting on those still
+//! below `upto`). After each run the writer publishes the new write result
+//! as WALWriteLock's variable (`update_var`), so a backend that only needs
+//! one old buffer page written (`write_upto`) waits for that run with
+//! `wait_for_var`, not for the whole write: inserting continues while a
+//! large write is still going on (PostgreSQL publishes only at the end).
 //!
 //! Flushing (`flush`): return at once if the flush result already covers the
-//! LSN (group flush); otherwise wait for insertions, then
-//! `acquire_or_wait(WALWriteLock)`: whoever gets it writes and syncs as far
-//! as insertions allow, and everybody who waited re-checks whether that
-//! covered them.
+//! LSN (group flush); otherwise record the request in `req_flush`, wait for
+//! insertions, then `acquire_or_wait(WALWriteLock)`: whoever gets it writes
+//! and syncs as far as insertions allow, and everybody who waited re-checks
+//! whether that covered them. A backend that only writes (to free a buffer)
+//! also syncs when a flush request is pending, so flushers are served even
+//! when write-only backends keep winning the lock.
 //!
 //! Lock-free reservation (`wal_reservation = atomic`): `CurrBytePos` is
 //! advanced with one fetch-add. The reserver then publishes "the record
@@ -61,6 +68,12 @@ use std::path::{Path, PathBuf};
 use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
+
+/// Most pages one `pwrite` hands the kernel before the writer publishes its
+/// progress (512 KiB: long enough that the syscall costs nothing next to the
+/// copy, short enough that a backend waiting for one page is not held up by
+/// a multi-megabyte write).
+const MAX_WRITE_PAGES: usize = 64;
 /// `PrevLink::end` while its owner is filling it in.
 const LINK_BUSY: u64 = u64::MAX;
 
@@ -489,15 +502,27 @@ impl<'a> Xlog<'a> {
         finished
     }
 
-    /// Writes (not syncs) WAL up to at least `upto` (a page end).
+    /// Writes (not syncs) WAL up to at least `upto` (a page end), or waits
+    /// for whoever is writing to get past it.
     fn write_upto(&mut self, upto: Lsn) {
         let finished = self.wait_insertions_to_finish(upto);
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.acquire(&self.env, LWLockMode::Exclusive);
-        if self.write_lsn() < upto {
-            self.xlog_write(finished, false);
+        let written = &self.shm.xlog().write.write_result;
+        loop {
+            let seen = self.write_lsn();
+            if seen >= upto {
+                return;
+            }
+            if ww.conditional_acquire(&self.env, LWLockMode::Exclusive) {
+                if self.write_lsn() < upto {
+                    self.xlog_write(finished, false);
+                }
+                ww.release(&self.env);
+                return;
+            }
+            // Somebody is writing: sleep until it publishes a run or is done.
+            ww.wait_for_var(&self.env, written, seen);
         }
-        ww.release(&self.env);
     }
 
     /// Makes WAL up to `record` durable (XLogFlush). Returns at once when
@@ -508,6 +533,7 @@ impl<'a> Xlog<'a> {
             return;
         }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
+        w.req_flush.fetch_max(record, Ordering::Relaxed);
         loop {
             let target = record.max(w.req_write.load(Ordering::Relaxed));
             let finished = self.wait_insertions_to_finish(target);
@@ -570,12 +596,15 @@ impl<'a> Xlog<'a> {
             }
             run = match run {
                 Some((first, lsn, n))
-                    if first + n == idx && self.geo.seg_no(lsn) == self.geo.seg_no(page_start) =>
+                    if first + n == idx
+                        && n < MAX_WRITE_PAGES
+                        && self.geo.seg_no(lsn) == self.geo.seg_no(page_start) =>
                 {
                     Some((first, lsn, n + 1))
                 }
                 Some((first, lsn, n)) => {
                     self.write_run(first, lsn, n);
+                    self.publish_written(lsn + n as u64 * BLCKSZ);
                     Some((idx, page_start, 1))
                 }
                 None => Some((idx, page_start, 1)),
@@ -585,6 +614,7 @@ impl<'a> Xlog<'a> {
             if seg_done {
                 if let Some((first, lsn, n)) = run.take() {
                     self.write_run(first, lsn, n);
+                    self.publish_written(page_end);
                 }
                 // A completed segment is synced at once (PostgreSQL does
                 // the same), so a later flush only needs the last one.
@@ -597,12 +627,23 @@ impl<'a> Xlog<'a> {
         }
         // Release pairs with the Acquire loads in write_lsn().
         w.write_result.fetch_max(written, Ordering::Release);
+        // A flusher waiting for WAL we just wrote: sync for it as well.
+        let flush = flush || w.req_flush.load(Ordering::Relaxed) > self.flush_lsn();
         if flush && written > self.flush_lsn() {
             if self.geo.seg_offset(written) != 0 {
                 self.sync_segment(self.geo.seg_no(written));
             }
             w.flush_result.fetch_max(written, Ordering::Release);
         }
+    }
+
+    /// Mid-write: everything below `end` (a page end) is handed to the
+    /// kernel. Published as WALWriteLock's variable, which wakes the
+    /// backends sleeping in `write_upto` for a page below it. The caller
+    /// holds WALWriteLock, so the write result only grows.
+    fn publish_written(&self, end: Lsn) {
+        let ww = self.shm.named_lock(NamedLock::WalWrite);
+        ww.update_var(&self.env, &self.shm.xlog().write.write_result, end);
     }
 
     /// After a segment is complete: wake the checkpointer when the WAL since

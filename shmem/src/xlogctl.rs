@@ -15,8 +15,9 @@
 //! - WALWrite (named LWLock): `write` and `fdatasync` of WAL files and the
 //!   advance of `write_result`/`flush_result`. Call
 //!   `WaitXLogInsertionsToFinish` *before* taking it.
-//! - `req_write` and the write/flush results are atomics (advanced with
-//!   fetch_max), readable without any lock.
+//! - `req_write`, `req_flush` and the write/flush results are atomics
+//!   (advanced with fetch_max), readable without any lock. The write result
+//!   also advances mid-write, one run at a time, as WALWrite's variable.
 //!
 //! Invariants: `flush_result <= write_result <= ` every finished insertion;
 //! a buffer page `i` holds the WAL page ending at `xlblocks[i]` and is never
@@ -62,6 +63,10 @@ pub struct WriteState {
     pub flush_result: AtomicU64,
     /// Highest completed page somebody asked to have written.
     pub req_write: AtomicU64,
+    /// Highest LSN a waiting flusher asked to have made durable: whoever
+    /// writes past it next also syncs, so the flusher need not win
+    /// WALWriteLock against backends that only write.
+    pub req_flush: AtomicU64,
     /// fdatasync calls and pages written (benchmarks).
     pub syncs: AtomicU64,
     pub writes: AtomicU64,
