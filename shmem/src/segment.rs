@@ -872,6 +872,41 @@ mod tests {
         assert_eq!(padded.max_procs, 10 + NUM_AUX_PROCS);
     }
 
+    /// Kernel release as (major, minor), from /proc.
+    fn kernel_version() -> Option<(u32, u32)> {
+        let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let mut it = r.trim().split(['.', '-']);
+        Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    }
+
+    #[test]
+    fn prefault_maps_the_wal_buffers_without_changing_them() {
+        if kernel_version().is_some_and(|v| v < (5, 14)) {
+            eprintln!("SKIPPED: MADV_POPULATE_WRITE needs Linux 5.14 or later");
+            return;
+        }
+        let n = name("prefault");
+        let _guard = Unlink(n.clone());
+        let shm = Shmem::create(&n, &Settings::default(), 3, 1).unwrap();
+        let last = shm.layout().n_buffers as usize - 1;
+        // SAFETY: the first and last bytes of the WAL buffers lie inside
+        // the mapping; nobody else uses this fresh segment.
+        unsafe {
+            *shm.wal_page(0) = 0xA5;
+            *shm.wal_page(last).add(WAL_PAGE - 1) = 0x5A;
+        }
+        assert!(
+            shm.prefault_wal_buffers(),
+            "madvise(MADV_POPULATE_WRITE) failed"
+        );
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(*shm.wal_page(0), 0xA5);
+            assert_eq!(*shm.wal_page(last).add(WAL_PAGE - 1), 0x5A);
+            assert_eq!(*shm.wal_page(last / 2), 0);
+        }
+    }
+
     #[test]
     fn free_list_hands_out_each_backend_slot_once() {
         let n = name("free");

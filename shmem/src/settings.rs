@@ -457,6 +457,7 @@ mod tests {
             port: 6543,
             password: Text::new("s3cret").unwrap(),
             listen_addresses: Text::new("localhost").unwrap(),
+            client_poll_us: 250,
             ..Default::default()
         };
         let mut t = Settings::default();
@@ -474,6 +475,12 @@ mod tests {
         assert_eq!(s.wal_buffers, 2048);
         s.set("wal_writer_delay", "1s").unwrap();
         assert_eq!(s.wal_writer_delay_ms, 1000);
+        s.set("client_poll", "2ms").unwrap();
+        assert_eq!(s.client_poll_us, 2000);
+        s.set("client_poll", "0").unwrap();
+        assert_eq!(s.client_poll_us, 0);
+        assert!(s.set("client_poll", "11ms").is_err());
+        assert!(s.set("client_poll", "5s").is_err());
         let e = s.set("nope", "1").unwrap_err().0;
         assert!(
             e.contains("unrecognized setting") && e.contains("wal_buffers"),
