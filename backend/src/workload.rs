@@ -11,6 +11,9 @@
 //!   `--ack`, then `ack LSN` on stdout (LSN = start of the commit record).
 //! - `txid`: what `SELECT txid_current()` does: snapshot, XID, commit record
 //!   without waiting for its flush (nothing was written before it), clear.
+//! - `emit-tx+txid:SIZE`: both side by side, emit-tx on even-numbered
+//!   workers (acks with `--ack`), txid on odd-numbered ones, paced at one
+//!   transaction per 50 us each (for crash tests).
 //! - `lwlock`: take the Test LWLock (one in five exclusive), update or check
 //!   plain data under it, release: a cross-process mutual-exclusion check.
 //!
@@ -40,6 +43,10 @@ pub enum Workload {
     EmitBatch(usize, usize),
     EmitTx(usize),
     Txid,
+    /// `emit-tx+txid:SIZE`: even-numbered workers run emit-tx:SIZE (and
+    /// print acks with `--ack`), odd-numbered ones a paced txid, side by
+    /// side.
+    EmitTxBesideTxid(usize),
     Lwlock,
 }
 
@@ -50,12 +57,14 @@ impl fmt::Display for Workload {
             Workload::EmitBatch(n, k) => write!(f, "emit-batch:{n}:{k}"),
             Workload::EmitTx(n) => write!(f, "emit-tx:{n}"),
             Workload::Txid => write!(f, "txid"),
+            Workload::EmitTxBesideTxid(n) => write!(f, "emit-tx+txid:{n}"),
             Workload::Lwlock => write!(f, "lwlock"),
         }
     }
 }
 
-pub const WORKLOAD_HELP: &str = "emit:SIZE, emit-batch:SIZE:N, emit-tx:SIZE, txid, lwlock";
+pub const WORKLOAD_HELP: &str =
+    "emit:SIZE, emit-batch:SIZE:N, emit-tx:SIZE, txid, emit-tx+txid:SIZE, lwlock";
 
 impl Workload {
     pub fn parse(s: &str) -> Result<Workload, String> {
@@ -84,6 +93,7 @@ impl Workload {
                 Ok(Workload::EmitBatch(size(Some(sz))?, n))
             }
             "emit-tx" => Ok(Workload::EmitTx(size(arg)?)),
+            "emit-tx+txid" => Ok(Workload::EmitTxBesideTxid(size(arg)?)),
             "txid" if arg.is_none() => Ok(Workload::Txid),
             "lwlock" if arg.is_none() => Ok(Workload::Lwlock),
             _ => Err(bad()),
@@ -97,15 +107,34 @@ pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload, ack: bool) -> 
     match w {
         Workload::Emit(size) => run_emit(shm, procno, datadir, size, 1),
         Workload::EmitBatch(size, n) => run_emit(shm, procno, datadir, size, n),
-        Workload::EmitTx(size) => run_emit_tx(shm, procno, datadir, Some(size), ack),
-        Workload::Txid => run_emit_tx(shm, procno, datadir, None, false),
+        Workload::EmitTx(size) => run_emit_tx(shm, procno, datadir, Some(size), ack, None),
+        Workload::Txid => run_emit_tx(shm, procno, datadir, None, false, None),
+        Workload::EmitTxBesideTxid(size) if procno.is_multiple_of(2) => {
+            run_emit_tx(shm, procno, datadir, Some(size), ack, None)
+        }
+        Workload::EmitTxBesideTxid(_) => {
+            run_emit_tx(shm, procno, datadir, None, false, Some(BESIDE_TXID_PACE))
+        }
         Workload::Lwlock => run_lwlock(shm, procno),
     }
     0
 }
 
-/// `emit-tx:SIZE` (message = Some(SIZE)) and `txid` (None).
-fn run_emit_tx(shm: &Shmem, procno: u32, datadir: &Path, message: Option<usize>, ack: bool) {
+/// Pause between the transactions of `emit-tx+txid`'s txid workers: an
+/// unpaced txid loop commits millions of times a second, which would make
+/// the WAL of a crash test mostly txid commits (and slow to verify).
+const BESIDE_TXID_PACE: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// `emit-tx:SIZE` (message = Some(SIZE)) and `txid` (None); `pace`: sleep
+/// that long after each transaction.
+fn run_emit_tx(
+    shm: &Shmem,
+    procno: u32,
+    datadir: &Path,
+    message: Option<usize>,
+    ack: bool,
+    pace: Option<std::time::Duration>,
+) {
     let mut xact = Xact::new(Xlog::new(shm, procno, datadir), shm, procno);
     let payload = payload_of(message.unwrap_or(0));
     let mut rec = walformat::RecordBuf::default();
@@ -132,6 +161,9 @@ fn run_emit_tx(shm: &Shmem, procno: u32, datadir: &Path, message: Option<usize>,
             if write_all_fd(1, line.as_bytes()).is_err() {
                 break;
             }
+        }
+        if let Some(p) = pace {
+            std::thread::sleep(p);
         }
     }
     xact.shutdown();
@@ -214,10 +246,15 @@ impl Workload {
     /// `ack` line can promise durability)?
     /// Does the workload run transactions (XIDs, commit records)?
     pub fn is_transactional(self) -> bool {
-        matches!(self, Workload::EmitTx(_) | Workload::Txid)
+        matches!(
+            self,
+            Workload::EmitTx(_) | Workload::Txid | Workload::EmitTxBesideTxid(_)
+        )
     }
 
+    /// Some of its workers wait for their commits to be flushed (and can
+    /// print acks).
     pub fn waits_for_commit(self) -> bool {
-        matches!(self, Workload::EmitTx(_))
+        matches!(self, Workload::EmitTx(_) | Workload::EmitTxBesideTxid(_))
     }
 }

@@ -161,7 +161,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             if ack && !workload.is_some_and(|w| w.waits_for_commit()) {
                 return Err(
-                    "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE)"
+                    "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE or emit-tx+txid:SIZE)"
                         .into(),
                 );
             }
