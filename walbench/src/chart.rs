@@ -4,7 +4,9 @@
 //!
 //! Invariants: the output is self-contained SVG 1.1 (no scripts, no external
 //! fonts), every series is exactly one `<polyline>` (tests count them), and
-//! every text is XML-escaped.
+//! every text is XML-escaped. A `.png` chart is that same SVG rendered by
+//! resvg at twice its size on white, with the system's fonts (where the
+//! machine has none, the PNG has lines and no text).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -41,17 +43,74 @@ const HEADER: f64 = 60.0;
 /// Refuses chart paths walbench cannot write.
 pub fn check_path(p: &Path) -> Result<(), String> {
     match p.extension().and_then(|e| e.to_str()) {
-        Some("svg") => Ok(()),
-        Some("png") => Err(format!(
-            "--chart {}: walbench writes SVG only (no PNG renderer is built in); write .svg \
-             and convert it, e.g. rsvg-convert -o chart.png chart.svg",
-            p.display()
-        )),
+        Some("svg" | "png") => Ok(()),
         _ => Err(format!(
-            "--chart {}: the chart file must end in .svg",
+            "--chart {}: the chart file must end in .svg or .png",
             p.display()
         )),
     }
+}
+
+/// Writes `svg` to `p`, rendered to PNG when `p` ends in `.png`.
+pub fn write(p: &Path, svg: &str) -> Result<(), String> {
+    let bytes = if p.extension().is_some_and(|e| e == "png") {
+        png(svg)?
+    } else {
+        svg.as_bytes().to_vec()
+    };
+    std::fs::write(p, bytes).map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+}
+
+/// A family for the charts' `sans-serif` among the installed fonts
+/// (fontdb's default, Arial, is often missing on Linux): a common sans
+/// family if present, else any.
+fn sans_serif_family(fonts: &resvg::usvg::fontdb::Database) -> Option<String> {
+    const PREFERRED: [&str; 5] = [
+        "DejaVu Sans",
+        "Liberation Sans",
+        "Noto Sans",
+        "Arial",
+        "Helvetica",
+    ];
+    let installed: Vec<&str> = fonts
+        .faces()
+        .filter_map(|f| f.families.first().map(|(name, _)| name.as_str()))
+        .collect();
+    PREFERRED
+        .iter()
+        .find(|p| installed.contains(p))
+        .map(|p| p.to_string())
+        .or_else(|| installed.first().map(|n| n.to_string()))
+}
+
+/// Renders one of our SVG charts to PNG bytes (twice the SVG's size).
+pub fn png(svg: &str) -> Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    const SCALE: f32 = 2.0;
+    let mut opt = usvg::Options::default();
+    let fonts = opt.fontdb_mut();
+    fonts.load_system_fonts();
+    if let Some(family) = sans_serif_family(fonts) {
+        fonts.set_sans_serif_family(family);
+    }
+    let tree = usvg::Tree::from_str(svg, &opt)
+        .map_err(|e| format!("could not read the chart's SVG: {e}"))?;
+    let size = tree
+        .size()
+        .to_int_size()
+        .scale_by(SCALE)
+        .ok_or("chart too large")?;
+    let mut pixmap =
+        tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("chart too large for a PNG")?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(SCALE, SCALE),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| format!("could not encode the chart as PNG: {e}"))
 }
 
 pub fn esc(s: &str) -> String {
@@ -225,6 +284,51 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
 mod tests {
     use super::*;
 
+    /// Width and height from a PNG's IHDR chunk.
+    fn png_size(png: &[u8]) -> (u32, u32) {
+        let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        (be(&png[16..20]), be(&png[20..24]))
+    }
+
+    #[test]
+    fn png_is_the_svg_rendered_at_twice_its_size() {
+        let panel = Panel {
+            title: "16".into(),
+            y_label: "tps".into(),
+            series: vec![Series {
+                name: "modern".into(),
+                points: vec![
+                    Point {
+                        x: 1.0,
+                        y: 10.0,
+                        lo: 9.0,
+                        hi: 11.0,
+                    },
+                    Point {
+                        x: 4.0,
+                        y: 30.0,
+                        lo: 25.0,
+                        hi: 35.0,
+                    },
+                ],
+            }],
+        };
+        let s = svg("title", "machine", &[panel]);
+        let width = |attr: &str| -> u32 {
+            let at = s.find(&format!(" {attr}=\"")).unwrap() + attr.len() + 3;
+            s[at..].split('"').next().unwrap().parse().unwrap()
+        };
+        let png = png(&s).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+        assert_eq!(png_size(&png), (2 * width("width"), 2 * width("height")));
+        let dir = std::env::temp_dir().join(format!("walbench-png-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.png");
+        write(&path, &s).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), png);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn svg_has_one_polyline_per_series_per_panel() {
         let series = |n: &str| Series {
@@ -280,7 +384,10 @@ mod tests {
         assert_eq!(nice_axis(0.0), (1.0, 0.2));
         assert_eq!(nice_axis(380_000.0), (400_000.0, 100_000.0));
         assert_eq!(fmt_tick(250_000.0), "250k");
-        assert!(check_path(Path::new("a.png")).unwrap_err().contains("PNG"));
+        assert!(check_path(Path::new("a.png")).is_ok());
         assert!(check_path(Path::new("a.svg")).is_ok());
+        assert!(check_path(Path::new("a.jpg"))
+            .unwrap_err()
+            .contains(".svg or .png"));
     }
 }

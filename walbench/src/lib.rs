@@ -103,7 +103,7 @@ fn help() -> String {
 
 Usage: walbench reproduce NAME [...]   (see walbench reproduce --help)
        walbench [--workload KIND ...] [--clients LIST] [--seconds S] [--variant NAME ...]
-                [--set NAME=VALUE ...] [-D DIR] [--json FILE] [--chart FILE.svg]
+                [--set NAME=VALUE ...] [-D DIR] [--json FILE] [--chart FILE.svg|FILE.png]
 
   --workload KIND   repeatable or comma-separated; ",
     );
@@ -117,7 +117,7 @@ Usage: walbench reproduce NAME [...]   (see walbench reproduce --help)
   -D DIR            use this data directory (initialized if empty) instead of a
                     fresh temporary one per point
   --json FILE       also write {\"runs\":[{variant,workload,clients,seconds,transactions,tps},...]}
-  --chart FILE.svg  also draw TPS against clients, a panel per workload, a line per variant
+  --chart FILE      also draw TPS against clients (.svg, or .png rendered), a panel per workload, a line per variant
 
 Variants:
 ",
@@ -332,7 +332,7 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
     }
     if let Some(p) = &o.chart {
         let svg = chart::svg("walbench", &format!("{} core(s)", cores()), &panels(&runs));
-        std::fs::write(p, svg).map_err(|e| format!("could not write \"{}\": {e}", p.display()))?;
+        chart::write(p, &svg)?;
         println!("wrote {}", p.display());
     }
     Ok(runs)
@@ -569,7 +569,8 @@ mod tests {
         assert_eq!(p[0].series.len(), 2);
         assert_eq!(p[0].series[0].points.len(), 2);
         assert_eq!(p[1].title, "txid");
-        assert!(parse(&args("--chart x.png")).is_err());
+        assert!(parse(&args("--chart x.png")).is_ok());
+        assert!(parse(&args("--chart x.gif")).is_err());
         assert!(parse(&args("--chart x.svg"))
             .unwrap()
             .unwrap()

@@ -59,7 +59,7 @@ Usage: walbench reproduce NAME [--clients LIST|seed] [--sizes LIST] [--seconds S
                    seconds,transactions,tps,tps_min,tps_max,latency_us_p50,latency_us_p99,...}]}
   --csv FILE       one line per variant, size and client count
   --chart FILE     TPS against clients (log axis), one line per variant, one panel
-                   per size: .svg (.png is refused: convert the SVG)
+                   per size: .svg, or .png (the same chart rendered, with the system's fonts)
   --tmpdir DIR     where the temporary data directories go (default /dev/shm for
                    fsync=off experiments when present, else the system temp dir)
   --keep-data DIR  keep every point's data directory under DIR, with
@@ -504,7 +504,7 @@ fn write_outputs(o: &Options, machine: &Machine, s: &[Summary]) -> Result<(), St
     }
     if let Some(p) = &o.chart {
         let svg = chart::svg(&chart_title(o), &machine.describe(), &panels(o, s));
-        write(p, &svg)?;
+        chart::write(p, &svg)?;
         println!("wrote {}", p.display());
     }
     Ok(())
