@@ -295,23 +295,7 @@ mod tests {
         let panel = Panel {
             title: "16".into(),
             y_label: "tps".into(),
-            series: vec![Series {
-                name: "modern".into(),
-                points: vec![
-                    Point {
-                        x: 1.0,
-                        y: 10.0,
-                        lo: 9.0,
-                        hi: 11.0,
-                    },
-                    Point {
-                        x: 4.0,
-                        y: 30.0,
-                        lo: 25.0,
-                        hi: 35.0,
-                    },
-                ],
-            }],
+            series: vec![two_point_series("modern")],
         };
         let s = svg("title", "machine", &[panel]);
         let width = |attr: &str| -> u32 {
@@ -329,10 +313,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[test]
-    fn svg_has_one_polyline_per_series_per_panel() {
-        let series = |n: &str| Series {
-            name: n.into(),
+    /// A series with points at 1 and 4 clients, with whiskers.
+    fn two_point_series(name: &str) -> Series {
+        Series {
+            name: name.into(),
             points: vec![
                 Point {
                     x: 1.0,
@@ -347,7 +331,12 @@ mod tests {
                     hi: 35.0,
                 },
             ],
-        };
+        }
+    }
+
+    #[test]
+    fn svg_has_one_polyline_per_series_per_panel() {
+        let series = two_point_series;
         let panels = vec![
             Panel {
                 title: "16".into(),
