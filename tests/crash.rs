@@ -88,20 +88,9 @@ fn print_redo(what: &str, stderr: &str) {
 }
 
 /// kill -9 of a backend, the walwriter or the checkpointer, `kills` times,
-/// 300–600 ms apart, during an acknowledged emit-tx run.
-fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64) {
-    kill_children_rounds_running(tag, backends, kills, seed, "emit-tx:100");
-}
-
-/// `kill_children_rounds` with `workload` (emit-tx:SIZE or
-/// emit-tx+txid:SIZE, whose txid half commits without a message).
-fn kill_children_rounds_running(
-    tag: &str,
-    backends: usize,
-    kills: usize,
-    seed: u64,
-    workload: &str,
-) {
+/// 300–600 ms apart, during an acknowledged run of `workload` (emit-tx:SIZE,
+/// or emit-tx+txid:SIZE, whose txid half commits without a message).
+fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64, workload: &str) {
     let tmp = TempDir::new(tag);
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let n = backends.to_string();
@@ -184,12 +173,24 @@ fn kill_children_rounds_running(
 
 #[test]
 fn kill9_children_repeatedly_8_backends_nothing_acked_lost() {
-    kill_children_rounds("kill-children-8", 8, 6, 0x9e37_79b9_7f4a_7c15);
+    kill_children_rounds(
+        "kill-children-8",
+        8,
+        6,
+        0x9e37_79b9_7f4a_7c15,
+        "emit-tx:100",
+    );
 }
 
 #[test]
 fn kill9_children_repeatedly_32_backends_nothing_acked_lost() {
-    kill_children_rounds("kill-children-32", 32, 6, 0x2545_f491_4f6c_dd1d);
+    kill_children_rounds(
+        "kill-children-32",
+        32,
+        6,
+        0x2545_f491_4f6c_dd1d,
+        "emit-tx:100",
+    );
 }
 
 /// Half the backends run txid beside the acknowledged emit-tx ones: after
@@ -197,7 +198,7 @@ fn kill9_children_repeatedly_32_backends_nothing_acked_lost() {
 /// (asynchronously), so no XID is committed twice.
 #[test]
 fn kill9_children_repeatedly_emit_tx_beside_txid_nothing_acked_lost() {
-    kill_children_rounds_running(
+    kill_children_rounds(
         "kill-children-mixed",
         16,
         6,

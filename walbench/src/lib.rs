@@ -326,8 +326,7 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
     }
     print!("{}", table(&runs));
     if let Some(p) = &o.json {
-        std::fs::write(p, json(&runs))
-            .map_err(|e| format!("could not write \"{}\": {e}", p.display()))?;
+        write_file(p, json(&runs).as_bytes())?;
         println!("wrote {}", p.display());
     }
     if let Some(p) = &o.chart {
@@ -373,6 +372,11 @@ fn panels(runs: &[Run]) -> Vec<chart::Panel> {
             }
         })
         .collect()
+}
+
+/// Writes an output file (JSON, CSV, chart), naming it in the error.
+pub(crate) fn write_file(p: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(p, bytes).map_err(|e| format!("could not write \"{}\": {e}", p.display()))
 }
 
 fn cores() -> usize {

@@ -491,9 +491,7 @@ pub fn run(o: &Options) -> Result<Vec<Summary>, String> {
 }
 
 fn write_outputs(o: &Options, machine: &Machine, s: &[Summary]) -> Result<(), String> {
-    let write = |p: &Path, text: &str| {
-        std::fs::write(p, text).map_err(|e| format!("could not write \"{}\": {e}", p.display()))
-    };
+    let write = |p: &Path, text: &str| crate::write_file(p, text.as_bytes());
     if let Some(p) = &o.json {
         write(p, &json(o, machine, s))?;
         println!("wrote {}", p.display());
