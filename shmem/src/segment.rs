@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 12;
+pub const LAYOUT_VERSION: u32 = 13;
 const WAL_PAGE: usize = 8192;
 
 /// Individually named LWLocks.

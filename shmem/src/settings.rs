@@ -48,11 +48,17 @@ pub struct Settings {
     /// TCP addresses to listen on (empty: none; loopback only).
     pub listen_addresses: Text<64>,
     /// SCRAM-SHA-256 password for TCP connections (empty: TCP refused).
-    pub password: Text<128>,
+    pub password: Text<192>,
     /// Microseconds a connection backend polls its socket without
     /// sleeping before it blocks on the next client message; only while
     /// sessions take at most half the CPUs (0: never poll).
     pub client_poll_us: u32,
+    /// Seconds a client has for the whole start-up and authentication
+    /// exchange (PostgreSQL's authentication_timeout).
+    pub authentication_timeout_s: u32,
+    /// Bytes one session may hold for a single value or a single reply
+    /// message; beyond it the statement fails with 53200.
+    pub session_memory_limit: u64,
 }
 
 /// A short string stored inline (plain data, so it can live in shared
@@ -112,6 +118,8 @@ impl Default for Settings {
             listen_addresses: Text::empty(),
             password: Text::empty(),
             client_poll_us: 100,
+            authentication_timeout_s: 60,
+            session_memory_limit: 256 << 20,
         }
     }
 }
@@ -211,6 +219,16 @@ pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
         "client_poll",
         "us, or with us/ms, 0..=10000 us (0 = off)",
         "how long a backend polls for the next client message before it sleeps, while sessions use at most half the CPUs",
+    ),
+    (
+        "authentication_timeout",
+        "seconds, or with s/min, 1..=600",
+        "time a client has to complete start-up and authentication",
+    ),
+    (
+        "session_memory_limit",
+        "kB, or with kB/MB/GB, 1MB..=1GB",
+        "largest value or reply message one session may build (53200 beyond)",
     ),
     (
         "unix_socket_directories",
@@ -371,6 +389,28 @@ impl Settings {
                 };
                 self.client_poll_us = in_range(us, 0, 10_000).ok_or_else(bad)?;
             }
+            "authentication_timeout" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let s = match unit.as_str() {
+                    "" | "s" => n,
+                    "min" => n.saturating_mul(60),
+                    _ => return Err(bad()),
+                };
+                self.authentication_timeout_s = in_range(s, 1, 600).ok_or_else(bad)?;
+            }
+            "session_memory_limit" => {
+                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
+                let bytes = match unit.as_str() {
+                    "" | "kb" => n.saturating_mul(1024),
+                    "mb" => n.saturating_mul(1 << 20),
+                    "gb" => n.saturating_mul(1 << 30),
+                    _ => return Err(bad()),
+                };
+                if !(1 << 20..=1 << 30).contains(&bytes) {
+                    return Err(bad());
+                }
+                self.session_memory_limit = bytes;
+            }
             _ => {
                 return Err(SettingError(format!(
                     "unrecognized setting \"{name}\" (valid: {})",
@@ -432,6 +472,14 @@ impl Settings {
             ("port", self.port.to_string()),
             ("client_poll", format!("{}us", self.client_poll_us)),
             (
+                "authentication_timeout",
+                format!("{}s", self.authentication_timeout_s),
+            ),
+            (
+                "session_memory_limit",
+                format!("{}kB", self.session_memory_limit / 1024),
+            ),
+            (
                 "unix_socket_directories",
                 format!("'{}'", self.unix_socket_directories.as_str()),
             ),
@@ -458,6 +506,8 @@ mod tests {
             password: Text::new("s3cret").unwrap(),
             listen_addresses: Text::new("localhost").unwrap(),
             client_poll_us: 250,
+            authentication_timeout_s: 5,
+            session_memory_limit: 3 << 20,
             ..Default::default()
         };
         let mut t = Settings::default();
@@ -481,6 +531,14 @@ mod tests {
         assert_eq!(s.client_poll_us, 0);
         assert!(s.set("client_poll", "11ms").is_err());
         assert!(s.set("client_poll", "5s").is_err());
+        s.set("authentication_timeout", "2min").unwrap();
+        assert_eq!(s.authentication_timeout_s, 120);
+        assert!(s.set("authentication_timeout", "0").is_err());
+        assert!(s.set("authentication_timeout", "11min").is_err());
+        s.set("session_memory_limit", "64MB").unwrap();
+        assert_eq!(s.session_memory_limit, 64 << 20);
+        assert!(s.set("session_memory_limit", "512kB").is_err());
+        assert!(s.set("session_memory_limit", "2GB").is_err());
         let e = s.set("nope", "1").unwrap_err().0;
         assert!(
             e.contains("unrecognized setting") && e.contains("wal_buffers"),
