@@ -5,6 +5,8 @@
 //! PostgreSQL 15's `pg_waldump`.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
