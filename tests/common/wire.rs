@@ -84,7 +84,7 @@ pub fn cstr(s: &str) -> Vec<u8> {
 
 /// One backend message; None at EOF (or a reset/timeout: the caller
 /// distinguishes with `closed`).
-pub fn read_msg<S: Read>(s: &mut S) -> Option<(u8, Vec<u8>)> {
+pub fn read_msg<S: Read + ?Sized>(s: &mut S) -> Option<(u8, Vec<u8>)> {
     let mut head = [0u8; 5];
     s.read_exact(&mut head).ok()?;
     let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]);
