@@ -148,11 +148,11 @@ impl<'a> Lexer<'a> {
             b'b' => out.push(8),
             b'f' => out.push(12),
             b'0'..=b'7' => {
-                let mut v = (b - b'0') as u32;
+                let mut v = u32::from(b - b'0');
                 for _ in 0..2 {
                     match self.peek(0) {
                         Some(d @ b'0'..=b'7') => {
-                            v = v * 8 + (d - b'0') as u32;
+                            v = v * 8 + u32::from(d - b'0');
                             self.pos += 1;
                         }
                         _ => break,
