@@ -100,6 +100,24 @@ impl MessageReader {
         }
     }
 
+    /// One read into the free end of the buffer: None when bytes arrived
+    /// (or the read should be retried), else why filling ends.
+    fn read_more<S: Read>(
+        &mut self,
+        stream: &mut S,
+        poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Option<Fill>> {
+        match stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => Ok(Some(Fill::Eof)),
+            Ok(k) => {
+                self.end += k;
+                Ok(None)
+            }
+            Err(e) if is_retryable(&e) => Ok(poll().then_some(Fill::Stopped)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn ensure<S: Read>(
         &mut self,
         stream: &mut S,
@@ -108,15 +126,8 @@ impl MessageReader {
     ) -> io::Result<Fill> {
         while self.buffered() < n {
             self.make_room(n);
-            match stream.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Ok(Fill::Eof),
-                Ok(k) => self.end += k,
-                Err(e) if is_retryable(&e) => {
-                    if poll() {
-                        return Ok(Fill::Stopped);
-                    }
-                }
-                Err(e) => return Err(e),
+            if let Some(end) = self.read_more(stream, poll)? {
+                return Ok(end);
             }
         }
         Ok(Fill::Ready)
@@ -154,15 +165,8 @@ impl MessageReader {
             if n == 0 {
                 return Ok(Fill::Ready);
             }
-            match stream.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Ok(Fill::Eof),
-                Ok(k) => self.end += k,
-                Err(e) if is_retryable(&e) => {
-                    if poll() {
-                        return Ok(Fill::Stopped);
-                    }
-                }
-                Err(e) => return Err(e),
+            if let Some(end) = self.read_more(stream, poll)? {
+                return Ok(end);
             }
         }
     }
