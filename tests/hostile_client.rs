@@ -6,8 +6,9 @@
 //!    another session connected meanwhile is unaffected and the postmaster
 //!    did not crash-restart (same children, no startup process); a
 //!    40,000-column target list gets 54011;
-//! 2. with `session_memory_limit=8MB`, a value, a result row or a bound
-//!    parameter above the limit gets ERROR 53200 and the session goes on;
+//! 2. with `session_memory_limit=8MB`, a value, a result row, a bound
+//!    parameter or a query whose tokens would take more than the limit
+//!    gets ERROR 53200 and the session goes on;
 //! 3. four 50 MB `repeat()` results in one Query message stream to the
 //!    client: the backend's peak RSS stays far below their sum, and its
 //!    anonymous memory shrinks back after the query;
@@ -325,6 +326,14 @@ fn values_rows_and_parameters_above_the_memory_limit_get_53200() {
     let r = c.run("SELECT repeat('x', 5000000), repeat('y', 5000000)");
     assert_eq!(r.errors, ["53200"], "a row above the limit: {r:?}");
     c.assert_usable("after the row");
+    // 2 MB of query text whose tokens would take ~100 MB.
+    let r = c.run(&format!("SELECT {}1", "1,".repeat(1_000_000)));
+    assert_eq!(
+        r.errors,
+        ["53200"],
+        "a query that lexes beyond the limit: {r:?}"
+    );
+    c.assert_usable("after the long query");
     let r = c.run("SELECT repeat('ab', 3000000)");
     assert!(r.errors.is_empty(), "6 MB fits in 8 MB: {r:?}");
     assert_eq!(r.rows[0].0, [6_000_000]);

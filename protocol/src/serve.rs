@@ -36,7 +36,7 @@ use crate::session::{Session, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
 use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
 use crate::sql::eval::{eval, value_size};
-use crate::sql::parser::{parse_statements, SetValue};
+use crate::sql::parser::{parse_statements_within, SetValue};
 use crate::sql::value::{
     into_binary_format, into_text_format, parse_binary, parse_text, SqlType, Value,
 };
@@ -656,7 +656,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     fn simple_query(&mut self, sql: &str) {
         self.statements.remove("");
         self.portals.remove("");
-        let statements = match parse_statements(sql) {
+        let statements = match parse_statements_within(sql, self.session.memory_limit()) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };
@@ -705,7 +705,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 format!("prepared statement \"{name}\" already exists"),
             ));
         }
-        let statements = parse_statements(query)?;
+        let statements = parse_statements_within(query, self.session.memory_limit())?;
         if statements.len() > 1 {
             return Err(SqlError::syntax_error(
                 "cannot insert multiple commands into a prepared statement",

@@ -19,7 +19,7 @@
 //! one pass and the parser never backtracks more than a token, so long flat
 //! inputs (many statements, long argument lists) cost linear time.
 
-use super::lexer::{lex, Tok, Token};
+use super::lexer::{lex_within, Tok, Token};
 use crate::error::SqlError;
 use crate::limits::{too_deep, too_many_columns, MAX_EXPR_DEPTH, MAX_TARGET_LIST};
 
@@ -147,7 +147,12 @@ const SELECT_CLAUSES: &[&str] = &[
 
 /// Parses a query string into statements.
 pub fn parse_statements(src: &str) -> Result<Vec<Statement>, SqlError> {
-    let tokens = lex(src)?;
+    parse_statements_within(src, usize::MAX)
+}
+
+/// `parse_statements`, 53200 if the tokens would take more than `memory_limit` bytes.
+pub fn parse_statements_within(src: &str, memory_limit: usize) -> Result<Vec<Statement>, SqlError> {
+    let tokens = lex_within(src, memory_limit)?;
     tokens
         .split(|t| t.tok == Tok::Semicolon)
         .filter(|piece| !piece.is_empty())
