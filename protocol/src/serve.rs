@@ -20,7 +20,8 @@
 //!   result row plus 64 KiB of output;
 //! * a value, a result row or a client message larger than
 //!   `Session::memory_limit()` is ERROR 53200 before it is built, and the
-//!   session goes on;
+//!   session goes on (bound parameters are bounded by their Bind message,
+//!   which is discarded unread when it is larger than the limit);
 //! * writes are bounded in time (`send_polling`): a client that stops
 //!   reading cannot keep a fast shutdown waiting; the connection is then
 //!   dropped and its open transaction rolled back, as on EOF.
@@ -758,13 +759,6 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
             return Err(in_failed_transaction());
         }
-        let limit = self.session.memory_limit();
-        let mut size = 0usize;
-        for raw in raw_params.iter().flatten() {
-            size = size.saturating_add(raw.len());
-            check_memory("a bound parameter", raw.len(), limit)?;
-        }
-        check_memory("the bound parameters", size, limit)?;
         let mut params = Vec::with_capacity(expected);
         for (i, raw) in raw_params.iter().enumerate() {
             params.push(decode_param(
