@@ -406,16 +406,29 @@ fn large_replies_stream_and_memory_is_given_back() {
     pg.srv.stop_ok();
 }
 
+/// A transaction with an XID, a reply far larger than the socket buffers,
+/// then statements that must never run once that reply cannot be written.
+const ABANDONED: &str = "BEGIN; SELECT txid_current(); SELECT repeat('x', 50000000); \
+     SELECT pg_logical_emit_message(true, 'hostile', 'after'); COMMIT";
+
 #[test]
 fn fast_shutdown_does_not_wait_for_a_client_that_does_not_read() {
     let pg = Pg::start("hostile-noread", &[]);
     let mut stuck = Client::connect(&pg);
     let mut other = Client::connect(&pg);
     other.assert_usable("the other session");
-    // A transaction left open, then a reply far larger than the socket buffers.
-    stuck.send(&query(
-        "BEGIN; SELECT txid_current(); SELECT repeat('x', 50000000)",
-    ));
+    // The same statements from a client that vanishes at once: the write
+    // fails (EPIPE) and nothing after it may run either.
+    let mut vanishing = Client::connect(&pg);
+    vanishing.send(&query(ABANDONED));
+    let gone = vanishing.pid;
+    drop(vanishing);
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(gone)),
+        "the vanished client's backend did not exit"
+    );
+    // This one stays connected and never reads.
+    stuck.send(&query(ABANDONED));
     let blocked = wait_until(Duration::from_secs(10), || {
         proc_stat(stuck.pid).is_some_and(|(_, state, _)| state == 'S')
             && status_bytes(stuck.pid, "VmHWM") > 40 * MIB
@@ -431,12 +444,33 @@ fn fast_shutdown_does_not_wait_for_a_client_that_does_not_read() {
         took < Duration::from_secs(5),
         "fast shutdown took {took:?} with a client that does not read"
     );
-    assert_clean_shutdown(&datadir);
+    let records = assert_clean_shutdown(&datadir);
+    let count = |desc: &str| {
+        records
+            .iter()
+            .filter(|l| l.starts_with("rmgr: Transaction") && l.contains(desc))
+            .count()
+    };
+    assert_eq!(
+        count("desc: COMMIT"),
+        0,
+        "the abandoned transaction committed"
+    );
+    assert_eq!(
+        count("desc: ABORT"),
+        2,
+        "both were rolled back: {records:#?}"
+    );
+    assert!(
+        !records.iter().any(|l| l.contains("rmgr: LogicalMessage")),
+        "a statement after the abandoned write ran"
+    );
     drop((stuck, other));
 }
 
-/// The control file says "shut down" and the last WAL record is a shutdown checkpoint.
-fn assert_clean_shutdown(datadir: &Path) {
+/// The control file says "shut down" and the last WAL record is a shutdown
+/// checkpoint; returns the WAL's record lines.
+fn assert_clean_shutdown(datadir: &Path) -> Vec<String> {
     let control = backend::control::ControlFile::read(datadir).expect("control file");
     assert_eq!(
         control.state,
@@ -450,7 +484,8 @@ fn assert_clean_shutdown(datadir: &Path) {
         Duration::from_secs(60),
     );
     assert!(o.status.success(), "waldump\n{}", o.describe());
-    let last = record_lines(&o.stdout).pop().expect("no WAL record at all");
+    let records = record_lines(&o.stdout);
+    let last = records.last().expect("no WAL record at all");
     assert!(
         last.contains("CHECKPOINT_SHUTDOWN"),
         "last record is not a shutdown checkpoint: {last}"
@@ -463,4 +498,5 @@ fn assert_clean_shutdown(datadir: &Path) {
     )
     .expect("lsn");
     assert_eq!(at, control.checkpoint, "the control file points at it");
+    records
 }

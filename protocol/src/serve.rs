@@ -666,6 +666,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             return;
         }
         for stmt in &statements {
+            if self.broken.is_some() {
+                return; // the client is gone: `serve` rolls back, nothing more runs
+            }
             if let Some(t) = self.session.termination() {
                 return self.terminate(t);
             }
@@ -674,7 +677,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 return self.fail(e);
             }
         }
-        self.commit_implicit();
+        if self.broken.is_none() {
+            self.commit_implicit();
+        }
     }
 
     fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
