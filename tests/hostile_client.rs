@@ -326,6 +326,14 @@ fn values_rows_and_parameters_above_the_memory_limit_get_53200() {
     let r = c.run("SELECT repeat('x', 5000000), repeat('y', 5000000)");
     assert_eq!(r.errors, ["53200"], "a row above the limit: {r:?}");
     c.assert_usable("after the row");
+    // A Query message larger than the limit is read and thrown away.
+    let r = c.run(&format!("SELECT '{}'", "q".repeat(9_000_000)));
+    assert_eq!(
+        r.errors,
+        ["53200"],
+        "a query message above the limit: {r:?}"
+    );
+    c.assert_usable("after the long message");
     // 2 MB of query text whose tokens would take ~100 MB.
     let r = c.run(&format!("SELECT {}1", "1,".repeat(1_000_000)));
     assert_eq!(
