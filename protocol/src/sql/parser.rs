@@ -13,7 +13,7 @@
 //! (`x::a::b::...`) are built in a loop, not by recursion, so the parser
 //! also tracks each subtree's height (`Tree`) and refuses to build a node
 //! above `MAX_EXPR_DEPTH`. Hence no `Expr` that exists, even a partial one
-//! dropped after an error, is higher than `MAX_EXPR_DEPTH + 1`, and the
+//! dropped after an error, is higher than `MAX_EXPR_DEPTH`, and the
 //! recursive `Drop`/`Clone`/`PartialEq` of `Box<Expr>` trees are bounded.
 //! A target list stops at `MAX_TARGET_LIST` entries (54011). The lexer is
 //! one pass and the parser never backtracks more than a token, so long flat
