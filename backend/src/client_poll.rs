@@ -12,7 +12,9 @@
 //! backends hold at most half the CPUs (`sessions * 2 <= cpus`), so a
 //! polling backend never takes a CPU another session or its client
 //! needs; the blocking read after the poll is the caller's ordinary read,
-//! with its timeout and signal behaviour unchanged.
+//! with its timeout and signal behaviour unchanged. Writes pass straight
+//! through, so SO_SNDTIMEO's EAGAIN and a signal's EINTR reach the
+//! protocol's send loop, which then checks for a fast shutdown.
 
 use shmem::Shmem;
 use std::io::{self, Read, Write};

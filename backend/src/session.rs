@@ -124,6 +124,10 @@ impl Session for WalSession<'_> {
     fn take_cancel(&mut self) -> bool {
         CANCEL_REQUESTED.swap(false, Ordering::Relaxed)
     }
+
+    fn memory_limit(&self) -> usize {
+        usize::try_from(self.shm.settings().session_memory_limit).unwrap_or(usize::MAX)
+    }
 }
 
 /// How the client reached us.
@@ -180,7 +184,10 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
 ) -> i32 {
     process::enable_cancel_signal();
     let fd = stream.as_raw_fd();
-    set_read_timeout(fd, 200);
+    // Reads and writes return every 200 ms so that a blocked one notices
+    // a fast shutdown (protocol::serve polls termination on each timeout).
+    set_socket_timeout(fd, libc::SO_RCVTIMEO, 200);
+    set_socket_timeout(fd, libc::SO_SNDTIMEO, 200);
     process::set_quit_message(fd, protocol::crash_notice_bytes());
     let pid = std::process::id() as i32;
     let key = random_key();
@@ -231,17 +238,17 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     0
 }
 
-fn set_read_timeout(fd: i32, ms: i64) {
+fn set_socket_timeout(fd: i32, option: libc::c_int, ms: i64) {
     let tv = libc::timeval {
         tv_sec: ms / 1000,
         tv_usec: (ms % 1000) * 1000,
     };
-    // SAFETY: `tv` is a valid timeval for SO_RCVTIMEO.
+    // SAFETY: `tv` is a valid timeval for SO_RCVTIMEO / SO_SNDTIMEO.
     unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
+            option,
             &tv as *const libc::timeval as *const libc::c_void,
             std::mem::size_of::<libc::timeval>() as libc::socklen_t,
         )

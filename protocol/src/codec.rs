@@ -5,8 +5,21 @@
 //! itself), body`, big-endian; decoding never panics and never reads past the
 //! body: a malformed body is a `CodecError`, which the caller turns into
 //! FATAL 08P01 (or, for text that is not UTF-8, into ERROR 22021).
+//!
+//! Integer fields: every count and length is converted with a checked
+//! conversion (`crate::limits::wire_*`); a message whose count or length
+//! does not fit is not written at all and its encoder returns 54000, so no
+//! wrapped number ever reaches a client. Counts are read as PostgreSQL's
+//! `pq_getmsgint(.., 2)` reads them, unsigned (up to 65535 parameters). OIDs
+//! are unsigned 32-bit values sent as their bits.
+//!
+//! Memory: `Out` is a staging buffer that the caller writes out once it
+//! holds `FLUSH_THRESHOLD`-ish bytes; large DataRow payloads bypass it
+//! (`data_row_header` + `column_len`, the payload written by the caller),
+//! and `clear` gives back the capacity of a large reply.
 
 use crate::error::{sqlstate, SqlError};
+use crate::limits::{wire_i16, wire_i32, wire_u16};
 
 /// Why a frontend message body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +79,12 @@ impl<'a> BodyReader<'a> {
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// An Int32 field holding an unsigned value (an OID).
+    pub fn u32(&mut self) -> Result<u32, CodecError> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
     /// A NUL-terminated string, as raw bytes (without the NUL).
     pub fn cstr_bytes(&mut self) -> Result<&'a [u8], CodecError> {
         let rest = &self.body[self.pos..];
@@ -83,11 +102,10 @@ impl<'a> BodyReader<'a> {
         String::from_utf8(raw.to_vec()).map_err(|_| CodecError::InvalidUtf8)
     }
 
-    /// A non-negative count in an int16 field.
+    /// A count in an Int16 field, read unsigned as PostgreSQL does (0..=65535).
     pub fn count16(&mut self) -> Result<usize, CodecError> {
-        let n = self.i16()?;
-        usize::try_from(n)
-            .map_err(|_| CodecError::Malformed(format!("invalid count {n} in message")))
+        let b = self.bytes(2)?;
+        Ok(usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
 
     pub fn remaining(&self) -> usize {
@@ -204,7 +222,7 @@ fn decode_parse(r: &mut BodyReader<'_>) -> Result<FrontendMessage, CodecError> {
     let n = r.count16()?;
     let mut param_types = Vec::with_capacity(n);
     for _ in 0..n {
-        param_types.push(r.i32()? as u32);
+        param_types.push(r.u32()?);
     }
     Ok(FrontendMessage::Parse {
         name,
@@ -253,6 +271,12 @@ pub struct FieldDescription {
     pub format: i16,
 }
 
+/// Capacity `Out` starts with and returns to.
+const INITIAL_CAPACITY: usize = 8192;
+
+/// `clear` gives back capacity above this.
+const SHRINK_ABOVE: usize = 256 * 1024;
+
 /// Accumulates backend messages; the caller writes `bytes()` out.
 #[derive(Debug, Default)]
 pub struct Out {
@@ -262,7 +286,7 @@ pub struct Out {
 impl Out {
     pub fn new() -> Self {
         Out {
-            buf: Vec::with_capacity(8192),
+            buf: Vec::with_capacity(INITIAL_CAPACITY),
         }
     }
 
@@ -274,8 +298,26 @@ impl Out {
         self.buf.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Empties the buffer; a large one is given back to the allocator.
     pub fn clear(&mut self) {
         self.buf.clear();
+        if self.buf.capacity() > SHRINK_ABOVE {
+            self.buf = Vec::with_capacity(INITIAL_CAPACITY);
+        }
+    }
+
+    /// Appends bytes that belong to the message being written (a DataRow payload).
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
 
     /// Starts a message; returns the offset of its length field.
@@ -286,10 +328,26 @@ impl Out {
         at
     }
 
-    /// Patches the length of the message started at `at`.
+    /// Patches the length of the message started at `at`; if it does not
+    /// fit in an Int32, removes the whole message and returns 54000.
+    fn end_checked(&mut self, at: usize) -> Result<(), SqlError> {
+        match wire_i32(self.buf.len() - at, "message length") {
+            Ok(len) => {
+                self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+                Ok(())
+            }
+            Err(e) => {
+                self.buf.truncate(at - 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// `end_checked` for messages whose size is bounded by a client message
+    /// (at most 1 GB) plus a few fields, so it always fits; were it ever not
+    /// to, the message is left out rather than sent with a wrong length.
     fn end(&mut self, at: usize) {
-        let len = (self.buf.len() - at) as u32;
-        self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        let _ = self.end_checked(at);
     }
 
     fn i16(&mut self, v: i16) {
@@ -353,8 +411,11 @@ impl Out {
     pub fn negotiate_protocol_version(&mut self, newest_minor: i32, unrecognized: &[String]) {
         let at = self.begin(b'v');
         self.i32(newest_minor);
-        self.i32(unrecognized.len() as i32);
-        for option in unrecognized {
+        // The start-up packet is at most 10,000 bytes, so this never clamps;
+        // the count sent is always the number of options that follow.
+        let n = unrecognized.len().min(i32::MAX as usize);
+        self.i32(wire_i32(n, "option count").unwrap_or(0));
+        for option in unrecognized.iter().take(n) {
             self.cstr(option);
         }
         self.end(at);
@@ -366,34 +427,64 @@ impl Out {
         self.end(at);
     }
 
-    pub fn row_description(&mut self, fields: &[FieldDescription]) {
+    /// RowDescription; 54000 (nothing written) if the field count does not fit.
+    pub fn row_description(&mut self, fields: &[FieldDescription]) -> Result<(), SqlError> {
+        let count = wire_i16(fields.len(), "number of columns")?;
         let at = self.begin(b'T');
-        self.i16(fields.len() as i16);
+        self.i16(count);
         for f in fields {
             self.cstr(&f.name);
             self.i32(0); // table OID
             self.i16(0); // column attribute number
-            self.i32(f.type_oid as i32);
+            self.buf.extend_from_slice(&f.type_oid.to_be_bytes());
             self.i16(f.type_len);
             self.i32(-1); // type modifier
             self.i16(f.format);
         }
-        self.end(at);
+        self.end_checked(at)
     }
 
-    pub fn data_row(&mut self, columns: &[Option<Vec<u8>>]) {
-        let at = self.begin(b'D');
-        self.i16(columns.len() as i16);
+    /// Starts a DataRow whose columns have the payload lengths `lens` (None:
+    /// NULL): writes its header only, after checking every count and length
+    /// fits (54000 otherwise, nothing written). The caller then writes each
+    /// column with `column_len` followed by its payload (into `raw`, or
+    /// straight to the client after writing out this buffer).
+    pub fn data_row_header(&mut self, lens: &[Option<usize>]) -> Result<(), SqlError> {
+        let count = wire_i16(lens.len(), "number of columns")?;
+        let mut body: usize = 4 + 2;
+        for len in lens {
+            let payload = len.unwrap_or(0);
+            wire_i32(payload, "column length")?;
+            // Saturates far above i32::MAX, which the check below refuses.
+            body = body.saturating_add(4).saturating_add(payload);
+        }
+        let length = wire_i32(body, "message length")?;
+        self.buf.push(b'D');
+        self.i32(length);
+        self.i16(count);
+        Ok(())
+    }
+
+    /// A DataRow column's length field (-1 for NULL); `data_row_header` checked it fits.
+    pub fn column_len(&mut self, len: Option<usize>) {
+        match len {
+            None => self.i32(-1),
+            Some(n) => self.i32(wire_i32(n, "column length").unwrap_or(-1)),
+        }
+    }
+
+    #[cfg(test)]
+    /// A whole DataRow from encoded columns.
+    pub fn data_row(&mut self, columns: &[Option<Vec<u8>>]) -> Result<(), SqlError> {
+        let lens: Vec<Option<usize>> = columns.iter().map(|c| c.as_ref().map(Vec::len)).collect();
+        self.data_row_header(&lens)?;
         for c in columns {
-            match c {
-                None => self.i32(-1),
-                Some(v) => {
-                    self.i32(v.len() as i32);
-                    self.buf.extend_from_slice(v);
-                }
+            self.column_len(c.as_ref().map(Vec::len));
+            if let Some(v) = c {
+                self.raw(v);
             }
         }
-        self.end(at);
+        Ok(())
     }
 
     pub fn command_complete(&mut self, tag: &str) {
@@ -432,13 +523,15 @@ impl Out {
         self.empty_message(b's');
     }
 
-    pub fn parameter_description(&mut self, oids: &[u32]) {
+    /// ParameterDescription; the count is unsigned on the wire (up to 65535), else 54000.
+    pub fn parameter_description(&mut self, oids: &[u32]) -> Result<(), SqlError> {
+        let count = wire_u16(oids.len(), "number of parameters")?;
         let at = self.begin(b't');
-        self.i16(oids.len() as i16);
+        self.buf.extend_from_slice(&count.to_be_bytes());
         for &oid in oids {
-            self.i32(oid as i32);
+            self.buf.extend_from_slice(&oid.to_be_bytes());
         }
-        self.end(at);
+        self.end_checked(at)
     }
 
     /// ErrorResponse, or NoticeResponse for notice severities.
@@ -599,10 +692,65 @@ mod tests {
     #[test]
     fn encodes_data_row_with_null() {
         let mut out = Out::new();
-        out.data_row(&[None, Some(b"ab".to_vec())]);
+        out.data_row(&[None, Some(b"ab".to_vec())]).unwrap();
         assert_eq!(
             out.bytes(),
             b"D\0\0\0\x10\0\x02\xff\xff\xff\xff\0\0\0\x02ab"
         );
+    }
+
+    fn field(name: &str) -> FieldDescription {
+        FieldDescription {
+            name: name.into(),
+            type_oid: 25,
+            type_len: -1,
+            format: 0,
+        }
+    }
+
+    #[test]
+    fn counts_that_do_not_fit_are_errors_not_wrapped() {
+        let mut out = Out::new();
+        let many: Vec<FieldDescription> = (0..40_000).map(|_| field("c")).collect();
+        assert_eq!(out.row_description(&many).unwrap_err().code, "54000");
+        assert!(out.is_empty(), "nothing of the refused message was written");
+        let cols: Vec<Option<usize>> = vec![None; 40_000];
+        assert_eq!(out.data_row_header(&cols).unwrap_err().code, "54000");
+        let huge = [Some(1usize << 31)];
+        assert_eq!(out.data_row_header(&huge).unwrap_err().code, "54000");
+        let two = [Some((1usize << 30) + 1), Some(1 << 30)];
+        assert_eq!(out.data_row_header(&two).unwrap_err().code, "54000");
+        assert!(out.is_empty());
+        let oids = vec![25u32; 65_536];
+        assert_eq!(out.parameter_description(&oids).unwrap_err().code, "54000");
+        out.parameter_description(&oids[..40_000]).unwrap();
+        assert_eq!(&out.bytes()[5..7], &40_000u16.to_be_bytes());
+        out.clear();
+        out.row_description(&[field("a"), field("b")]).unwrap();
+        assert_eq!(&out.bytes()[5..7], &2i16.to_be_bytes());
+    }
+
+    #[test]
+    fn oids_and_unsigned_counts_round_trip() {
+        let mut b = body(&[b"\0\0", &40_000u16.to_be_bytes()]);
+        for _ in 0..40_000 {
+            b.extend_from_slice(&0xffff_fff0u32.to_be_bytes());
+        }
+        match decode_frontend(b'P', &b).unwrap() {
+            FrontendMessage::Parse { param_types, .. } => {
+                assert_eq!(param_types.len(), 40_000);
+                assert_eq!(param_types[0], 0xffff_fff0);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn clear_gives_back_a_large_capacity() {
+        let mut out = Out::new();
+        out.raw(&vec![0u8; 1 << 20]);
+        assert!(out.capacity() >= 1 << 20);
+        out.clear();
+        assert!(out.capacity() <= SHRINK_ABOVE);
     }
 }

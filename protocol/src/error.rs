@@ -35,6 +35,9 @@ pub mod sqlstate {
     pub const INDETERMINATE_DATATYPE: &str = "42P18";
     pub const CANNOT_COERCE: &str = "42846";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    pub const STATEMENT_TOO_COMPLEX: &str = "54001";
+    pub const TOO_MANY_COLUMNS: &str = "54011";
+    pub const OUT_OF_MEMORY: &str = "53200";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const QUERY_CANCELED: &str = "57014";

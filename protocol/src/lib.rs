@@ -15,6 +15,7 @@
 
 mod codec;
 mod error;
+pub mod limits;
 mod scram;
 mod serve;
 mod session;

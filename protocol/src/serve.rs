@@ -12,7 +12,19 @@
 //!   until Sync; output is flushed at ReadyForQuery, Flush, when large, and
 //!   before closing;
 //! * malformed messages end the connection with FATAL 08P01; nothing a
-//!   client sends can panic.
+//!   client sends can panic;
+//! * replies stream: output is written out whenever `FLUSH_THRESHOLD`
+//!   bytes are staged, a large DataRow payload goes straight to the client
+//!   (never copied into the staging buffer), and the buffer's capacity is
+//!   given back after a large reply, so a session holds at most about one
+//!   result row plus 64 KiB of output;
+//! * a value, a result row or a client message larger than
+//!   `Session::memory_limit()` is ERROR 53200 before it is built, and the
+//!   session goes on (bound parameters are bounded by their Bind message,
+//!   which is discarded unread when it is larger than the limit);
+//! * writes are bounded in time (`send_polling`): a client that stops
+//!   reading cannot keep a fast shutdown waiting; the connection is then
+//!   dropped and its open transaction rolled back, as on EOF.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -20,13 +32,16 @@ use std::rc::Rc;
 
 use crate::codec::{decode_frontend, CodecError, FieldDescription, FrontendMessage, Out, Target};
 use crate::error::{sqlstate, SqlError};
+use crate::limits::{check_memory, out_of_memory};
 use crate::session::{Session, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
 use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
-use crate::sql::eval::eval;
-use crate::sql::parser::{parse_statements, SetValue};
-use crate::sql::value::{format_binary, format_text, parse_binary, parse_text, SqlType, Value};
-use crate::wire::{send, Incoming, MessageReader};
+use crate::sql::eval::{eval, value_size};
+use crate::sql::parser::{parse_statements_within, SetValue};
+use crate::sql::value::{
+    into_binary_format, into_text_format, parse_binary, parse_text, SqlType, Value,
+};
+use crate::wire::{is_abandoned, send_polling, Incoming, MessageReader};
 
 /// Output is written out once this much is buffered, even mid-batch.
 const FLUSH_THRESHOLD: usize = 64 * 1024;
@@ -40,28 +55,31 @@ const FLUSH_THRESHOLD: usize = 64 * 1024;
 /// `commit()` after its last), and in the extended protocol everything up
 /// to Sync does. See `Session` for the full contract.
 ///
-/// Blocking reads that fail with EINTR, EWOULDBLOCK or ETIMEDOUT (a signal
-/// without SA_RESTART, or SO_RCVTIMEO on the socket) make `serve` check
-/// `Session::termination()` and then read again.
+/// Blocking reads and writes that fail with EINTR, EWOULDBLOCK or
+/// ETIMEDOUT (a signal without SA_RESTART, or SO_RCVTIMEO / SO_SNDTIMEO on
+/// the socket) make `serve` check `Session::termination()` and then retry;
+/// a write abandoned at termination ends `serve` with an error after the
+/// open transaction was rolled back.
 pub fn serve<S: Read + Write>(stream: &mut S, session: &mut dyn Session) -> io::Result<()> {
     let mut reader = MessageReader::new();
-    let mut conn = Connection::new(session);
+    let mut conn = Connection::new(session, stream);
     loop {
         if let Some(t) = conn.session.termination() {
             conn.terminate(t);
-            return conn.close(stream);
+            return conn.close();
         }
         // A cancel arriving while we wait for a command is ignored, as in PostgreSQL.
         conn.session.take_cancel();
+        let limit = conn.session.memory_limit();
         let incoming = {
             let session = &mut *conn.session;
             let mut poll = || session.termination().is_some();
-            reader.read_message(stream, &mut poll)?
+            reader.read_message_within(&mut *conn.stream, &mut poll, limit)?
         };
         match incoming {
             Incoming::Eof => {
                 conn.abort_for_exit();
-                return conn.close(stream);
+                return conn.close();
             }
             Incoming::Stopped => continue,
             Incoming::BadLength(len) => {
@@ -69,19 +87,22 @@ pub fn serve<S: Read + Write>(stream: &mut S, session: &mut dyn Session) -> io::
                     "invalid message length {len}"
                 )));
             }
+            Incoming::TooLarge { tag, len } => conn.refuse_large_message(tag, len, limit),
             Incoming::Message { tag, body } => conn.dispatch(tag, &body),
         }
+        if let Some(e) = conn.broken.take() {
+            return Err(conn.abandon(e));
+        }
         if conn.closing {
-            return conn.close(stream);
+            return conn.close();
         }
         if conn.out.len() >= FLUSH_THRESHOLD
             || (conn.wants_flush && !reader.has_buffered_input())
             || conn.wants_flush_now
         {
-            send(stream, conn.out.bytes())?;
-            conn.out.clear();
-            conn.wants_flush = false;
-            conn.wants_flush_now = false;
+            if let Err(e) = conn.write_out() {
+                return Err(conn.abandon(e));
+            }
         }
     }
 }
@@ -164,9 +185,13 @@ impl Parameters {
     }
 }
 
-struct Connection<'s> {
+struct Connection<'s, S> {
     session: &'s mut dyn Session,
+    stream: &'s mut S,
     out: Out,
+    /// A write to the client failed (or was abandoned at termination):
+    /// nothing more is written and `serve` returns this error.
+    broken: Option<io::Error>,
     tx: TxState,
     statements: HashMap<String, Rc<Analyzed>>,
     portals: HashMap<String, Portal>,
@@ -195,15 +220,26 @@ fn fields(columns: &[Column], formats: &[i16]) -> Vec<FieldDescription> {
         .collect()
 }
 
-fn encode_row(row: &[Value], columns: &[Column], formats: &[i16]) -> Vec<Option<Vec<u8>>> {
-    row.iter()
-        .zip(columns)
-        .enumerate()
-        .map(|(i, (v, c))| match formats.get(i).copied().unwrap_or(0) {
-            1 => format_binary(v, c.ty),
-            _ => format_text(v, c.ty),
-        })
-        .collect()
+/// Encodes a result row (moving text payloads); 53200 as soon as the
+/// DataRow would be larger than `limit`.
+fn encode_row(
+    row: Vec<Value>,
+    columns: &[Column],
+    formats: &[i16],
+    limit: usize,
+) -> Result<Vec<Option<Vec<u8>>>, SqlError> {
+    let mut size = 0usize;
+    let mut encoded = Vec::with_capacity(row.len());
+    for (i, (v, c)) in row.into_iter().zip(columns).enumerate() {
+        let e = match formats.get(i).copied().unwrap_or(0) {
+            1 => into_binary_format(v, c.ty),
+            _ => into_text_format(v, c.ty),
+        };
+        size = size.saturating_add(4 + e.as_ref().map_or(0, Vec::len));
+        check_memory("a result row", size, limit)?;
+        encoded.push(e);
+    }
+    Ok(encoded)
 }
 
 /// Expands Bind's format list (none, one for all, or one each) to `n` codes.
@@ -277,12 +313,14 @@ fn no_transaction_warning() -> SqlError {
     )
 }
 
-impl<'s> Connection<'s> {
-    fn new(session: &'s mut dyn Session) -> Self {
+impl<'s, S: Read + Write> Connection<'s, S> {
+    fn new(session: &'s mut dyn Session, stream: &'s mut S) -> Self {
         let sync = session.synchronous_commit();
         Connection {
             session,
+            stream,
             out: Out::new(),
+            broken: None,
             tx: TxState::Idle,
             statements: HashMap::new(),
             portals: HashMap::new(),
@@ -295,17 +333,115 @@ impl<'s> Connection<'s> {
         }
     }
 
-    fn close<S: Write>(&mut self, stream: &mut S) -> io::Result<()> {
-        match send(stream, self.out.bytes()) {
+    fn close(&mut self) -> io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        match self.write_out() {
             Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                ) =>
+                if is_abandoned(&e)
+                    || matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
             {
                 Ok(())
             }
             other => other,
+        }
+    }
+
+    // ---- output ----
+
+    /// Writes `bytes` to the client, giving up when the session must end.
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let session = &*self.session;
+        send_polling(&mut *self.stream, bytes, &mut || {
+            session.termination().is_some()
+        })
+    }
+
+    /// Writes out (and empties) the staging buffer.
+    fn write_out(&mut self) -> io::Result<()> {
+        let out = std::mem::take(&mut self.out);
+        let result = self.send(out.bytes());
+        self.out = out;
+        self.out.clear();
+        self.wants_flush = false;
+        self.wants_flush_now = false;
+        result
+    }
+
+    /// Records a failed write: the connection is over.
+    fn mark_broken(&mut self, e: io::Error) {
+        self.broken.get_or_insert(e);
+        self.closing = true;
+    }
+
+    /// Writes out the staging buffer once it holds FLUSH_THRESHOLD bytes.
+    fn write_out_if_large(&mut self) {
+        if self.broken.is_none() && self.out.len() >= FLUSH_THRESHOLD {
+            if let Err(e) = self.write_out() {
+                self.mark_broken(e);
+            }
+        }
+    }
+
+    /// A DataRow payload: small ones are staged, large ones go straight to the client.
+    fn write_payload(&mut self, bytes: &[u8]) {
+        if self.broken.is_some() {
+            return;
+        }
+        if bytes.len() < FLUSH_THRESHOLD {
+            self.out.raw(bytes);
+            return self.write_out_if_large();
+        }
+        if let Err(e) = self.write_out().and_then(|()| self.send(bytes)) {
+            self.mark_broken(e);
+        }
+    }
+
+    /// Encodes and sends one result row as it is produced.
+    fn send_row(
+        &mut self,
+        row: Vec<Value>,
+        columns: &[Column],
+        formats: &[i16],
+    ) -> Result<(), SqlError> {
+        let encoded = encode_row(row, columns, formats, self.session.memory_limit())?;
+        let lens: Vec<Option<usize>> = encoded.iter().map(|c| c.as_ref().map(Vec::len)).collect();
+        self.out.data_row_header(&lens)?;
+        for (column, len) in encoded.into_iter().zip(lens) {
+            self.out.column_len(len);
+            if let Some(bytes) = column {
+                self.write_payload(&bytes);
+            }
+        }
+        self.write_out_if_large();
+        Ok(())
+    }
+
+    /// The connection ends on a failed write: roll back what is open (unless
+    /// a crash forbids touching shared state) and hand the error to `serve`'s caller.
+    fn abandon(&mut self, e: io::Error) -> io::Error {
+        if self.session.termination() != Some(Termination::Crash) {
+            self.abort_for_exit();
+        }
+        e
+    }
+
+    /// A client message longer than the memory limit was discarded: ERROR
+    /// 53200, then as after any error in its protocol (ReadyForQuery after
+    /// a Query, skip to Sync in the extended protocol).
+    fn refuse_large_message(&mut self, tag: u8, len: usize, limit: usize) {
+        if self.skipping {
+            return;
+        }
+        self.fail(out_of_memory("a client message", len, limit));
+        if tag == b'Q' {
+            self.ready_for_query();
+        } else {
+            self.skipping = true;
         }
     }
 
@@ -521,7 +657,7 @@ impl<'s> Connection<'s> {
     fn simple_query(&mut self, sql: &str) {
         self.statements.remove("");
         self.portals.remove("");
-        let statements = match parse_statements(sql) {
+        let statements = match parse_statements_within(sql, self.session.memory_limit()) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
         };
@@ -530,6 +666,9 @@ impl<'s> Connection<'s> {
             return;
         }
         for stmt in &statements {
+            if self.broken.is_some() {
+                return; // the client is gone: `serve` rolls back, nothing more runs
+            }
             if let Some(t) = self.session.termination() {
                 return self.terminate(t);
             }
@@ -538,7 +677,9 @@ impl<'s> Connection<'s> {
                 return self.fail(e);
             }
         }
-        self.commit_implicit();
+        if self.broken.is_none() {
+            self.commit_implicit();
+        }
     }
 
     fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
@@ -549,15 +690,15 @@ impl<'s> Connection<'s> {
             return Err(in_failed_transaction());
         }
         let analyzed = analyze(stmt, &[], false)?;
-        let outcome = self.run(&analyzed, &[])?;
+        let Outcome { tag, row } = self.run(&analyzed, &[])?;
         let columns = analyzed.columns();
         if let Some(columns) = &columns {
-            self.out.row_description(&fields(columns, &[]));
+            self.out.row_description(&fields(columns, &[]))?;
         }
-        if let (Some(row), Some(columns)) = (&outcome.row, &columns) {
-            self.out.data_row(&encode_row(row, columns, &[]));
+        if let (Some(row), Some(columns)) = (row, &columns) {
+            self.send_row(row, columns, &[])?;
         }
-        self.out.command_complete(&outcome.tag);
+        self.out.command_complete(&tag);
         Ok(())
     }
 
@@ -570,7 +711,7 @@ impl<'s> Connection<'s> {
                 format!("prepared statement \"{name}\" already exists"),
             ));
         }
-        let statements = parse_statements(query)?;
+        let statements = parse_statements_within(query, self.session.memory_limit())?;
         if statements.len() > 1 {
             return Err(SqlError::syntax_error(
                 "cannot insert multiple commands into a prepared statement",
@@ -662,7 +803,7 @@ impl<'s> Connection<'s> {
                     .cloned()
                     .ok_or_else(|| statement_not_found(name))?;
                 let oids: Vec<u32> = stmt.param_types.iter().map(|t| t.oid()).collect();
-                self.out.parameter_description(&oids);
+                self.out.parameter_description(&oids)?;
                 (stmt, Vec::new())
             }
             Target::Portal => {
@@ -674,7 +815,7 @@ impl<'s> Connection<'s> {
             }
         };
         match stmt.columns() {
-            Some(columns) => self.out.row_description(&fields(&columns, &formats)),
+            Some(columns) => self.out.row_description(&fields(&columns, &formats))?,
             None => self.out.no_data(),
         }
         Ok(())
@@ -722,16 +863,16 @@ impl<'s> Connection<'s> {
             self.set_portal_state(name, PortalState::Done);
             return Ok(());
         }
-        let outcome = self.run(&stmt, &params)?;
-        if let (Some(row), Some(columns)) = (&outcome.row, stmt.columns()) {
-            self.out.data_row(&encode_row(row, &columns, &formats));
+        let Outcome { tag, row } = self.run(&stmt, &params)?;
+        if let (Some(row), Some(columns)) = (row, stmt.columns()) {
+            self.send_row(row, &columns, &formats)?;
             if max_rows > 0 {
                 self.out.portal_suspended();
                 self.set_portal_state(name, PortalState::Suspended);
                 return Ok(());
             }
         }
-        self.out.command_complete(&outcome.tag);
+        self.out.command_complete(&tag);
         self.set_portal_state(name, PortalState::Done);
         Ok(())
     }
@@ -755,9 +896,14 @@ impl<'s> Connection<'s> {
         self.ensure_transaction()?;
         match &stmt.kind {
             Kind::Select { exprs, .. } => {
+                let limit = self.session.memory_limit();
                 let mut row = Vec::with_capacity(exprs.len());
+                let mut size = 0usize;
                 for e in exprs {
-                    row.push(eval(e, params, self.session)?);
+                    let v = eval(e, params, self.session)?;
+                    size = size.saturating_add(value_size(&v));
+                    check_memory("a result row", size, limit)?;
+                    row.push(v);
                 }
                 Ok(Outcome {
                     tag: "SELECT 1".into(),

@@ -60,4 +60,7 @@ pub trait Session {
     fn termination(&self) -> Option<Termination>;
     /// A cancel request for this backend arrived. Checked before each statement.
     fn take_cancel(&mut self) -> bool;
+    /// session_memory_limit: the largest value, reply message or client
+    /// message (in bytes) this session may build; beyond it ERROR 53200.
+    fn memory_limit(&self) -> usize;
 }

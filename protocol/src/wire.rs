@@ -7,7 +7,14 @@
 //! timeout lets the connection notice shutdown and cancel requests. A length
 //! field is validated before any allocation, and buffers grow only as bytes
 //! actually arrive, so a client cannot make the server allocate memory it
-//! has not sent.
+//! has not sent; a message longer than the session's memory limit is read
+//! and thrown away in buffer-sized pieces (`Incoming::TooLarge`).
+//!
+//! Writes (`send_polling`) are bounded in time the same way: a write that
+//! fails with `Interrupted`, `WouldBlock` or `TimedOut` (a signal, or
+//! SO_SNDTIMEO on a socket whose client stopped reading) asks the poll
+//! function whether to give up, so a fast shutdown never waits for a
+//! client to read.
 
 use std::io::{self, Read, Write};
 
@@ -29,6 +36,11 @@ pub enum Incoming {
     Stopped,
     /// A message header with an impossible length.
     BadLength(i64),
+    /// A message longer than the caller's limit; its body was read and discarded.
+    TooLarge {
+        tag: u8,
+        len: usize,
+    },
 }
 
 enum Fill {
@@ -88,6 +100,24 @@ impl MessageReader {
         }
     }
 
+    /// One read into the free end of the buffer: None when bytes arrived
+    /// (or the read should be retried), else why filling ends.
+    fn read_more<S: Read>(
+        &mut self,
+        stream: &mut S,
+        poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Option<Fill>> {
+        match stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => Ok(Some(Fill::Eof)),
+            Ok(k) => {
+                self.end += k;
+                Ok(None)
+            }
+            Err(e) if is_retryable(&e) => Ok(poll().then_some(Fill::Stopped)),
+            Err(e) => Err(e),
+        }
+    }
+
     fn ensure<S: Read>(
         &mut self,
         stream: &mut S,
@@ -96,22 +126,21 @@ impl MessageReader {
     ) -> io::Result<Fill> {
         while self.buffered() < n {
             self.make_room(n);
-            match stream.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Ok(Fill::Eof),
-                Ok(k) => self.end += k,
-                Err(e) if is_retryable(&e) => {
-                    if poll() {
-                        return Ok(Fill::Stopped);
-                    }
-                }
-                Err(e) => return Err(e),
+            if let Some(end) = self.read_more(stream, poll)? {
+                return Ok(end);
             }
         }
         Ok(Fill::Ready)
     }
 
-    fn take(&mut self, n: usize) -> Vec<u8> {
-        let v = self.buf[self.start..self.start + n].to_vec();
+    /// Consumes `n` buffered bytes, returning those from `skip` on.
+    fn take(&mut self, n: usize, skip: usize) -> Vec<u8> {
+        let v = self.buf[self.start + skip..self.start + n].to_vec();
+        self.consume(n);
+        v
+    }
+
+    fn consume(&mut self, n: usize) {
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -120,15 +149,48 @@ impl MessageReader {
                 self.buf = vec![0; INITIAL_BUFFER];
             }
         }
-        v
+    }
+
+    /// Reads and throws away `n` bytes without growing the buffer.
+    fn discard<S: Read>(
+        &mut self,
+        stream: &mut S,
+        mut n: usize,
+        poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Fill> {
+        loop {
+            let k = self.buffered().min(n);
+            self.consume(k);
+            n -= k;
+            if n == 0 {
+                return Ok(Fill::Ready);
+            }
+            if let Some(end) = self.read_more(stream, poll)? {
+                return Ok(end);
+            }
+        }
     }
 
     /// Reads one complete message. `poll` is called whenever a read was
     /// interrupted or timed out; returning true abandons the read.
+    #[cfg(test)]
     pub fn read_message<S: Read>(
         &mut self,
         stream: &mut S,
         poll: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Incoming> {
+        self.read_message_within(stream, poll, MAX_MESSAGE_LEN)
+    }
+
+    /// Reads one complete message, discarding (`TooLarge`) one whose length
+    /// field exceeds `limit` instead of buffering it. `poll` is called
+    /// whenever a read was interrupted or timed out; returning true
+    /// abandons the read.
+    pub fn read_message_within<S: Read>(
+        &mut self,
+        stream: &mut S,
+        poll: &mut dyn FnMut() -> bool,
+        limit: usize,
     ) -> io::Result<Incoming> {
         match self.ensure(stream, 5, poll)? {
             Fill::Ready => {}
@@ -141,15 +203,25 @@ impl MessageReader {
         if len < 4 || len as usize > MAX_MESSAGE_LEN {
             return Ok(Incoming::BadLength(len as i64));
         }
-        let total = 1 + len as usize;
+        // 4 <= len <= MAX_MESSAGE_LEN: fits in usize.
+        let len = len as usize;
+        let total = 1 + len;
+        if len > limit {
+            return Ok(match self.discard(stream, total, poll)? {
+                Fill::Ready => Incoming::TooLarge { tag, len },
+                Fill::Eof => Incoming::Eof,
+                Fill::Stopped => Incoming::Stopped,
+            });
+        }
         match self.ensure(stream, total, poll)? {
             Fill::Ready => {}
             Fill::Eof => return Ok(Incoming::Eof),
             Fill::Stopped => return Ok(Incoming::Stopped),
         }
-        let mut msg = self.take(total);
-        msg.drain(..5);
-        Ok(Incoming::Message { tag, body: msg })
+        Ok(Incoming::Message {
+            tag,
+            body: self.take(total, 5),
+        })
     }
 }
 
@@ -163,6 +235,42 @@ pub fn read_exact_retrying<S: Read>(stream: &mut S, buf: &mut [u8]) -> io::Resul
 /// Writes all of `bytes` and flushes.
 pub fn send<S: Write>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes)?;
+    stream.flush()
+}
+
+/// The error `send_polling` returns when its poll function gave up.
+pub fn abandoned() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "client is not reading; write abandoned",
+    )
+}
+
+/// True for the error of a write given up by `send_polling`'s poll.
+pub fn is_abandoned(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::TimedOut && e.to_string().contains("write abandoned")
+}
+
+/// Writes all of `bytes` and flushes. Each time a write is interrupted or
+/// times out (SO_SNDTIMEO) without progress, `poll` is asked whether to
+/// stop; if it says so the write is abandoned with [`abandoned`].
+pub fn send_polling<S: Write>(
+    stream: &mut S,
+    mut bytes: &[u8],
+    poll: &mut dyn FnMut() -> bool,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if is_retryable(&e) => {
+                if poll() {
+                    return Err(abandoned());
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     stream.flush()
 }
 
@@ -195,7 +303,7 @@ mod tests {
 
     fn framed(tag: u8, body: &[u8]) -> Vec<u8> {
         let mut v = vec![tag];
-        v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        v.extend_from_slice(&i32::try_from(body.len() + 4).unwrap().to_be_bytes());
         v.extend_from_slice(body);
         v
     }
@@ -272,6 +380,86 @@ mod tests {
             r.read_message(&mut s, &mut || false).unwrap(),
             Incoming::BadLength(2)
         );
+    }
+
+    #[test]
+    fn a_message_above_the_limit_is_discarded_and_the_next_one_read() {
+        let mut data = framed(b'Q', &vec![b'x'; 100_000]);
+        data.extend(framed(b'S', b""));
+        let mut s = Choppy {
+            data,
+            pos: 0,
+            chunk: 5000,
+            interrupt_next: false,
+        };
+        let mut r = MessageReader::new();
+        assert_eq!(
+            r.read_message_within(&mut s, &mut || false, 50_000)
+                .unwrap(),
+            Incoming::TooLarge {
+                tag: b'Q',
+                len: 100_004
+            }
+        );
+        assert!(r.buf.len() <= INITIAL_BUFFER, "the buffer did not grow");
+        assert_eq!(
+            r.read_message_within(&mut s, &mut || false, 50_000)
+                .unwrap(),
+            Incoming::Message {
+                tag: b'S',
+                body: vec![]
+            }
+        );
+    }
+
+    /// A writer that takes at most `chunk` bytes per call and stalls
+    /// (WouldBlock, as SO_SNDTIMEO does) once after each write.
+    struct Stalling {
+        written: Vec<u8>,
+        chunk: usize,
+        stalls: usize,
+    }
+
+    impl Write for Stalling {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.stalls > 0 {
+                self.stalls -= 1;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(self.chunk);
+            self.written.extend_from_slice(&buf[..n]);
+            self.stalls = 1;
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn send_polling_retries_stalls_and_gives_up_when_told() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut w = Stalling {
+            written: Vec::new(),
+            chunk: 999,
+            stalls: 0,
+        };
+        let mut polls = 0;
+        send_polling(&mut w, &data, &mut || {
+            polls += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(w.written, data);
+        assert!(polls >= 10, "every stall was polled");
+        let mut w = Stalling {
+            written: Vec::new(),
+            chunk: 999,
+            stalls: 0,
+        };
+        let e = send_polling(&mut w, &data, &mut || true).unwrap_err();
+        assert!(is_abandoned(&e), "{e}");
+        assert_eq!(w.written.len(), 999, "gave up at the first stall");
     }
 
     #[test]

@@ -148,6 +148,9 @@ impl Session for FakeSession {
     fn take_cancel(&mut self) -> bool {
         false
     }
+    fn memory_limit(&self) -> usize {
+        64 << 20
+    }
 }
 
 impl Drop for FakeSession {

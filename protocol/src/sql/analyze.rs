@@ -6,10 +6,16 @@
 //! `Unknown`), every parameter `$n` has a type in `param_types`, and string
 //! literals have been converted by their type's input function (so bad
 //! literals fail at analysis, as in PostgreSQL).
+//!
+//! Depth: `typed` recurses once per level of the parsed tree and refuses to
+//! go deeper than `MAX_EXPR_DEPTH` (54001) even for a tree not made by the
+//! parser; it adds at most one implicit cast above each level, so a
+//! `TExpr` is at most `MAX_TREE_HEIGHT` high (see `crate::limits`).
 
 use super::parser::{Expr, SelectItem, SetValue, Statement};
 use super::value::{cast, parse_text, SqlType, Value};
 use crate::error::{sqlstate, SqlError};
+use crate::limits::{too_deep, MAX_EXPR_DEPTH};
 
 /// Functions walshm implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +271,7 @@ fn analyze_select(items: &[SelectItem], params: &mut Params) -> Result<Kind, Sql
     let mut columns = Vec::with_capacity(items.len());
     let mut exprs = Vec::with_capacity(items.len());
     for item in items {
-        let e = typed(&item.expr, params)?;
+        let e = typed(&item.expr, params, 0)?;
         let e = resolve_unknown_output(e, params)?;
         let name = item
             .alias
@@ -298,8 +304,12 @@ fn column_name(expr: &Expr, ty: SqlType) -> String {
     }
 }
 
-/// Types an expression without context (string literals and untyped parameters stay Unknown).
-fn typed(expr: &Expr, params: &mut Params) -> Result<TExpr, SqlError> {
+/// Types an expression without context (string literals and untyped
+/// parameters stay Unknown); `depth` is how many levels are above it.
+fn typed(expr: &Expr, params: &mut Params, depth: usize) -> Result<TExpr, SqlError> {
+    if depth >= MAX_EXPR_DEPTH {
+        return Err(too_deep());
+    }
     Ok(match expr {
         Expr::Integer(i) => {
             if i32::try_from(*i).is_ok() {
@@ -316,7 +326,7 @@ fn typed(expr: &Expr, params: &mut Params) -> Result<TExpr, SqlError> {
             TExpr::Param(i, params.types[i].unwrap_or(SqlType::Unknown))
         }
         Expr::Negate(inner) => {
-            let t = typed(inner, params)?.ty();
+            let t = typed(inner, params, depth + 1)?.ty();
             return Err(SqlError::error(
                 sqlstate::UNDEFINED_FUNCTION,
                 format!("operator does not exist: - {}", t.display_name()),
@@ -324,10 +334,10 @@ fn typed(expr: &Expr, params: &mut Params) -> Result<TExpr, SqlError> {
         }
         Expr::Cast { expr, type_name } => {
             let target = SqlType::from_name(type_name)?;
-            let inner = typed(expr, params)?;
+            let inner = typed(expr, params, depth + 1)?;
             explicit_cast(inner, target, params)?
         }
-        Expr::Call { name, args } => call(name, args, params)?,
+        Expr::Call { name, args } => call(name, args, params, depth)?,
     })
 }
 
@@ -364,11 +374,11 @@ fn coerce(e: TExpr, target: SqlType, params: &mut Params) -> Result<Option<TExpr
     })
 }
 
-/// Resolves and types a function call.
-fn call(name: &str, args: &[Expr], params: &mut Params) -> Result<TExpr, SqlError> {
+/// Resolves and types a function call found `depth` levels down.
+fn call(name: &str, args: &[Expr], params: &mut Params, depth: usize) -> Result<TExpr, SqlError> {
     let typed_args = args
         .iter()
-        .map(|a| typed(a, params))
+        .map(|a| typed(a, params, depth + 1))
         .collect::<Result<Vec<_>, _>>()?;
     let arg_types: Vec<SqlType> = typed_args.iter().map(TExpr::ty).collect();
     let best = CATALOG

@@ -6,8 +6,15 @@
 //! Invariants: each token remembers its byte span in the source, so errors
 //! can quote the text "at or near" which they occur; lexing never panics on
 //! arbitrary UTF-8.
+//!
+//! Memory: a token takes tens of bytes for one or two bytes of source, so
+//! a query string well within the memory limit could lex into many times
+//! it. `lex_within` charges each token its size twice (the token, and the
+//! statement the parser builds from it, which is no larger) plus its text,
+//! and stops with 53200 once the charge passes the limit.
 
 use crate::error::SqlError;
+use crate::limits::out_of_memory;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tok {
@@ -148,11 +155,11 @@ impl<'a> Lexer<'a> {
             b'b' => out.push(8),
             b'f' => out.push(12),
             b'0'..=b'7' => {
-                let mut v = (b - b'0') as u32;
+                let mut v = u32::from(b - b'0');
                 for _ in 0..2 {
                     match self.peek(0) {
                         Some(d @ b'0'..=b'7') => {
-                            v = v * 8 + (d - b'0') as u32;
+                            v = v * 8 + u32::from(d - b'0');
                             self.pos += 1;
                         }
                         _ => break,
@@ -384,14 +391,40 @@ impl<'a> Lexer<'a> {
 }
 
 /// Splits `src` into tokens.
+#[cfg(test)]
 pub fn lex(src: &str) -> Result<Vec<Token>, SqlError> {
+    lex_within(src, usize::MAX)
+}
+
+/// What a token is charged against the memory limit.
+fn charge(t: &Token) -> usize {
+    let text = match &t.tok {
+        Tok::Ident(s)
+        | Tok::QuotedIdent(s)
+        | Tok::Str(s)
+        | Tok::Integer(s)
+        | Tok::Decimal(s)
+        | Tok::Op(s) => s.len(),
+        _ => 0,
+    };
+    2 * std::mem::size_of::<Token>() + text
+}
+
+/// Splits `src` into tokens; 53200 once they (and what the parser will
+/// build from them) would take more than `memory_limit` bytes.
+pub fn lex_within(src: &str, memory_limit: usize) -> Result<Vec<Token>, SqlError> {
     let mut lexer = Lexer {
         src,
         bytes: src.as_bytes(),
         pos: 0,
     };
     let mut out = Vec::new();
+    let mut charged = 0usize;
     while let Some(t) = lexer.next()? {
+        charged = charged.saturating_add(charge(&t));
+        if charged > memory_limit {
+            return Err(out_of_memory("the parsed query", charged, memory_limit));
+        }
         out.push(t);
     }
     Ok(out)
@@ -447,6 +480,13 @@ mod tests {
         for bad in ["'abc", "/* x", "\"abc", "$$abc", "\"\""] {
             assert_eq!(lex(bad).unwrap_err().code, "42601", "{bad}");
         }
+    }
+
+    #[test]
+    fn lexing_stops_at_the_memory_limit() {
+        let list = format!("SELECT {}1", "1,".repeat(500_000));
+        assert_eq!(lex_within(&list, 4 << 20).unwrap_err().code, "53200");
+        assert!(lex_within(&list, 1 << 30).is_ok());
     }
 
     #[test]

@@ -6,9 +6,22 @@
 //! Invariants: one `Statement` per `;`-separated piece; empty pieces are
 //! dropped (as PostgreSQL's raw parser does); syntax errors quote the token
 //! "at or near" which parsing failed.
+//!
+//! Depth (see `crate::limits`): the parser's own recursion goes through
+//! `unary` at every level (parentheses, arguments, unary signs, CAST), and
+//! `unary` refuses to go deeper than `MAX_EXPR_DEPTH` (54001). Postfix casts
+//! (`x::a::b::...`) are built in a loop, not by recursion, so the parser
+//! also tracks each subtree's height (`Tree`) and refuses to build a node
+//! above `MAX_EXPR_DEPTH`. Hence no `Expr` that exists, even a partial one
+//! dropped after an error, is higher than `MAX_EXPR_DEPTH`, and the
+//! recursive `Drop`/`Clone`/`PartialEq` of `Box<Expr>` trees are bounded.
+//! A target list stops at `MAX_TARGET_LIST` entries (54011). The lexer is
+//! one pass and the parser never backtracks more than a token, so long flat
+//! inputs (many statements, long argument lists) cost linear time.
 
-use super::lexer::{lex, Tok, Token};
+use super::lexer::{lex_within, Tok, Token};
 use crate::error::SqlError;
+use crate::limits::{too_deep, too_many_columns, MAX_EXPR_DEPTH, MAX_TARGET_LIST};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expr {
@@ -134,7 +147,12 @@ const SELECT_CLAUSES: &[&str] = &[
 
 /// Parses a query string into statements.
 pub fn parse_statements(src: &str) -> Result<Vec<Statement>, SqlError> {
-    let tokens = lex(src)?;
+    parse_statements_within(src, usize::MAX)
+}
+
+/// `parse_statements`, 53200 if the tokens would take more than `memory_limit` bytes.
+pub fn parse_statements_within(src: &str, memory_limit: usize) -> Result<Vec<Statement>, SqlError> {
+    let tokens = lex_within(src, memory_limit)?;
     tokens
         .split(|t| t.tok == Tok::Semicolon)
         .filter(|piece| !piece.is_empty())
@@ -143,6 +161,7 @@ pub fn parse_statements(src: &str) -> Result<Vec<Statement>, SqlError> {
                 src,
                 toks: piece,
                 pos: 0,
+                nesting: 0,
             }
             .statement()
         })
@@ -153,6 +172,37 @@ struct Parser<'a> {
     src: &'a str,
     toks: &'a [Token],
     pos: usize,
+    /// How many `unary` calls are active (the parser's recursion depth).
+    nesting: usize,
+}
+
+/// An expression with its height (nodes on its longest root-to-leaf path).
+struct Tree {
+    expr: Expr,
+    height: usize,
+}
+
+impl Tree {
+    fn leaf(expr: Expr) -> Tree {
+        Tree { expr, height: 1 }
+    }
+
+    /// Puts a node above `self`; 54001 if it would be higher than MAX_EXPR_DEPTH.
+    fn wrap(self, node: impl FnOnce(Box<Expr>) -> Expr) -> Result<Tree, SqlError> {
+        node_above(self.height).map(|height| Tree {
+            expr: node(Box::new(self.expr)),
+            height,
+        })
+    }
+}
+
+/// The height of a node whose highest child is `child_height` high, if allowed.
+fn node_above(child_height: usize) -> Result<usize, SqlError> {
+    if child_height >= MAX_EXPR_DEPTH {
+        Err(too_deep())
+    } else {
+        Ok(child_height + 1)
+    }
 }
 
 impl<'a> Parser<'a> {
@@ -437,6 +487,9 @@ impl<'a> Parser<'a> {
         let mut items = Vec::new();
         if self.peek().is_some() && !self.at_select_clause() {
             loop {
+                if items.len() == MAX_TARGET_LIST {
+                    return Err(too_many_columns());
+                }
                 items.push(self.select_item()?);
                 if !self.eat(&Tok::Comma) {
                     break;
@@ -467,7 +520,7 @@ impl<'a> Parser<'a> {
                 "SELECT * with no tables specified is not valid",
             ));
         }
-        let expr = self.expr()?;
+        let expr = self.expr()?.expr;
         let alias = if self.eat_kw("as") {
             Some(self.name()?)
         } else {
@@ -486,14 +539,8 @@ impl<'a> Parser<'a> {
         Ok(SelectItem { expr, alias })
     }
 
-    fn expr(&mut self) -> Result<Expr, SqlError> {
-        let mut e = self.unary()?;
-        while self.eat(&Tok::Op("::".into())) {
-            e = Expr::Cast {
-                expr: Box::new(e),
-                type_name: self.type_name()?,
-            };
-        }
+    fn expr(&mut self) -> Result<Tree, SqlError> {
+        let e = self.expr_without_trailing_check()?;
         if let Some(Tok::Op(op)) = self.peek().map(|t| &t.tok) {
             return Err(SqlError::not_supported(format!(
                 "operator {op} is not supported by walshm"
@@ -502,12 +549,24 @@ impl<'a> Parser<'a> {
         Ok(e)
     }
 
-    fn unary(&mut self) -> Result<Expr, SqlError> {
+    /// Every recursion of the parser passes here: refuses to nest deeper than MAX_EXPR_DEPTH.
+    fn unary(&mut self) -> Result<Tree, SqlError> {
+        if self.nesting >= MAX_EXPR_DEPTH {
+            return Err(too_deep());
+        }
+        self.nesting += 1;
+        let result = self.unary_nested();
+        self.nesting -= 1;
+        result
+    }
+
+    fn unary_nested(&mut self) -> Result<Tree, SqlError> {
         if self.eat(&Tok::Op("-".into())) {
-            return Ok(match self.unary()? {
-                Expr::Integer(n) => Expr::Integer(-n),
-                other => Expr::Negate(Box::new(other)),
-            });
+            let operand = self.unary()?;
+            return match operand.expr {
+                Expr::Integer(n) => Ok(Tree::leaf(Expr::Integer(-n))),
+                _ => operand.wrap(Expr::Negate),
+            };
         }
         if self.eat(&Tok::Op("+".into())) {
             return self.unary();
@@ -542,13 +601,17 @@ impl<'a> Parser<'a> {
         Ok(name)
     }
 
-    fn integer(&self, text: &str) -> Result<Expr, SqlError> {
-        text.parse::<i64>().map(Expr::Integer).map_err(|_| {
-            SqlError::not_supported(format!("numeric literal {text} is not supported by walshm"))
-        })
+    fn integer(&self, text: &str) -> Result<Tree, SqlError> {
+        text.parse::<i64>()
+            .map(|n| Tree::leaf(Expr::Integer(n)))
+            .map_err(|_| {
+                SqlError::not_supported(format!(
+                    "numeric literal {text} is not supported by walshm"
+                ))
+            })
     }
 
-    fn primary(&mut self) -> Result<Expr, SqlError> {
+    fn primary(&mut self) -> Result<Tree, SqlError> {
         let Some(t) = self.peek() else {
             return Err(self.syntax_error());
         };
@@ -562,11 +625,11 @@ impl<'a> Parser<'a> {
             ))),
             Tok::Str(s) => {
                 self.pos += 1;
-                Ok(Expr::Str(s.clone()))
+                Ok(Tree::leaf(Expr::Str(s.clone())))
             }
             Tok::Param(n) => {
                 self.pos += 1;
-                Ok(Expr::Param(*n))
+                Ok(Tree::leaf(Expr::Param(*n)))
             }
             Tok::LParen => {
                 self.pos += 1;
@@ -581,16 +644,16 @@ impl<'a> Parser<'a> {
     }
 
     /// A primary starting with a keyword or identifier.
-    fn word(&mut self, word: &str) -> Result<Expr, SqlError> {
+    fn word(&mut self, word: &str) -> Result<Tree, SqlError> {
         let next_is_string = matches!(self.peek_at(1).map(|t| &t.tok), Some(Tok::Str(_)));
         match word {
             "true" | "false" | "null" if !self.peek_at(1).is_some_and(|t| t.tok == Tok::LParen) => {
                 self.pos += 1;
-                Ok(match word {
+                Ok(Tree::leaf(match word {
                     "true" => Expr::Bool(true),
                     "false" => Expr::Bool(false),
                     _ => Expr::Null,
-                })
+                }))
             }
             "cast" if self.peek_at(1).is_some_and(|t| t.tok == Tok::LParen) => {
                 self.pos += 2;
@@ -600,10 +663,7 @@ impl<'a> Parser<'a> {
                 }
                 let type_name = self.type_name()?;
                 self.expect(&Tok::RParen)?;
-                Ok(Expr::Cast {
-                    expr: Box::new(expr),
-                    type_name,
-                })
+                expr.wrap(|expr| Expr::Cast { expr, type_name })
             }
             _ if next_is_string => {
                 // Typed literal: text 'abc', bytea '\x00', pg_lsn '0/10'.
@@ -611,27 +671,23 @@ impl<'a> Parser<'a> {
                 let Some(Tok::Str(s)) = self.bump().map(|t| &t.tok) else {
                     return Err(self.syntax_error());
                 };
-                Ok(Expr::Cast {
-                    expr: Box::new(Expr::Str(s.clone())),
-                    type_name,
-                })
+                Tree::leaf(Expr::Str(s.clone())).wrap(|expr| Expr::Cast { expr, type_name })
             }
             _ => self.call_or_column(),
         }
     }
 
-    fn expr_without_trailing_check(&mut self) -> Result<Expr, SqlError> {
+    /// A unary expression and its postfix casts (a loop: each cast is checked by `Tree::wrap`).
+    fn expr_without_trailing_check(&mut self) -> Result<Tree, SqlError> {
         let mut e = self.unary()?;
         while self.eat(&Tok::Op("::".into())) {
-            e = Expr::Cast {
-                expr: Box::new(e),
-                type_name: self.type_name()?,
-            };
+            let type_name = self.type_name()?;
+            e = e.wrap(|expr| Expr::Cast { expr, type_name })?;
         }
         Ok(e)
     }
 
-    fn call_or_column(&mut self) -> Result<Expr, SqlError> {
+    fn call_or_column(&mut self) -> Result<Tree, SqlError> {
         let mut name = self.name()?;
         if self.eat(&Tok::Dot) {
             let second = self.name()?;
@@ -648,16 +704,22 @@ impl<'a> Parser<'a> {
             ));
         }
         let mut args = Vec::new();
+        let mut highest_arg = 0;
         if !self.eat(&Tok::RParen) {
             loop {
-                args.push(self.expr()?);
+                let arg = self.expr()?;
+                highest_arg = highest_arg.max(arg.height);
+                args.push(arg.expr);
                 if self.eat(&Tok::RParen) {
                     break;
                 }
                 self.expect(&Tok::Comma)?;
             }
         }
-        Ok(Expr::Call { name, args })
+        Ok(Tree {
+            height: node_above(highest_arg)?,
+            expr: Expr::Call { name, args },
+        })
     }
 }
 

@@ -362,6 +362,9 @@ pub fn format_binary(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
     Some(match value {
         Value::Null => return None,
         Value::Bool(b) => vec![*b as u8],
+        // Provably in range: an Int of type int2/int4 only comes from a
+        // range-checked input function, an i16/i32 binary value, a literal
+        // typed int4 because it fits, or a bool (0/1) (module invariant).
         Value::Int(i) => match ty {
             SqlType::Int2 => (*i as i16).to_be_bytes().to_vec(),
             SqlType::Int4 => (*i as i32).to_be_bytes().to_vec(),
@@ -372,6 +375,23 @@ pub fn format_binary(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
         Value::U64(v) => v.to_be_bytes().to_vec(),
         Value::Void => Vec::new(),
     })
+}
+
+/// `format_text` of an owned value: a text payload is moved, not copied.
+pub fn into_text_format(value: Value, ty: SqlType) -> Option<Vec<u8>> {
+    match value {
+        Value::Text(s) => Some(s.into_bytes()),
+        other => format_text(&other, ty),
+    }
+}
+
+/// `format_binary` of an owned value: a text or bytea payload is moved, not copied.
+pub fn into_binary_format(value: Value, ty: SqlType) -> Option<Vec<u8>> {
+    match value {
+        Value::Text(s) => Some(s.into_bytes()),
+        Value::Bytea(b) => Some(b),
+        other => format_binary(&other, ty),
+    }
 }
 
 /// Explicit cast of a value to `target` (CAST / `::`), via PostgreSQL's
