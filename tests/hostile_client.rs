@@ -22,20 +22,15 @@
 //! group is SIGKILLed if a test fails.
 
 mod common;
+use common::wire::*;
 use common::*;
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(15);
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
 
 /// An initialized data directory and a running server on a free port.
 struct Pg {
@@ -80,39 +75,8 @@ impl Pg {
 // ---------------------------------------------------------------------------
 // A raw protocol client
 
-fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut m = vec![tag];
-    m.extend_from_slice(&i32::try_from(body.len() + 4).unwrap().to_be_bytes());
-    m.extend_from_slice(body);
-    m
-}
-
-fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
-
 fn query(sql: &str) -> Vec<u8> {
     msg(b'Q', &cstr(sql))
-}
-
-/// Fields of an ErrorResponse body, by field code.
-fn fields(body: &[u8]) -> HashMap<u8, String> {
-    let mut m = HashMap::new();
-    let mut i = 0;
-    while i < body.len() && body[i] != 0 {
-        let end = body[i + 1..]
-            .iter()
-            .position(|&b| b == 0)
-            .map_or(body.len(), |p| i + 1 + p);
-        m.insert(
-            body[i],
-            String::from_utf8_lossy(&body[i + 1..end]).into_owned(),
-        );
-        i = end + 1;
-    }
-    m
 }
 
 /// What one Query produced, up to ReadyForQuery.
