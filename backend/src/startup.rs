@@ -277,7 +277,11 @@ fn damaged_wal_message(
 ) -> String {
     let (file, offset) = file_and_offset(geo, tli, r.end_of_wal);
     format!(
-        "WAL is damaged before its end: reading stopped at {} (WAL segment {file}, offset {offset}): {};          but valid WAL of this system follows: {} record(s), {} of them COMMIT, from {} (WAL segment {}, offset {}) up to {}.          Starting would overwrite it, so the server does not start and has changed nothing.          HINT: restore the damaged or missing segment from a copy (a backup, pg_receivewal's output) and start again;          or accept losing the WAL after {} with \"postmaster start -D {} --discard-damaged-wal\", which moves it to {}/{DISCARDED_DIR}/ (never deleted)",
+        "WAL is damaged before its end: reading stopped at {} (WAL segment {file}, offset {offset}): {}; \
+         but valid WAL of this system follows: {} record(s), {} of them COMMIT, from {} (WAL segment {}, offset {}) up to {}. \
+         Starting would overwrite it, so the server does not start and has changed nothing. \
+         HINT: restore the damaged or missing segment from a copy (a backup, pg_receivewal's output) and start again; \
+         or accept losing the WAL after {} with \"postmaster start -D {} --discard-damaged-wal\", which moves it to {}/{DISCARDED_DIR}/ (never deleted)",
         format_lsn(r.end_of_wal),
         r.stop_reason,
         found.records,
@@ -503,12 +507,14 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     let tli = control.timeline;
     // Nothing is written before this decision: a refusal leaves pg_wal and
     // the control file byte for byte as they were.
+    let ahead_started = std::time::Instant::now();
     let ahead = look_ahead(datadir, &control, &r).map_err(|e| {
         fatal(&format!(
             "could not look for valid WAL after {}: {e}",
             format_lsn(r.end_of_wal)
         ))
     })?;
+    let ahead_elapsed = ahead_started.elapsed();
     if let Some(found) = &ahead.found {
         if !opts.discard_damaged_wal {
             log("FATAL", &damaged_wal_message(datadir, &geo, tli, &r, found));
@@ -539,10 +545,11 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     log(
         "LOG",
         &format!(
-            "look-ahead after {}: {} page header(s) in {} file(s) examined, {}; {zeroed} byte(s) after it zeroed on disk",
+            "look-ahead after {}: {} page header(s) in {} file(s) examined in {:.3} s, {}; {zeroed} byte(s) after it zeroed on disk",
             format_lsn(r.end_of_wal),
             ahead.pages,
             ahead.files,
+            ahead_elapsed.as_secs_f64(),
             if ahead.found.is_some() { "valid WAL discarded" } else { "no valid WAL follows" },
         ),
     );
