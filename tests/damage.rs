@@ -359,11 +359,12 @@ fn damage_before_the_end_never_loses_acknowledged_commits() {
     let w = crashed_run("matrix", 5);
     let tmp = TempDir::new("matrix-cases");
     let foreign = foreign_system(&tmp);
+    assert_ne!(system_id(&foreign.path), system_id(&w.d.path));
     let seed = 0x9e37_79b9_7f4a_7c15 ^ w.end;
     eprintln!("damage matrix seed {seed:#x}");
     let mut rng = Rng(seed);
     let mut outcomes = Vec::new();
-    for round in 0..4 {
+    for round in 0..6 {
         for kind in KINDS {
             let dir = tmp.join(&format!("case-{round}-{kind:?}"));
             copy_dir(&w.d.path, &dir);

@@ -483,6 +483,8 @@ fn fatal(msg: &str) -> i32 {
     crate::process::EXIT_FATAL
 }
 
+/// Steps 1-5 of the module header; `Err` holds the exit code (the reason
+/// is logged already).
 fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32> {
     let control = ControlFile::read(datadir).map_err(|e| fatal(&e.to_string()))?;
     let fsync = shm.settings().fsync;
@@ -563,18 +565,15 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     c.state = DbState::InProduction;
     c.time = unix_now();
     c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))?;
-    let how = match &r.stop_reason {
-        StopReason::CleanEnd => "clean end of WAL".to_string(),
-        StopReason::Invalid(why) => format!("invalid record: {why}"),
-    };
     log(
         "LOG",
         &format!(
-            "redo done at {}: {} records in {:.3} s; end of WAL at {} ({how})",
+            "redo done at {}: {} records in {:.3} s; end of WAL at {} ({})",
             format_lsn(r.last_record),
             r.records,
             started.elapsed().as_secs_f64(),
             format_lsn(r.end_of_wal),
+            r.stop_reason,
         ),
     );
     Ok(())
