@@ -419,6 +419,7 @@ fn discard_flag_moves_damaged_wal_aside_and_starts() {
         "the damage must hide acknowledged commits"
     );
     let segs_before = segments(dir);
+    let wal_before = snapshot(&dir.join("pg_wal"));
     // Without the flag: refused.
     let o = start_or_exit(dir, tmp.path(), &["--workers", "0"])
         .err()
@@ -442,9 +443,10 @@ fn discard_flag_moves_damaged_wal_aside_and_starts() {
     let stop_seg = stop >> 20;
     let geo = Geometry::new(1 << 20).unwrap();
     for segno in segs_before.iter().filter(|s| **s >= stop_seg) {
+        let name = geo.file_name(1, *segno);
         assert!(
-            moved.contains_key(&geo.file_name(1, *segno)),
-            "segment {segno} not in {}",
+            moved.get(&name) == wal_before.get(&name),
+            "segment {segno} not moved unchanged into {}",
             subdirs[0].display()
         );
     }
@@ -524,6 +526,43 @@ fn torn_tail_recovers_by_itself_and_is_zeroed_on_disk() {
         tail.iter().all(|b| *b == 0),
         "bytes after the end of WAL not zeroed on disk"
     );
+    s.stop_ok();
+    let wal = tx_wal_check(&w.d);
+    assert_eq!(check_acks(&w.acks, &wal), w.acks.len());
+}
+
+/// The zeroing of the torn tail goes through the I/O seam: a failing WAL
+/// write there stops the startup (no server runs on a tail it could not
+/// cut), and the next start without the fail point cuts it.
+#[test]
+fn torn_tail_zeroing_goes_through_the_fail_points() {
+    let w = crashed_run("torn-fail", 2);
+    let dir = &w.d.path;
+    let tmp = TempDir::new("torn-fail-logs");
+    let page_end = (w.end | (BLCKSZ - 1)) + 1;
+    write_at_lsn(dir, w.end, &vec![0xA5u8; (page_end - w.end) as usize]);
+    let mut s = start_with_env(
+        dir,
+        tmp.path(),
+        &["--workers", "0"],
+        &[("WALSHM_FAILPOINTS", "wal_write=eio")],
+    );
+    assert!(
+        wait_until(TIMEOUT, || s.try_wait().is_some()),
+        "server did not give up"
+    );
+    let o = s.wait_exit(TIMEOUT);
+    assert_eq!(o.code(), Some(1), "{}", o.describe());
+    assert!(!o.stderr.contains(READY), "{}", o.stderr);
+    assert_ne!(
+        read_at_lsn(dir, w.end, 1)[0],
+        0,
+        "garbage zeroed despite EIO"
+    );
+    let s = start_or_exit(dir, tmp.path(), &["--workers", "0"])
+        .unwrap_or_else(|o| panic!("torn tail refused\n{}", o.describe()));
+    let rest = read_at_lsn(dir, w.end, (page_end - w.end) as usize);
+    assert!(rest.iter().all(|b| *b == 0), "garbage not zeroed");
     s.stop_ok();
     let wal = tx_wal_check(&w.d);
     assert_eq!(check_acks(&w.acks, &wal), w.acks.len());
