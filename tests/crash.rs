@@ -328,7 +328,9 @@ fn read_byte_at_lsn(d: &DataDir, lsn: u64) -> u8 {
 /// Starts without workload on the damaged directory, waits for recovery
 /// and readiness, stops; returns recovery's line and the stop output.
 fn recover(tmp: &TempDir, d: &DataDir) -> (RedoDone, Out) {
-    let mut s = Server::start(&d.path, tmp.path(), &["--workers", "0"]);
+    // Damage before the end is refused without the operator's consent.
+    let args = ["--workers", "0", "--discard-damaged-wal"];
+    let mut s = Server::start(&d.path, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
     // Not at once: see txid_commits_flushed_by_walwriter_within_delay.
     std::thread::sleep(Duration::from_millis(300));
@@ -530,7 +532,8 @@ fn damaged_wal_last_segment_truncated() {
     // A segment of the wrong size is refused as a whole.
     let ok_before = recs.iter().take_while(|r| r.end <= seg_start).count();
     let pg_last = pg_last_record(&d);
-    let mut s = Server::start(&d.path, tmp.path(), &["--workers", "0"]);
+    let args = ["--workers", "0", "--discard-damaged-wal"];
+    let mut s = Server::start(&d.path, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
     let r = redo_lines(&s.stderr())[0].clone();
     eprintln!("truncated last segment: {r:?}");
@@ -585,6 +588,7 @@ fn writes_after_recovery_into_a_short_segment_survive() {
             "--ack",
             "--set",
             "fsync=on",
+            "--discard-damaged-wal",
         ],
     );
     s.wait_ready(TIMEOUT);

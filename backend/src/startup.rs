@@ -3,28 +3,160 @@
 //! what a log without data pages needs: there is nothing to redo, only to
 //! validate and to find the end).
 //!
-//! Steps: read the control file; read the checkpoint record it names; read
-//! forward record by record, validating page headers, lengths, `xl_prev`
-//! and CRC, until a clean end or the first invalid record; then set the
-//! insert position after the last valid record, load the partial last page
-//! into its WAL buffer with everything after the end zeroed (so a torn tail
-//! never reaches disk again), and set the write/flush results to the end.
+//! Steps:
+//! 1. read the control file; read the checkpoint record it names;
+//! 2. read forward record by record, validating page headers, lengths,
+//!    `xl_prev` and CRC, until a clean end or the first invalid record: X;
+//! 3. look ahead past X ([`walformat::look_ahead`]): if valid WAL of this
+//!    system follows, X is damage, not a torn tail. Then refuse to start
+//!    (exit [`EXIT_WAL_DAMAGED`]) without writing a byte anywhere (pg_wal and
+//!    the control file stay as they were), unless the operator passed
+//!    `--discard-damaged-wal`: then the WAL after X is moved aside into
+//!    `pg_wal_discarded/` (never deleted) and startup goes on;
+//! 4. cut the WAL at X on disk: zero every non-zero byte from X to the end
+//!    of X's segment file and fdatasync it (fsync = on), so neither a torn
+//!    tail nor a discarded stretch can be read as WAL again;
+//! 5. set the insert position after the last valid record, load the partial
+//!    last page into its WAL buffer with everything after the end zeroed,
+//!    and set the write/flush results to the end.
+//!
+//! Only the tail of WAL may be unreadable after a crash: WAL reaches disk
+//! in LSN order, so a stop followed by valid WAL (a flipped byte, a zeroed
+//! range, a missing, truncated, swapped or foreign segment before the end)
+//! means that taking X as the end would overwrite acknowledged commits.
 //!
 //! Invariant on exit 0: `curr_byte_pos` is the end of valid WAL,
-//! `prev_byte_pos` the start of the last valid record, and the buffers hold
-//! the page the next record goes to.
+//! `prev_byte_pos` the start of the last valid record, the buffers hold
+//! the page the next record goes to, and no byte after the end in its
+//! segment file is non-zero.
 
 use crate::control::{ControlFile, DbState};
 use crate::process::log;
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::path::Path;
-use walformat::{format_lsn, Geometry, Lsn, WalReader, XLOG_BLCKSZ};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use walformat::{
+    format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader, XLOG_BLCKSZ,
+};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 
+/// Exit status of a startup process (and of the postmaster) that refused to
+/// start because WAL is damaged before its end.
+pub const EXIT_WAL_DAMAGED: i32 = 3;
+
+/// Where discarded WAL goes, under the data directory.
+pub const DISCARDED_DIR: &str = "pg_wal_discarded";
+
+/// What the operator allowed for this startup.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartupOptions {
+    /// `--discard-damaged-wal`: accept losing the WAL after damage.
+    pub discard_damaged_wal: bool,
+}
+
+/// Why reading WAL stopped.
+#[derive(Debug)]
+pub enum StopReason {
+    /// Zero length, zeroed page or absent next segment.
+    CleanEnd,
+    /// The first invalid record (or page, or segment), as the reader says.
+    Invalid(WalError),
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::CleanEnd => f.write_str("clean end of WAL"),
+            StopReason::Invalid(e) => write!(f, "invalid record: {e}"),
+        }
+    }
+}
+
+/// Why recovery could not find a starting point in WAL.
+#[derive(Debug)]
+pub enum ScanError {
+    /// The control file's segment size is not a valid geometry.
+    BadGeometry(walformat::FormatError),
+    /// The checkpoint record's segment cannot be opened.
+    CheckpointUnreadable { checkpoint: Lsn, error: WalError },
+    /// A valid record is at the checkpoint's position, but not a checkpoint.
+    NotTheCheckpoint {
+        checkpoint: Lsn,
+        found: Lsn,
+        what: String,
+    },
+    /// WAL ends before the checkpoint record.
+    NoCheckpoint { checkpoint: Lsn },
+    /// The checkpoint record is invalid.
+    InvalidCheckpoint { checkpoint: Lsn, error: WalError },
+    /// The redo point's segment cannot be opened.
+    RedoUnreadable { redo: Lsn, error: WalError },
+    /// Reading from the redo point stopped before the checkpoint record.
+    DamagedBeforeCheckpoint {
+        redo: Lsn,
+        checkpoint: Lsn,
+        stop: StopReason,
+    },
+}
+
+impl fmt::Display for ScanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScanError::BadGeometry(e) => write!(f, "{e}"),
+            ScanError::CheckpointUnreadable { checkpoint, error } => write!(
+                f,
+                "could not locate a valid checkpoint record at {}: {error}",
+                format_lsn(*checkpoint)
+            ),
+            ScanError::NotTheCheckpoint {
+                checkpoint,
+                found,
+                what,
+            } => write!(
+                f,
+                "record at {} is not the checkpoint the control file names ({what}; checkpoint at {})",
+                format_lsn(*found),
+                format_lsn(*checkpoint)
+            ),
+            ScanError::NoCheckpoint { checkpoint } => {
+                write!(f, "no checkpoint record at {}", format_lsn(*checkpoint))
+            }
+            ScanError::InvalidCheckpoint { checkpoint, error } => write!(
+                f,
+                "invalid checkpoint record at {}: {error}",
+                format_lsn(*checkpoint)
+            ),
+            ScanError::RedoUnreadable { redo, error } => write!(
+                f,
+                "could not read WAL at redo point {}: {error}",
+                format_lsn(*redo)
+            ),
+            ScanError::DamagedBeforeCheckpoint {
+                redo,
+                checkpoint,
+                stop,
+            } => {
+                let why = match stop {
+                    StopReason::CleanEnd => "it ends early".to_string(),
+                    StopReason::Invalid(e) => e.to_string(),
+                };
+                write!(
+                    f,
+                    "WAL between redo point {} and checkpoint {} is damaged: {why}",
+                    format_lsn(*redo),
+                    format_lsn(*checkpoint)
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ScanError {}
+
 /// What recovery found.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RecoveryResult {
     /// Start of the last valid record.
     pub last_record: Lsn,
@@ -33,15 +165,16 @@ pub struct RecoveryResult {
     pub records: u64,
     /// Highest XID seen in a record, 0 if none.
     pub max_xid: u32,
-    /// Why reading stopped (None: clean end).
-    pub stop_reason: Option<String>,
+    /// Why reading stopped.
+    pub stop_reason: StopReason,
 }
 
 /// Reads the checkpoint record the control file names, then WAL from its
 /// redo point to the end.
-pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult, String> {
-    let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
+pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult, ScanError> {
+    let geo = Geometry::new(control.seg_size).map_err(ScanError::BadGeometry)?;
     let pg_wal = datadir.join("pg_wal");
+    let checkpoint = control.checkpoint;
     let open = |at: Lsn| {
         WalReader::open(
             &pg_wal,
@@ -51,52 +184,40 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
             at,
         )
     };
-    let mut reader = open(control.checkpoint).map_err(|e| {
-        format!(
-            "could not locate a valid checkpoint record at {}: {e}",
-            format_lsn(control.checkpoint)
-        )
-    })?;
+    let unreadable = |error| ScanError::CheckpointUnreadable { checkpoint, error };
+    let mut reader = open(checkpoint).map_err(unreadable)?;
     match reader.next_record() {
-        Ok(Some(r)) if r.lsn == control.checkpoint && r.as_checkpoint().is_some() => {}
+        Ok(Some(r)) if r.lsn == checkpoint && r.as_checkpoint().is_some() => {}
         Ok(Some(r)) => {
-            return Err(format!(
-                "record at {} is not the checkpoint the control file names ({} {})",
-                format_lsn(r.lsn),
-                r.rmgr_name(),
-                r.describe()
-            ))
+            return Err(ScanError::NotTheCheckpoint {
+                checkpoint,
+                found: r.lsn,
+                what: format!("{} {}", r.rmgr_name(), r.describe()),
+            })
         }
-        Ok(None) => {
-            return Err(format!(
-                "no checkpoint record at {}",
-                format_lsn(control.checkpoint)
-            ))
-        }
-        Err(e) => return Err(format!("invalid checkpoint record: {e}")),
+        Ok(None) => return Err(ScanError::NoCheckpoint { checkpoint }),
+        Err(error) => return Err(ScanError::InvalidCheckpoint { checkpoint, error }),
     }
-    if control.redo != control.checkpoint {
-        reader = open(control.redo).map_err(|e| {
-            format!(
-                "could not read WAL at redo point {}: {e}",
-                format_lsn(control.redo)
-            )
-        })?;
+    reader = if control.redo != checkpoint {
+        open(control.redo).map_err(|error| ScanError::RedoUnreadable {
+            redo: control.redo,
+            error,
+        })?
     } else {
-        reader = open(control.checkpoint).map_err(|e| e.to_string())?;
-    }
+        open(checkpoint).map_err(unreadable)?
+    };
     let mut result = RecoveryResult {
-        last_record: control.checkpoint,
-        end_of_wal: control.checkpoint,
+        last_record: checkpoint,
+        end_of_wal: checkpoint,
         records: 0,
         max_xid: 0,
-        stop_reason: None,
+        stop_reason: StopReason::CleanEnd,
     };
     let mut saw_checkpoint = false;
     loop {
         match reader.next_record() {
             Ok(Some(r)) => {
-                saw_checkpoint |= r.lsn == control.checkpoint;
+                saw_checkpoint |= r.lsn == checkpoint;
                 result.last_record = r.lsn;
                 result.end_of_wal = r.next;
                 result.records += 1;
@@ -109,20 +230,189 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
             }
             Ok(None) => break,
             Err(e) => {
-                result.stop_reason = Some(e.to_string());
+                result.stop_reason = StopReason::Invalid(e);
                 break;
             }
         }
     }
     if !saw_checkpoint {
-        return Err(format!(
-            "WAL between redo point {} and checkpoint {} is damaged: {}",
-            format_lsn(control.redo),
-            format_lsn(control.checkpoint),
-            result.stop_reason.unwrap_or_else(|| "it ends early".into())
-        ));
+        return Err(ScanError::DamagedBeforeCheckpoint {
+            redo: control.redo,
+            checkpoint,
+            stop: result.stop_reason,
+        });
     }
     Ok(result)
+}
+
+/// Looks for valid WAL after where reading stopped (see the module header).
+pub fn look_ahead(
+    datadir: &Path,
+    control: &ControlFile,
+    r: &RecoveryResult,
+) -> Result<Lookahead, WalError> {
+    let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
+    walformat::look_ahead(
+        &datadir.join("pg_wal"),
+        geo,
+        control.timeline,
+        control.system_identifier,
+        r.end_of_wal,
+    )
+}
+
+/// Where WAL position `lsn` is on disk: segment file name and offset.
+fn file_and_offset(geo: &Geometry, tli: u32, lsn: Lsn) -> (String, u64) {
+    (geo.file_name(tli, geo.seg_no(lsn)), geo.seg_offset(lsn))
+}
+
+/// The FATAL report of a refusal: where reading stopped and why, what valid
+/// WAL follows, and what the operator can do.
+fn damaged_wal_message(
+    datadir: &Path,
+    geo: &Geometry,
+    tli: u32,
+    r: &RecoveryResult,
+    found: &ValidWalAfter,
+) -> String {
+    let (file, offset) = file_and_offset(geo, tli, r.end_of_wal);
+    format!(
+        "WAL is damaged before its end: reading stopped at {} (WAL segment {file}, offset {offset}): {}; \
+         but valid WAL of this system follows: {} record(s), {} of them COMMIT, from {} (WAL segment {}, offset {}) up to {}. \
+         Starting would overwrite it, so the server does not start and has changed nothing. \
+         HINT: restore the damaged or missing segment from a copy (a backup, pg_receivewal's output) and start again; \
+         or accept losing the WAL after {} with \"postmaster start -D {} --discard-damaged-wal\", which moves it to {}/{DISCARDED_DIR}/ (never deleted)",
+        format_lsn(r.end_of_wal),
+        r.stop_reason,
+        found.records,
+        found.commits,
+        format_lsn(found.first_record),
+        found.first_file,
+        found.first_offset,
+        format_lsn(found.last_end),
+        format_lsn(r.end_of_wal),
+        datadir.display(),
+        datadir.display()
+    )
+}
+
+/// Moves the WAL after `end` aside into
+/// `DIR/pg_wal_discarded/<LSN as 16 hex digits>-<unix time>/`: the segment
+/// holding `end` is copied whole (it stays, to be cut at `end`), every later
+/// segment file of timeline `tli` is moved. Returns the directory.
+pub fn discard_wal_after(
+    datadir: &Path,
+    geo: &Geometry,
+    tli: u32,
+    end: Lsn,
+    fsync: bool,
+) -> Result<PathBuf, String> {
+    let pg_wal = datadir.join("pg_wal");
+    let parent = datadir.join(DISCARDED_DIR);
+    let target = parent.join(format!("{end:016X}-{}", unix_now()));
+    let err = |what: &str, p: &Path, e: std::io::Error| {
+        format!("could not {what} \"{}\": {e}", p.display())
+    };
+    std::fs::create_dir_all(&target).map_err(|e| err("create directory", &target, e))?;
+    let end_seg = geo.seg_no(end);
+    let mut later = Vec::new();
+    for entry in std::fs::read_dir(&pg_wal).map_err(|e| err("read directory", &pg_wal, e))? {
+        let name = entry
+            .map_err(|e| err("read directory", &pg_wal, e))?
+            .file_name();
+        let name = name.to_string_lossy().into_owned();
+        match geo.parse_file_name(&name) {
+            Some((t, segno)) if t == tli && segno > end_seg => later.push(name),
+            _ => {}
+        }
+    }
+    later.sort();
+    let held = pg_wal.join(geo.file_name(tli, end_seg));
+    if held.exists() {
+        let copy = target.join(geo.file_name(tli, end_seg));
+        std::fs::copy(&held, &copy).map_err(|e| err("copy", &held, e))?;
+        if fsync {
+            std::fs::File::open(&copy)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| err("fsync", &copy, e))?;
+        }
+    }
+    for name in &later {
+        let from = pg_wal.join(name);
+        std::fs::rename(&from, target.join(name)).map_err(|e| err("move", &from, e))?;
+    }
+    if fsync {
+        for dir in [&target, &parent, &pg_wal, &datadir.to_path_buf()] {
+            crate::walfile::sync_dir(dir).map_err(|e| err("fsync directory", dir, e))?;
+        }
+    }
+    Ok(target)
+}
+
+/// Cuts WAL at `end` on disk: zeroes every non-zero byte from `end` to the
+/// end of its segment file, through the I/O seam, and fdatasyncs the file
+/// if anything was written (and fsync is on). Returns the bytes zeroed. An
+/// absent file, or one of the wrong size (the walwriter sets it aside), is
+/// left alone.
+pub fn cut_wal_at(
+    pg_wal: &Path,
+    geo: &Geometry,
+    tli: u32,
+    end: Lsn,
+    fsync: bool,
+) -> Result<u64, String> {
+    use crate::walfile::{sync_data, write_at, Op};
+    use std::os::unix::fs::FileExt;
+    let path = pg_wal.join(geo.file_name(tli, geo.seg_no(end)));
+    let err =
+        |what: &str, e: std::io::Error| format!("could not {what} \"{}\": {e}", path.display());
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(err("open", e)),
+    };
+    if file.metadata().map_err(|e| err("stat", e))?.len() != geo.seg_size {
+        return Ok(0);
+    }
+    const CHUNK: u64 = 64 * 1024;
+    let zeros = vec![0u8; CHUNK as usize];
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut at = geo.seg_offset(end);
+    let mut zeroed = 0;
+    while at < geo.seg_size {
+        let n = (geo.seg_size - at).min(CHUNK - at % CHUNK) as usize;
+        file.read_exact_at(&mut buf[..n], at)
+            .map_err(|e| err("read", e))?;
+        if let (Some(first), Some(last)) = (
+            buf[..n].iter().position(|&b| b != 0),
+            buf[..n].iter().rposition(|&b| b != 0),
+        ) {
+            write_at(
+                Op::WalWrite,
+                &file,
+                &zeros[..last + 1 - first],
+                at + first as u64,
+            )
+            .map_err(|e| err("write zeros to", e))?;
+            zeroed += (last + 1 - first) as u64;
+        }
+        at += n as u64;
+    }
+    if zeroed > 0 && fsync {
+        sync_data(Op::WalFsync, &file).map_err(|e| err("fdatasync", e))?;
+    }
+    Ok(zeroed)
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// Sets shared memory up so insertion continues at the end of valid WAL.
@@ -177,15 +467,27 @@ pub fn install_end_of_wal(
     Ok(())
 }
 
-/// The startup process body. Returns the process exit code.
-pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
-    let control = match ControlFile::read(datadir) {
-        Ok(c) => c,
-        Err(e) => {
-            log("FATAL", &e.to_string());
-            return crate::process::EXIT_FATAL;
-        }
-    };
+/// The startup process body. Returns the process exit code: 0, or
+/// [`EXIT_WAL_DAMAGED`] (refused: WAL damaged before its end, nothing
+/// changed), or `EXIT_FATAL`.
+pub fn run(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> i32 {
+    match recover(shm, datadir, opts) {
+        Ok(()) => 0,
+        Err(code) => code,
+    }
+}
+
+/// Logs a FATAL `msg`; the error value of [`recover`].
+fn fatal(msg: &str) -> i32 {
+    log("FATAL", msg);
+    crate::process::EXIT_FATAL
+}
+
+/// Steps 1-5 of the module header; `Err` holds the exit code (the reason
+/// is logged already).
+fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32> {
+    let control = ControlFile::read(datadir).map_err(|e| fatal(&e.to_string()))?;
+    let fsync = shm.settings().fsync;
     let crashed = control.state != DbState::ShutDown;
     if crashed {
         log(
@@ -196,30 +498,64 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
                 control.time
             ),
         );
-        let mut c = control;
-        c.state = DbState::InCrashRecovery;
-        if let Err(e) = c.write(datadir, shm.settings().fsync) {
-            log("FATAL", &e.to_string());
-            return crate::process::EXIT_FATAL;
-        }
     }
     log(
         "LOG",
         &format!("redo starts at {}", format_lsn(control.redo)),
     );
     let started = std::time::Instant::now();
-    let r = match scan_wal(datadir, &control) {
-        Ok(r) => r,
-        Err(e) => {
-            log("FATAL", &e);
-            return crate::process::EXIT_FATAL;
-        }
-    };
+    let r = scan_wal(datadir, &control).map_err(|e| fatal(&e.to_string()))?;
     let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
-    if let Err(e) = install_end_of_wal(shm, datadir, &geo, control.timeline, &r) {
-        log("FATAL", &e);
-        return crate::process::EXIT_FATAL;
+    let tli = control.timeline;
+    // Nothing is written before this decision: a refusal leaves pg_wal and
+    // the control file byte for byte as they were.
+    let ahead_started = std::time::Instant::now();
+    let ahead = look_ahead(datadir, &control, &r).map_err(|e| {
+        fatal(&format!(
+            "could not look for valid WAL after {}: {e}",
+            format_lsn(r.end_of_wal)
+        ))
+    })?;
+    let ahead_elapsed = ahead_started.elapsed();
+    if let Some(found) = &ahead.found {
+        if !opts.discard_damaged_wal {
+            log("FATAL", &damaged_wal_message(datadir, &geo, tli, &r, found));
+            return Err(EXIT_WAL_DAMAGED);
+        }
+        let dir =
+            discard_wal_after(datadir, &geo, tli, r.end_of_wal, fsync).map_err(|e| fatal(&e))?;
+        log(
+            "WARNING",
+            &format!(
+                "--discard-damaged-wal: discarded WAL from {} to {} ({} valid record(s), {} COMMIT record(s) found in it; reading had stopped: {}); moved to \"{}\"",
+                format_lsn(r.end_of_wal),
+                format_lsn(found.last_end),
+                found.records,
+                found.commits,
+                r.stop_reason,
+                dir.display()
+            ),
+        );
     }
+    if crashed {
+        let mut c = control;
+        c.state = DbState::InCrashRecovery;
+        c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))?;
+    }
+    let zeroed = cut_wal_at(&datadir.join("pg_wal"), &geo, tli, r.end_of_wal, fsync)
+        .map_err(|e| fatal(&e))?;
+    log(
+        "LOG",
+        &format!(
+            "look-ahead after {}: {} page header(s) in {} file(s) examined in {:.3} s, {}; {zeroed} byte(s) after it zeroed on disk",
+            format_lsn(r.end_of_wal),
+            ahead.pages,
+            ahead.files,
+            ahead_elapsed.as_secs_f64(),
+            if ahead.found.is_some() { "valid WAL discarded" } else { "no valid WAL follows" },
+        ),
+    );
+    install_end_of_wal(shm, datadir, &geo, tli, &r).map_err(|e| fatal(&e))?;
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
     shm.xlog()
         .checkpointer
@@ -227,27 +563,18 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         .store(control.redo, Ordering::Release);
     let mut c = control;
     c.state = DbState::InProduction;
-    c.time = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    if let Err(e) = c.write(datadir, shm.settings().fsync) {
-        log("FATAL", &e.to_string());
-        return crate::process::EXIT_FATAL;
-    }
-    let how = match &r.stop_reason {
-        None => "clean end of WAL".to_string(),
-        Some(why) => format!("invalid record: {why}"),
-    };
+    c.time = unix_now();
+    c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))?;
     log(
         "LOG",
         &format!(
-            "redo done at {}: {} records in {:.3} s; end of WAL at {} ({how})",
+            "redo done at {}: {} records in {:.3} s; end of WAL at {} ({})",
             format_lsn(r.last_record),
             r.records,
             started.elapsed().as_secs_f64(),
-            format_lsn(r.end_of_wal)
+            format_lsn(r.end_of_wal),
+            r.stop_reason,
         ),
     );
-    0
+    Ok(())
 }

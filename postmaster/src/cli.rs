@@ -18,6 +18,8 @@ pub struct StartOptions {
     pub workers: u32,
     pub workload: Option<Workload>,
     pub ack: bool,
+    /// `--discard-damaged-wal`: start even if WAL is damaged before its end.
+    pub discard_damaged_wal: bool,
 }
 
 pub struct WaldumpOptions {
@@ -43,8 +45,14 @@ Usage:
       Create a data directory: configuration file, control file, first WAL
       segment with a shutdown checkpoint. DIR must not exist or be empty.
   postmaster start -D DIR [--set NAME=VALUE ...] [--workers N --workload KIND]
+                    [--discard-damaged-wal]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
       stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown.
+      Exit status 3: refused to start because WAL is damaged before its end
+      (valid WAL follows the first unreadable record); nothing was changed.
+      --discard-damaged-wal  accept losing the WAL after the damage: it is
+                        moved to DIR/pg_wal_discarded/LSN-TIME/ (never deleted)
+                        and the server starts at the damage
       --workers N       fork N backends running --workload (0..=4096)
       --workload KIND   ",
     );
@@ -88,6 +96,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut workers = 0u32;
     let mut workload = None;
     let mut ack = false;
+    let mut discard_damaged_wal = false;
     let mut start = None;
     let mut stats = false;
     let mut quiet = false;
@@ -115,6 +124,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             }
             ("start", "--workload") => workload = Some(Workload::parse(value(rest, &mut i, a)?)?),
             ("start", "--ack") => ack = true,
+            ("start", "--discard-damaged-wal") => discard_damaged_wal = true,
             ("waldump", "--start") => {
                 let v = value(rest, &mut i, a)?;
                 start = Some(
@@ -171,6 +181,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 workers,
                 workload,
                 ack,
+                discard_damaged_wal,
             }))
         }
         "waldump" => Ok(Command::Waldump(WaldumpOptions {

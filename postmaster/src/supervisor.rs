@@ -120,6 +120,9 @@ struct Postmaster {
     workers: u32,
     workload: Option<Workload>,
     ack: bool,
+    /// Passed to the first startup process only (an operator's decision
+    /// about the damage found then, not about a later crash's).
+    discard_damaged_wal: bool,
     segment: String,
     shm: Option<Shmem>,
     generation: u64,
@@ -175,6 +178,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
         workers: opts.workers,
         workload: opts.workload,
         ack: opts.ack,
+        discard_damaged_wal: opts.discard_damaged_wal,
         segment,
         shm: None,
         generation: 0,
@@ -439,7 +443,10 @@ impl Postmaster {
 
     fn fork_child(&mut self, kind: Kind) {
         self.spawn(kind, |pm, shm, pm_pid| {
-            run_child(shm, &pm.datadir, kind, pm.workload, pm.ack, pm_pid)
+            let startup = backend::startup::StartupOptions {
+                discard_damaged_wal: pm.discard_damaged_wal,
+            };
+            run_child(shm, &pm.datadir, kind, pm.workload, pm.ack, startup, pm_pid)
         });
     }
 
@@ -575,7 +582,17 @@ impl Postmaster {
         match child.kind {
             Kind::Startup if clean => {
                 self.startup_failures = 0;
+                self.discard_damaged_wal = false;
                 self.enter_run();
+            }
+            Kind::Startup if exited && code == backend::startup::EXIT_WAL_DAMAGED => {
+                log(
+                    "FATAL",
+                    "WAL is damaged before its end (see the message above); not starting",
+                );
+                self.shutting_down = true;
+                self.exit_code_override = Some(backend::startup::EXIT_WAL_DAMAGED);
+                self.enter_crash_wait();
             }
             Kind::Startup => {
                 self.startup_failures += 1;
@@ -785,6 +802,7 @@ fn run_child(
     kind: Kind,
     workload: Option<Workload>,
     ack: bool,
+    startup: backend::startup::StartupOptions,
     postmaster_pid: i32,
 ) -> i32 {
     let name = match kind {
@@ -809,7 +827,7 @@ fn run_child(
         shm.prefault_wal_buffers();
     }
     match kind {
-        Kind::Startup => backend::startup::run(shm, datadir),
+        Kind::Startup => backend::startup::run(shm, datadir, startup),
         Kind::Walwriter => walwriter::run(shm, datadir),
         Kind::Checkpointer => backend::checkpointer::run(shm, datadir),
         Kind::Connection | Kind::Rejecter => unreachable!("forked by fork_connection"),

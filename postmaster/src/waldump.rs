@@ -1,5 +1,7 @@
 //! `postmaster waldump`: the project's own WAL reader, printing records the
-//! way PostgreSQL's pg_waldump does, and where and why WAL ends.
+//! way PostgreSQL's pg_waldump does, and where and why WAL ends; if valid
+//! WAL follows that end (damage, not a torn tail), one more line says how
+//! much and up to where (the startup process's look-ahead).
 
 use crate::cli::WaldumpOptions;
 use backend::control::ControlFile;
@@ -89,6 +91,26 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
         format_lsn(reader.end_of_valid()),
         format_lsn(first.unwrap_or(start))
     )?;
+    let end = reader.end_of_valid();
+    let ahead = walformat::look_ahead(
+        &pg_wal,
+        geo,
+        control.timeline,
+        control.system_identifier,
+        end,
+    );
+    if let Ok(walformat::Lookahead { found: Some(f), .. }) = ahead {
+        writeln!(
+            out,
+            "valid WAL follows the end (damage, not a torn tail): {} records, {} COMMIT, from {} (WAL segment {}, offset {}) up to {}",
+            f.records,
+            f.commits,
+            format_lsn(f.first_record),
+            f.first_file,
+            f.first_offset,
+            format_lsn(f.last_end)
+        )?;
+    }
     if opts.stats {
         writeln!(out, "{:<16} {:>12} {:>16}", "rmgr", "records", "bytes")?;
         for (name, (n, b)) in &per_rmgr {

@@ -30,6 +30,7 @@
 mod consts;
 mod decode;
 mod geometry;
+mod lookahead;
 mod page;
 mod reader;
 mod record;
@@ -42,6 +43,7 @@ pub use geometry::{
     format_lsn, maxalign, parse_lsn, FormatError, Geometry, Lsn, DEFAULT_SEG_SIZE, MAX_SEG_SIZE,
     MIN_SEG_SIZE,
 };
+pub use lookahead::{look_ahead, Lookahead, ValidWalAfter};
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
 pub use reader::{LongHeaderMismatch, WalError, WalReader};
 pub use record::{

@@ -390,6 +390,9 @@ pub struct WalReader {
     first: bool,
     /// Reused buffer for assembling records.
     buf: Vec<u8>,
+    /// Accept a segment file shorter than the segment size as if it were
+    /// zero-padded (the look-ahead examines truncated segments).
+    pad_short: bool,
 }
 
 impl WalReader {
@@ -405,6 +408,30 @@ impl WalReader {
         sysid: Option<u64>,
         start: Lsn,
     ) -> Result<WalReader, WalError> {
+        Self::open_with(pg_wal_dir, geo, tli, sysid, start, false)
+    }
+
+    /// [`WalReader::open`] that reads a short segment file as if it were
+    /// zero-padded to the segment size (for the look-ahead only: normal
+    /// reading refuses such a segment whole).
+    pub(crate) fn open_padded(
+        pg_wal_dir: &Path,
+        geo: Geometry,
+        tli: u32,
+        sysid: Option<u64>,
+        start: Lsn,
+    ) -> Result<WalReader, WalError> {
+        Self::open_with(pg_wal_dir, geo, tli, sysid, start, true)
+    }
+
+    fn open_with(
+        pg_wal_dir: &Path,
+        geo: Geometry,
+        tli: u32,
+        sysid: Option<u64>,
+        start: Lsn,
+        pad_short: bool,
+    ) -> Result<WalReader, WalError> {
         let mut reader = WalReader {
             dir: pg_wal_dir.to_path_buf(),
             geo,
@@ -417,6 +444,7 @@ impl WalReader {
             latest_page_tli: 0,
             first: true,
             buf: Vec::new(),
+            pad_short,
         };
         if !reader.load_segment(geo.seg_no(start), start)? {
             return Err(WalError::MissingSegment {
@@ -425,6 +453,17 @@ impl WalReader {
             });
         }
         Ok(reader)
+    }
+
+    /// Starts reading afresh at `start` (a record start or page boundary, as
+    /// for [`WalReader::open`]), with no expected `xl_prev` and no timeline
+    /// history, keeping the loaded segment if `start` is in it.
+    pub(crate) fn restart_at(&mut self, start: Lsn) {
+        self.next = start;
+        self.expected_prev = None;
+        self.end_of_valid = start;
+        self.latest_page_tli = 0;
+        self.first = true;
     }
 
     /// Requires the next record's `xl_prev` to be `prev`.
@@ -607,7 +646,7 @@ impl WalReader {
             Err(e) => return Err(io_err(e)),
         };
         let len = file.metadata().map_err(io_err)?.len();
-        if len != self.geo.seg_size {
+        if len != self.geo.seg_size && !(self.pad_short && len < self.geo.seg_size) {
             return Err(WalError::WrongSegmentSize {
                 lsn,
                 path,
@@ -619,7 +658,10 @@ impl WalReader {
         data.clear();
         data.reserve(len as usize);
         file.read_to_end(&mut data).map_err(io_err)?;
-        if data.len() as u64 != len {
+        if self.pad_short && data.len() as u64 == len {
+            data.resize(self.geo.seg_size as usize, 0);
+        }
+        if data.len() as u64 != self.geo.seg_size {
             return Err(WalError::WrongSegmentSize {
                 lsn,
                 path,
