@@ -10,6 +10,8 @@ pub struct InitOptions {
     pub datadir: PathBuf,
     pub seg_size: u64,
     pub sets: Vec<String>,
+    /// File holding the TCP password (its verifier goes to walshm.conf).
+    pub pwfile: Option<PathBuf>,
 }
 
 pub struct StartOptions {
@@ -18,6 +20,8 @@ pub struct StartOptions {
     pub workers: u32,
     pub workload: Option<Workload>,
     pub ack: bool,
+    /// File holding the TCP password (overrides walshm.conf's verifier).
+    pub pwfile: Option<PathBuf>,
 }
 
 pub struct WaldumpOptions {
@@ -39,12 +43,16 @@ pub fn help_text() -> String {
         "postmaster: the walshm server (a multi-process WAL runtime, PostgreSQL 15 WAL format)
 
 Usage:
-  postmaster init -D DIR [--wal-segment-size MB] [--set NAME=VALUE ...]
-      Create a data directory: configuration file, control file, first WAL
-      segment with a shutdown checkpoint. DIR must not exist or be empty.
-  postmaster start -D DIR [--set NAME=VALUE ...] [--workers N --workload KIND]
+  postmaster init -D DIR [--wal-segment-size MB] [--pwfile FILE] [--set NAME=VALUE ...]
+      Create a data directory (mode 0700, files 0600): configuration file,
+      control file, first WAL segment with a shutdown checkpoint. DIR must
+      not exist or be empty. --pwfile FILE (mode 0600, first line) or the
+      WALSHM_PASSWORD environment variable: the TCP password, stored in
+      walshm.conf only as a SCRAM-SHA-256 verifier.
+  postmaster start -D DIR [--pwfile FILE] [--set NAME=VALUE ...] [--workers N --workload KIND]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
-      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown.
+      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. DIR must
+      have mode 0700. --pwfile / WALSHM_PASSWORD: as for init, for this run.
       --workers N       fork N backends running --workload (0..=4096)
       --workload KIND   ",
     );
@@ -91,12 +99,14 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut start = None;
     let mut stats = false;
     let mut quiet = false;
+    let mut pwfile = None;
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
         match (sub.as_str(), a) {
             (_, "-D") | (_, "--pgdata") => datadir = Some(PathBuf::from(value(rest, &mut i, a)?)),
             ("init" | "start", "--set" | "-c") => sets.push(value(rest, &mut i, a)?.to_string()),
+            ("init" | "start", "--pwfile") => pwfile = Some(PathBuf::from(value(rest, &mut i, a)?)),
             ("init", "--wal-segment-size") => {
                 let v = value(rest, &mut i, a)?;
                 seg_mb = Some(v.parse().map_err(|_| {
@@ -148,6 +158,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 datadir: need_dir()?,
                 seg_size,
                 sets,
+                pwfile,
             }))
         }
         "start" => {
@@ -171,6 +182,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 workers,
                 workload,
                 ack,
+                pwfile,
             }))
         }
         "waldump" => Ok(Command::Waldump(WaldumpOptions {
