@@ -319,6 +319,7 @@ fn drip_until_closed(s: &Srv, limit: Duration) -> Duration {
 fn slow_start_up_is_cut_off_at_authentication_timeout() {
     let s = Srv::start("hard-drip", &["--set", "authentication_timeout=2"], &[]);
     let took = drip_until_closed(&s, Duration::from_secs(10));
+    eprintln!("dripping client disconnected after {took:?}");
     assert!(
         took >= Duration::from_millis(1500) && took <= Duration::from_millis(3500),
         "a dripping client was disconnected after {took:?} (authentication_timeout=2s)"
@@ -400,6 +401,7 @@ fn a_connection_flood_costs_bounded_children_and_ends_at_the_deadline() {
         most = most.max(s.extra_children());
         std::thread::sleep(Duration::from_millis(20));
     }
+    eprintln!("300 silent clients: at most {most} children besides walwriter and checkpointer");
     assert!(
         most <= MAX_CHILDREN,
         "{most} connection children for 300 silent clients (cap {MAX_CHILDREN})"
