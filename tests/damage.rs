@@ -113,9 +113,12 @@ fn tx_wal_check_tail_ok(d: &DataDir) -> TxWal {
     }
 }
 
-/// Copies the regular files of directory `from` into `to`, recursively.
+/// Copies the regular files of directory `from` into `to`, recursively;
+/// directories get mode 0700 (the server refuses a looser data directory).
 fn copy_dir(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let target = to.join(e.file_name());

@@ -1233,6 +1233,8 @@ fn scram_wrong_proof(port: u16) -> Vec<(u8, Vec<u8>)> {
     v
 }
 
+const SECRET_VERIFIER: &str = "password=SCRAM-SHA-256$4096:d2Fsc2htLXRlc3Qtc2FsdA==$6i+jqJCVNcG0X2vrTwAJCaBhNuZvhMWipJRPbkzTLQ0=:6GhRivf92wiqnvsbSW6LOpCtGH8n2l0A4kQRLqtI4no=";
+
 #[test]
 fn tcp_scram_password() {
     let Some(psql) = pg_client("psql") else {
@@ -1240,7 +1242,9 @@ fn tcp_scram_password() {
     };
     let mut pg = Pg::start(
         "proto-tcp",
-        &["listen_addresses=127.0.0.1", "password=secret"],
+        // The stored verifier of "secret" (a verifier is accepted by --set;
+        // a plain password is not).
+        &["listen_addresses=127.0.0.1", SECRET_VERIFIER],
     );
     let tcp = |pw: &str| {
         let mut c = pg.client(&psql);

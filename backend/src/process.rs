@@ -8,6 +8,15 @@
 //! status 2, as PostgreSQL's `quickdie` does: the postmaster sends it when
 //! another process crashed and shared memory may be corrupt.
 //!
+//! A connection's child also closes, right after `fork`, every descriptor
+//! it inherited but does not own (PostgreSQL's ClosePostmasterPorts): the
+//! listening sockets, the postmaster's self-pipe and the sockets of other
+//! clients accepted in the same batch, so that no sibling's connection can
+//! outlive its own backend. Until it has authenticated it runs under an
+//! `alarm(authentication_timeout)` whose handler `_exit`s with EXIT_FATAL
+//! (PostgreSQL's StartupPacketTimeoutHandler), which the postmaster counts
+//! as an ordinary FATAL exit, not a crash.
+//!
 //! Exit statuses the postmaster understands: 0 = clean exit, 1 = an error
 //! the process reported (FATAL), 2 = quit on request; anything else or a
 //! signal = crash.
@@ -68,6 +77,75 @@ extern "C" fn on_sigquit(_: libc::c_int) {
     }
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(EXIT_QUIT) };
+}
+
+extern "C" fn on_startup_timeout(_: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe; nothing in shared memory is held
+    // before authentication ends (the alarm is disarmed first).
+    unsafe { libc::_exit(EXIT_FATAL) };
+}
+
+/// Ends this process with EXIT_FATAL unless [`disarm_startup_timeout`] is
+/// called within `seconds` (the whole start-up and authentication
+/// exchange, however slowly the client sends it).
+pub fn arm_startup_timeout(seconds: u32) {
+    set_handler(
+        libc::SIGALRM,
+        on_startup_timeout as *const () as libc::sighandler_t,
+    );
+    // SAFETY: alarm has no memory effects.
+    unsafe { libc::alarm(seconds.max(1)) };
+}
+
+/// Cancels the start-up deadline (before the proc slot is allocated).
+pub fn disarm_startup_timeout() {
+    // SAFETY: alarm has no memory effects.
+    unsafe { libc::alarm(0) };
+    set_handler(libc::SIGALRM, libc::SIG_IGN);
+}
+
+/// Closes every descriptor but 0, 1, 2 and `keep` (a child's own client
+/// socket). Uses close_range(2); where the kernel lacks it, walks
+/// /proc/self/fd. The shared memory mapping needs no descriptor (the
+/// segment's fd is closed right after mmap) and the pid and lock files
+/// are not held open.
+pub fn close_inherited_fds(keep: Option<i32>) {
+    let keep = keep.filter(|fd| *fd > 2);
+    let ranges: [(u32, u32); 2] = match keep {
+        Some(k) => [(3, k as u32 - 1), (k as u32 + 1, u32::MAX)],
+        None => [(3, u32::MAX), (1, 0)],
+    };
+    let mut ok = true;
+    for (first, last) in ranges {
+        if first > last {
+            continue;
+        }
+        // SAFETY: close_range only closes descriptors of this process;
+        // none of them is used by anything we keep.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        ok &= r == 0;
+    }
+    if !ok {
+        close_listed_fds(keep);
+    }
+}
+
+/// The fallback of [`close_inherited_fds`].
+fn close_listed_fds(keep: Option<i32>) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if fd > 2 && Some(fd) != keep {
+            // SAFETY: closing a descriptor of ours that nothing we keep uses
+            // (the directory's own fd, already closed, fails harmlessly).
+            unsafe { libc::close(fd) };
+        }
+    }
 }
 
 /// Installs `handler` for `sig` (no SA_RESTART: interrupted waits return).

@@ -11,6 +11,15 @@
 //! `pg_logical_emit_message(true, ...)` assigns an XID (transactional);
 //! `(false, ...)` writes a message with no XID and, as in PostgreSQL 15,
 //! does not wait for its flush.
+//!
+//! Cancel requests arrive on a fresh, unauthenticated connection, so
+//! [`forward_cancel`] trusts nothing in them: it signals only a live
+//! connection backend (a backend proc slot with a pid > 0 whose nonzero
+//! cancel key, compared in constant time, matches). Worker and auxiliary
+//! slots never carry a key, free slots have pid 0 and key 0, and key 0 is
+//! never handed out, so neither `kill(0, ...)` (the whole process group)
+//! nor a signal to a worker can be provoked. A wrong cancel is ignored
+//! without a word, as in PostgreSQL.
 
 use crate::checkpointer::request_checkpoint;
 use crate::client_poll::PollingStream;
@@ -154,23 +163,41 @@ fn peer_uid(fd: i32) -> Option<u32> {
     (r == 0).then_some(cred.uid)
 }
 
-fn random_key() -> i32 {
-    let mut b = [0u8; 4];
-    // SAFETY: `b` is a writable 4-byte buffer.
-    unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, 4, 0) };
-    i32::from_le_bytes(b)
+/// A nonzero random cancel key; None when the kernel cannot give random
+/// bytes (the connection is then refused rather than given a guessable key).
+fn random_key() -> Option<u32> {
+    for _ in 0..16 {
+        let mut b = [0u8; 4];
+        // SAFETY: `b` is a writable 4-byte buffer.
+        let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, 4, 0) };
+        if n == 4 {
+            match u32::from_le_bytes(b) {
+                0 => continue,
+                key => return Some(key),
+            }
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+    None
 }
 
-/// Sends a CancelRequest on to the backend it names, if the key matches.
+/// Does proc slot `p` belong to a live connection backend whose key is
+/// `key`? Key 0 (free, worker and auxiliary slots) never matches.
+fn cancel_matches(p: &shmem::proc::Proc, pid: i32, key: u32) -> bool {
+    let slot_key = p.cancel_key.load(Ordering::Relaxed);
+    let key_ok = protocol::constant_time_eq(&slot_key.to_ne_bytes(), &key.to_ne_bytes());
+    pid > 0 && key != 0 && slot_key != 0 && p.pid.load(Ordering::Relaxed) == pid && key_ok
+}
+
+/// Sends a CancelRequest on to the backend it names, if the key matches;
+/// anything else is ignored.
 fn forward_cancel(shm: &Shmem, pid: i32, key: i32) {
-    for p in shm.procs() {
-        if p.pid.load(Ordering::Relaxed) == pid
-            && p.cancel_key.load(Ordering::Relaxed) == key as u32
-        {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(pid, libc::SIGINT) };
-            return;
-        }
+    let backends = &shm.procs()[..shm.layout().max_backends as usize];
+    if backends.iter().any(|p| cancel_matches(p, pid, key as u32)) {
+        // SAFETY: kill has no memory effects; pid > 0 names one process.
+        unsafe { libc::kill(pid, libc::SIGINT) };
     }
 }
 
@@ -190,7 +217,10 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     set_socket_timeout(fd, libc::SO_SNDTIMEO, 200);
     process::set_quit_message(fd, protocol::crash_notice_bytes());
     let pid = std::process::id() as i32;
-    let key = random_key();
+    let Some(key) = random_key() else {
+        log("FATAL", "could not generate a cancel key: no random bytes");
+        return process::EXIT_FATAL;
+    };
     let transport = match peer {
         Peer::Unix => protocol::Transport::Unix {
             peer_uid: peer_uid(fd),
@@ -199,7 +229,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         },
         Peer::Tcp => protocol::Transport::Tcp,
     };
-    let params = protocol::ServerParams::new(pid, key, password);
+    let params = protocol::ServerParams::new(pid, key as i32, password);
     let info = match protocol::startup(&mut stream, &transport, &params) {
         Ok(protocol::Startup::Ready(info)) => info,
         Ok(protocol::Startup::Cancel { pid, key }) => {
@@ -208,6 +238,9 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         }
         Ok(protocol::Startup::Rejected) | Err(_) => return 0,
     };
+    // Authenticated: from here on the session counts against
+    // max_connections (its proc slot), not against the start-up deadline.
+    process::disarm_startup_timeout();
     let Some(procno) = shm.alloc_backend_proc() else {
         let e = SqlError::fatal(
             sqlstate::TOO_MANY_CONNECTIONS,
@@ -218,7 +251,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     };
     let me = &shm.procs()[procno as usize];
     me.counters.reset();
-    me.cancel_key.store(key as u32, Ordering::Relaxed);
+    me.cancel_key.store(key, Ordering::Relaxed);
     me.pid.store(pid, Ordering::Release);
     let mut session = WalSession::new(shm, procno, datadir);
     if let Some(on) = info.synchronous_commit {

@@ -10,6 +10,11 @@
 //! which halves the write volume when measuring the insert path alone.
 //! Old segments are recycled by renaming them to future names.
 //!
+//! Modes: every file made here is created 0600 (temporary files with
+//! O_EXCL after removing a stale one, so a file planted under the
+//! temporary name is never written through), and a recycled segment is
+//! set back to 0600 whatever mode it had, as PostgreSQL's data files.
+//!
 //! Fail points (compiled in only with the `failpoints` feature, which the
 //! test build enables): the environment variable `WALSHM_FAILPOINTS` holds
 //! `NAME=ACTION[:after=N][:once=PATH]` entries separated by `;`. NAME is one
@@ -222,12 +227,7 @@ pub fn create_segment(
     let dir = path.parent().expect("segment path has a directory");
     let tmp = dir.join(format!("xlogtemp.{}", std::process::id()));
     {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = create_private_new(&tmp)?;
         if fsync {
             let zeros = vec![0u8; ZERO_CHUNK];
             let mut left = seg_size as usize;
@@ -266,7 +266,7 @@ pub fn create_segment(
 pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
     let dir = path.parent().expect("file has a directory");
     let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp)?;
+    let mut f = create_private_new(&tmp)?;
     if let Some((err, short)) = injected(Op::ControlWrite) {
         if short {
             let _ = f.write_all(&bytes[..bytes.len() / 2]);
@@ -287,6 +287,21 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io:
     sync_dir(dir)
 }
 
+/// Creates `path` afresh with mode 0600 (O_EXCL), removing a leftover of
+/// a crashed process first.
+fn create_private_new(path: &Path) -> std::io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
 /// fsyncs a directory (after creating or renaming entries in it).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
@@ -300,9 +315,45 @@ pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
     match std::fs::hard_link(old, new) {
         Ok(()) => {
             std::fs::remove_file(old)?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(new, std::fs::Permissions::from_mode(0o600))?;
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn files_made_here_are_private() {
+        let dir = std::env::temp_dir().join(format!("walshm-walfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = dir.join("000000010000000000000001");
+        std::fs::write(&old, b"x").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let new = dir.join("000000010000000000000005");
+        assert!(recycle_segment(&old, &new).unwrap());
+        assert_eq!(mode(&new), 0o600, "a recycled segment keeps a loose mode");
+        // A leftover temporary file of a loose mode is replaced, not reused.
+        let tmp = dir.join("pg_control.tmp");
+        std::fs::write(&tmp, b"old").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let control = dir.join("pg_control");
+        write_file_atomically(&control, b"data", false).unwrap();
+        assert_eq!(mode(&control), 0o600);
+        let seg = dir.join("000000010000000000000009");
+        std::fs::write(dir.join(format!("xlogtemp.{}", std::process::id())), b"").unwrap();
+        create_segment(&seg, 1 << 16, false, &[1; 8]).unwrap();
+        assert_eq!(mode(&seg), 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,6 +10,8 @@ pub struct InitOptions {
     pub datadir: PathBuf,
     pub seg_size: u64,
     pub sets: Vec<String>,
+    /// File holding the TCP password (its verifier goes to walshm.conf).
+    pub pwfile: Option<PathBuf>,
 }
 
 pub struct StartOptions {
@@ -20,6 +22,8 @@ pub struct StartOptions {
     pub ack: bool,
     /// `--discard-damaged-wal`: start even if WAL is damaged before its end.
     pub discard_damaged_wal: bool,
+    /// File holding the TCP password (overrides walshm.conf's verifier).
+    pub pwfile: Option<PathBuf>,
 }
 
 pub struct WaldumpOptions {
@@ -41,13 +45,17 @@ pub fn help_text() -> String {
         "postmaster: the walshm server (a multi-process WAL runtime, PostgreSQL 15 WAL format)
 
 Usage:
-  postmaster init -D DIR [--wal-segment-size MB] [--set NAME=VALUE ...]
-      Create a data directory: configuration file, control file, first WAL
-      segment with a shutdown checkpoint. DIR must not exist or be empty.
-  postmaster start -D DIR [--set NAME=VALUE ...] [--workers N --workload KIND]
+  postmaster init -D DIR [--wal-segment-size MB] [--pwfile FILE] [--set NAME=VALUE ...]
+      Create a data directory (mode 0700, files 0600): configuration file,
+      control file, first WAL segment with a shutdown checkpoint. DIR must
+      not exist or be empty. --pwfile FILE (mode 0600, first line) or the
+      WALSHM_PASSWORD environment variable: the TCP password, stored in
+      walshm.conf only as a SCRAM-SHA-256 verifier.
+  postmaster start -D DIR [--pwfile FILE] [--set NAME=VALUE ...] [--workers N --workload KIND]
                     [--discard-damaged-wal]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
-      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown.
+      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. DIR must
+      have mode 0700. --pwfile / WALSHM_PASSWORD: as for init, for this run.
       Exit status 3: refused to start because WAL is damaged before its end
       (valid WAL follows the first unreadable record); nothing was changed.
       --discard-damaged-wal  accept losing the WAL after the damage: it is
@@ -100,12 +108,14 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut start = None;
     let mut stats = false;
     let mut quiet = false;
+    let mut pwfile = None;
     let mut i = 0;
     while i < rest.len() {
         let a = rest[i].as_str();
         match (sub.as_str(), a) {
             (_, "-D") | (_, "--pgdata") => datadir = Some(PathBuf::from(value(rest, &mut i, a)?)),
             ("init" | "start", "--set" | "-c") => sets.push(value(rest, &mut i, a)?.to_string()),
+            ("init" | "start", "--pwfile") => pwfile = Some(PathBuf::from(value(rest, &mut i, a)?)),
             ("init", "--wal-segment-size") => {
                 let v = value(rest, &mut i, a)?;
                 seg_mb = Some(v.parse().map_err(|_| {
@@ -158,6 +168,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 datadir: need_dir()?,
                 seg_size,
                 sets,
+                pwfile,
             }))
         }
         "start" => {
@@ -182,6 +193,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                 workload,
                 ack,
                 discard_damaged_wal,
+                pwfile,
             }))
         }
         "waldump" => Ok(Command::Waldump(WaldumpOptions {

@@ -5,13 +5,18 @@
 //! `pg_wal/` (WAL segments), `postmaster.pid` while a postmaster runs (its
 //! PID on the first line, then the data directory, start time and the
 //! shared memory segment name).
+//!
+//! Modes, as PostgreSQL's: the directory and its subdirectories are 0700,
+//! every file is created 0600 explicitly (and the process umask is 0077,
+//! set by `main`, for anything created implicitly); `start` refuses a data
+//! directory that group or others can access, saying which chmod to run.
 
 use crate::cli::InitOptions;
 use backend::control::{ControlFile, DbState};
 use shmem::settings::{Settings, SETTINGS_HELP};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use walformat::{checkpoint_record, Geometry, SegmentWriter};
 
@@ -42,6 +47,11 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     for s in &opts.sets {
         settings.set_assignment(s).map_err(|e| e.to_string())?;
     }
+    crate::password::check_verifier(settings.password.as_str())?;
+    let mut lines = opts.sets.clone();
+    if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
+        lines.push(format!("password = '{v}'"));
+    }
     match fs::metadata(dir) {
         Ok(m) if !m.is_dir() => {
             return Err(format!(
@@ -65,7 +75,6 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
             .create(dir)
             .map_err(|e| format!("could not create directory \"{}\": {e}", dir.display()))?,
     }
-    use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
     for sub in ["pg_wal", "global"] {
         fs::DirBuilder::new()
@@ -73,7 +82,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
             .create(dir.join(sub))
             .map_err(|e| format!("could not create \"{}\": {e}", dir.join(sub).display()))?;
     }
-    write_config(dir, &opts.sets)?;
+    write_config(dir, &lines)?;
 
     let geo = Geometry::new(opts.seg_size).map_err(|e| e.to_string())?;
     let sysid = new_system_identifier();
@@ -89,7 +98,9 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     for segno in w.segment_numbers() {
         let f =
             fs::File::open(pg_wal.join(geo.file_name(tli, segno))).map_err(|e| e.to_string())?;
-        f.sync_all().map_err(|e| e.to_string())?;
+        f.set_permissions(fs::Permissions::from_mode(0o600))
+            .and_then(|_| f.sync_all())
+            .map_err(|e| e.to_string())?;
     }
     backend::walfile::sync_dir(&pg_wal).map_err(|e| e.to_string())?;
     ControlFile {
@@ -133,7 +144,13 @@ fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
         text.push('\n');
     }
     let p = dir.join(CONFIG_FILE);
-    fs::write(&p, text).map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&p)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
 }
 
 /// Settings for `start`: defaults, then the configuration file, then --set.
@@ -150,6 +167,7 @@ pub fn load_settings(dir: &Path, sets: &[String]) -> Result<Settings, String> {
     for a in sets {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
+    crate::password::check_verifier(s.password.as_str())?;
     Ok(s)
 }
 
@@ -168,7 +186,25 @@ pub fn check_datadir(dir: &Path) -> Result<PathBuf, String> {
             dir.display()
         ));
     }
+    check_datadir_mode(&canon)?;
     Ok(canon)
+}
+
+/// Refuses a data directory that group or others may enter or list.
+fn check_datadir_mode(dir: &Path) -> Result<(), String> {
+    let mode = fs::metadata(dir)
+        .map_err(|e| format!("could not stat data directory \"{}\": {e}", dir.display()))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "data directory \"{}\" has invalid permissions (mode {mode:04o}): it must be accessible by its owner only (0700); fix it with: chmod 0700 {}",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Is `pid` a live process?

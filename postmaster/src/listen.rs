@@ -23,6 +23,16 @@ pub enum Accepted {
     Tcp(std::net::TcpStream),
 }
 
+impl Accepted {
+    /// The connection's socket descriptor.
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            Accepted::Unix(s) => s.as_raw_fd(),
+            Accepted::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
 impl Listeners {
     /// Opens the sockets. A socket file left by a dead postmaster is
     /// removed (we own the data directory's pid file by now).

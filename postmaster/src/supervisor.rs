@@ -17,6 +17,23 @@
 //! anew with the next generation number, and the startup process runs
 //! before backends start again. The postmaster itself never takes a lock in
 //! shared memory; it only reads counters.
+//!
+//! Admission of clients (what a hostile client can make the postmaster do):
+//! - a connection child has `authentication_timeout` for its whole start-up
+//!   and authentication exchange, then exits with EXIT_FATAL (not a crash);
+//!   rejecter children run under the same deadline;
+//! - authenticated sessions (connection children holding a backend proc
+//!   slot: `Shmem::sessions`, an atomic read) count against
+//!   `max_connections`; the others are counted apart and capped at
+//!   [`unauthenticated_cap`], so clients that never authenticate cannot make
+//!   a normal login fail with 53300;
+//! - a refusal forks a rejecter only while fewer than [`MAX_REJECTERS`]
+//!   live; beyond that the postmaster writes the pre-encoded FATAL itself
+//!   (one non-blocking send) and closes the socket: refusals cost no
+//!   unbounded forks;
+//! - right after `fork` every child closes the descriptors it does not own
+//!   (listening sockets, self-pipe, the other clients of the same accept
+//!   batch), keeping only 0, 1, 2 and its own client socket.
 
 use crate::cli::StartOptions;
 use crate::datadir::{self, PidFile};
@@ -34,6 +51,13 @@ const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
 const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
 const MAX_STARTUP_FAILURES: u32 = 3;
+/// Live rejecter children at most; beyond, the postmaster refuses itself.
+const MAX_REJECTERS: usize = 8;
+
+/// Connection children that have not authenticated yet, at most.
+fn unauthenticated_cap(max_connections: u32) -> usize {
+    2 * max_connections as usize + 16
+}
 
 /// A report line on stdout (errors ignored, as for `log`).
 macro_rules! say {
@@ -156,7 +180,11 @@ fn log(level: &str, msg: &str) {
 /// Runs the server until shutdown; returns the exit code.
 pub fn start(opts: StartOptions) -> Result<i32, String> {
     let datadir = datadir::check_datadir(&opts.datadir)?;
-    let settings = datadir::load_settings(&datadir, &opts.sets)?;
+    let mut settings = datadir::load_settings(&datadir, &opts.sets)?;
+    // Before any fork: the environment variable is gone by then.
+    if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
+        settings.set("password", &v).map_err(|e| e.to_string())?;
+    }
     if opts.ack && !settings.synchronous_commit {
         return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
     }
@@ -410,8 +438,14 @@ impl Postmaster {
     }
 
     /// Forks a child of `kind` that runs `body` and exits with its code;
-    /// the parent records the child.
-    fn spawn(&mut self, kind: Kind, body: impl FnOnce(&Self, &Shmem, i32) -> i32) {
+    /// the parent records the child. The child keeps no inherited
+    /// descriptor but 0, 1, 2 and `own_fd` (its client socket).
+    fn spawn(
+        &mut self,
+        kind: Kind,
+        own_fd: Option<i32>,
+        body: impl FnOnce(&Self, &Shmem, i32) -> i32,
+    ) {
         let Some(shm) = self.shm.as_ref() else { return };
         let postmaster_pid = std::process::id() as i32;
         // Signals stay blocked across fork until the child has installed its
@@ -432,6 +466,7 @@ impl Postmaster {
             return;
         }
         if pid == 0 {
+            backend::process::close_inherited_fds(own_fd);
             let code = body(self, shm, postmaster_pid);
             // SAFETY: leaving the child without running the parent's
             // destructors (which would unmap or unlink shared state and
@@ -442,7 +477,7 @@ impl Postmaster {
     }
 
     fn fork_child(&mut self, kind: Kind) {
-        self.spawn(kind, |pm, shm, pm_pid| {
+        self.spawn(kind, None, |pm, shm, pm_pid| {
             let startup = backend::startup::StartupOptions {
                 discard_damaged_wal: pm.discard_damaged_wal,
             };
@@ -451,30 +486,61 @@ impl Postmaster {
     }
 
     /// Accepts waiting clients: a backend each while running, otherwise a
-    /// child that tells the client why it cannot connect now.
+    /// refusal that tells the client why it cannot connect now.
     fn accept_connections(&mut self) {
         let Some(l) = &self.listeners else { return };
         let accepted = l.accept_all();
         for conn in accepted {
-            let connections = self
-                .children
-                .iter()
-                .filter(|c| c.kind == Kind::Connection)
-                .count();
-            let refusal = match self.state {
-                _ if self.shutting_down => Some("the database system is shutting down"),
-                State::Run if connections >= self.settings.max_connections as usize => None,
-                State::Run => {
-                    self.fork_connection(conn, None);
-                    continue;
-                }
-                State::Startup => Some("the database system is starting up"),
-                _ => Some("the database system is in recovery mode"),
+            match self.admission() {
+                None => self.fork_connection(conn, None),
+                Some(refusal) => self.refuse(conn, refusal),
+            }
+        }
+    }
+
+    /// None: fork a backend for the next client; Some(why) otherwise.
+    fn admission(&self) -> Option<&'static str> {
+        const TOO_MANY: &str = "sorry, too many clients already";
+        match self.state {
+            _ if self.shutting_down => Some("the database system is shutting down"),
+            State::Run => {
+                let children = self.count(Kind::Connection);
+                let authenticated = self
+                    .shm
+                    .as_ref()
+                    .map_or(0, |shm| shm.sessions() as usize)
+                    .min(children);
+                let unauthenticated = children - authenticated;
+                let full = authenticated >= self.settings.max_connections as usize
+                    || unauthenticated >= unauthenticated_cap(self.settings.max_connections);
+                full.then_some(TOO_MANY)
+            }
+            State::Startup => Some("the database system is starting up"),
+            _ => Some("the database system is in recovery mode"),
+        }
+    }
+
+    fn count(&self, kind: Kind) -> usize {
+        self.children.iter().filter(|c| c.kind == kind).count()
+    }
+
+    /// Refuses a client: by a rejecter child (which reads the start-up
+    /// packet first, as PostgreSQL's does) while few live, else here.
+    fn refuse(&mut self, conn: crate::listen::Accepted, why: &'static str) {
+        if self.count(Kind::Rejecter) < MAX_REJECTERS {
+            self.fork_connection(conn, Some(why));
+        } else {
+            let bytes = protocol::error_response_bytes(&refusal_error(why));
+            // SAFETY: a best-effort non-blocking send of a live buffer on
+            // the accepted socket, which is closed right after (dropped).
+            unsafe {
+                libc::send(
+                    conn.raw_fd(),
+                    bytes.as_ptr() as *const libc::c_void,
+                    bytes.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
             };
-            self.fork_connection(
-                conn,
-                Some(refusal.unwrap_or("sorry, too many clients already")),
-            );
         }
     }
 
@@ -488,8 +554,10 @@ impl Postmaster {
         } else {
             Kind::Connection
         };
-        self.spawn(kind, |pm, shm, pm_pid| {
+        let own_fd = Some(conn.raw_fd());
+        self.spawn(kind, own_fd, |pm, shm, pm_pid| {
             become_child("backend", pm_pid);
+            backend::process::arm_startup_timeout(pm.settings.authentication_timeout_s);
             let password =
                 Some(pm.settings.password.as_str().to_string()).filter(|p| !p.is_empty());
             match (conn, refuse) {
@@ -838,15 +906,21 @@ fn run_child(
     }
 }
 
-/// Sends a client a FATAL 57P03 (or 53300) after reading its start-up
-/// packet; returns the exit code.
-fn reject<S: std::io::Read + std::io::Write>(s: &mut S, msg: &str) -> i32 {
+/// The FATAL error of a refusal: 53300 at the connection limits, 57P03
+/// while the server cannot accept connections.
+fn refusal_error(msg: &str) -> protocol::SqlError {
     let code = if msg.starts_with("sorry") {
         protocol::sqlstate::TOO_MANY_CONNECTIONS
     } else {
         protocol::sqlstate::CANNOT_CONNECT_NOW
     };
-    let _ = protocol::reject_with(s, &protocol::SqlError::fatal(code, msg));
+    protocol::SqlError::fatal(code, msg.to_string())
+}
+
+/// Sends a client a FATAL 57P03 (or 53300) after reading its start-up
+/// packet; returns the exit code.
+fn reject<S: std::io::Read + std::io::Write>(s: &mut S, msg: &str) -> i32 {
+    let _ = protocol::reject_with(s, &refusal_error(msg));
     0
 }
 

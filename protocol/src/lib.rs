@@ -25,10 +25,11 @@ mod startup;
 mod wire;
 
 pub use error::{sqlstate, SqlError};
+pub use scram::{constant_time_eq, verifier_for_password, Verifier};
 pub use serve::serve;
 pub use session::{Session, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
-    crash_notice_bytes, reject_too_many, reject_with, send_error_after_startup, startup,
-    ServerParams, Startup, StartupInfo, Transport,
+    crash_notice_bytes, error_response_bytes, reject_too_many, reject_with,
+    send_error_after_startup, startup, ServerParams, Startup, StartupInfo, Transport,
 };

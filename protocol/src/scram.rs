@@ -1,12 +1,21 @@
 //! Server side of SCRAM-SHA-256 (RFC 5802 / RFC 7677) as PostgreSQL speaks
 //! it inside SASL authentication messages, without channel binding.
 //!
-//! Invariants: the password is known in plain text, so a fresh random salt
-//! and nonce are drawn per exchange (nothing is stored); the client proof is
-//! compared in constant time; every malformed client message is a typed
-//! `ScramError`, never a panic. The user name inside the SCRAM messages is
-//! ignored (libpq sends an empty one), as PostgreSQL does. The password is
-//! used as is (SASLprep is the identity for ASCII passwords).
+//! The server never knows the password: it holds a [`Verifier`] in
+//! PostgreSQL's stored form `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`
+//! (base64 salt and keys), made once from the password by
+//! [`Verifier::from_password`] (`init --pwfile`, `WALSHM_PASSWORD`). An
+//! exchange sends the stored salt and iteration count, recovers ClientKey
+//! from the proof (proof XOR HMAC(StoredKey, AuthMessage)), checks that
+//! H(ClientKey) = StoredKey, and signs with ServerKey, as RFC 5802 §3 says.
+//!
+//! Invariants: a fresh random nonce per exchange; without a verifier the
+//! exchange still runs (with a random mock salt) and always fails, so a
+//! client cannot tell; the proof is compared in constant time; every
+//! malformed client message or stored verifier is a typed error, never a
+//! panic. The user name inside the SCRAM messages is ignored (libpq sends
+//! an empty one), as PostgreSQL does. The password is used as is (SASLprep
+//! is the identity for ASCII passwords).
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -31,10 +40,91 @@ pub enum ScramError {
     WrongPassword,
 }
 
+/// What the server stores instead of a password (PostgreSQL's
+/// `pg_authid.rolpassword` for SCRAM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verifier {
+    pub iterations: u32,
+    pub salt: Vec<u8>,
+    pub stored_key: [u8; 32],
+    pub server_key: [u8; 32],
+}
+
+impl Verifier {
+    /// The verifier of `password` with `salt` and [`ITERATIONS`].
+    pub fn from_password(password: &str, salt: &[u8]) -> Verifier {
+        let salted = salted_password(password.as_bytes(), salt, ITERATIONS);
+        Verifier {
+            iterations: ITERATIONS,
+            salt: salt.to_vec(),
+            stored_key: sha256(&hmac(&salted, b"Client Key")),
+            server_key: hmac(&salted, b"Server Key"),
+        }
+    }
+
+    /// Parses the stored form; the error says what is wrong.
+    pub fn parse(text: &str) -> Result<Verifier, String> {
+        let bad = |why: &str| {
+            format!("invalid SCRAM verifier ({why}); expected {MECHANISM}$<iterations>:<salt>$<StoredKey>:<ServerKey>")
+        };
+        let rest = text
+            .strip_prefix(MECHANISM)
+            .and_then(|r| r.strip_prefix('$'))
+            .ok_or_else(|| bad("it does not start with SCRAM-SHA-256$"))?;
+        let (params, keys) = rest.split_once('$').ok_or_else(|| bad("no keys"))?;
+        let (iterations, salt) = params.split_once(':').ok_or_else(|| bad("no salt"))?;
+        let iterations: u32 = iterations
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| bad("bad iteration count"))?;
+        let salt = B64
+            .decode(salt)
+            .ok()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| bad("bad salt"))?;
+        let (stored, server) = keys.split_once(':').ok_or_else(|| bad("no ServerKey"))?;
+        let key = |k: &str, what: &str| -> Result<[u8; 32], String> {
+            B64.decode(k)
+                .ok()
+                .and_then(|v| <[u8; 32]>::try_from(v).ok())
+                .ok_or_else(|| bad(what))
+        };
+        Ok(Verifier {
+            iterations,
+            salt,
+            stored_key: key(stored, "bad StoredKey")?,
+            server_key: key(server, "bad ServerKey")?,
+        })
+    }
+}
+
+impl std::fmt::Display for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{MECHANISM}${}:{}${}:{}",
+            self.iterations,
+            B64.encode(&self.salt),
+            B64.encode(self.stored_key),
+            B64.encode(self.server_key)
+        )
+    }
+}
+
+/// The stored form of `password` with a fresh random salt (what
+/// `init --pwfile` writes to walshm.conf).
+pub fn verifier_for_password(password: &str) -> std::io::Result<String> {
+    let mut salt = [0u8; SALT_LEN];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut salt)?;
+    Ok(Verifier::from_password(password, &salt).to_string())
+}
+
 /// State kept between the server-first and client-final messages.
 pub struct Exchange {
-    /// None: no password configured; the exchange is run but always fails.
-    salted_password: Option<[u8; 32]>,
+    /// StoredKey and ServerKey; None: no password configured, the exchange
+    /// is run but always fails.
+    keys: Option<([u8; 32], [u8; 32])>,
     gs2_header: String,
     client_first_bare: String,
     server_first: String,
@@ -127,22 +217,26 @@ fn parse_client_first(msg: &str) -> Result<(String, String, String), ScramError>
 
 impl Exchange {
     /// Handles the client-first message; returns the state and the
-    /// server-first message. `random` supplies salt and nonce bytes.
+    /// server-first message. `random` supplies the nonce bytes and, without
+    /// a verifier, a mock salt.
     pub fn start(
         client_first: &[u8],
-        password: Option<&str>,
+        verifier: Option<&Verifier>,
         random: &[u8; 34],
     ) -> Result<(Exchange, String), ScramError> {
         let msg = std::str::from_utf8(client_first)
             .map_err(|_| ScramError::Malformed("not UTF-8".into()))?;
         let (gs2_header, client_first_bare, client_nonce) = parse_client_first(msg)?;
-        let (nonce_bytes, salt) = random.split_at(NONCE_LEN);
-        debug_assert_eq!(salt.len(), SALT_LEN);
+        let (nonce_bytes, mock_salt) = random.split_at(NONCE_LEN);
+        debug_assert_eq!(mock_salt.len(), SALT_LEN);
         let nonce = format!("{client_nonce}{}", B64.encode(nonce_bytes));
-        let server_first = format!("r={nonce},s={},i={ITERATIONS}", B64.encode(salt));
-        let salted_password = password.map(|p| salted_password(p.as_bytes(), salt, ITERATIONS));
+        let (salt, iterations) = match verifier {
+            Some(v) => (v.salt.as_slice(), v.iterations),
+            None => (mock_salt, ITERATIONS),
+        };
+        let server_first = format!("r={nonce},s={},i={iterations}", B64.encode(salt));
         let exchange = Exchange {
-            salted_password,
+            keys: verifier.map(|v| (v.stored_key, v.server_key)),
             gs2_header,
             client_first_bare,
             server_first: server_first.clone(),
@@ -180,29 +274,27 @@ impl Exchange {
                 "malformed proof in client-final-message".into(),
             ));
         }
-        let salted = self.salted_password.ok_or(ScramError::WrongPassword)?;
+        let (stored_key, server_key) = self.keys.ok_or(ScramError::WrongPassword)?;
         let auth_message = format!(
             "{},{},{}",
             self.client_first_bare, self.server_first, without_proof
         );
-        let client_key = hmac(&salted, b"Client Key");
-        let stored_key = sha256(&client_key);
         let client_signature = hmac(&stored_key, auth_message.as_bytes());
-        let recovered: Vec<u8> = proof
+        let client_key: Vec<u8> = proof
             .iter()
             .zip(client_signature.iter())
             .map(|(a, b)| a ^ b)
             .collect();
-        if !constant_time_eq(&sha256(&recovered), &stored_key) {
+        if !constant_time_eq(&sha256(&client_key), &stored_key) {
             return Err(ScramError::WrongPassword);
         }
-        let server_key = hmac(&salted, b"Server Key");
         let server_signature = hmac(&server_key, auth_message.as_bytes());
         Ok(format!("v={}", B64.encode(server_signature)))
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Equality whose time depends only on the lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -240,10 +332,54 @@ mod tests {
         )
     }
 
+    fn verifier(password: &str) -> Verifier {
+        Verifier::from_password(password, b"0123456789abcdef")
+    }
+
+    #[test]
+    fn verifier_round_trips_in_postgres_form() {
+        let v = verifier("secret");
+        let text = v.to_string();
+        assert!(text.starts_with("SCRAM-SHA-256$4096:"), "{text}");
+        assert!(!text.contains("secret"));
+        assert_eq!(Verifier::parse(&text).unwrap(), v);
+        for bad in [
+            "secret",
+            "SCRAM-SHA-256$4096:c2FsdA==",
+            "SCRAM-SHA-256$0:c2FsdA==$AAAA:AAAA",
+            "SCRAM-SHA-256$4096:c2FsdA==$AAAA:AAAA",
+            "md5abcdef",
+        ] {
+            assert!(Verifier::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    /// RFC 7677 §3's example exchange (user "user", password "pencil"),
+    /// checked from the verifier alone.
+    #[test]
+    fn rfc7677_example_verifies_from_the_verifier() {
+        let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let v = Verifier::from_password("pencil", &salt);
+        let nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        let ex = Exchange {
+            keys: Some((v.stored_key, v.server_key)),
+            gs2_header: "n,,".into(),
+            client_first_bare: "n=user,r=rOprNGfwEbeRWgbNEkqO".into(),
+            server_first: format!("r={nonce},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+            nonce: nonce.into(),
+        };
+        let client_final =
+            format!("c=biws,r={nonce},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=");
+        assert_eq!(
+            ex.finish(client_final.as_bytes()).unwrap(),
+            "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+        );
+    }
+
     #[test]
     fn right_password_verifies_both_ways() {
         let (ex, server_first) =
-            Exchange::start(b"n,,n=,r=abcDEF123", Some("secret"), &[7; 34]).unwrap();
+            Exchange::start(b"n,,n=,r=abcDEF123", Some(&verifier("secret")), &[7; 34]).unwrap();
         assert!(server_first.starts_with("r=abcDEF123"));
         let (final_msg, expected_server_final) =
             client_final(&server_first, "n=,r=abcDEF123", "secret");
@@ -255,7 +391,8 @@ mod tests {
 
     #[test]
     fn wrong_password_fails() {
-        let (ex, server_first) = Exchange::start(b"n,,n=,r=abc", Some("secret"), &[1; 34]).unwrap();
+        let (ex, server_first) =
+            Exchange::start(b"n,,n=,r=abc", Some(&verifier("secret")), &[1; 34]).unwrap();
         let (final_msg, _) = client_final(&server_first, "n=,r=abc", "nope");
         assert_eq!(
             ex.finish(final_msg.as_bytes()),
@@ -275,17 +412,21 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_errors() {
-        assert!(Exchange::start(b"", Some("x"), &[0; 34]).is_err());
-        assert!(Exchange::start(b"n,,r=abc", Some("x"), &[0; 34]).is_err());
+        assert!(Exchange::start(b"", Some(&verifier("x")), &[0; 34]).is_err());
+        assert!(Exchange::start(b"n,,r=abc", Some(&verifier("x")), &[0; 34]).is_err());
         assert!(matches!(
-            Exchange::start(b"p=tls-server-end-point,,n=,r=a", Some("x"), &[0; 34]),
+            Exchange::start(
+                b"p=tls-server-end-point,,n=,r=a",
+                Some(&verifier("x")),
+                &[0; 34]
+            ),
             Err(ScramError::Unsupported(_))
         ));
         assert!(matches!(
-            Exchange::start(b"n,a=bob,n=,r=a", Some("x"), &[0; 34]),
+            Exchange::start(b"n,a=bob,n=,r=a", Some(&verifier("x")), &[0; 34]),
             Err(ScramError::Unsupported(_))
         ));
-        let (ex, _) = Exchange::start(b"n,,n=,r=abc", Some("x"), &[0; 34]).unwrap();
+        let (ex, _) = Exchange::start(b"n,,n=,r=abc", Some(&verifier("x")), &[0; 34]).unwrap();
         assert!(ex.finish(b"c=biws,r=abc").is_err());
         assert!(ex.finish(b"c=biws,r=wrong,p=AAAA").is_err());
         assert!(ex.finish(b"\xff").is_err());

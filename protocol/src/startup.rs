@@ -34,7 +34,10 @@ pub struct ServerParams {
     pub backend_pid: i32,
     /// Secret key of BackendKeyData, checked against later CancelRequests.
     pub secret_key: i32,
-    /// SCRAM password for TCP connections; None: no TCP authentication can succeed.
+    /// SCRAM verifier for TCP connections, in PostgreSQL's stored form
+    /// `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>` (never
+    /// a plain password); None, or a text that does not parse: no TCP
+    /// authentication can succeed.
     pub password: Option<String>,
 }
 
@@ -345,7 +348,7 @@ fn authenticate<S: Read + Write>(
             send_error(stream, &e)?;
             Ok(false)
         }
-        Transport::Tcp => match scram_exchange(stream, params.password.as_deref())? {
+        Transport::Tcp => match scram_exchange(stream, stored_verifier(params).as_ref())? {
             Ok(()) => Ok(true),
             Err(ScramFailure::ClientGone) => Ok(false),
             Err(ScramFailure::Refused(e)) => {
@@ -426,6 +429,15 @@ fn parse_initial_response(body: &[u8]) -> Result<(String, Vec<u8>), ScramError> 
     Ok((mechanism, data))
 }
 
+/// The configured verifier, if it parses (the postmaster refuses to
+/// start with one that does not, so None here means "none configured").
+fn stored_verifier(params: &ServerParams) -> Option<scram::Verifier> {
+    params
+        .password
+        .as_deref()
+        .and_then(|t| scram::Verifier::parse(t).ok())
+}
+
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     let mut buf = [0u8; N];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
@@ -434,7 +446,7 @@ fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
 
 fn scram_exchange<S: Read + Write>(
     stream: &mut S,
-    password: Option<&str>,
+    verifier: Option<&scram::Verifier>,
 ) -> io::Result<Result<(), ScramFailure>> {
     let mut out = Out::new();
     out.authentication_sasl(&[scram::MECHANISM]);
@@ -454,7 +466,7 @@ fn scram_exchange<S: Read + Write>(
         return Ok(Err(ScramFailure::Refused(e)));
     }
     let (exchange, server_first) =
-        match Exchange::start(&client_first, password, &random_bytes::<34>()?) {
+        match Exchange::start(&client_first, verifier, &random_bytes::<34>()?) {
             Ok(x) => x,
             Err(e) => return Ok(Err(ScramFailure::Refused(e))),
         };
@@ -497,6 +509,15 @@ pub fn reject_with<S: Read + Write>(stream: &mut S, error: &SqlError) -> io::Res
         FirstPacket::Startup { .. } => send_error(stream, error),
         FirstPacket::Cancel { .. } | FirstPacket::Invalid => Ok(()),
     }
+}
+
+/// An ErrorResponse as bytes, for a refusal the postmaster writes itself
+/// (one non-blocking write, without reading the start-up packet) when it
+/// will not fork a child for the client.
+pub fn error_response_bytes(error: &SqlError) -> Vec<u8> {
+    let mut out = Out::new();
+    out.error_or_notice(error);
+    out.bytes().to_vec()
 }
 
 /// Sends an ErrorResponse on a connection whose start-up already finished

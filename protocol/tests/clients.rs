@@ -558,7 +558,7 @@ impl TcpServer {
     fn start(password: &str) -> TcpServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let password = password.to_string();
+        let password = protocol::verifier_for_password(password).unwrap();
         let shared = Arc::new(Shared::default());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {

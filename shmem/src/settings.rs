@@ -242,8 +242,8 @@ pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
     ),
     (
         "password",
-        "text ('' = TCP logins refused)",
-        "SCRAM-SHA-256 password for TCP connections",
+        "SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> ('' = TCP logins refused)",
+        "SCRAM verifier for TCP logins (plain text: init/start --pwfile FILE or WALSHM_PASSWORD)",
     ),
 ];
 
@@ -253,6 +253,22 @@ fn valid_names() -> String {
         .map(|(n, _, _)| *n)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The `password` setting holds only a SCRAM verifier (its full syntax is
+/// checked by the protocol crate when the server starts). A plain password
+/// is refused without echoing it: on a command line it would be readable
+/// in /proc/PID/cmdline by every local user.
+fn password_verifier(value: &str) -> Result<Text<192>, SettingError> {
+    let verifier_like = value.is_empty()
+        || (value.starts_with("SCRAM-SHA-256$") && !value.contains(char::is_whitespace));
+    if !verifier_like {
+        return Err(SettingError(
+            "password must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>), never a plain password: give the plain password with --pwfile FILE (mode 0600) or the WALSHM_PASSWORD environment variable".into(),
+        ));
+    }
+    Text::new(value)
+        .ok_or_else(|| SettingError("password: verifier too long (at most 191 bytes)".into()))
 }
 
 fn bad_value(name: &str, value: &str) -> SettingError {
@@ -379,7 +395,7 @@ impl Settings {
                 }
                 self.listen_addresses = Text::new(value).ok_or_else(bad)?;
             }
-            "password" => self.password = Text::new(value).ok_or_else(bad)?,
+            "password" => self.password = password_verifier(value)?,
             "client_poll" => {
                 let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
                 let us = match unit.as_str() {
@@ -503,7 +519,10 @@ mod tests {
             lwlock_queue: WaitQueue::Legacy,
             wal_buffers: 64,
             port: 6543,
-            password: Text::new("s3cret").unwrap(),
+            password: Text::new(
+                "SCRAM-SHA-256$4096:c2FsdHNhbHRzYWx0c2FsdA==$qGvNmFBTzLyyEhsDt0wYnVzJYvxQbiAW1N3SOqS6xAo=:V2dNqBZKhBBiIsG0Q5DdfzkLm8AeFAcPbRjEmQEIHtw=",
+            )
+            .unwrap(),
             listen_addresses: Text::new("localhost").unwrap(),
             client_poll_us: 250,
             authentication_timeout_s: 5,
@@ -555,5 +574,20 @@ mod tests {
             .0;
         assert!(e.starts_with("walshm.conf:3:"), "{e}");
         assert!(!s.fsync);
+    }
+
+    #[test]
+    fn password_takes_only_a_verifier() {
+        let mut s = Settings::default();
+        let e = s.set("password", "hunter2").unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "the error echoes the password: {e}");
+        assert!(
+            e.contains("--pwfile") && e.contains("WALSHM_PASSWORD"),
+            "{e}"
+        );
+        assert!(s
+            .set_assignment("password=SCRAM-SHA-256$4096:c2FsdA==$a:b")
+            .is_ok());
+        assert!(s.set("password", "").is_ok());
     }
 }
