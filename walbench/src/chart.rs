@@ -58,7 +58,7 @@ pub fn write(p: &Path, svg: &str) -> Result<(), String> {
     } else {
         svg.as_bytes().to_vec()
     };
-    crate::write_file(p, &bytes)
+    crate::report::write_file(p, &bytes)
 }
 
 /// A family for the charts' `sans-serif` among the installed fonts

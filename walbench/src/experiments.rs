@@ -8,12 +8,8 @@
 //! /dev/shm runs did; the txid experiments keep the default fsync=on (txid
 //! commits do not wait for their flush).
 
-/// A setting of the algorithm under test.
-pub struct Variant {
-    pub name: &'static str,
-    pub sets: &'static [&'static str],
-    pub what: &'static str,
-}
+use crate::variants::{self, Knob, Variant};
+use shmem::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
 
 /// How many records make one of the seed's transactions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,14 +53,20 @@ pub struct Experiment {
     pub grid: &'static [u32],
     pub variants: &'static [Variant],
     /// Settings every variant runs with.
-    pub base_sets: &'static [&'static str],
+    pub base: &'static [Knob],
     /// Put the data directory on a RAM disk when there is one.
     pub ram_disk: bool,
     /// How to read the table.
     pub note: &'static str,
 }
 
-const FSYNC_OFF: &[&str] = &["fsync=off"];
+/// The seeds' RAM-disk runs.
+pub const FSYNC_OFF: Knob = Knob::Fsync(false);
+
+/// A variant of an experiment.
+const fn v(name: &'static str, knobs: &'static [Knob], what: &'static str) -> Variant {
+    Variant::new(name, knobs, what)
+}
 
 pub const EXPERIMENTS: &[Experiment] = &[
     Experiment {
@@ -74,10 +76,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Emit { sizes: &[16, 64, 256, 1024], per_tx: PerTx::One },
         grid: &[4, 16, 64, 256, 512, 1024, 2048, 4096],
         variants: &[
-            Variant { name: "atomic", sets: &["inserting_at=atomic"], what: "patch: pg_atomic_uint64 insertingAt" },
-            Variant { name: "waitlist", sets: &["inserting_at=waitlist"], what: "head: insertingAt under LWLockWaitListLock" },
+            v("atomic", &[Knob::InsertingAt(VarAccess::Atomic)], "patch: pg_atomic_uint64 insertingAt"),
+            v("waitlist", &[Knob::InsertingAt(VarAccess::WaitListLock)], "head: insertingAt under LWLockWaitListLock"),
         ],
-        base_sets: FSYNC_OFF,
+        base: &[FSYNC_OFF],
         ram_disk: true,
         note: "pg_logical_emit_message(false, ...) per transaction; columns are message sizes in bytes",
     },
@@ -88,12 +90,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Emit { sizes: &[20, 100, 8000], per_tx: PerTx::Bytes(100_000) },
         grid: &[1, 2, 4, 8, 16, 32, 64],
         variants: &[
-            Variant { name: "padded-8", sets: &["insert_lock_layout=padded", "wal_insert_locks=8"], what: "8 locks, one cache line each" },
-            Variant { name: "packed-8", sets: &["insert_lock_layout=packed", "wal_insert_locks=8"], what: "8 locks sharing cache lines" },
-            Variant { name: "padded-1", sets: &["insert_lock_layout=padded", "wal_insert_locks=1"], what: "one insertion lock (9.3-like)" },
-            Variant { name: "padded-128", sets: &["insert_lock_layout=padded", "wal_insert_locks=128"], what: "128 insertion locks" },
+            v("padded-8", &[Knob::InsertLockLayout(LockLayout::Padded), Knob::WalInsertLocks(8)], "8 locks, one cache line each"),
+            v("packed-8", &[Knob::InsertLockLayout(LockLayout::Packed), Knob::WalInsertLocks(8)], "8 locks sharing cache lines"),
+            v("padded-1", &[Knob::InsertLockLayout(LockLayout::Padded), Knob::WalInsertLocks(1)], "one insertion lock (9.3-like)"),
+            v("padded-128", &[Knob::InsertLockLayout(LockLayout::Padded), Knob::WalInsertLocks(128)], "128 insertion locks"),
         ],
-        base_sets: FSYNC_OFF,
+        base: &[FSYNC_OFF],
         ram_disk: true,
         note: "each transaction is about 100 kB of WAL: emit-batch:SIZE:ceil(100000 / SIZE)",
     },
@@ -104,10 +106,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Txid,
         grid: &[1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768, 1024, 2048, 4096],
         variants: &[
-            Variant { name: "modern", sets: &["lwlock_queue=modern"], what: "patched: waiters dequeued by the waker" },
-            Variant { name: "legacy", sets: &["lwlock_queue=legacy"], what: "head: waiters scan the queue to dequeue" },
+            v("modern", &[Knob::LwlockQueue(WaitQueue::Modern)], "patched: waiters dequeued by the waker"),
+            v("legacy", &[Knob::LwlockQueue(WaitQueue::Legacy)], "head: waiters scan the queue to dequeue"),
         ],
-        base_sets: &[],
+        base: &[],
         ram_disk: false,
         note: "txid: snapshot, XID, commit record (no flush wait), XID clear",
     },
@@ -118,11 +120,11 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Emit { sizes: &[16], per_tx: PerTx::Records(10_000) },
         grid: &[1, 2, 4, 8, 16],
         variants: &[
-            Variant { name: "parallel", sets: &["wal_insertion=parallel", "wal_preinit=on"], what: "reserve under a spinlock, copy in parallel, pre-init on" },
-            Variant { name: "single", sets: &["wal_insertion=single", "wal_preinit=on"], what: "one lock for reservation and copy" },
-            Variant { name: "parallel-no-preinit", sets: &["wal_insertion=parallel", "wal_preinit=off"], what: "parallel, backends initialize pages" },
+            v("parallel", &[Knob::WalInsertion(Insertion::Parallel), Knob::WalPreinit(true)], "reserve under a spinlock, copy in parallel, pre-init on"),
+            v("single", &[Knob::WalInsertion(Insertion::Single), Knob::WalPreinit(true)], "one lock for reservation and copy"),
+            v("parallel-no-preinit", &[Knob::WalInsertion(Insertion::Parallel), Knob::WalPreinit(false)], "parallel, backends initialize pages"),
         ],
-        base_sets: FSYNC_OFF,
+        base: &[FSYNC_OFF],
         ram_disk: true,
         note: "a transaction is 10,000 small records (INSERT ... generate_series(1, 10000)): emit-batch:16:10000",
     },
@@ -133,10 +135,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Txid,
         grid: &[1, 2, 4, 8, 16, 32, 64, 128, 256],
         variants: &[
-            Variant { name: "group", sets: &["xid_clear=group"], what: "one leader clears a group's XIDs" },
-            Variant { name: "exclusive", sets: &["xid_clear=exclusive"], what: "each backend takes ProcArrayLock exclusively" },
+            v("group", &[Knob::XidClear(XidClear::Group)], "one leader clears a group's XIDs"),
+            v("exclusive", &[Knob::XidClear(XidClear::Exclusive)], "each backend takes ProcArrayLock exclusively"),
         ],
-        base_sets: &[],
+        base: &[],
         ram_disk: false,
         note: "txid: snapshot, XID, commit record (no flush wait), XID clear",
     },
@@ -147,10 +149,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         kind: Kind::Emit { sizes: &[16, 256], per_tx: PerTx::One },
         grid: &[1, 2, 4, 8, 16, 32, 64, 128, 256],
         variants: &[
-            Variant { name: "atomic", sets: &["wal_reservation=atomic"], what: "CAS on the insert position" },
-            Variant { name: "spinlock", sets: &["wal_reservation=spinlock"], what: "insertpos_lck as in PostgreSQL" },
+            v("atomic", &[Knob::WalReservation(Reservation::Atomic)], "fetch-add on the insert position"),
+            v("spinlock", &[Knob::WalReservation(Reservation::Spinlock)], "insertpos_lck as in PostgreSQL"),
         ],
-        base_sets: FSYNC_OFF,
+        base: &[FSYNC_OFF],
         ram_disk: true,
         note: "pg_logical_emit_message(false, ...) per transaction; columns are message sizes in bytes",
     },
@@ -174,6 +176,21 @@ pub fn client_cap(cores: usize) -> u32 {
 }
 
 impl Experiment {
+    /// The variant of this experiment called `name`.
+    pub fn variant(&self, name: &str) -> Option<&'static Variant> {
+        variants::find(self.variants, name)
+    }
+
+    /// The new and the old algorithm (the ratio row is new / old).
+    pub fn new_and_old(&self) -> (&'static Variant, &'static Variant) {
+        (&self.variants[0], &self.variants[1])
+    }
+
+    /// The `--set` assignments every variant runs with.
+    pub fn base_assignments(&self) -> Vec<String> {
+        variants::assignments(self.base).collect()
+    }
+
     /// The seed's grid capped for a machine with `cores` cores.
     pub fn default_clients(&self, cores: usize) -> Vec<u32> {
         let cap = client_cap(cores);
@@ -232,12 +249,12 @@ mod tests {
             assert!(e.variants.len() >= 2, "{}", e.name);
             assert!(!e.grid.is_empty());
             let mut s = shmem::Settings::default();
-            for a in e
-                .base_sets
-                .iter()
-                .chain(e.variants.iter().flat_map(|v| v.sets.iter()))
-            {
-                s.set_assignment(a).unwrap();
+            for a in e.base_assignments().into_iter().chain(
+                e.variants
+                    .iter()
+                    .flat_map(|v| variants::assignments(v.knobs)),
+            ) {
+                s.set_assignment(&a).unwrap();
             }
             assert!(e.default_clients(2).iter().all(|&c| c <= 256));
         }

@@ -14,16 +14,19 @@ pub struct Machine {
     pub data_fs: String,
 }
 
+/// The first line of `/proc` file `path` that starts with `key`.
+fn proc_line(path: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))
+        .map(str::to_string)
+}
+
 /// The first `model name` of /proc/cpuinfo (or "unknown").
 pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
+    proc_line("/proc/cpuinfo", "model name")
+        .and_then(|l| l.split_once(':').map(|(_, v)| v.trim().to_string()))
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -35,14 +38,8 @@ pub fn cores() -> usize {
 
 /// MemTotal in MB (0 when unknown).
 pub fn mem_total_mb() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
+    proc_line("/proc/meminfo", "MemTotal:")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |kb| kb / 1024)
 }
 

@@ -28,24 +28,23 @@ impl TreeSample {
     }
 }
 
-fn page_size() -> u64 {
+/// `sysconf(name)`, or `default` where the system does not say.
+fn sysconf_or(name: libc::c_int, default: i64) -> i64 {
     // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let n = unsafe { libc::sysconf(name) };
     if n > 0 {
-        n as u64
+        n
     } else {
-        4096
+        default
     }
 }
 
+fn page_size() -> u64 {
+    sysconf_or(libc::_SC_PAGESIZE, 4096) as u64
+}
+
 fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as f64
-    } else {
-        100.0
-    }
+    sysconf_or(libc::_SC_CLK_TCK, 100) as f64
 }
 
 /// Parses `/proc/PID/stat`: (pgrp, utime + stime).

@@ -356,11 +356,9 @@ fn atomic_insertingat_and_its_wal() {
 
 #[test]
 fn insert_locks_tiny() {
-    if postmaster().is_none() {
+    let Some(j) = tiny_scratch("001", "insert-locks", Some("8000")) else {
         return;
-    }
-    let d = Scratch::new("001");
-    let j = tiny("insert-locks", Some("8000"), "", &d.0);
+    };
     let Some(J::Arr(runs)) = j.get("runs") else {
         panic!()
     };
@@ -383,22 +381,24 @@ fn insert_locks_tiny() {
     }
 }
 
+/// `tiny` in a scratch directory of its own; None when there is no
+/// postmaster to run.
+fn tiny_scratch(tag: &str, name: &str, size: Option<&str>) -> Option<J> {
+    postmaster()?;
+    let d = Scratch::new(tag);
+    Some(tiny(name, size, "", &d.0))
+}
+
 #[test]
 fn lwlock_queue_tiny() {
-    if postmaster().is_none() {
-        return;
-    }
-    let d = Scratch::new("002");
-    tiny("lwlock-queue", None, "", &d.0);
+    tiny_scratch("002", "lwlock-queue", None);
 }
 
 #[test]
 fn parallel_insert_tiny() {
-    if postmaster().is_none() {
+    let Some(j) = tiny_scratch("003", "parallel-insert", Some("16")) else {
         return;
-    }
-    let d = Scratch::new("003");
-    let j = tiny("parallel-insert", Some("16"), "", &d.0);
+    };
     let Some(J::Arr(runs)) = j.get("runs") else {
         panic!()
     };
@@ -409,20 +409,12 @@ fn parallel_insert_tiny() {
 
 #[test]
 fn group_xid_clear_tiny() {
-    if postmaster().is_none() {
-        return;
-    }
-    let d = Scratch::new("004");
-    tiny("group-xid-clear", None, "", &d.0);
+    tiny_scratch("004", "group-xid-clear", None);
 }
 
 #[test]
 fn lockfree_reserve_tiny() {
-    if postmaster().is_none() {
-        return;
-    }
-    let d = Scratch::new("lf");
-    tiny("lockfree-reserve", Some("16"), "", &d.0);
+    tiny_scratch("lf", "lockfree-reserve", Some("16"));
 }
 
 #[test]
