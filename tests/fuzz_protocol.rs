@@ -211,7 +211,7 @@ fn message(rng: &mut Rng) -> Vec<u8> {
     let m = match rng.below(12) {
         0..=3 => msg(b'Q', &cstr(&text)),
         4 => {
-            let mut b = cstr(*rng.pick(&["", "s1"]));
+            let mut b = cstr(rng.pick(&["", "s1"]));
             b.extend(cstr(&text));
             let n = *rng.pick(&[0i16, 1, 2, -1, i16::MAX]);
             b.extend(n.to_be_bytes());
@@ -222,22 +222,22 @@ fn message(rng: &mut Rng) -> Vec<u8> {
         }
         5 => {
             let mut b = cstr("");
-            b.extend(cstr(*rng.pick(&["", "s1"])));
+            b.extend(cstr(rng.pick(&["", "s1"])));
             let n = rng.below(24) as usize;
             b.extend(rng.bytes(n));
             msg(b'B', &b)
         }
         6 => {
-            let mut b = vec![*rng.pick(&[b'S', b'P', b'x'])];
-            b.extend(cstr(*rng.pick(&["", "s1", "nope"])));
-            msg(*rng.pick(&[b'D', b'C']), &b)
+            let mut b = vec![*rng.pick(b"SPx")];
+            b.extend(cstr(rng.pick(&["", "s1", "nope"])));
+            msg(*rng.pick(b"DC"), &b)
         }
         7 => {
             let mut b = cstr("");
             b.extend((*rng.pick(&[0i32, 1, -1, i32::MAX])).to_be_bytes());
             msg(b'E', &b)
         }
-        8 => msg(*rng.pick(&[b'S', b'H', b'X', b'd', b'c', b'f', b'p']), &[]),
+        8 => msg(*rng.pick(b"SHXdcfp"), &[]),
         9 => {
             let n = rng.below(40) as usize;
             msg(rng.next() as u8, &rng.bytes(n))
