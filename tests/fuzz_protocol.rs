@@ -205,13 +205,17 @@ fn sql(rng: &mut Rng) -> String {
     }
 }
 
+/// Statement and portal names: unnamed, named, never created.
+const NAMES: [&str; 3] = ["", "s1", "nope"];
+
 /// One frontend message, valid in shape or mutated.
 fn message(rng: &mut Rng) -> Vec<u8> {
     let text = sql(rng);
     let m = match rng.below(12) {
         0..=3 => msg(b'Q', &cstr(&text)),
         4 => {
-            let mut b = cstr(rng.pick(&["", "s1"]));
+            let name = NAMES[rng.below(2) as usize];
+            let mut b = cstr(name);
             b.extend(cstr(&text));
             let n = *rng.pick(&[0i16, 1, 2, -1, i16::MAX]);
             b.extend(n.to_be_bytes());
@@ -222,14 +226,16 @@ fn message(rng: &mut Rng) -> Vec<u8> {
         }
         5 => {
             let mut b = cstr("");
-            b.extend(cstr(rng.pick(&["", "s1"])));
+            let name = NAMES[rng.below(2) as usize];
+            b.extend(cstr(name));
             let n = rng.below(24) as usize;
             b.extend(rng.bytes(n));
             msg(b'B', &b)
         }
         6 => {
             let mut b = vec![*rng.pick(b"SPx")];
-            b.extend(cstr(rng.pick(&["", "s1", "nope"])));
+            let name = NAMES[rng.below(3) as usize];
+            b.extend(cstr(name));
             msg(*rng.pick(b"DC"), &b)
         }
         7 => {
