@@ -7,10 +7,13 @@
 //! atomic loads) for its reports.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod admission;
+mod children;
 pub mod cli;
 pub mod datadir;
 pub mod listen;
 pub mod password;
+mod report;
 pub mod supervisor;
 pub mod waldump;
 
@@ -52,4 +55,15 @@ fn report(r: Result<(), String>) -> i32 {
             1
         }
     }
+}
+
+/// A log line on stderr. Output errors (a closed pipe) are ignored: the
+/// postmaster must keep supervising whatever happens to its terminal.
+pub(crate) fn log(level: &str, msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "postmaster[{}] {level}:  {msg}",
+        std::process::id()
+    );
 }
