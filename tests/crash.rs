@@ -139,7 +139,7 @@ fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64, wor
         );
     }
     assert!(
-        o.stdout.contains(&format!("{kills} crash restart(s)")),
+        parse_summary(&o.stdout).crash_restarts == kills as u64,
         "{}",
         o.stdout
     );
@@ -688,7 +688,7 @@ fn failpoint_run(tag: &str, spec: &str, settings: &[&str]) {
     );
     assert!(o.stderr.contains("PANIC"), "{spec}: no PANIC\n{}", o.stderr);
     assert!(
-        o.stdout.contains("1 crash restart(s)"),
+        parse_summary(&o.stdout).crash_restarts == 1,
         "{spec}: no crash restart\n{}",
         o.describe()
     );
@@ -798,7 +798,7 @@ fn failpoint_wal_create_enospc() {
         o.stderr
     );
     let warned = o.stderr.contains("could not create WAL segment");
-    let panicked = o.stderr.contains("PANIC") && o.stdout.contains("1 crash restart(s)");
+    let panicked = o.stderr.contains("PANIC") && parse_summary(&o.stdout).crash_restarts == 1;
     assert!(
         warned || panicked,
         "neither a preallocation warning nor a PANIC and restart\n{}",

@@ -5,12 +5,22 @@
 //! anything in shared memory: a crashed child may leave those in any state.
 //! It only creates the segment before forking, and reads counters (plain
 //! atomic loads) for its reports.
+//!
+//! Where things live: `supervisor` (the state machine: signals, reaping,
+//! crash restart, shutdown order), `children` (kinds of children, the
+//! fork, the server processes' bodies), `admission` (whether a client gets
+//! a backend, refusals, caps), `report` (the workload summary, English and
+//! JSON, and the checks that set the exit code), `listen` (sockets),
+//! `datadir` (init, pid file, settings file), `cli`, `password`, `waldump`.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod admission;
+mod children;
 pub mod cli;
 pub mod datadir;
 pub mod listen;
 pub mod password;
+mod report;
 pub mod supervisor;
 pub mod waldump;
 
@@ -52,4 +62,15 @@ fn report(r: Result<(), String>) -> i32 {
             1
         }
     }
+}
+
+/// A log line on stderr. Output errors (a closed pipe) are ignored: the
+/// postmaster must keep supervising whatever happens to its terminal.
+pub(crate) fn log(level: &str, msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "postmaster[{}] {level}:  {msg}",
+        std::process::id()
+    );
 }

@@ -18,32 +18,23 @@
 //! before backends start again. The postmaster itself never takes a lock in
 //! shared memory; it only reads counters.
 //!
-//! Admission of clients (what a hostile client can make the postmaster do):
-//! - a connection child has `authentication_timeout` for its whole start-up
-//!   and authentication exchange, then exits with EXIT_FATAL (not a crash);
-//!   rejecter children run under the same deadline;
-//! - authenticated sessions (connection children holding a backend proc
-//!   slot: `Shmem::sessions`, an atomic read) count against
-//!   `max_connections`; the others are counted apart and capped at
-//!   [`unauthenticated_cap`], so clients that never authenticate cannot make
-//!   a normal login fail with 53300;
-//! - a refusal forks a rejecter only while fewer than [`MAX_REJECTERS`]
-//!   live; beyond that the postmaster writes the pre-encoded FATAL itself
-//!   (one non-blocking send) and closes the socket: refusals cost no
-//!   unbounded forks;
-//! - right after `fork` every child closes the descriptors it does not own
-//!   (listening sockets, self-pipe, the other clients of the same accept
-//!   batch), keeping only 0, 1, 2 and its own client socket.
+//! This module only supervises. Elsewhere: the kinds of children, the fork
+//! and the server processes' bodies (`children`); whether a client gets a
+//! backend (`admission`); the workload summary and its checks (`report`,
+//! which reads each generation's counters before its segment goes).
 
+use crate::admission::{self, Phase, Verdict};
+use crate::children::{self, ChildExit, ClientChild, Kind, ServerChild};
 use crate::cli::StartOptions;
 use crate::datadir::{self, PidFile};
+use crate::log;
+use crate::report::{Report, RunFacts};
 use backend::control::ControlFile;
-use backend::process::{become_child, EXIT_FATAL, EXIT_QUIT};
 use backend::workload::Workload;
-use shmem::segment::{segment_name_for, unlink_segment, AuxProc};
+use shmem::segment::{segment_name_for, unlink_segment};
 use shmem::sync::Ordering;
 use shmem::{Settings, Shmem};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::time::{Duration, Instant};
 
@@ -51,21 +42,6 @@ const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
 const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
 const MAX_STARTUP_FAILURES: u32 = 3;
-/// Live rejecter children at most; beyond, the postmaster refuses itself.
-const MAX_REJECTERS: usize = 8;
-
-/// Connection children that have not authenticated yet, at most.
-fn unauthenticated_cap(max_connections: u32) -> usize {
-    2 * max_connections as usize + 16
-}
-
-/// A report line on stdout (errors ignored, as for `log`).
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
 
 static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
 static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
@@ -86,32 +62,6 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Startup,
-    Walwriter,
-    Checkpointer,
-    /// Worker backend number `i` (also its proc number).
-    Backend(u32),
-    /// A client connection's backend.
-    Connection,
-    /// A short-lived child that sends a client a FATAL error and exits.
-    Rejecter,
-}
-
-impl Kind {
-    fn describe(self) -> String {
-        match self {
-            Kind::Startup => "startup process".into(),
-            Kind::Walwriter => "walwriter".into(),
-            Kind::Checkpointer => "checkpointer".into(),
-            Kind::Backend(i) => format!("backend {i}"),
-            Kind::Connection => "connection backend".into(),
-            Kind::Rejecter => "connection rejecter".into(),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Startup,
     Run,
@@ -124,17 +74,6 @@ enum State {
 struct Child {
     pid: i32,
     kind: Kind,
-}
-
-/// Counters of one worker, summed over generations.
-#[derive(Clone, Copy, Default)]
-struct WorkerTotals {
-    records: u64,
-    bytes: u64,
-    transactions: u64,
-    lock_acquires: u64,
-    snapshot_violations: u64,
-    sync_commits: u64,
 }
 
 struct Postmaster {
@@ -156,25 +95,12 @@ struct Postmaster {
     crash_deadline: Option<Instant>,
     startup_failures: u32,
     crashes: u32,
-    totals: Vec<WorkerTotals>,
-    lwlock_mismatch: Option<String>,
-    wal_syncs: u64,
+    report: Report,
     exit_code_override: Option<i32>,
     listeners: Option<crate::listen::Listeners>,
     wake_rd: i32,
     started: Instant,
     run_started: Option<Instant>,
-}
-
-/// A log line on stderr. Output errors (a closed pipe) are ignored: the
-/// postmaster must keep supervising whatever happens to its terminal.
-fn log(level: &str, msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "postmaster[{}] {level}:  {msg}",
-        std::process::id()
-    );
 }
 
 /// Runs the server until shutdown; returns the exit code.
@@ -199,32 +125,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
         );
     }
     let wake_rd = install_signal_handlers()?;
-    let mut pm = Postmaster {
-        datadir,
-        settings,
-        control,
-        workers: opts.workers,
-        workload: opts.workload,
-        ack: opts.ack,
-        discard_damaged_wal: opts.discard_damaged_wal,
-        segment,
-        shm: None,
-        generation: 0,
-        children: Vec::new(),
-        state: State::Startup,
-        shutting_down: false,
-        crash_deadline: None,
-        startup_failures: 0,
-        crashes: 0,
-        totals: vec![WorkerTotals::default(); opts.workers as usize],
-        lwlock_mismatch: None,
-        wal_syncs: 0,
-        exit_code_override: None,
-        listeners: None,
-        wake_rd,
-        started: Instant::now(),
-        run_started: None,
-    };
+    let mut pm = Postmaster::new(opts, datadir, settings, control, segment, wake_rd);
     let code = pm.run();
     pm.release_segment(false);
     Ok(code)
@@ -248,6 +149,40 @@ fn install_signal_handlers() -> Result<i32, String> {
 }
 
 impl Postmaster {
+    fn new(
+        opts: StartOptions,
+        datadir: PathBuf,
+        settings: Settings,
+        control: ControlFile,
+        segment: String,
+        wake_rd: i32,
+    ) -> Postmaster {
+        Postmaster {
+            datadir,
+            settings,
+            control,
+            workers: opts.workers,
+            workload: opts.workload,
+            ack: opts.ack,
+            discard_damaged_wal: opts.discard_damaged_wal,
+            segment,
+            shm: None,
+            generation: 0,
+            children: Vec::new(),
+            state: State::Startup,
+            shutting_down: false,
+            crash_deadline: None,
+            startup_failures: 0,
+            crashes: 0,
+            report: Report::new(opts.workload, opts.workers),
+            exit_code_override: None,
+            listeners: None,
+            wake_rd,
+            started: Instant::now(),
+            run_started: None,
+        }
+    }
+
     fn run(&mut self) -> i32 {
         log(
             "LOG",
@@ -260,28 +195,42 @@ impl Postmaster {
                     .unwrap_or_default()
             ),
         );
-        if let Err(e) = self.create_segment() {
+        if let Err(e) = self.create_segment().and_then(|()| self.open_listeners()) {
             log("FATAL", &e);
             return 1;
         }
+        self.fork_server_child(ServerChild::Startup);
+        loop {
+            self.wait_for_event(Duration::from_millis(500));
+            self.accept_connections();
+            self.handle_shutdown_signals();
+            self.reap_children();
+            if let Some(code) = self.advance_state() {
+                return code;
+            }
+        }
+    }
+
+    /// Opens the client sockets. Without an explicit socket setting, a data
+    /// directory whose path is too long for a socket name still runs
+    /// workloads (with a warning).
+    fn open_listeners(&mut self) -> Result<(), String> {
         match crate::listen::Listeners::open(&self.datadir, &self.settings) {
             Ok(l) => {
+                let tcp = match l.tcp {
+                    Some(_) => format!(" and on 127.0.0.1 port {}", self.settings.port),
+                    None => String::new(),
+                };
                 log(
                     "LOG",
                     &format!(
-                        "listening on Unix socket \"{}\"{}",
-                        l.unix_path.display(),
-                        if l.tcp.is_some() {
-                            format!(" and on 127.0.0.1 port {}", self.settings.port)
-                        } else {
-                            String::new()
-                        }
+                        "listening on Unix socket \"{}\"{tcp}",
+                        l.unix_path.display()
                     ),
                 );
                 self.listeners = Some(l);
+                Ok(())
             }
-            // Without an explicit socket setting, a data directory whose
-            // path is too long for a socket name must still run workloads.
             Err(e)
                 if self.settings.unix_socket_directories.as_str().is_empty()
                     && self.settings.listen_addresses.as_str().is_empty() =>
@@ -290,30 +239,24 @@ impl Postmaster {
                     "WARNING",
                     &format!("{e}; clients cannot connect (set unix_socket_directories)"),
                 );
+                Ok(())
             }
-            Err(e) => {
-                log("FATAL", &e);
-                return 1;
-            }
+            Err(e) => Err(e),
         }
-        self.fork_child(Kind::Startup);
-        loop {
-            self.wait_for_event(Duration::from_millis(500));
-            self.accept_connections();
-            if GOT_SIGQUIT.swap(false, Ordering::Relaxed) {
-                log("LOG", "received immediate shutdown request");
-                self.shutting_down = true;
-                self.signal_all(libc::SIGQUIT);
-                self.enter_crash_wait();
-            }
-            if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
-                log("LOG", "received fast shutdown request");
-                self.begin_fast_shutdown();
-            }
-            self.reap_children();
-            if let Some(code) = self.advance_state() {
-                return code;
-            }
+    }
+
+    /// SIGQUIT: immediate shutdown (as after a crash, without restart);
+    /// SIGTERM or SIGINT: fast shutdown.
+    fn handle_shutdown_signals(&mut self) {
+        if GOT_SIGQUIT.swap(false, Ordering::Relaxed) {
+            log("LOG", "received immediate shutdown request");
+            self.shutting_down = true;
+            self.signal_all(libc::SIGQUIT);
+            self.enter_crash_wait();
+        }
+        if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
+            log("LOG", "received fast shutdown request");
+            self.begin_fast_shutdown();
         }
     }
 
@@ -338,69 +281,16 @@ impl Postmaster {
         Ok(())
     }
 
-    /// Adds this generation's counters to the totals, then removes the
+    /// Hands this generation's counters to the report, then removes the
     /// segment. `clean`: the generation ended in a fast shutdown (not a
-    /// crash), so the lwlock workload's invariant must hold exactly.
+    /// crash).
     fn release_segment(&mut self, clean: bool) {
         if let Some(shm) = self.shm.take() {
-            for (i, t) in self.totals.iter_mut().enumerate() {
-                let c = &shm.procs()[i].counters;
-                t.records += c.records.load(Ordering::Relaxed);
-                t.bytes += c.bytes.load(Ordering::Relaxed);
-                t.transactions += c.transactions.load(Ordering::Relaxed);
-                t.lock_acquires += c.lock_acquires.load(Ordering::Relaxed);
-                t.snapshot_violations += c.snapshot_violations.load(Ordering::Relaxed);
-                t.sync_commits += c.sync_commits.load(Ordering::Relaxed);
-            }
-            self.wal_syncs += shm.xlog().write.syncs.load(Ordering::Relaxed);
-            if self.workload == Some(Workload::Lwlock) {
-                if clean {
-                    self.check_lwlock_area(&shm);
-                } else {
-                    // Torn reads would still prove a broken lock; the
-                    // counts cannot be compared after a SIGKILL.
-                    let torn = shm.lock_test_area().torn_reads.load(Ordering::Relaxed);
-                    say!(
-                        "lwlock crash generation {}: torn reads {torn}; count check skipped (a killed holder may have updated the data without counting it)",
-                        self.generation
-                    );
-                    if torn > 0 {
-                        self.lwlock_mismatch = Some(format!(
-                            "{torn} torn reads in generation {}",
-                            self.generation
-                        ));
-                    }
-                }
-            }
+            self.report.collect_generation(&shm, self.generation, clean);
             drop(shm);
             if let Err(e) = unlink_segment(&self.segment) {
                 log("WARNING", &e.to_string());
             }
-        }
-    }
-
-    /// The `lwlock` workload's invariant, per generation.
-    fn check_lwlock_area(&mut self, shm: &Shmem) {
-        let area = shm.lock_test_area();
-        let counter = area.counter_value();
-        let torn = area.torn_reads.load(Ordering::Relaxed);
-        let exclusive: u64 = (0..self.workers as usize)
-            .map(|i| {
-                shm.procs()[i]
-                    .counters
-                    .lock_acquires
-                    .load(Ordering::Relaxed)
-            })
-            .sum();
-        let line = format!(
-            "lwlock check (generation {}): protected counter {counter}, exclusive acquisitions {exclusive}, torn reads {torn}",
-            self.generation
-        );
-        if counter == exclusive && torn == 0 {
-            say!("{line}: OK");
-        } else {
-            say!("{line}: MISMATCH");
-            self.lwlock_mismatch = Some(line);
         }
     }
 
@@ -437,9 +327,9 @@ impl Postmaster {
         {}
     }
 
-    /// Forks a child of `kind` that runs `body` and exits with its code;
-    /// the parent records the child. The child keeps no inherited
-    /// descriptor but 0, 1, 2 and `own_fd` (its client socket).
+    /// Forks a child of `kind` that runs `body` (see `children` for the
+    /// fork rules); the parent records the child. The child keeps no
+    /// inherited descriptor but 0, 1, 2 and `own_fd` (its client socket).
     fn spawn(
         &mut self,
         kind: Kind,
@@ -448,40 +338,37 @@ impl Postmaster {
     ) {
         let Some(shm) = self.shm.as_ref() else { return };
         let postmaster_pid = std::process::id() as i32;
-        // Signals stay blocked across fork until the child has installed its
-        // own handlers (become_child unblocks them): a SIGTERM arriving in
-        // between would otherwise run the postmaster's handler in the child
-        // and be lost.
-        let saved = block_all_signals();
-        // SAFETY: the postmaster is single-threaded, so the child gets a
-        // consistent copy of its memory; the child only runs `body` and
-        // leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        if pid != 0 {
-            restore_signal_mask(&saved);
+        match children::fork_process(own_fd, || body(self, shm, postmaster_pid)) {
+            Ok(pid) => self.children.push(Child { pid, kind }),
+            Err(e) => log("LOG", &format!("could not fork {}: {e}", kind.describe())),
         }
-        if pid < 0 {
-            let e = std::io::Error::last_os_error();
-            log("LOG", &format!("could not fork {}: {e}", kind.describe()));
-            return;
-        }
-        if pid == 0 {
-            backend::process::close_inherited_fds(own_fd);
-            let code = body(self, shm, postmaster_pid);
-            // SAFETY: leaving the child without running the parent's
-            // destructors (which would unmap or unlink shared state and
-            // remove the listening sockets).
-            unsafe { libc::_exit(code) };
-        }
-        self.children.push(Child { pid, kind });
     }
 
-    fn fork_child(&mut self, kind: Kind) {
-        self.spawn(kind, None, |pm, shm, pm_pid| {
-            let startup = backend::startup::StartupOptions {
-                discard_damaged_wal: pm.discard_damaged_wal,
+    fn fork_server_child(&mut self, child: ServerChild) {
+        self.spawn(Kind::Server(child), None, |pm, shm, postmaster_pid| {
+            let args = children::ServerChildArgs {
+                datadir: &pm.datadir,
+                workload: pm.workload,
+                ack: pm.ack,
+                startup: backend::startup::StartupOptions {
+                    discard_damaged_wal: pm.discard_damaged_wal,
+                },
+                postmaster_pid,
             };
-            run_child(shm, &pm.datadir, kind, pm.workload, pm.ack, startup, pm_pid)
+            children::run_server_child(shm, child, args)
+        });
+    }
+
+    /// Forks a child for an accepted client: a connection backend, or (with
+    /// `refusal`) a rejecter that sends that FATAL message.
+    fn fork_client_child(&mut self, conn: crate::listen::Accepted, refusal: Option<&'static str>) {
+        let kind = match refusal {
+            Some(_) => ClientChild::Rejecter,
+            None => ClientChild::Connection,
+        };
+        let own_fd = Some(conn.raw_fd());
+        self.spawn(Kind::Client(kind), own_fd, |pm, shm, pm_pid| {
+            admission::run_client_child(shm, &pm.datadir, &pm.settings, conn, refusal, pm_pid)
         });
     }
 
@@ -489,34 +376,29 @@ impl Postmaster {
     /// refusal that tells the client why it cannot connect now.
     fn accept_connections(&mut self) {
         let Some(l) = &self.listeners else { return };
-        let accepted = l.accept_all();
-        for conn in accepted {
-            match self.admission() {
-                None => self.fork_connection(conn, None),
-                Some(refusal) => self.refuse(conn, refusal),
+        for conn in l.accept_all() {
+            match admission::judge(&self.load()) {
+                Verdict::Admit => self.fork_client_child(conn, None),
+                Verdict::RefuseByChild(why) => self.fork_client_child(conn, Some(why)),
+                Verdict::RefuseHere(why) => admission::refuse_here(conn, why),
             }
         }
     }
 
-    /// None: fork a backend for the next client; Some(why) otherwise.
-    fn admission(&self) -> Option<&'static str> {
-        const TOO_MANY: &str = "sorry, too many clients already";
-        match self.state {
-            _ if self.shutting_down => Some("the database system is shutting down"),
-            State::Run => {
-                let children = self.count(Kind::Connection);
-                let authenticated = self
-                    .shm
-                    .as_ref()
-                    .map_or(0, |shm| shm.sessions() as usize)
-                    .min(children);
-                let unauthenticated = children - authenticated;
-                let full = authenticated >= self.settings.max_connections as usize
-                    || unauthenticated >= unauthenticated_cap(self.settings.max_connections);
-                full.then_some(TOO_MANY)
-            }
-            State::Startup => Some("the database system is starting up"),
-            _ => Some("the database system is in recovery mode"),
+    /// What admission needs to know, now.
+    fn load(&self) -> admission::Load {
+        let phase = match self.state {
+            _ if self.shutting_down => Phase::ShuttingDown,
+            State::Run => Phase::Running,
+            State::Startup => Phase::StartingUp,
+            _ => Phase::Recovering,
+        };
+        admission::Load {
+            phase,
+            connections: self.count(Kind::Client(ClientChild::Connection)),
+            sessions: self.shm.as_ref().map_or(0, |shm| shm.sessions() as usize),
+            rejecters: self.count(Kind::Client(ClientChild::Rejecter)),
+            max_connections: self.settings.max_connections,
         }
     }
 
@@ -524,60 +406,8 @@ impl Postmaster {
         self.children.iter().filter(|c| c.kind == kind).count()
     }
 
-    /// Refuses a client: by a rejecter child (which reads the start-up
-    /// packet first, as PostgreSQL's does) while few live, else here.
-    fn refuse(&mut self, conn: crate::listen::Accepted, why: &'static str) {
-        if self.count(Kind::Rejecter) < MAX_REJECTERS {
-            self.fork_connection(conn, Some(why));
-        } else {
-            let bytes = protocol::error_response_bytes(&refusal_error(why));
-            // SAFETY: a best-effort non-blocking send of a live buffer on
-            // the accepted socket, which is closed right after (dropped).
-            unsafe {
-                libc::send(
-                    conn.raw_fd(),
-                    bytes.as_ptr() as *const libc::c_void,
-                    bytes.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-        }
-    }
-
-    /// Forks a child for an accepted client: a connection backend, or (with
-    /// `refuse`) a rejecter that sends that FATAL message.
-    fn fork_connection(&mut self, conn: crate::listen::Accepted, refuse: Option<&str>) {
-        use crate::listen::Accepted;
-        use backend::session::{run_connection, Peer};
-        let kind = if refuse.is_some() {
-            Kind::Rejecter
-        } else {
-            Kind::Connection
-        };
-        let own_fd = Some(conn.raw_fd());
-        self.spawn(kind, own_fd, |pm, shm, pm_pid| {
-            become_child("backend", pm_pid);
-            backend::process::arm_startup_timeout(pm.settings.authentication_timeout_s);
-            let password =
-                Some(pm.settings.password.as_str().to_string()).filter(|p| !p.is_empty());
-            match (conn, refuse) {
-                (Accepted::Unix(mut s), Some(msg)) => reject(&mut s, msg),
-                (Accepted::Tcp(mut s), Some(msg)) => reject(&mut s, msg),
-                (Accepted::Unix(s), None) => {
-                    run_connection(shm, &pm.datadir, s, Peer::Unix, password)
-                }
-                (Accepted::Tcp(s), None) => {
-                    run_connection(shm, &pm.datadir, s, Peer::Tcp, password)
-                }
-            }
-        });
-    }
-
     fn signal_all(&self, sig: libc::c_int) {
-        for c in &self.children {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(c.pid, sig) };
-        }
+        self.signal_kind(|_| true, sig);
     }
 
     fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: libc::c_int) {
@@ -598,10 +428,7 @@ impl Postmaster {
                 // Let startup finish; advance_state moves on from there.
             }
             State::Run => {
-                self.signal_kind(
-                    |k| matches!(k, Kind::Backend(_) | Kind::Connection),
-                    libc::SIGTERM,
-                );
+                self.signal_kind(Kind::is_backend, libc::SIGTERM);
                 self.state = State::StopBackends;
                 self.crash_deadline = Some(Instant::now() + SHUTDOWN_KILL_AFTER);
             }
@@ -626,76 +453,74 @@ impl Postmaster {
                 continue;
             };
             let child = self.children.remove(pos);
-            self.child_exited(child, status);
+            self.child_exited(child, ChildExit::from_wait_status(status));
         }
     }
 
-    fn child_exited(&mut self, child: Child, status: i32) {
-        let exited = libc::WIFEXITED(status);
-        let code = if exited {
-            libc::WEXITSTATUS(status)
-        } else {
-            -1
-        };
-        let why = if exited {
-            format!("exited with exit code {code}")
-        } else {
-            let sig = libc::WTERMSIG(status);
-            format!("was terminated by signal {sig}: {}", signal_name(sig))
-        };
+    fn child_exited(&mut self, child: Child, exit: ChildExit) {
         if self.state == State::CrashWait {
             return; // expected: we told everybody to quit
         }
-        let clean = exited && code == 0;
         match child.kind {
-            Kind::Startup if clean => {
-                self.startup_failures = 0;
-                self.discard_damaged_wal = false;
-                self.enter_run();
-            }
-            Kind::Startup if exited && code == backend::startup::EXIT_WAL_DAMAGED => {
-                log(
-                    "FATAL",
-                    "WAL is damaged before its end (see the message above); not starting",
-                );
-                self.shutting_down = true;
-                self.exit_code_override = Some(backend::startup::EXIT_WAL_DAMAGED);
-                self.enter_crash_wait();
-            }
-            Kind::Startup => {
-                self.startup_failures += 1;
-                log("LOG", &format!("startup process (PID {}) {why}", child.pid));
-                if self.crashes == 0 || self.startup_failures >= MAX_STARTUP_FAILURES {
-                    log(
-                        "FATAL",
-                        &format!(
-                            "startup process failed{}; giving up (see the messages above)",
-                            if self.startup_failures > 1 {
-                                format!(" {} times", self.startup_failures)
-                            } else {
-                                String::new()
-                            }
-                        ),
-                    );
-                    self.shutting_down = true;
-                    self.exit_code_override = Some(1);
-                }
-                self.enter_crash_wait();
-            }
-            Kind::Walwriter if clean && self.state == State::StopWalwriter => {}
-            Kind::Checkpointer if clean && self.state == State::StopCheckpointer => {}
-            Kind::Rejecter => {}
-            Kind::Connection if clean || (exited && code == EXIT_FATAL) => {}
-            Kind::Backend(_) if clean || (exited && code == EXIT_FATAL) => {
-                if !clean {
+            Kind::Server(ServerChild::Startup) => self.startup_exited(child.pid, &exit),
+            Kind::Server(ServerChild::Walwriter)
+                if exit.is_clean() && self.state == State::StopWalwriter => {}
+            Kind::Server(ServerChild::Checkpointer)
+                if exit.is_clean() && self.state == State::StopCheckpointer => {}
+            Kind::Client(ClientChild::Rejecter) => {}
+            Kind::Client(ClientChild::Connection) if exit.is_clean_or_fatal() => {}
+            Kind::Server(ServerChild::Backend(_)) if exit.is_clean_or_fatal() => {
+                if !exit.is_clean() {
                     log(
                         "LOG",
-                        &format!("{} (PID {}) {why}", child.kind.describe(), child.pid),
+                        &format!("{} (PID {}) {}", child.kind.describe(), child.pid, exit.why),
                     );
                 }
             }
-            kind => self.handle_crash(kind, child.pid, &why),
+            kind => self.handle_crash(kind, child.pid, &exit.why),
         }
+    }
+
+    /// Startup done: run; damaged WAL: stop for good; any other failure:
+    /// retry after a crash restart, up to MAX_STARTUP_FAILURES (the very
+    /// first startup is not retried).
+    fn startup_exited(&mut self, pid: i32, exit: &ChildExit) {
+        if exit.is_clean() {
+            self.startup_failures = 0;
+            self.discard_damaged_wal = false;
+            self.enter_run();
+            return;
+        }
+        if exit.exited_with(backend::startup::EXIT_WAL_DAMAGED) {
+            log(
+                "FATAL",
+                "WAL is damaged before its end (see the message above); not starting",
+            );
+            self.give_up(backend::startup::EXIT_WAL_DAMAGED);
+            return;
+        }
+        self.startup_failures += 1;
+        log("LOG", &format!("startup process (PID {pid}) {}", exit.why));
+        if self.crashes == 0 || self.startup_failures >= MAX_STARTUP_FAILURES {
+            let times = match self.startup_failures {
+                1 => String::new(),
+                n => format!(" {n} times"),
+            };
+            log(
+                "FATAL",
+                &format!("startup process failed{times}; giving up (see the messages above)"),
+            );
+            self.give_up(1);
+        } else {
+            self.enter_crash_wait();
+        }
+    }
+
+    /// Stops every child and exits with `code` once they are gone.
+    fn give_up(&mut self, code: i32) {
+        self.shutting_down = true;
+        self.exit_code_override = Some(code);
+        self.enter_crash_wait();
     }
 
     fn handle_crash(&mut self, kind: Kind, pid: i32, why: &str) {
@@ -712,10 +537,10 @@ impl Postmaster {
             self.state = State::StopWalwriter;
             return;
         }
-        self.fork_child(Kind::Walwriter);
-        self.fork_child(Kind::Checkpointer);
+        self.fork_server_child(ServerChild::Walwriter);
+        self.fork_server_child(ServerChild::Checkpointer);
         for i in 0..self.workers {
-            self.fork_child(Kind::Backend(i));
+            self.fork_server_child(ServerChild::Backend(i));
         }
         self.state = State::Run;
         self.run_started.get_or_insert_with(Instant::now);
@@ -727,212 +552,87 @@ impl Postmaster {
         let overdue = self.crash_deadline.is_some_and(|d| Instant::now() > d);
         match self.state {
             State::StopBackends => {
-                if !self.has_children(|k| {
-                    matches!(k, Kind::Backend(_) | Kind::Connection | Kind::Rejecter)
-                }) {
-                    self.signal_kind(|k| k == Kind::Checkpointer, libc::SIGTERM);
-                    self.state = State::StopCheckpointer;
-                } else if overdue {
-                    log("LOG", "backends did not stop in time; sending SIGKILL");
-                    self.signal_all(libc::SIGKILL);
-                }
+                let waiting_for =
+                    |k| matches!(k, Kind::Client(_) | Kind::Server(ServerChild::Backend(_)));
+                let next = (ServerChild::Checkpointer, State::StopCheckpointer);
+                self.stop_step(waiting_for, next, overdue, "backends");
                 None
             }
             State::StopCheckpointer => {
-                if !self.has_children(|k| k == Kind::Checkpointer) {
-                    self.signal_kind(|k| k == Kind::Walwriter, libc::SIGTERM);
-                    self.state = State::StopWalwriter;
-                } else if overdue {
-                    log("LOG", "checkpointer did not stop in time; sending SIGKILL");
-                    self.signal_all(libc::SIGKILL);
-                }
+                let checkpointer = Kind::Server(ServerChild::Checkpointer);
+                let next = (ServerChild::Walwriter, State::StopWalwriter);
+                self.stop_step(|k| k == checkpointer, next, overdue, "checkpointer");
                 None
             }
-            State::StopWalwriter => {
-                if self.children.is_empty() {
-                    return Some(self.finish());
-                }
-                None
-            }
-            State::CrashWait => {
-                if !self.children.is_empty() {
-                    if overdue {
-                        self.signal_all(libc::SIGKILL);
-                    }
-                    return None;
-                }
-                if self.shutting_down {
-                    return Some(self.finish());
-                }
-                log("LOG", "all server processes terminated; reinitializing");
-                self.release_segment(false);
-                if let Err(e) = self.create_segment() {
-                    log("FATAL", &e);
-                    return Some(1);
-                }
-                self.crash_deadline = None;
-                self.state = State::Startup;
-                self.fork_child(Kind::Startup);
-                None
-            }
-            State::Startup | State::Run => None,
+            State::StopWalwriter if self.children.is_empty() => Some(self.finish()),
+            State::CrashWait => self.crash_wait_step(overdue),
+            State::StopWalwriter | State::Startup | State::Run => None,
         }
     }
 
-    /// Final report; returns the exit code.
+    /// One step of the fast shutdown: once no child matches `waiting_for`
+    /// (`what`), SIGTERM the next server child and enter the next state; if
+    /// that takes too long, SIGKILL everything.
+    fn stop_step(
+        &mut self,
+        waiting_for: impl Fn(Kind) -> bool,
+        (next_child, next_state): (ServerChild, State),
+        overdue: bool,
+        what: &str,
+    ) {
+        if !self.has_children(waiting_for) {
+            self.signal_kind(|k| k == Kind::Server(next_child), libc::SIGTERM);
+            self.state = next_state;
+        } else if overdue {
+            log(
+                "LOG",
+                &format!("{what} did not stop in time; sending SIGKILL"),
+            );
+            self.signal_all(libc::SIGKILL);
+        }
+    }
+
+    /// CrashWait: once every child is gone, stop (if shutting down) or
+    /// start the next generation with a fresh segment.
+    fn crash_wait_step(&mut self, overdue: bool) -> Option<i32> {
+        if !self.children.is_empty() {
+            if overdue {
+                self.signal_all(libc::SIGKILL);
+            }
+            return None;
+        }
+        if self.shutting_down {
+            return Some(self.finish());
+        }
+        log("LOG", "all server processes terminated; reinitializing");
+        self.release_segment(false);
+        if let Err(e) = self.create_segment() {
+            log("FATAL", &e);
+            return Some(1);
+        }
+        self.crash_deadline = None;
+        self.state = State::Startup;
+        self.fork_server_child(ServerChild::Startup);
+        None
+    }
+
+    /// Releases the last segment, prints the report; returns the exit code.
     fn finish(&mut self) -> i32 {
         let clean = self.state == State::StopWalwriter;
         self.release_segment(clean);
-        let elapsed = self
-            .run_started
-            .unwrap_or(self.started)
-            .elapsed()
-            .as_secs_f64();
-        if let Some(w) = self.workload {
-            say!(
-                "walshm summary: workload {w}, {} backend(s), {elapsed:.2} s, {} crash restart(s)",
-                self.workers,
-                self.crashes
-            );
-            let mut sum = WorkerTotals::default();
-            for (i, t) in self.totals.iter().enumerate() {
-                say!(
-                    "backend {i}: records {} bytes {} transactions {}",
-                    t.records,
-                    t.bytes,
-                    t.transactions
-                );
-                sum.records += t.records;
-                sum.bytes += t.bytes;
-                sum.transactions += t.transactions;
-                sum.snapshot_violations += t.snapshot_violations;
-                sum.sync_commits += t.sync_commits;
-            }
-            say!(
-                "total: records {} bytes {} transactions {}",
-                sum.records,
-                sum.bytes,
-                sum.transactions
-            );
-            if w.is_transactional() {
-                let per_sync = if self.wal_syncs > 0 {
-                    format!("{:.1}", sum.sync_commits as f64 / self.wal_syncs as f64)
-                } else {
-                    "-".into()
-                };
-                say!(
-                    "transactions: synchronous commits {}, WAL fdatasyncs {}, commits per fdatasync {per_sync}, snapshot violations {}",
-                    sum.sync_commits, self.wal_syncs, sum.snapshot_violations
-                );
-                if sum.snapshot_violations > 0 {
-                    self.exit_code_override.get_or_insert(1);
-                    log(
-                        "FATAL",
-                        "a snapshot showed an already committed XID as running",
-                    );
-                }
-            }
+        let run = RunFacts {
+            elapsed_s: self
+                .run_started
+                .unwrap_or(self.started)
+                .elapsed()
+                .as_secs_f64(),
+            crash_restarts: self.crashes,
+        };
+        if let Some(code) = self.report.print_summary(run) {
+            self.exit_code_override.get_or_insert(code);
         }
         log("LOG", "database system is shut down");
-        if let Some(code) = self.exit_code_override {
-            return code;
-        }
-        if let Some(m) = &self.lwlock_mismatch {
-            log("FATAL", &format!("LWLock mutual exclusion violated: {m}"));
-            return 1;
-        }
-        0
-    }
-}
-
-/// Blocks every signal; returns the previous mask.
-fn block_all_signals() -> libc::sigset_t {
-    // SAFETY: zeroed sigsets are filled by sigfillset / sigprocmask before
-    // use; both pointers are valid.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    }
-}
-
-fn restore_signal_mask(mask: &libc::sigset_t) {
-    // SAFETY: `mask` is a valid sigset obtained from sigprocmask.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
-}
-
-/// The body of a forked child; returns its exit code.
-fn run_child(
-    shm: &Shmem,
-    datadir: &Path,
-    kind: Kind,
-    workload: Option<Workload>,
-    ack: bool,
-    startup: backend::startup::StartupOptions,
-    postmaster_pid: i32,
-) -> i32 {
-    let name = match kind {
-        Kind::Startup => "startup",
-        Kind::Walwriter => "walwriter",
-        Kind::Checkpointer => "checkpointer",
-        Kind::Backend(_) | Kind::Connection | Kind::Rejecter => "backend",
-    };
-    become_child(name, postmaster_pid);
-    let procno = match kind {
-        Kind::Startup => shm.aux_procno(AuxProc::Startup),
-        Kind::Walwriter => shm.aux_procno(AuxProc::Walwriter),
-        Kind::Checkpointer => shm.aux_procno(AuxProc::Checkpointer),
-        Kind::Backend(i) => i,
-        Kind::Connection | Kind::Rejecter => unreachable!("forked by fork_connection"),
-    };
-    shm.procs()[procno as usize]
-        .pid
-        .store(std::process::id() as i32, Ordering::Relaxed);
-    if matches!(kind, Kind::Walwriter | Kind::Backend(_)) {
-        // Lives as long as the server and touches every buffer page.
-        shm.prefault_wal_buffers();
-    }
-    match kind {
-        Kind::Startup => backend::startup::run(shm, datadir, startup),
-        Kind::Walwriter => walwriter::run(shm, datadir),
-        Kind::Checkpointer => backend::checkpointer::run(shm, datadir),
-        Kind::Connection | Kind::Rejecter => unreachable!("forked by fork_connection"),
-        Kind::Backend(_) => match workload {
-            Some(w) => backend::workload::run(shm, procno, datadir, w, ack),
-            None => EXIT_QUIT,
-        },
-    }
-}
-
-/// The FATAL error of a refusal: 53300 at the connection limits, 57P03
-/// while the server cannot accept connections.
-fn refusal_error(msg: &str) -> protocol::SqlError {
-    let code = if msg.starts_with("sorry") {
-        protocol::sqlstate::TOO_MANY_CONNECTIONS
-    } else {
-        protocol::sqlstate::CANNOT_CONNECT_NOW
-    };
-    protocol::SqlError::fatal(code, msg.to_string())
-}
-
-/// Sends a client a FATAL 57P03 (or 53300) after reading its start-up
-/// packet; returns the exit code.
-fn reject<S: std::io::Read + std::io::Write>(s: &mut S, msg: &str) -> i32 {
-    let _ = protocol::reject_with(s, &refusal_error(msg));
-    0
-}
-
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGKILL => "Killed",
-        libc::SIGSEGV => "Segmentation fault",
-        libc::SIGABRT => "Aborted",
-        libc::SIGTERM => "Terminated",
-        libc::SIGQUIT => "Quit",
-        libc::SIGBUS => "Bus error",
-        libc::SIGINT => "Interrupt",
-        _ => "signal",
+        self.exit_code_override
+            .unwrap_or_else(|| self.report.lwlock_exit_code())
     }
 }

@@ -519,18 +519,24 @@ pub struct Counts {
     pub transactions: u64,
 }
 
+/// The summary `postmaster start --workload` prints at shutdown, read from
+/// its JSON line (`{"walshm_summary":1,...}`), never from the English lines.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     pub total: Counts,
     pub backends: Vec<Counts>,
-    /// The lwlock check lines: true for OK, false for MISMATCH.
+    pub crash_restarts: u64,
+    /// The exact lwlock checks (cleanly ended generations): true for OK.
     pub lwlock_checks: Vec<bool>,
-    /// The same lines, parsed.
+    /// The same checks in full.
     pub lwlock_details: Vec<LwlockCheck>,
+    /// (generation, torn reads) of each lwlock generation that crashed.
+    pub lwlock_crashed: Vec<(u64, u64)>,
+    pub tx: TxLine,
 }
 
-/// "lwlock check (generation G): protected counter C, exclusive
-/// acquisitions E, torn reads T: OK|MISMATCH"
+/// One exact lwlock check: protected counter, exclusive acquisitions and
+/// torn reads of a generation that ended in a fast shutdown.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LwlockCheck {
     pub generation: u64,
@@ -540,67 +546,82 @@ pub struct LwlockCheck {
     pub ok: bool,
 }
 
-fn parse_lwlock_line(line: &str) -> Option<LwlockCheck> {
-    let num_after = |key: &str| -> Option<u64> {
-        let rest = line.split_once(key)?.1;
-        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        digits.parse().ok()
-    };
-    Some(LwlockCheck {
-        generation: num_after("(generation ")?,
-        counter: num_after("protected counter ")?,
-        exclusive: num_after("exclusive acquisitions ")?,
-        torn: num_after("torn reads ")?,
-        ok: line.ends_with(": OK"),
-    })
+/// The key that marks the summary's JSON line.
+const SUMMARY_KEY: &str = "{\"walshm_summary\":";
+
+fn u64_at(v: &serde_json::Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("summary: {key:?} is not a count in {v}"))
 }
 
-fn parse_counts(s: &str) -> Option<Counts> {
-    // "records R bytes B transactions T"
-    let w: Vec<&str> = s.split_whitespace().collect();
-    if w.len() != 6 || w[0] != "records" || w[2] != "bytes" || w[4] != "transactions" {
-        return None;
+fn counts_of(v: &serde_json::Value) -> Counts {
+    Counts {
+        records: u64_at(v, "records"),
+        bytes: u64_at(v, "bytes"),
+        transactions: u64_at(v, "transactions"),
     }
-    Some(Counts {
-        records: w[1].parse().ok()?,
-        bytes: w[3].parse().ok()?,
-        transactions: w[5].parse().ok()?,
-    })
+}
+
+/// The summary's JSON object, or None if stdout holds no summary line.
+pub fn summary_json(stdout: &str) -> Option<serde_json::Value> {
+    let line = stdout.lines().find(|l| l.starts_with(SUMMARY_KEY))?;
+    let v: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("summary line is not JSON ({e}): {line}"));
+    assert_eq!(v["walshm_summary"], 1, "summary format version");
+    Some(v)
+}
+
+fn lwlock_of(v: &serde_json::Value) -> (Vec<LwlockCheck>, Vec<(u64, u64)>) {
+    let list = |key: &str| v[key].as_array().cloned().unwrap_or_default();
+    let checks = list("checks")
+        .iter()
+        .map(|c| LwlockCheck {
+            generation: u64_at(c, "generation"),
+            counter: u64_at(c, "protected_counter"),
+            exclusive: u64_at(c, "exclusive_acquisitions"),
+            torn: u64_at(c, "torn_reads"),
+            ok: c["ok"].as_bool().expect("lwlock check ok"),
+        })
+        .collect();
+    let crashed = list("crashed_generations")
+        .iter()
+        .map(|c| (u64_at(c, "generation"), u64_at(c, "torn_reads")))
+        .collect();
+    (checks, crashed)
 }
 
 /// Parses the summary `postmaster start` prints on stdout at shutdown.
 pub fn parse_summary(stdout: &str) -> Summary {
-    let mut sum = Summary::default();
-    let mut total = None;
-    for line in stdout.lines() {
-        if let Some(rest) = line.strip_prefix("total: ") {
-            total = Some(parse_counts(rest).unwrap_or_else(|| panic!("bad total line {line:?}")));
-        } else if let Some(rest) = line.strip_prefix("backend ") {
-            let (i, c) = rest
-                .split_once(": ")
-                .unwrap_or_else(|| panic!("bad backend line {line:?}"));
-            let i: usize = i.parse().unwrap();
-            assert_eq!(i, sum.backends.len(), "backend lines out of order");
-            sum.backends
-                .push(parse_counts(c).unwrap_or_else(|| panic!("bad backend line {line:?}")));
-        } else if line.starts_with("lwlock check") {
-            sum.lwlock_details.push(
-                parse_lwlock_line(line).unwrap_or_else(|| panic!("bad lwlock line {line:?}")),
-            );
-            if line.ends_with(": OK") {
-                sum.lwlock_checks.push(true);
-            } else {
-                sum.lwlock_checks.push(false);
-            }
-        }
-    }
-    sum.total = total.unwrap_or_else(|| panic!("no total line in stdout:\n{stdout}"));
+    let v = summary_json(stdout).unwrap_or_else(|| panic!("no summary line in stdout:\n{stdout}"));
+    let backends: Vec<Counts> = v["per_backend"]
+        .as_array()
+        .expect("per_backend")
+        .iter()
+        .map(counts_of)
+        .collect();
+    assert_eq!(backends.len() as u64, u64_at(&v, "backends"));
+    let (lwlock_details, lwlock_crashed) = lwlock_of(&v["lwlock"]);
+    let sum = Summary {
+        total: counts_of(&v["total"]),
+        crash_restarts: u64_at(&v, "crash_restarts"),
+        lwlock_checks: lwlock_details.iter().map(|c| c.ok).collect(),
+        lwlock_details,
+        lwlock_crashed,
+        tx: TxLine {
+            sync_commits: u64_at(&v, "synchronous_commits"),
+            fdatasyncs: u64_at(&v, "wal_fdatasyncs"),
+            per_fdatasync: v["commits_per_fdatasync"].as_f64(),
+            snapshot_violations: u64_at(&v, "snapshot_violations"),
+        },
+        backends,
+    };
     let add = sum.backends.iter().fold(Counts::default(), |a, c| Counts {
         records: a.records + c.records,
         bytes: a.bytes + c.bytes,
         transactions: a.transactions + c.transactions,
     });
-    assert_eq!(add, sum.total, "backend lines do not add up to the total");
+    assert_eq!(add, sum.total, "backend counts do not add up to the total");
     sum
 }
 
@@ -1230,35 +1251,18 @@ pub fn check_acks(acks: &[u64], wal: &TxWal) -> usize {
     acks.len()
 }
 
-/// The "transactions: ..." summary line.
-#[derive(Debug, Clone, Copy)]
+/// The summary's transaction counters.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct TxLine {
     pub sync_commits: u64,
     pub fdatasyncs: u64,
+    /// None when there was no fdatasync.
     pub per_fdatasync: Option<f64>,
     pub snapshot_violations: u64,
 }
 
 pub fn parse_tx_line(stdout: &str) -> TxLine {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("transactions: "))
-        .unwrap_or_else(|| panic!("no transactions line in stdout:\n{stdout}"));
-    let after = |key: &str| -> &str {
-        line.split_once(key)
-            .unwrap_or_else(|| panic!("no {key:?} in {line:?}"))
-            .1
-            .split(',')
-            .next()
-            .unwrap()
-            .trim()
-    };
-    TxLine {
-        sync_commits: after("synchronous commits ").parse().unwrap(),
-        fdatasyncs: after("WAL fdatasyncs ").parse().unwrap(),
-        per_fdatasync: after("commits per fdatasync ").parse().ok(),
-        snapshot_violations: after("snapshot violations ").parse().unwrap(),
-    }
+    parse_summary(stdout).tx
 }
 
 /// `postmaster start -D DATADIR ARGS...` with extra environment variables
