@@ -156,10 +156,7 @@ const INIT_FLAGS: &[Flag<InitOptions>] = &[
     flag(PWFILE, Action::Text(pwfile)),
     flag(
         &["--wal-segment-size"],
-        Action::Value(|p, v| {
-            p.opts.seg_size = segment_size(v)?;
-            Ok(())
-        }),
+        Action::Value(|p, v| segment_size(v).map(|n| p.opts.seg_size = n)),
     ),
 ];
 
@@ -169,17 +166,11 @@ const START_FLAGS: &[Flag<StartOptions>] = &[
     flag(PWFILE, Action::Text(pwfile)),
     flag(
         &["--workers"],
-        Action::Value(|p, v| {
-            p.opts.workers = workers(v)?;
-            Ok(())
-        }),
+        Action::Value(|p, v| workers(v).map(|n| p.opts.workers = n)),
     ),
     flag(
         &["--workload"],
-        Action::Value(|p, v| {
-            p.opts.workload = Some(Workload::parse(v)?);
-            Ok(())
-        }),
+        Action::Value(|p, v| Workload::parse(v).map(|w| p.opts.workload = Some(w))),
     ),
     flag(&["--ack"], Action::Switch(|p| p.opts.ack = true)),
     flag(
@@ -192,10 +183,7 @@ const WALDUMP_FLAGS: &[Flag<WaldumpOptions>] = &[
     flag(DATADIR, Action::Text(datadir)),
     flag(
         &["--start"],
-        Action::Value(|p, v| {
-            p.opts.start = Some(lsn(v)?);
-            Ok(())
-        }),
+        Action::Value(|p, v| lsn(v).map(|l| p.opts.start = Some(l))),
     ),
     flag(&["--stats"], Action::Switch(|p| p.opts.stats = true)),
     flag(&["--quiet"], Action::Switch(|p| p.opts.quiet = true)),

@@ -364,17 +364,24 @@ pub(super) trait Field: Sized {
     fn from_value(v: Value<'_>) -> Option<Self>;
 }
 
-impl Field for bool {
-    fn value(&self) -> Value<'_> {
-        Value::Bool(*self)
-    }
-    fn from_value(v: Value<'_>) -> Option<Self> {
-        match v {
-            Value::Bool(b) => Some(b),
-            _ => None,
+/// A field type that is a `Value` variant's own payload.
+macro_rules! plain_fields {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl Field for $t {
+            fn value(&self) -> Value<'_> {
+                Value::$variant(*self)
+            }
+            fn from_value(v: Value<'_>) -> Option<Self> {
+                match v {
+                    Value::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
         }
-    }
+    )*};
 }
+
+plain_fields!(bool => Bool, u64 => Int);
 
 impl Field for u32 {
     fn value(&self) -> Value<'_> {
@@ -382,18 +389,6 @@ impl Field for u32 {
     }
     fn from_value(v: Value<'_>) -> Option<Self> {
         u64::from_value(v).and_then(|n| n.try_into().ok())
-    }
-}
-
-impl Field for u64 {
-    fn value(&self) -> Value<'_> {
-        Value::Int(*self)
-    }
-    fn from_value(v: Value<'_>) -> Option<Self> {
-        match v {
-            Value::Int(n) => Some(n),
-            _ => None,
-        }
     }
 }
 
