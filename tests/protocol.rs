@@ -424,6 +424,35 @@ fn psql_statements_and_errors() {
     );
     assert_eq!(o.stdout, "off\nxyxyxy\n", "{}", o.describe());
 
+    // SHOW of the server's own settings (port given with --set, the rest
+    // defaults); SET of one fixed at start-up is 55P02; the password is
+    // never shown (42704, as an unknown name).
+    let port = pg.port.to_string();
+    let o = pg.psql(
+        &psql,
+        &[
+            "-c",
+            "SHOW port",
+            "-c",
+            "SHOW wal_writer_delay",
+            "-c",
+            "SET wal_buffers = 16",
+            "-c",
+            "SHOW wal_buffers",
+            "-c",
+            "SHOW password",
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        format!("{port}\n200ms\n2048\n"),
+        "{}",
+        o.describe()
+    );
+    for code in ["ERROR:  55P02:", "ERROR:  42704:"] {
+        assert!(o.stderr.contains(code), "no {code}\n{}", o.describe());
+    }
+
     // pg_switch_wal returns a segment boundary; CHECKPOINT works.
     let sw = lsn(&one_line(
         &pg.psql(&psql, &["-c", "SELECT pg_switch_wal()"]),

@@ -137,6 +137,10 @@ impl Session for WalSession<'_> {
     fn memory_limit(&self) -> usize {
         usize::try_from(self.shm.settings().session_memory_limit).unwrap_or(usize::MAX)
     }
+
+    fn server_setting(&self, name: &str) -> Option<String> {
+        self.shm.settings().show(name)
+    }
 }
 
 /// How the client reached us.

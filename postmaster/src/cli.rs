@@ -1,9 +1,15 @@
 //! Command-line parsing for `postmaster` (hand-written: three subcommands
 //! and a handful of flags do not need a parser crate, and the errors say
 //! exactly what is wrong).
+//!
+//! Each subcommand has a table of its flags ([`Flag`]: spellings and what
+//! the flag does to that subcommand's options) and a small function that
+//! runs the table over the arguments, then checks what the flags imply
+//! together. A flag not in the subcommand's table is an error naming it.
+//! The settings part of `--help` is generated from `shmem::settings`.
 
 use backend::workload::{Workload, WORKLOAD_HELP};
-use shmem::settings::SETTINGS_HELP;
+use shmem::settings::SETTINGS;
 use std::path::PathBuf;
 
 pub struct InitOptions {
@@ -74,134 +80,243 @@ Usage:
 Settings (--set NAME=VALUE, or NAME = VALUE lines in DIR/walshm.conf):
 ",
     );
-    for (name, values, what) in SETTINGS_HELP {
-        s.push_str(&format!("  {name:<20} {values:<45} {what}\n"));
+    for row in SETTINGS {
+        let (name, valid) = (row.name, row.valid());
+        s.push_str(&format!("  {name:<23} {valid:<45} {}\n", row.what()));
     }
     s
 }
 
-fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
-    *i += 1;
-    args.get(*i)
-        .map(|s| s.as_str())
+/// What a flag does to the options of type `T` being built.
+enum Action<T> {
+    /// A switch.
+    Switch(fn(&mut Parsing<T>)),
+    /// A flag followed by a value taken as it is.
+    Text(fn(&mut Parsing<T>, &str)),
+    /// A flag followed by a value that may be refused.
+    Value(fn(&mut Parsing<T>, &str) -> Result<(), String>),
+}
+
+/// One flag of a subcommand.
+struct Flag<T> {
+    names: &'static [&'static str],
+    action: Action<T>,
+}
+
+/// Options being built, and the data directory if one was given.
+struct Parsing<T> {
+    datadir: Option<PathBuf>,
+    opts: T,
+}
+
+const fn flag<T>(names: &'static [&'static str], action: Action<T>) -> Flag<T> {
+    Flag { names, action }
+}
+
+fn datadir<T>(p: &mut Parsing<T>, v: &str) {
+    p.datadir = Some(PathBuf::from(v));
+}
+
+const DATADIR: &[&str] = &["-D", "--pgdata"];
+const SET: &[&str] = &["--set", "-c"];
+const PWFILE: &[&str] = &["--pwfile"];
+
+/// Options of the subcommands that take settings and a password file.
+trait Configured {
+    fn sets(&mut self) -> &mut Vec<String>;
+    fn pwfile(&mut self) -> &mut Option<PathBuf>;
+}
+
+macro_rules! configured {
+    ($($t:ty),*) => {$(
+        impl Configured for $t {
+            fn sets(&mut self) -> &mut Vec<String> {
+                &mut self.sets
+            }
+            fn pwfile(&mut self) -> &mut Option<PathBuf> {
+                &mut self.pwfile
+            }
+        }
+    )*};
+}
+
+configured!(InitOptions, StartOptions);
+
+fn add_set<T: Configured>(p: &mut Parsing<T>, v: &str) {
+    p.opts.sets().push(v.into());
+}
+
+fn pwfile<T: Configured>(p: &mut Parsing<T>, v: &str) {
+    *p.opts.pwfile() = Some(v.into());
+}
+
+const INIT_FLAGS: &[Flag<InitOptions>] = &[
+    flag(DATADIR, Action::Text(datadir)),
+    flag(SET, Action::Text(add_set)),
+    flag(PWFILE, Action::Text(pwfile)),
+    flag(
+        &["--wal-segment-size"],
+        Action::Value(|p, v| segment_size(v).map(|n| p.opts.seg_size = n)),
+    ),
+];
+
+const START_FLAGS: &[Flag<StartOptions>] = &[
+    flag(DATADIR, Action::Text(datadir)),
+    flag(SET, Action::Text(add_set)),
+    flag(PWFILE, Action::Text(pwfile)),
+    flag(
+        &["--workers"],
+        Action::Value(|p, v| workers(v).map(|n| p.opts.workers = n)),
+    ),
+    flag(
+        &["--workload"],
+        Action::Value(|p, v| Workload::parse(v).map(|w| p.opts.workload = Some(w))),
+    ),
+    flag(&["--ack"], Action::Switch(|p| p.opts.ack = true)),
+    flag(
+        &["--discard-damaged-wal"],
+        Action::Switch(|p| p.opts.discard_damaged_wal = true),
+    ),
+];
+
+const WALDUMP_FLAGS: &[Flag<WaldumpOptions>] = &[
+    flag(DATADIR, Action::Text(datadir)),
+    flag(
+        &["--start"],
+        Action::Value(|p, v| lsn(v).map(|l| p.opts.start = Some(l))),
+    ),
+    flag(&["--stats"], Action::Switch(|p| p.opts.stats = true)),
+    flag(&["--quiet"], Action::Switch(|p| p.opts.quiet = true)),
+];
+
+fn segment_size(v: &str) -> Result<u64, String> {
+    let invalid =
+        || format!("invalid --wal-segment-size \"{v}\" (MB, a power of two from 1 to 1024)");
+    let mb: u64 = v.parse().map_err(|_| invalid())?;
+    walformat::Geometry::new(mb.saturating_mul(1 << 20))
+        .map(|g| g.seg_size)
+        .map_err(|_| invalid())
+}
+
+fn workers(v: &str) -> Result<u32, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n <= 4096)
+        .ok_or_else(|| format!("invalid --workers \"{v}\" (0..=4096)"))
+}
+
+fn lsn(v: &str) -> Result<u64, String> {
+    walformat::parse_lsn(v).map_err(|_| format!("invalid LSN \"{v}\" (expected X/XXXXXXXX)"))
+}
+
+fn value<'a>(args: &mut impl Iterator<Item = &'a String>, flag: &str) -> Result<&'a str, String> {
+    args.next()
+        .map(String::as_str)
         .ok_or_else(|| format!("option {flag} needs a value"))
 }
 
+/// Runs `flags` over `args`, starting from `opts`; returns the options and
+/// the data directory (required by every subcommand).
+fn run_flags<T>(
+    sub: &str,
+    args: &[String],
+    flags: &[Flag<T>],
+    opts: T,
+) -> Result<(PathBuf, T), String> {
+    let mut p = Parsing {
+        datadir: None,
+        opts,
+    };
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        let a = a.as_str();
+        let flag = flags
+            .iter()
+            .find(|f| f.names.contains(&a))
+            .ok_or_else(|| format!("unknown option \"{a}\" for \"{sub}\""))?;
+        match flag.action {
+            Action::Switch(apply) => apply(&mut p),
+            Action::Text(apply) => apply(&mut p, value(&mut args, a)?),
+            Action::Value(apply) => apply(&mut p, value(&mut args, a)?)?,
+        }
+    }
+    let datadir = p
+        .datadir
+        .ok_or_else(|| format!("\"{sub}\" needs -D DIR (the data directory)"))?;
+    Ok((datadir, p.opts))
+}
+
+fn parse_init(args: &[String]) -> Result<InitOptions, String> {
+    let blank = InitOptions {
+        datadir: PathBuf::new(),
+        seg_size: walformat::DEFAULT_SEG_SIZE,
+        sets: Vec::new(),
+        pwfile: None,
+    };
+    let (datadir, opts) = run_flags("init", args, INIT_FLAGS, blank)?;
+    Ok(InitOptions { datadir, ..opts })
+}
+
+fn parse_start(args: &[String]) -> Result<StartOptions, String> {
+    let blank = StartOptions {
+        datadir: PathBuf::new(),
+        sets: Vec::new(),
+        workers: 0,
+        workload: None,
+        ack: false,
+        discard_damaged_wal: false,
+        pwfile: None,
+    };
+    let (datadir, opts) = run_flags("start", args, START_FLAGS, blank)?;
+    check_workers(&opts)?;
+    Ok(StartOptions { datadir, ..opts })
+}
+
+/// --workers, --workload and --ack only make sense together.
+fn check_workers(o: &StartOptions) -> Result<(), String> {
+    if o.workers > 0 && o.workload.is_none() {
+        return Err(format!(
+            "--workers needs --workload (one of: {WORKLOAD_HELP})"
+        ));
+    }
+    if o.workload.is_some() && o.workers == 0 {
+        return Err("--workload needs --workers N (N >= 1)".into());
+    }
+    if o.ack && !o.workload.is_some_and(|w| w.waits_for_commit()) {
+        return Err(
+            "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE or emit-tx+txid:SIZE)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+fn parse_waldump(args: &[String]) -> Result<WaldumpOptions, String> {
+    let blank = WaldumpOptions {
+        datadir: PathBuf::new(),
+        start: None,
+        stats: false,
+        quiet: false,
+    };
+    let (datadir, opts) = run_flags("waldump", args, WALDUMP_FLAGS, blank)?;
+    Ok(WaldumpOptions { datadir, ..opts })
+}
+
+fn is_help(arg: &str) -> bool {
+    matches!(arg, "--help" | "-h")
+}
+
 pub fn parse(args: &[String]) -> Result<Command, String> {
-    let Some(sub) = args.first() else {
+    let Some((sub, rest)) = args.split_first() else {
         return Ok(Command::Help(help_text()));
     };
-    if sub == "--help" || sub == "-h" || sub == "help" {
+    if is_help(sub) || sub == "help" || rest.iter().any(|a| is_help(a)) {
         return Ok(Command::Help(help_text()));
     }
-    let rest = &args[1..];
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        return Ok(Command::Help(help_text()));
-    }
-    let mut datadir = None;
-    let mut sets = Vec::new();
-    let mut seg_mb: Option<u64> = None;
-    let mut workers = 0u32;
-    let mut workload = None;
-    let mut ack = false;
-    let mut discard_damaged_wal = false;
-    let mut start = None;
-    let mut stats = false;
-    let mut quiet = false;
-    let mut pwfile = None;
-    let mut i = 0;
-    while i < rest.len() {
-        let a = rest[i].as_str();
-        match (sub.as_str(), a) {
-            (_, "-D") | (_, "--pgdata") => datadir = Some(PathBuf::from(value(rest, &mut i, a)?)),
-            ("init" | "start", "--set" | "-c") => sets.push(value(rest, &mut i, a)?.to_string()),
-            ("init" | "start", "--pwfile") => pwfile = Some(PathBuf::from(value(rest, &mut i, a)?)),
-            ("init", "--wal-segment-size") => {
-                let v = value(rest, &mut i, a)?;
-                seg_mb = Some(v.parse().map_err(|_| {
-                    format!(
-                        "invalid --wal-segment-size \"{v}\" (MB, a power of two from 1 to 1024)"
-                    )
-                })?);
-            }
-            ("start", "--workers") => {
-                let v = value(rest, &mut i, a)?;
-                workers = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 4096)
-                    .ok_or_else(|| format!("invalid --workers \"{v}\" (0..=4096)"))?;
-            }
-            ("start", "--workload") => workload = Some(Workload::parse(value(rest, &mut i, a)?)?),
-            ("start", "--ack") => ack = true,
-            ("start", "--discard-damaged-wal") => discard_damaged_wal = true,
-            ("waldump", "--start") => {
-                let v = value(rest, &mut i, a)?;
-                start = Some(
-                    walformat::parse_lsn(v)
-                        .map_err(|_| format!("invalid LSN \"{v}\" (expected X/XXXXXXXX)"))?,
-                );
-            }
-            ("waldump", "--stats") => stats = true,
-            ("waldump", "--quiet") => quiet = true,
-            _ => return Err(format!("unknown option \"{a}\" for \"{sub}\"")),
-        }
-        i += 1;
-    }
-    let need_dir = || {
-        datadir
-            .clone()
-            .ok_or_else(|| format!("\"{sub}\" needs -D DIR (the data directory)"))
-    };
     match sub.as_str() {
-        "init" => {
-            let seg_size = match seg_mb {
-                None => walformat::DEFAULT_SEG_SIZE,
-                Some(mb) => {
-                    let bytes = mb.saturating_mul(1 << 20);
-                    walformat::Geometry::new(bytes)
-                        .map_err(|_| format!("invalid --wal-segment-size {mb} (MB, a power of two from 1 to 1024)"))?
-                        .seg_size
-                }
-            };
-            Ok(Command::Init(InitOptions {
-                datadir: need_dir()?,
-                seg_size,
-                sets,
-                pwfile,
-            }))
-        }
-        "start" => {
-            if workers > 0 && workload.is_none() {
-                return Err(format!(
-                    "--workers needs --workload (one of: {WORKLOAD_HELP})"
-                ));
-            }
-            if workload.is_some() && workers == 0 {
-                return Err("--workload needs --workers N (N >= 1)".into());
-            }
-            if ack && !workload.is_some_and(|w| w.waits_for_commit()) {
-                return Err(
-                    "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE or emit-tx+txid:SIZE)"
-                        .into(),
-                );
-            }
-            Ok(Command::Start(StartOptions {
-                datadir: need_dir()?,
-                sets,
-                workers,
-                workload,
-                ack,
-                discard_damaged_wal,
-                pwfile,
-            }))
-        }
-        "waldump" => Ok(Command::Waldump(WaldumpOptions {
-            datadir: need_dir()?,
-            start,
-            stats,
-            quiet,
-        })),
+        "init" => parse_init(rest).map(Command::Init),
+        "start" => parse_start(rest).map(Command::Start),
+        "waldump" => parse_waldump(rest).map(Command::Waldump),
         other => Err(format!(
             "unknown command \"{other}\" (expected init, start or waldump)"
         )),

@@ -13,7 +13,7 @@
 
 use crate::cli::InitOptions;
 use backend::control::{ControlFile, DbState};
-use shmem::settings::{Settings, SETTINGS_HELP};
+use shmem::settings::{Settings, SETTINGS};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -135,9 +135,14 @@ pub fn unix_now() -> i64 {
 fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
     let mut text =
         String::from("# walshm configuration: NAME = VALUE lines; --set NAME=VALUE overrides.\n");
-    let defaults = Settings::default().describe();
-    for ((name, values, what), (_, default)) in SETTINGS_HELP.iter().zip(defaults) {
-        text.push_str(&format!("#{name} = {default}\t\t# {values}: {what}\n"));
+    let defaults = Settings::default();
+    for row in SETTINGS {
+        let (name, default) = (row.name, row.config_value(&defaults));
+        text.push_str(&format!(
+            "#{name} = {default}\t\t# {}: {}\n",
+            row.valid(),
+            row.what()
+        ));
     }
     for s in sets {
         text.push_str(s);

@@ -35,6 +35,7 @@ pub mod sqlstate {
     pub const INDETERMINATE_DATATYPE: &str = "42P18";
     pub const CANNOT_COERCE: &str = "42846";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub const STATEMENT_TOO_COMPLEX: &str = "54001";
     pub const TOO_MANY_COLUMNS: &str = "54011";
     pub const OUT_OF_MEMORY: &str = "53200";

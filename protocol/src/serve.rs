@@ -1008,6 +1008,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             self.params.sync_dirty = true;
             return Ok(());
         }
+        if self.session.server_setting(&lower).is_some() {
+            return Err(settings::cannot_change(&lower));
+        }
         let text = match (lower.as_str(), text) {
             ("client_encoding", Some(t)) => settings::parse_client_encoding(&t)?.to_string(),
             ("standard_conforming_strings", Some(t))
@@ -1061,6 +1064,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             } else {
                 "off".into()
             });
+        }
+        if let Some(v) = self.session.server_setting(&lower) {
+            return Ok(v);
         }
         if let Some(v) = self.params.others.get(&lower) {
             return Ok(v.clone());

@@ -63,4 +63,10 @@ pub trait Session {
     /// session_memory_limit: the largest value, reply message or client
     /// message (in bytes) this session may build; beyond it ERROR 53200.
     fn memory_limit(&self) -> usize;
+    /// SHOW of one of the server's own settings (fixed at start-up, so
+    /// SET of it is refused): its value, or None if `name` is not one or
+    /// is never shown (the password). The default knows none.
+    fn server_setting(&self, _name: &str) -> Option<String> {
+        None
+    }
 }

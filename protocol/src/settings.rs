@@ -2,6 +2,11 @@
 //! SET), validated as PostgreSQL validates them, and the parameters the
 //! server reports with ParameterStatus.
 //!
+//! The server's own settings (walshm.conf, `--set`) are declared once in
+//! `shmem::settings`; a session reaches them through
+//! `Session::server_setting`: SHOW prints them, SET of one is refused with
+//! [`cannot_change`] (all but synchronous_commit are fixed at start-up).
+//!
 //! Invariants: walshm always talks UTF-8 (SQL_ASCII is accepted, being a
 //! byte pass-through for our ASCII output); other encodings are refused
 //! rather than silently mis-encoded.
@@ -45,6 +50,14 @@ pub fn invalid_value(name: &str, value: &str) -> SqlError {
     SqlError::error(
         sqlstate::INVALID_PARAMETER_VALUE,
         format!("invalid value for parameter \"{name}\": \"{value}\""),
+    )
+}
+
+/// SET of a setting fixed when the server started (PostgreSQL's 55P02).
+pub fn cannot_change(name: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+        format!("parameter \"{name}\" cannot be changed without restarting the server"),
     )
 }
 

@@ -5,261 +5,200 @@
 //! are given as `--set NAME=VALUE` or in `DIR/walshm.conf` (`name = value`
 //! lines, `#` comments). An unknown name or a bad value is an error that
 //! lists what is valid.
+//!
+//! One table, one row per setting (as PostgreSQL's guc_tables.c): the
+//! [`declare_settings!`] invocation below declares each setting once — its
+//! field (name, type, default) and its [`Setting`] row (name, [`Kind`] with
+//! unit and range, help, [`Context`], seed). The struct, `Default`,
+//! [`SETTINGS`] and the row's accessors are generated from it; the parser
+//! ([`Settings::set`]), `--help`, `SHOW` ([`Settings::show`]), the
+//! configuration file ([`Settings::describe`]) and every error message read
+//! the table and nothing else. The machinery (units, kinds, a row's parsing
+//! and display) is in `kinds`, as PostgreSQL's guc.c beside guc_tables.c.
+//!
+//! Contexts: every row but `synchronous_commit` is `Context::Postmaster`
+//! (fixed at start; a session's SET of it gets 55P02). A new
+//! `Context::Session` row also needs its SET handled in the protocol crate.
+//!
+//! Invariants: every row's accessors name that row's field (the macro writes
+//! both from one line); the default of every row shows as a value the row's
+//! own parser accepts and that reads back unchanged (tested below); a
+//! `secret` row's value is never echoed in an error or answered by SHOW.
+//!
+//! Units: a number is stored in one [`Unit`] and shown (and read when bare)
+//! in another of the same family. Memory takes kB/MB/GB, time us/ms/s/min/h;
+//! a value must be a whole number of the stored unit (so wal_buffers is a
+//! multiple of 8kB) and lie in the row's range.
 
-use crate::variants::{
-    parse_bool, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
-};
-use std::fmt;
+mod kinds;
 
-/// Every setting in force for one run.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
+use crate::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use kinds::{Access, Field};
+pub use kinds::{Context, Family, Kind, Setting, SettingError, Text, Unit, Value};
+
+/// Capacity of the `password` field (a SCRAM verifier and its NUL).
+const PASSWORD_BYTES: usize = 192;
+
+macro_rules! declare_settings {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty = $default:expr =>
+            $name:literal, $kind:expr, $help:expr $(, $option:ident($($arg:expr),*))*;
+    )*) => {
+        /// Every setting in force for one run.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct Settings {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Settings { $($field: $default,)* }
+            }
+        }
+
+        /// Every setting, in declaration order (help, config file, errors).
+        pub static SETTINGS: &[Setting] = &[$(
+            Setting::new($name, $kind, $help, Access {
+                get: {
+                    fn get(s: &Settings) -> Value<'_> {
+                        Field::value(&s.$field)
+                    }
+                    get
+                },
+                put: {
+                    fn put(s: &mut Settings, v: Value<'_>) -> bool {
+                        match <$ty as Field>::from_value(v) {
+                            Some(x) => {
+                                s.$field = x;
+                                true
+                            }
+                            None => false,
+                        }
+                    }
+                    put
+                },
+            })$(.$option($($arg),*))*,
+        )*];
+    };
+}
+
+declare_settings! {
     /// Client backends allowed at once (proc slots = this + auxiliaries).
-    pub max_connections: u32,
+    max_connections: u32 = 100 =>
+        "max_connections", Kind::count(1, 4096), "backends allowed at once";
     /// WAL buffer pages of 8 KiB.
-    pub wal_buffers: u32,
+    wal_buffers: u32 = 2048 =>
+        "wal_buffers", Kind::int(Unit::PAGES, Unit::PAGES, 4, (1 << 30) / 8192),
+        "WAL buffer size in shared memory";
     /// Walwriter sleep between rounds, milliseconds.
-    pub wal_writer_delay_ms: u32,
+    wal_writer_delay_ms: u32 = 200 =>
+        "wal_writer_delay", Kind::int(Unit::MS, Unit::MS, 1, 10_000),
+        "walwriter sleep between flushes";
     /// Number of WAL insertion locks (PostgreSQL's NUM_XLOGINSERT_LOCKS).
-    pub wal_insert_locks: u32,
+    wal_insert_locks: u32 = 8 =>
+        "wal_insert_locks", Kind::count(1, 128), "number of WAL insertion locks";
     /// Call fdatasync on WAL.
-    pub fsync: bool,
+    fsync: bool = true =>
+        "fsync", Kind::Bool, "fdatasync WAL (off: measure the insert path alone)";
     /// Commits wait for their WAL flush.
-    pub synchronous_commit: bool,
+    synchronous_commit: bool = true =>
+        "synchronous_commit", Kind::Bool, "commits wait for their WAL flush",
+        context(Context::Session);
     /// The walwriter initializes WAL buffer pages ahead of insertion.
-    pub wal_preinit: bool,
-    pub lwlock_queue: WaitQueue,
-    pub inserting_at: VarAccess,
-    pub insert_lock_layout: LockLayout,
-    pub wal_insertion: Insertion,
-    pub wal_reservation: Reservation,
-    pub xid_clear: XidClear,
+    wal_preinit: bool = true =>
+        "wal_preinit", Kind::Bool, "walwriter pre-initializes WAL pages", seed("003");
+    /// LWLock wait queue.
+    lwlock_queue: WaitQueue = WaitQueue::Modern =>
+        "lwlock_queue", Kind::Enum(WaitQueue::NAMES), "LWLock wait queue", seed("002");
+    /// How insertingAt is read and written.
+    inserting_at: VarAccess = VarAccess::Atomic =>
+        "inserting_at", Kind::Enum(VarAccess::NAMES), "insertingAt access", seed("000");
+    /// WAL insertion lock layout.
+    insert_lock_layout: LockLayout = LockLayout::Padded =>
+        "insert_lock_layout", Kind::Enum(LockLayout::NAMES), "insertion lock layout",
+        seed("001");
+    /// WAL insertion scheme.
+    wal_insertion: Insertion = Insertion::Parallel =>
+        "wal_insertion", Kind::Enum(Insertion::NAMES), "insertion scheme", seed("003");
+    /// How insert space is reserved (beyond the seeds).
+    wal_reservation: Reservation = Reservation::Spinlock =>
+        "wal_reservation", Kind::Enum(Reservation::NAMES), "insert space reservation";
+    /// XID clear at transaction end.
+    xid_clear: XidClear = XidClear::Group =>
+        "xid_clear", Kind::Enum(XidClear::NAMES), "XID clear at commit", seed("004");
     /// Seconds between online checkpoints.
-    pub checkpoint_timeout_s: u32,
+    checkpoint_timeout_s: u32 = 300 =>
+        "checkpoint_timeout", Kind::int(Unit::S, Unit::S, 1, 86_400),
+        "time between checkpoints";
     /// WAL (MB) written before a checkpoint is requested.
-    pub max_wal_size_mb: u32,
+    max_wal_size_mb: u32 = 1024 =>
+        "max_wal_size", Kind::int(Unit::MB, Unit::MB, 2, 1_000_000),
+        "WAL written between checkpoints";
     /// WAL (MB) kept before the last checkpoint's redo point.
-    pub wal_keep_size_mb: u32,
+    wal_keep_size_mb: u32 = 0 =>
+        "wal_keep_size", Kind::int(Unit::MB, Unit::MB, 0, 1_000_000),
+        "WAL kept before the last checkpoint";
     /// TCP port, also the number in the Unix socket's name.
-    pub port: u32,
+    port: u32 = 5432 =>
+        "port", Kind::count(1, 65535), "TCP port and Unix socket number";
     /// Directory of the Unix socket (empty: the data directory).
-    pub unix_socket_directories: Text<256>,
+    unix_socket_directories: Text<256> = Text::empty() =>
+        "unix_socket_directories",
+        Kind::Text { valid: "a directory ('' = the data directory)", check: any_text },
+        "where the Unix socket .s.PGSQL.PORT is created";
     /// TCP addresses to listen on (empty: none; loopback only).
-    pub listen_addresses: Text<64>,
+    listen_addresses: Text<64> = Text::empty() =>
+        "listen_addresses",
+        Kind::Text { valid: "'' (none), 'localhost' or '127.0.0.1'", check: loopback_only },
+        "TCP listening (loopback only)";
     /// SCRAM-SHA-256 password for TCP connections (empty: TCP refused).
-    pub password: Text<192>,
+    password: Text<PASSWORD_BYTES> = Text::empty() =>
+        "password",
+        Kind::Text {
+            valid: "SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> ('' = TCP logins refused)",
+            check: scram_verifier_only,
+        },
+        "SCRAM verifier for TCP logins (plain text: init/start --pwfile FILE or WALSHM_PASSWORD)",
+        secret();
     /// Microseconds a connection backend polls its socket without
     /// sleeping before it blocks on the next client message; only while
     /// sessions take at most half the CPUs (0: never poll).
-    pub client_poll_us: u32,
+    client_poll_us: u32 = 100 =>
+        "client_poll", Kind::int(Unit::US, Unit::US, 0, 10_000),
+        "how long a backend polls for the next client message before it sleeps (0 = off), while sessions use at most half the CPUs";
     /// Seconds a client has for the whole start-up and authentication
     /// exchange (PostgreSQL's authentication_timeout).
-    pub authentication_timeout_s: u32,
+    authentication_timeout_s: u32 = 60 =>
+        "authentication_timeout", Kind::int(Unit::S, Unit::S, 1, 600),
+        "time a client has to complete start-up and authentication";
     /// Bytes one session may hold for a single value or a single reply
     /// message; beyond it the statement fails with 53200.
-    pub session_memory_limit: u64,
+    session_memory_limit: u64 = 256 << 20 =>
+        "session_memory_limit", Kind::int(Unit::BYTES, Unit::KB, 1 << 20, 1 << 30),
+        "largest value or reply message one session may build (53200 beyond)";
 }
 
-/// A short string stored inline (plain data, so it can live in shared
-/// memory). Always valid UTF-8, NUL-padded.
-#[repr(C)]
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Text<const N: usize>([u8; N]);
+// ---- text checks ----
 
-impl<const N: usize> Text<N> {
-    pub const fn empty() -> Self {
-        Text([0; N])
-    }
-
-    /// None if `s` does not fit (N - 1 bytes at most) or contains NUL.
-    pub fn new(s: &str) -> Option<Self> {
-        if s.len() >= N || s.contains('\0') {
-            return None;
-        }
-        let mut b = [0; N];
-        b[..s.len()].copy_from_slice(s.as_bytes());
-        Some(Text(b))
-    }
-
-    pub fn as_str(&self) -> &str {
-        let end = self.0.iter().position(|&c| c == 0).unwrap_or(N);
-        std::str::from_utf8(&self.0[..end]).unwrap_or("")
-    }
+fn any_text(_: &Setting, _: &str) -> Result<(), SettingError> {
+    Ok(())
 }
 
-impl<const N: usize> fmt::Debug for Text<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
+/// TCP listening is loopback only: '' (none), 'localhost' or '127.0.0.1'.
+fn loopback_only(row: &Setting, value: &str) -> Result<(), SettingError> {
+    match value {
+        "" | "localhost" | "127.0.0.1" => Ok(()),
+        _ => Err(row.invalid(value)),
     }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            max_connections: 100,
-            wal_buffers: 2048,
-            wal_writer_delay_ms: 200,
-            wal_insert_locks: 8,
-            fsync: true,
-            synchronous_commit: true,
-            wal_preinit: true,
-            lwlock_queue: WaitQueue::Modern,
-            inserting_at: VarAccess::Atomic,
-            insert_lock_layout: LockLayout::Padded,
-            wal_insertion: Insertion::Parallel,
-            wal_reservation: Reservation::Spinlock,
-            xid_clear: XidClear::Group,
-            checkpoint_timeout_s: 300,
-            max_wal_size_mb: 1024,
-            wal_keep_size_mb: 0,
-            port: 5432,
-            unix_socket_directories: Text::empty(),
-            listen_addresses: Text::empty(),
-            password: Text::empty(),
-            client_poll_us: 100,
-            authentication_timeout_s: 60,
-            session_memory_limit: 256 << 20,
-        }
-    }
-}
-
-/// A setting name or value that was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SettingError(pub String);
-
-impl fmt::Display for SettingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SettingError {}
-
-/// Name, what values it takes, and what it does (for errors and --help).
-pub const SETTINGS_HELP: &[(&str, &str, &str)] = &[
-    ("max_connections", "1..=4096", "backends allowed at once"),
-    (
-        "wal_buffers",
-        "pages (8kB) or size with kB/MB/GB, 4 pages..=1GB",
-        "WAL buffer size in shared memory",
-    ),
-    (
-        "wal_writer_delay",
-        "ms, or with ms/s, 1..=10000 ms",
-        "walwriter sleep between flushes",
-    ),
-    (
-        "wal_insert_locks",
-        "1..=128",
-        "number of WAL insertion locks",
-    ),
-    (
-        "fsync",
-        "on|off",
-        "fdatasync WAL (off: measure the insert path alone)",
-    ),
-    (
-        "synchronous_commit",
-        "on|off",
-        "commits wait for their WAL flush",
-    ),
-    (
-        "wal_preinit",
-        "on|off",
-        "walwriter pre-initializes WAL pages (seed 003)",
-    ),
-    (
-        "lwlock_queue",
-        "modern|legacy",
-        "LWLock wait queue (seed 002)",
-    ),
-    (
-        "inserting_at",
-        "atomic|waitlist",
-        "insertingAt access (seed 000)",
-    ),
-    (
-        "insert_lock_layout",
-        "padded|packed",
-        "insertion lock layout (seed 001)",
-    ),
-    (
-        "wal_insertion",
-        "parallel|single",
-        "insertion scheme (seed 003)",
-    ),
-    (
-        "wal_reservation",
-        "spinlock|atomic",
-        "insert space reservation",
-    ),
-    (
-        "xid_clear",
-        "group|exclusive",
-        "XID clear at commit (seed 004)",
-    ),
-    (
-        "checkpoint_timeout",
-        "seconds, or with s/min/h, 1..=86400",
-        "time between checkpoints",
-    ),
-    (
-        "max_wal_size",
-        "MB, or with MB/GB, 2..=1000000",
-        "WAL written between checkpoints",
-    ),
-    (
-        "wal_keep_size",
-        "MB, or with MB/GB, 0..=1000000",
-        "WAL kept before the last checkpoint",
-    ),
-    ("port", "1..=65535", "TCP port and Unix socket number"),
-    (
-        "client_poll",
-        "us, or with us/ms, 0..=10000 us (0 = off)",
-        "how long a backend polls for the next client message before it sleeps, while sessions use at most half the CPUs",
-    ),
-    (
-        "authentication_timeout",
-        "seconds, or with s/min, 1..=600",
-        "time a client has to complete start-up and authentication",
-    ),
-    (
-        "session_memory_limit",
-        "kB, or with kB/MB/GB, 1MB..=1GB",
-        "largest value or reply message one session may build (53200 beyond)",
-    ),
-    (
-        "unix_socket_directories",
-        "a directory ('' = the data directory)",
-        "where the Unix socket .s.PGSQL.PORT is created",
-    ),
-    (
-        "listen_addresses",
-        "'' (none), 'localhost' or '127.0.0.1'",
-        "TCP listening (loopback only)",
-    ),
-    (
-        "password",
-        "SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> ('' = TCP logins refused)",
-        "SCRAM verifier for TCP logins (plain text: init/start --pwfile FILE or WALSHM_PASSWORD)",
-    ),
-];
-
-fn valid_names() -> String {
-    SETTINGS_HELP
-        .iter()
-        .map(|(n, _, _)| *n)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The `password` setting holds only a SCRAM verifier (its full syntax is
 /// checked by the protocol crate when the server starts). A plain password
 /// is refused without echoing it: on a command line it would be readable
 /// in /proc/PID/cmdline by every local user.
-fn password_verifier(value: &str) -> Result<Text<192>, SettingError> {
+fn scram_verifier_only(_: &Setting, value: &str) -> Result<(), SettingError> {
     let verifier_like = value.is_empty()
         || (value.starts_with("SCRAM-SHA-256$") && !value.contains(char::is_whitespace));
     if !verifier_like {
@@ -267,174 +206,40 @@ fn password_verifier(value: &str) -> Result<Text<192>, SettingError> {
             "password must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>), never a plain password: give the plain password with --pwfile FILE (mode 0600) or the WALSHM_PASSWORD environment variable".into(),
         ));
     }
-    Text::new(value)
-        .ok_or_else(|| SettingError("password: verifier too long (at most 191 bytes)".into()))
-}
-
-fn bad_value(name: &str, value: &str) -> SettingError {
-    let valid = SETTINGS_HELP
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|(_, v, _)| *v)
-        .unwrap_or("?");
-    SettingError(format!(
-        "invalid value for setting \"{name}\": \"{value}\" (valid: {valid})"
-    ))
-}
-
-/// Splits "123kB" into (123, "kb").
-fn number_and_unit(value: &str) -> Option<(u64, String)> {
-    let v = value.trim();
-    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    if digits == 0 {
-        return None;
+    if value.len() >= PASSWORD_BYTES || value.contains('\0') {
+        return Err(SettingError(format!(
+            "password: verifier too long (at most {} bytes)",
+            PASSWORD_BYTES - 1
+        )));
     }
-    let n: u64 = v[..digits].parse().ok()?;
-    Some((n, v[digits..].trim().to_ascii_lowercase()))
+    Ok(())
 }
 
-fn in_range(n: u64, lo: u64, hi: u64) -> Option<u32> {
-    (lo..=hi).contains(&n).then_some(n as u32)
+/// The row named `name` (any case, surrounding blanks ignored).
+pub fn lookup(name: &str) -> Result<&'static Setting, SettingError> {
+    let name = name.trim().to_ascii_lowercase();
+    SETTINGS.iter().find(|s| s.name == name).ok_or_else(|| {
+        let valid: Vec<_> = SETTINGS.iter().map(|s| s.name).collect();
+        SettingError(format!(
+            "unrecognized setting \"{name}\" (valid: {})",
+            valid.join(", ")
+        ))
+    })
 }
+
+// ---- the whole set ----
 
 impl Settings {
-    /// Applies one `NAME=VALUE`.
+    /// Applies one `NAME=VALUE` (quotes around the value are dropped).
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), SettingError> {
-        let name = name.trim().to_ascii_lowercase();
+        let row = lookup(name)?;
         let value = value.trim().trim_matches('\'').trim_matches('"');
-        let bad = || bad_value(&name, value);
-        match name.as_str() {
-            "max_connections" => {
-                self.max_connections = number_and_unit(value)
-                    .filter(|(_, u)| u.is_empty())
-                    .and_then(|(n, _)| in_range(n, 1, 4096))
-                    .ok_or_else(bad)?
-            }
-            "wal_buffers" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let bytes = match unit.as_str() {
-                    "" => n.saturating_mul(8192),
-                    "kb" => n.saturating_mul(1024),
-                    "mb" => n.saturating_mul(1 << 20),
-                    "gb" => n.saturating_mul(1 << 30),
-                    _ => return Err(bad()),
-                };
-                if bytes % 8192 != 0 {
-                    return Err(bad());
-                }
-                self.wal_buffers = in_range(bytes / 8192, 4, (1 << 30) / 8192).ok_or_else(bad)?;
-            }
-            "wal_writer_delay" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let ms = match unit.as_str() {
-                    "" | "ms" => n,
-                    "s" => n.saturating_mul(1000),
-                    _ => return Err(bad()),
-                };
-                self.wal_writer_delay_ms = in_range(ms, 1, 10_000).ok_or_else(bad)?;
-            }
-            "wal_insert_locks" => {
-                self.wal_insert_locks = number_and_unit(value)
-                    .filter(|(_, u)| u.is_empty())
-                    .and_then(|(n, _)| in_range(n, 1, 128))
-                    .ok_or_else(bad)?
-            }
-            "fsync" => self.fsync = parse_bool(value).ok_or_else(bad)?,
-            "synchronous_commit" => self.synchronous_commit = parse_bool(value).ok_or_else(bad)?,
-            "wal_preinit" => self.wal_preinit = parse_bool(value).ok_or_else(bad)?,
-            "lwlock_queue" => self.lwlock_queue = WaitQueue::parse(value).ok_or_else(bad)?,
-            "inserting_at" => self.inserting_at = VarAccess::parse(value).ok_or_else(bad)?,
-            "insert_lock_layout" => {
-                self.insert_lock_layout = LockLayout::parse(value).ok_or_else(bad)?
-            }
-            "wal_insertion" => self.wal_insertion = Insertion::parse(value).ok_or_else(bad)?,
-            "wal_reservation" => {
-                self.wal_reservation = Reservation::parse(value).ok_or_else(bad)?
-            }
-            "xid_clear" => self.xid_clear = XidClear::parse(value).ok_or_else(bad)?,
-            "checkpoint_timeout" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let s = match unit.as_str() {
-                    "" | "s" => n,
-                    "min" => n.saturating_mul(60),
-                    "h" => n.saturating_mul(3600),
-                    _ => return Err(bad()),
-                };
-                self.checkpoint_timeout_s = in_range(s, 1, 86_400).ok_or_else(bad)?;
-            }
-            "max_wal_size" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let mb = match unit.as_str() {
-                    "" | "mb" => n,
-                    "gb" => n.saturating_mul(1024),
-                    _ => return Err(bad()),
-                };
-                self.max_wal_size_mb = in_range(mb, 2, 1_000_000).ok_or_else(bad)?;
-            }
-            "wal_keep_size" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let mb = match unit.as_str() {
-                    "" | "mb" => n,
-                    "gb" => n.saturating_mul(1024),
-                    _ => return Err(bad()),
-                };
-                self.wal_keep_size_mb = in_range(mb, 0, 1_000_000).ok_or_else(bad)?;
-            }
-            "port" => {
-                self.port = number_and_unit(value)
-                    .filter(|(_, u)| u.is_empty())
-                    .and_then(|(n, _)| in_range(n, 1, 65535))
-                    .ok_or_else(bad)?
-            }
-            "unix_socket_directories" => {
-                self.unix_socket_directories = Text::new(value).ok_or_else(bad)?
-            }
-            "listen_addresses" => {
-                if !["", "localhost", "127.0.0.1"].contains(&value) {
-                    return Err(bad());
-                }
-                self.listen_addresses = Text::new(value).ok_or_else(bad)?;
-            }
-            "password" => self.password = password_verifier(value)?,
-            "client_poll" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let us = match unit.as_str() {
-                    "" | "us" => n,
-                    "ms" => n.saturating_mul(1000),
-                    _ => return Err(bad()),
-                };
-                self.client_poll_us = in_range(us, 0, 10_000).ok_or_else(bad)?;
-            }
-            "authentication_timeout" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let s = match unit.as_str() {
-                    "" | "s" => n,
-                    "min" => n.saturating_mul(60),
-                    _ => return Err(bad()),
-                };
-                self.authentication_timeout_s = in_range(s, 1, 600).ok_or_else(bad)?;
-            }
-            "session_memory_limit" => {
-                let (n, unit) = number_and_unit(value).ok_or_else(bad)?;
-                let bytes = match unit.as_str() {
-                    "" | "kb" => n.saturating_mul(1024),
-                    "mb" => n.saturating_mul(1 << 20),
-                    "gb" => n.saturating_mul(1 << 30),
-                    _ => return Err(bad()),
-                };
-                if !(1 << 20..=1 << 30).contains(&bytes) {
-                    return Err(bad());
-                }
-                self.session_memory_limit = bytes;
-            }
-            _ => {
-                return Err(SettingError(format!(
-                    "unrecognized setting \"{name}\" (valid: {})",
-                    valid_names()
-                )))
-            }
+        let parsed = row.parse(value)?;
+        if row.store(self, parsed) {
+            Ok(())
+        } else {
+            Err(row.invalid(value))
         }
-        Ok(())
     }
 
     /// Applies "NAME=VALUE".
@@ -458,53 +263,20 @@ impl Settings {
         Ok(())
     }
 
-    /// Every setting as `name = value` lines (what `init` writes, what the
-    /// postmaster logs).
+    /// Every setting as (name, value) in configuration-file form (what
+    /// `init` writes, what `set` reads back).
     pub fn describe(&self) -> Vec<(&'static str, String)> {
-        let onoff = |b: bool| if b { "on" } else { "off" }.to_string();
-        vec![
-            ("max_connections", self.max_connections.to_string()),
-            ("wal_buffers", self.wal_buffers.to_string()),
-            (
-                "wal_writer_delay",
-                format!("{}ms", self.wal_writer_delay_ms),
-            ),
-            ("wal_insert_locks", self.wal_insert_locks.to_string()),
-            ("fsync", onoff(self.fsync)),
-            ("synchronous_commit", onoff(self.synchronous_commit)),
-            ("wal_preinit", onoff(self.wal_preinit)),
-            ("lwlock_queue", self.lwlock_queue.name().into()),
-            ("inserting_at", self.inserting_at.name().into()),
-            ("insert_lock_layout", self.insert_lock_layout.name().into()),
-            ("wal_insertion", self.wal_insertion.name().into()),
-            ("wal_reservation", self.wal_reservation.name().into()),
-            ("xid_clear", self.xid_clear.name().into()),
-            (
-                "checkpoint_timeout",
-                format!("{}s", self.checkpoint_timeout_s),
-            ),
-            ("max_wal_size", format!("{}MB", self.max_wal_size_mb)),
-            ("wal_keep_size", format!("{}MB", self.wal_keep_size_mb)),
-            ("port", self.port.to_string()),
-            ("client_poll", format!("{}us", self.client_poll_us)),
-            (
-                "authentication_timeout",
-                format!("{}s", self.authentication_timeout_s),
-            ),
-            (
-                "session_memory_limit",
-                format!("{}kB", self.session_memory_limit / 1024),
-            ),
-            (
-                "unix_socket_directories",
-                format!("'{}'", self.unix_socket_directories.as_str()),
-            ),
-            (
-                "listen_addresses",
-                format!("'{}'", self.listen_addresses.as_str()),
-            ),
-            ("password", format!("'{}'", self.password.as_str())),
-        ]
+        SETTINGS
+            .iter()
+            .map(|row| (row.name, row.config_value(self)))
+            .collect()
+    }
+
+    /// SHOW NAME: the value in force, or None for an unknown or secret
+    /// setting.
+    pub fn show(&self, name: &str) -> Option<String> {
+        let row = lookup(name).ok()?;
+        (!row.secret).then(|| row.display(self))
     }
 }
 
@@ -534,7 +306,41 @@ mod tests {
             t.set(n, &v).unwrap();
         }
         assert_eq!(s, t);
-        assert_eq!(s.describe().len(), SETTINGS_HELP.len());
+        assert_eq!(s.describe().len(), SETTINGS.len());
+    }
+
+    #[test]
+    fn every_row_reads_back_its_default_and_is_declared_once() {
+        let defaults = Settings::default();
+        for (i, row) in SETTINGS.iter().enumerate() {
+            let mut s = Settings::default();
+            let shown = row.config_value(&defaults);
+            s.set(row.name, &shown)
+                .unwrap_or_else(|e| panic!("{}: default {shown:?}: {e}", row.name));
+            assert_eq!(s, defaults, "{}", row.name);
+            assert!(
+                SETTINGS[..i].iter().all(|r| r.name != row.name),
+                "{} declared twice",
+                row.name
+            );
+        }
+    }
+
+    #[test]
+    fn each_row_writes_its_own_field() {
+        // A changed value of one row changes that row's display only.
+        let mut s = Settings::default();
+        s.set("wal_insert_locks", "3").unwrap();
+        s.set("xid_clear", "exclusive").unwrap();
+        let base = Settings::default();
+        let changed: Vec<_> = SETTINGS
+            .iter()
+            .filter(|r| r.display(&s) != r.display(&base))
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(changed, ["wal_insert_locks", "xid_clear"]);
+        assert_eq!(s.wal_insert_locks, 3);
+        assert_eq!(s.xid_clear, XidClear::Exclusive);
     }
 
     #[test]
@@ -542,6 +348,11 @@ mod tests {
         let mut s = Settings::default();
         s.set("wal_buffers", "16MB").unwrap();
         assert_eq!(s.wal_buffers, 2048);
+        assert!(
+            s.set("wal_buffers", "12kB").is_err(),
+            "not a multiple of 8kB"
+        );
+        assert!(s.set("wal_buffers", "3").is_err());
         s.set("wal_writer_delay", "1s").unwrap();
         assert_eq!(s.wal_writer_delay_ms, 1000);
         s.set("client_poll", "2ms").unwrap();
@@ -554,10 +365,22 @@ mod tests {
         assert_eq!(s.authentication_timeout_s, 120);
         assert!(s.set("authentication_timeout", "0").is_err());
         assert!(s.set("authentication_timeout", "11min").is_err());
+        assert!(
+            s.set("checkpoint_timeout", "1500ms").is_err(),
+            "not whole s"
+        );
+        s.set("checkpoint_timeout", "1h").unwrap();
+        assert_eq!(s.checkpoint_timeout_s, 3600);
+        s.set("max_wal_size", "2GB").unwrap();
+        assert_eq!(s.max_wal_size_mb, 2048);
+        assert!(s.set("max_wal_size", "2s").is_err(), "a time for a size");
         s.set("session_memory_limit", "64MB").unwrap();
         assert_eq!(s.session_memory_limit, 64 << 20);
+        s.set("session_memory_limit", "2048").unwrap();
+        assert_eq!(s.session_memory_limit, 2 << 20, "bare number is kB");
         assert!(s.set("session_memory_limit", "512kB").is_err());
         assert!(s.set("session_memory_limit", "2GB").is_err());
+        assert!(s.set("port", "99999999999999999999999").is_err());
         let e = s.set("nope", "1").unwrap_err().0;
         assert!(
             e.contains("unrecognized setting") && e.contains("wal_buffers"),
@@ -565,8 +388,13 @@ mod tests {
         );
         let e = s.set("lwlock_queue", "fast").unwrap_err().0;
         assert!(e.contains("modern|legacy"), "{e}");
-        assert!(s.set("wal_insert_locks", "0").is_err());
+        let e = s.set("wal_insert_locks", "0").unwrap_err().0;
+        assert!(
+            e.contains("invalid value for setting") && e.contains("1..=128"),
+            "{e}"
+        );
         assert!(s.set("wal_insert_locks", "129").is_err());
+        assert!(s.set("listen_addresses", "0.0.0.0").is_err());
         assert!(s.set_assignment("fsync").is_err());
         let e = s
             .apply_config_text("# c\nfsync = off\nbogus = 1\n", "walshm.conf")
@@ -574,6 +402,34 @@ mod tests {
             .0;
         assert!(e.starts_with("walshm.conf:3:"), "{e}");
         assert!(!s.fsync);
+    }
+
+    #[test]
+    fn help_names_units_seeds_and_ranges() {
+        let row = |n| lookup(n).unwrap();
+        assert_eq!(row("wal_insert_locks").valid(), "1..=128");
+        assert_eq!(row("fsync").valid(), "on|off");
+        assert_eq!(
+            row("wal_buffers").valid(),
+            "pages (8kB), or with kB/MB/GB; 32kB..=1GB"
+        );
+        assert_eq!(
+            row("wal_writer_delay").valid(),
+            "ms, or with ms/s/min/h; 1ms..=10s"
+        );
+        assert!(row("xid_clear").what().ends_with("(seed 004)"));
+        assert!(row("synchronous_commit").what().contains("SET"));
+    }
+
+    #[test]
+    fn show_answers_every_setting_but_the_password() {
+        let s = Settings::default();
+        assert_eq!(s.show("wal_writer_delay").as_deref(), Some("200ms"));
+        assert_eq!(s.show("WAL_BUFFERS").as_deref(), Some("2048"));
+        assert_eq!(s.show("session_memory_limit").as_deref(), Some("262144kB"));
+        assert_eq!(s.show("listen_addresses").as_deref(), Some(""));
+        assert_eq!(s.show("password"), None);
+        assert_eq!(s.show("nope"), None);
     }
 
     #[test]
@@ -585,6 +441,9 @@ mod tests {
             e.contains("--pwfile") && e.contains("WALSHM_PASSWORD"),
             "{e}"
         );
+        let long = format!("SCRAM-SHA-256${}", "x".repeat(200));
+        let e = s.set("password", &long).unwrap_err().to_string();
+        assert!(!e.contains("xxxx") && e.contains("too long"), "{e}");
         assert!(s
             .set_assignment("password=SCRAM-SHA-256$4096:c2FsdA==$a:b")
             .is_ok());
