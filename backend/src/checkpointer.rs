@@ -18,7 +18,7 @@
 //!
 //! A failed control-file write is a PANIC, like a failed WAL flush.
 
-use crate::control::{ControlFile, DbState};
+use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::{log, shutdown_requested};
 use crate::xlog::Xlog;
 use shmem::lwlock::LWLockMode;
@@ -59,9 +59,14 @@ impl<'a> Checkpointer<'a> {
             .xlog()
             .checkpointer
             .started
-            .fetch_add(1, Ordering::AcqRel);
+            // Relaxed: a count that publishes nothing; request_checkpoint
+            // only compares it with `done` (one atomic's own order suffices).
+            .fetch_add(1, Ordering::Relaxed);
         let redo = self.xlog.insert_rec_ptr();
-        let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Acquire);
+        // Relaxed: next_full_xid changes only under XidGenLock (never by a
+        // Release store), so an Acquire here would pair with nothing; the
+        // read comes after redo because insert_rec_ptr's load is Acquire.
+        let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Relaxed);
         let facts = &self.shm.xlog().facts;
         let cp = checkpoint_contents(redo, facts.timeline, next_xid);
         let mut rec = walformat::checkpoint_record(&cp, shutdown);
@@ -71,7 +76,9 @@ impl<'a> Checkpointer<'a> {
         let redo = if shutdown { at.start } else { redo };
         self.update_control_file(at.start, redo, next_xid, shutdown);
         let ck = &self.shm.xlog().checkpointer;
-        ck.last_redo.store(redo, Ordering::Release);
+        // Relaxed: a threshold only; its readers (our own loop in `run`,
+        // xlog's checkpoint trigger) use the value, nothing published with it.
+        ck.last_redo.store(redo, Ordering::Relaxed);
         let (removed, recycled) = self.remove_old_segments(redo);
         log(
             "LOG",
@@ -83,6 +90,8 @@ impl<'a> Checkpointer<'a> {
                 started.elapsed().as_secs_f64()
             ),
         );
+        // Release pairs with the Acquire load of `done` in
+        // request_checkpoint: the checkpoint is complete for the requester.
         ck.done.fetch_add(1, Ordering::Release);
         at.start
     }
@@ -178,31 +187,26 @@ pub fn checkpoint_contents(redo: Lsn, tli: u32, next_xid: u64) -> CheckPoint {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// The checkpointer process body: runs until SIGTERM, then writes the
 /// shutdown checkpoint and exits 0.
 pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     let mut c = Checkpointer::new(shm, datadir);
     let s = *shm.settings();
     let timeout = Duration::from_secs(s.checkpoint_timeout_s as u64);
-    // PostgreSQL spreads checkpoints so that max_wal_size is not exceeded
-    // with checkpoint_completion_target 0.9: trigger at about half of it.
-    let wal_trigger = ((s.max_wal_size_mb as u64) << 20) / 2;
+    let wal_trigger = crate::xlog::checkpoint_wal_trigger(&s);
     let ck = &shm.xlog().checkpointer;
     let mut last = Instant::now();
     // Requests already served (a checkpoint begun after a request serves it).
+    // Both loads of `requested` are Acquire, pairing with the Release
+    // fetch-add in request_checkpoint: the requester's WAL is visible to the
+    // redo read of the checkpoint that serves it.
     let mut served = ck.requested.load(Ordering::Acquire);
     while !shutdown_requested() {
         ck.latch.reset();
         let pending = ck.requested.load(Ordering::Acquire);
         let requested = pending > served;
-        let last_redo = ck.last_redo.load(Ordering::Acquire);
+        // Relaxed: see the store in `checkpoint` (this process wrote it).
+        let last_redo = ck.last_redo.load(Ordering::Relaxed);
         let wal_due = c.xlog.insert_lsn().saturating_sub(last_redo) >= wal_trigger;
         if requested || wal_due || last.elapsed() >= timeout {
             served = pending;
@@ -221,9 +225,12 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
 /// may have missed our WAL).
 pub fn request_checkpoint(shm: &Shmem) {
     let ck = &shm.xlog().checkpointer;
-    let begun = ck.started.load(Ordering::Acquire);
-    ck.requested.fetch_add(1, Ordering::AcqRel);
+    // Relaxed: see the fetch-add of `started` in `checkpoint`.
+    let begun = ck.started.load(Ordering::Relaxed);
+    // Release pairs with the Acquire loads of `requested` in `run`.
+    ck.requested.fetch_add(1, Ordering::Release);
     ck.latch.set();
+    // Acquire pairs with the Release fetch-add of `done` in `checkpoint`.
     while ck.done.load(Ordering::Acquire) < begun + 1 {
         if shutdown_requested() {
             return;

@@ -252,7 +252,10 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let me = &shm.procs()[procno as usize];
     me.counters.reset();
     me.cancel_key.store(key, Ordering::Relaxed);
-    me.pid.store(pid, Ordering::Release);
+    // Relaxed: `cancel_matches` reads pid and key with no order between
+    // them, and a slot seen with its pid but not yet its key has key 0,
+    // which never matches.
+    me.pid.store(pid, Ordering::Relaxed);
     let mut session = WalSession::new(shm, procno, datadir);
     if let Some(on) = info.synchronous_commit {
         session.set_synchronous_commit(on);

@@ -30,7 +30,7 @@
 //! the page the next record goes to, and no byte after the end in its
 //! segment file is non-zero.
 
-use crate::control::{ControlFile, DbState};
+use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::log;
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -408,13 +408,6 @@ pub fn cut_wal_at(
     Ok(zeroed)
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// Sets shared memory up so insertion continues at the end of valid WAL.
 pub fn install_end_of_wal(
     shm: &Shmem,
@@ -427,6 +420,13 @@ pub fn install_end_of_wal(
     let end = r.end_of_wal;
     let end_pos = geo.recptr_to_bytepos(end);
     let prev_pos = geo.recptr_to_bytepos(r.last_record);
+    // Orderings: this process runs alone, and the postmaster forks the
+    // processes that read what we set here only after reaping us (waitpid
+    // and fork order every store before them), so every store below is
+    // Relaxed except these two: curr_byte_pos keeps the Release of
+    // `xlog::reserve` (partner: the Acquire load in xlog's reserved_bytepos);
+    // prev_byte_pos's Release pairs with nothing (it is read under the
+    // insert spinlock) and is harmless.
     x.insert.curr_byte_pos.store(end_pos, Ordering::Release);
     x.insert.prev_byte_pos.store(prev_pos, Ordering::Release);
     crate::xlog::seed_prev_link(shm, prev_pos, end_pos);
@@ -453,15 +453,15 @@ pub fn install_end_of_wal(
                 )
             })?;
         page[(end % BLCKSZ) as usize..].fill(0);
-        shm.xlblocks()[idx].store(page_start + BLCKSZ, Ordering::Release);
+        shm.xlblocks()[idx].store(page_start + BLCKSZ, Ordering::Relaxed);
         x.bufmap
             .initialized_up_to
-            .store(page_start + BLCKSZ, Ordering::Release);
+            .store(page_start + BLCKSZ, Ordering::Relaxed);
     } else {
-        x.bufmap.initialized_up_to.store(end, Ordering::Release);
+        x.bufmap.initialized_up_to.store(end, Ordering::Relaxed);
     }
-    x.write.write_result.store(end, Ordering::Release);
-    x.write.flush_result.store(end, Ordering::Release);
+    x.write.write_result.store(end, Ordering::Relaxed);
+    x.write.flush_result.store(end, Ordering::Relaxed);
     x.write.req_write.store(end, Ordering::Relaxed);
     x.write.req_flush.store(end, Ordering::Relaxed);
     Ok(())
@@ -560,7 +560,8 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     shm.xlog()
         .checkpointer
         .last_redo
-        .store(control.redo, Ordering::Release);
+        // Relaxed: published to later processes by fork (see install_end_of_wal).
+        .store(control.redo, Ordering::Relaxed);
     let mut c = control;
     c.state = DbState::InProduction;
     c.time = unix_now();

@@ -60,6 +60,7 @@ use crate::process::log;
 use shmem::lwlock::{LWLockMode, LockEnv, VarWait};
 use shmem::proc::ProcCounters;
 use shmem::segment::{NamedLock, PrevLink};
+use shmem::settings::Settings;
 use shmem::sync::Ordering;
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
@@ -109,8 +110,11 @@ pub struct Xlog<'a> {
 
 /// Reads the current insert position (end of reserved WAL) in usable bytes.
 fn reserved_bytepos(shm: &Shmem) -> u64 {
-    // Acquire pairs with the spinlock release / the fetch-add of reservers;
-    // a slightly stale value only makes callers wait or write a bit less.
+    // Acquire pairs with the Release store of a spinlock reservation
+    // (`reserve`, `reserve_switch`) and the AcqRel fetch-add / CAS of an
+    // atomic one: whoever sees a reservation also sees the insertion lock
+    // its reserver took before it, which `wait_insertions_to_finish` relies
+    // on. A slightly stale value only makes callers wait or write less.
     shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire)
 }
 
@@ -153,10 +157,15 @@ impl<'a> Xlog<'a> {
     }
 
     pub fn write_lsn(&self) -> Lsn {
+        // Acquire pairs with the Release fetch_max in `xlog_write` (and the
+        // variable update in `publish_written`): the writer's reads of the
+        // buffer pages below happen before a caller reuses them.
         self.shm.xlog().write.write_result.load(Ordering::Acquire)
     }
 
     pub fn flush_lsn(&self) -> Lsn {
+        // Acquire pairs with the Release fetch_max of `flush_result` in
+        // `xlog_write`.
         self.shm.xlog().write.flush_result.load(Ordering::Acquire)
     }
 
@@ -234,8 +243,9 @@ impl<'a> Xlog<'a> {
                 ins.lock.lock();
                 let start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
-                // Release so lock-free readers of the insert position see a
-                // value no older than our reservation.
+                // Release pairs with the Acquire load in `reserved_bytepos`
+                // (the insert spinlock's release does not: readers of the
+                // insert position do not take it).
                 ins.curr_byte_pos.store(start + size, Ordering::Release);
                 ins.prev_byte_pos.store(start, Ordering::Relaxed);
                 ins.lock.unlock();
@@ -278,6 +288,7 @@ impl<'a> Xlog<'a> {
                 let start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
                 let r = switch_end(start).map(|end| {
+                    // Release: as in `reserve`.
                     ins.curr_byte_pos.store(end, Ordering::Release);
                     ins.prev_byte_pos.store(start, Ordering::Relaxed);
                     (start, end, prev)
@@ -289,6 +300,8 @@ impl<'a> Xlog<'a> {
                 let mut start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 loop {
                     let end = switch_end(start)?;
+                    // AcqRel: as the fetch-add in `reserve` (its Release half
+                    // pairs with the Acquire load in `reserved_bytepos`).
                     match ins.curr_byte_pos.compare_exchange_weak(
                         start,
                         end,
@@ -373,6 +386,7 @@ impl<'a> Xlog<'a> {
             let advertised = if ptr % BLCKSZ == hdr { page_start } else { ptr };
             self.update_inserting_at(advertised);
             self.advance_buffers(ptr, false);
+            // Acquire: same partner as above.
             let got = xlblocks[idx].load(Ordering::Acquire);
             if got != expected_end {
                 panic!(
@@ -586,6 +600,9 @@ impl<'a> Xlog<'a> {
             let page_start = written - written % BLCKSZ;
             let page_end = page_start + BLCKSZ;
             let idx = ((page_start / BLCKSZ) % self.n_buffers) as usize;
+            // Acquire pairs with the Release store in `init_page` (and in
+            // startup's install_end_of_wal): the page header is visible
+            // before we write the page out.
             let holds = xlblocks[idx].load(Ordering::Acquire);
             if holds != page_end {
                 panic!(
@@ -625,7 +642,7 @@ impl<'a> Xlog<'a> {
         if let Some((first, lsn, n)) = run {
             self.write_run(first, lsn, n);
         }
-        // Release pairs with the Acquire loads in write_lsn().
+        // Release pairs with the Acquire load in `write_lsn`.
         w.write_result.fetch_max(written, Ordering::Release);
         // A flusher waiting for WAL we just wrote: sync for it as well.
         let flush = flush || w.req_flush.load(Ordering::Relaxed) > self.flush_lsn();
@@ -633,6 +650,7 @@ impl<'a> Xlog<'a> {
             if self.geo.seg_offset(written) != 0 {
                 self.sync_segment(self.geo.seg_no(written));
             }
+            // Release pairs with the Acquire load in `flush_lsn`.
             w.flush_result.fetch_max(written, Ordering::Release);
         }
     }
@@ -652,7 +670,7 @@ impl<'a> Xlog<'a> {
     /// WAL pile up until the checkpointer's next look.
     fn maybe_request_checkpoint(&self, written: Lsn) {
         let ck = &self.shm.xlog().checkpointer;
-        let trigger = ((self.shm.settings().max_wal_size_mb as u64) << 20) / 2;
+        let trigger = checkpoint_wal_trigger(self.shm.settings());
         if written.saturating_sub(ck.last_redo.load(Ordering::Relaxed)) >= trigger {
             ck.latch.set();
         }
@@ -767,6 +785,14 @@ impl<'a> Xlog<'a> {
             ),
         );
     }
+}
+
+/// WAL volume since the last redo point that calls for a checkpoint: half
+/// of `max_wal_size` (PostgreSQL spreads checkpoints so that max_wal_size
+/// is not exceeded with checkpoint_completion_target 0.9). The writer and
+/// the checkpointer both test it.
+pub fn checkpoint_wal_trigger(s: &Settings) -> u64 {
+    ((s.max_wal_size_mb as u64) << 20) / 2
 }
 
 /// Lock-free reservation: records "the record ending at `end` started at
