@@ -20,6 +20,7 @@
 
 use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::{log, shutdown_requested};
+use crate::walfile::{self, Op};
 use crate::xlog::Xlog;
 use shmem::lwlock::LWLockMode;
 use shmem::segment::{AuxProc, NamedLock};
@@ -127,12 +128,12 @@ impl<'a> Checkpointer<'a> {
         let cutoff = redo_seg.saturating_sub(keep_segs);
         let tli = self.shm.xlog().facts.timeline;
         let pg_wal = self.datadir.join("pg_wal");
-        let Ok(entries) = std::fs::read_dir(&pg_wal) else {
+        let Ok(names) = walfile::list_dir(Op::WalDir, &pg_wal) else {
             return (0, 0);
         };
-        let mut segs: Vec<u64> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| self.geo.parse_file_name(&e.file_name().to_string_lossy()))
+        let mut segs: Vec<u64> = names
+            .iter()
+            .filter_map(|name| self.geo.parse_file_name(&name.to_string_lossy()))
             .filter(|&(t, _)| t == tli)
             .map(|(_, n)| n)
             .collect();
@@ -148,14 +149,14 @@ impl<'a> Checkpointer<'a> {
             let old = pg_wal.join(self.geo.file_name(tli, n));
             if future < keep_future {
                 let new = pg_wal.join(self.geo.file_name(tli, last + 1));
-                if crate::walfile::recycle_segment(&old, &new).unwrap_or(false) {
+                if walfile::recycle_segment(&old, &new).unwrap_or(false) {
                     last += 1;
                     future += 1;
                     recycled += 1;
                     continue;
                 }
             }
-            if std::fs::remove_file(&old).is_ok() {
+            if walfile::remove_file(Op::WalRemove, &old).is_ok() {
                 removed += 1;
             }
         }

@@ -163,7 +163,8 @@ impl ControlFile {
 
     pub fn read(datadir: &Path) -> Result<ControlFile, ControlError> {
         let p = path(datadir);
-        let b = std::fs::read(&p).map_err(|e| ControlError::Io(p.clone(), e))?;
+        let b = crate::walfile::read_file(crate::walfile::Op::ControlRead, &p)
+            .map_err(|e| ControlError::Io(p.clone(), e))?;
         ControlFile::decode(&b, &p)
     }
 
