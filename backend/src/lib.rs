@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod client_poll;
+pub mod context;
 pub mod control;
 pub mod procarray;
 pub mod process;

@@ -56,8 +56,9 @@
 //! PANIC (the page cache may have dropped the data: retrying could
 //! acknowledge WAL that is not on disk).
 
+use crate::context::ProcContext;
 use crate::process::log;
-use shmem::lwlock::{LWLockMode, LockEnv, VarWait};
+use shmem::lwlock::{LWLockMode, VarWait};
 use shmem::proc::ProcCounters;
 use shmem::segment::{NamedLock, PrevLink};
 use shmem::settings::Settings;
@@ -65,7 +66,7 @@ use shmem::sync::Ordering;
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
@@ -87,10 +88,11 @@ pub struct Inserted {
     pub end: Lsn,
 }
 
-/// One process's handle on the shared WAL.
+/// One process's handle on the shared WAL; borrows the process's context.
 pub struct Xlog<'a> {
+    ctx: &'a ProcContext<'a>,
+    /// `ctx.shm` and `ctx.me`, copied for the insert path.
     shm: &'a Shmem,
-    pub env: LockEnv<'a>,
     me: &'a Proc,
     geo: Geometry,
     tli: u32,
@@ -119,26 +121,32 @@ fn reserved_bytepos(shm: &Shmem) -> u64 {
 }
 
 impl<'a> Xlog<'a> {
-    pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> Xlog<'a> {
-        let s = *shm.settings();
+    pub fn new(ctx: &'a ProcContext<'a>) -> Xlog<'a> {
+        let shm = ctx.shm;
+        let s = &ctx.settings;
         let facts = &shm.xlog().facts;
         let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
         Xlog {
+            ctx,
             shm,
-            env: shm.lock_env(procno),
-            me: &shm.procs()[procno as usize],
+            me: ctx.me,
             geo,
             tli: facts.timeline,
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
-            lock_to_try: procno as usize % shm.n_insert_locks(),
+            lock_to_try: ctx.procno as usize % shm.n_insert_locks(),
             holding: None,
             fsync: s.fsync,
             insertion: s.wal_insertion,
             reservation: s.wal_reservation,
-            pg_wal: datadir.join("pg_wal"),
+            pg_wal: ctx.pg_wal(),
             open_seg: None,
         }
+    }
+
+    /// The process context this handle borrows.
+    pub fn context(&self) -> &'a ProcContext<'a> {
+        self.ctx
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -208,7 +216,7 @@ impl<'a> Xlog<'a> {
             Insertion::Parallel => self.lock_to_try,
         };
         let l = self.shm.insert_lock(i);
-        if !l.lock.acquire(&self.env, LWLockMode::Exclusive)
+        if !l.lock.acquire(&self.ctx.env, LWLockMode::Exclusive)
             && self.insertion == Insertion::Parallel
         {
             // We had to wait: try another lock next time, which spreads
@@ -221,7 +229,7 @@ impl<'a> Xlog<'a> {
 
     fn release_insert_lock(&mut self, i: usize) {
         let l = self.shm.insert_lock(i);
-        l.lock.release_clear_var(&self.env, &l.inserting_at, 0);
+        l.lock.release_clear_var(&self.ctx.env, &l.inserting_at, 0);
         self.holding = None;
     }
 
@@ -229,7 +237,7 @@ impl<'a> Xlog<'a> {
     fn update_inserting_at(&self, at: Lsn) {
         if let Some(i) = self.holding {
             let l = self.shm.insert_lock(i);
-            l.lock.update_var(&self.env, &l.inserting_at, at);
+            l.lock.update_var(&self.ctx.env, &l.inserting_at, at);
         }
     }
 
@@ -425,7 +433,7 @@ impl<'a> Xlog<'a> {
         let bufmap = &self.shm.xlog().bufmap;
         let xlblocks = self.shm.xlblocks();
         let mut pages = 0;
-        map.acquire(&self.env, LWLockMode::Exclusive);
+        map.acquire(&self.ctx.env, LWLockMode::Exclusive);
         loop {
             let next = bufmap.initialized_up_to.load(Ordering::Relaxed);
             if !opportunistic && upto < next {
@@ -439,10 +447,10 @@ impl<'a> Xlog<'a> {
                 }
                 // The buffer still holds WAL that is not written: write it
                 // out, without holding the mapping lock.
-                map.release(&self.env);
+                map.release(&self.ctx.env);
                 bufmap.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
                 self.write_upto(old_end);
-                map.acquire(&self.env, LWLockMode::Exclusive);
+                map.acquire(&self.ctx.env, LWLockMode::Exclusive);
                 continue;
             }
             self.init_page(idx, next);
@@ -451,7 +459,7 @@ impl<'a> Xlog<'a> {
                 .store(next + BLCKSZ, Ordering::Relaxed);
             pages += 1;
         }
-        map.release(&self.env);
+        map.release(&self.ctx.env);
         let counter = if opportunistic {
             &bufmap.preinit_pages
         } else {
@@ -496,7 +504,7 @@ impl<'a> Xlog<'a> {
             let l = self.shm.insert_lock(i);
             let mut at = 0;
             loop {
-                match l.lock.wait_for_var(&self.env, &l.inserting_at, at) {
+                match l.lock.wait_for_var(&self.ctx.env, &l.inserting_at, at) {
                     VarWait::Free => {
                         at = 0;
                         break;
@@ -527,15 +535,15 @@ impl<'a> Xlog<'a> {
             if seen >= upto {
                 return;
             }
-            if ww.conditional_acquire(&self.env, LWLockMode::Exclusive) {
+            if ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
                 if self.write_lsn() < upto {
                     self.xlog_write(finished, false);
                 }
-                ww.release(&self.env);
+                ww.release(&self.ctx.env);
                 return;
             }
             // Somebody is writing: sleep until it publishes a run or is done.
-            ww.wait_for_var(&self.env, written, seen);
+            ww.wait_for_var(&self.ctx.env, written, seen);
         }
     }
 
@@ -551,7 +559,7 @@ impl<'a> Xlog<'a> {
         loop {
             let target = record.max(w.req_write.load(Ordering::Relaxed));
             let finished = self.wait_insertions_to_finish(target);
-            if !ww.acquire_or_wait(&self.env, LWLockMode::Exclusive) {
+            if !ww.acquire_or_wait(&self.ctx.env, LWLockMode::Exclusive) {
                 // Somebody held WALWriteLock and probably flushed for us.
                 if record <= self.flush_lsn() {
                     return;
@@ -561,7 +569,7 @@ impl<'a> Xlog<'a> {
             if record > self.flush_lsn() {
                 self.xlog_write(finished, true);
             }
-            ww.release(&self.env);
+            ww.release(&self.ctx.env);
             return;
         }
     }
@@ -578,12 +586,12 @@ impl<'a> Xlog<'a> {
             return false;
         }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.acquire(&self.env, LWLockMode::Exclusive);
+        ww.acquire(&self.ctx.env, LWLockMode::Exclusive);
         let wrote = finished > self.flush_lsn();
         if wrote {
             self.xlog_write(finished, true);
         }
-        ww.release(&self.env);
+        ww.release(&self.ctx.env);
         wrote
     }
 
@@ -661,7 +669,7 @@ impl<'a> Xlog<'a> {
     /// holds WALWriteLock, so the write result only grows.
     fn publish_written(&self, end: Lsn) {
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.update_var(&self.env, &self.shm.xlog().write.write_result, end);
+        ww.update_var(&self.ctx.env, &self.shm.xlog().write.write_result, end);
     }
 
     /// After a segment is complete: wake the checkpointer when the WAL since
@@ -670,7 +678,7 @@ impl<'a> Xlog<'a> {
     /// WAL pile up until the checkpointer's next look.
     fn maybe_request_checkpoint(&self, written: Lsn) {
         let ck = &self.shm.xlog().checkpointer;
-        let trigger = checkpoint_wal_trigger(self.shm.settings());
+        let trigger = checkpoint_wal_trigger(&self.ctx.settings);
         if written.saturating_sub(ck.last_redo.load(Ordering::Relaxed)) >= trigger {
             ck.latch.set();
         }

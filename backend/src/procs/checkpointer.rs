@@ -18,6 +18,7 @@
 //!
 //! A failed control-file write is a PANIC, like a failed WAL flush.
 
+use crate::context::ProcContext;
 use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::{log, shutdown_requested};
 use crate::walfile::{self, Op};
@@ -26,29 +27,29 @@ use shmem::lwlock::LWLockMode;
 use shmem::segment::{AuxProc, NamedLock};
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::{format_lsn, CheckPoint, Geometry, Lsn};
 
 /// How often the checkpointer looks at the WAL volume.
 const POLL: Duration = Duration::from_millis(200);
 
+/// The checkpointer's state; borrows the process's context.
 pub struct Checkpointer<'a> {
+    ctx: &'a ProcContext<'a>,
     shm: &'a Shmem,
     xlog: Xlog<'a>,
-    datadir: PathBuf,
     geo: Geometry,
 }
 
 impl<'a> Checkpointer<'a> {
-    pub fn new(shm: &'a Shmem, datadir: &Path) -> Self {
-        let procno = shm.aux_procno(AuxProc::Checkpointer);
-        let xlog = Xlog::new(shm, procno, datadir);
+    pub fn new(ctx: &'a ProcContext<'a>) -> Self {
+        let xlog = Xlog::new(ctx);
         let geo = xlog.geometry();
         Checkpointer {
-            shm,
+            ctx,
+            shm: ctx.shm,
             xlog,
-            datadir: datadir.to_path_buf(),
             geo,
         }
     }
@@ -99,8 +100,8 @@ impl<'a> Checkpointer<'a> {
 
     fn update_control_file(&mut self, checkpoint: Lsn, redo: Lsn, next_xid: u64, shutdown: bool) {
         let lock = self.shm.named_lock(NamedLock::ControlFile);
-        lock.acquire(&self.xlog.env, LWLockMode::Exclusive);
-        let mut c = match ControlFile::read(&self.datadir) {
+        lock.acquire(&self.ctx.env, LWLockMode::Exclusive);
+        let mut c = match ControlFile::read(&self.ctx.datadir) {
             Ok(c) => c,
             Err(e) => panic!("could not read control file: {e}"),
         };
@@ -113,21 +114,21 @@ impl<'a> Checkpointer<'a> {
         c.redo = redo;
         c.next_xid = next_xid;
         c.time = unix_now();
-        if let Err(e) = c.write(&self.datadir, self.shm.settings().fsync) {
+        if let Err(e) = c.write(&self.ctx.datadir, self.ctx.settings.fsync) {
             panic!("could not write control file: {e}");
         }
-        lock.release(&self.xlog.env);
+        lock.release(&self.ctx.env);
     }
 
     /// Removes or recycles segments wholly before `redo`, keeping
     /// `wal_keep_size` MB before it. Returns (removed, recycled).
     fn remove_old_segments(&self, redo: Lsn) -> (u64, u64) {
-        let s = self.shm.settings();
+        let s = &self.ctx.settings;
         let keep_segs = (s.wal_keep_size_mb as u64 * (1 << 20)).div_ceil(self.geo.seg_size);
         let redo_seg = self.geo.seg_no(redo);
         let cutoff = redo_seg.saturating_sub(keep_segs);
         let tli = self.shm.xlog().facts.timeline;
-        let pg_wal = self.datadir.join("pg_wal");
+        let pg_wal = self.ctx.pg_wal();
         let Ok(names) = walfile::list_dir(Op::WalDir, &pg_wal) else {
             return (0, 0);
         };
@@ -191,8 +192,9 @@ pub fn checkpoint_contents(redo: Lsn, tli: u32, next_xid: u64) -> CheckPoint {
 /// The checkpointer process body: runs until SIGTERM, then writes the
 /// shutdown checkpoint and exits 0.
 pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
-    let mut c = Checkpointer::new(shm, datadir);
-    let s = *shm.settings();
+    let ctx = ProcContext::aux(shm, AuxProc::Checkpointer, datadir);
+    let mut c = Checkpointer::new(&ctx);
+    let s = ctx.settings;
     let timeout = Duration::from_secs(s.checkpoint_timeout_s as u64);
     let wal_trigger = crate::xlog::checkpoint_wal_trigger(&s);
     let ck = &shm.xlog().checkpointer;
