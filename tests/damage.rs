@@ -570,3 +570,57 @@ fn torn_tail_zeroing_goes_through_the_fail_points() {
     let wal = tx_wal_check(&w.d);
     assert_eq!(check_acks(&w.acks, &wal), w.acks.len());
 }
+
+/// Starts `dir` with fail point `spec`: the startup fails cleanly (the
+/// postmaster exits 1, never ready, after the fail point fired) and
+/// changes no byte of `pg_wal` or `global/`; then a start without it is
+/// normal.
+fn startup_fails_cleanly_at(tag: &str, spec: &str) {
+    let tmp = TempDir::new(tag);
+    let d = init(&tmp.join("data"), &["--wal-segment-size", "1"]);
+    let before = (
+        snapshot(&d.path.join("pg_wal")),
+        snapshot(&d.path.join("global")),
+    );
+    let mut s = start_with_env(
+        &d.path,
+        tmp.path(),
+        &["--workers", "0"],
+        &[("WALSHM_FAILPOINTS", spec)],
+    );
+    assert!(
+        wait_until(TIMEOUT, || s.try_wait().is_some()),
+        "{spec}: server did not give up"
+    );
+    let o = s.wait_exit(TIMEOUT);
+    assert_eq!(o.code(), Some(1), "{spec}\n{}", o.describe());
+    assert!(!o.stderr.contains(READY), "{spec}\n{}", o.stderr);
+    let name = spec.split('=').next().unwrap();
+    assert!(
+        o.stderr.contains(&format!("FAILPOINT {name} fired")),
+        "{spec}: the read did not go through the fail point\n{}",
+        o.stderr
+    );
+    let after = (
+        snapshot(&d.path.join("pg_wal")),
+        snapshot(&d.path.join("global")),
+    );
+    assert!(before == after, "{spec}: the failed startup changed files");
+    let s = start_or_exit(&d.path, tmp.path(), &["--workers", "0"])
+        .unwrap_or_else(|o| panic!("{spec}: no start without the fail point\n{}", o.describe()));
+    s.stop_ok();
+}
+
+/// Recovery's WAL reads (the checkpoint record, through walformat's reader
+/// given the seam's `WalFiles`) go through the I/O seam.
+#[test]
+fn recovery_wal_read_goes_through_the_fail_points() {
+    startup_fails_cleanly_at("wal-read-fail", "wal_read=eio");
+}
+
+/// The control-file read goes through the I/O seam (`after=1`: the
+/// postmaster's own read at start passes, the startup process's fails).
+#[test]
+fn control_file_read_goes_through_the_fail_points() {
+    startup_fails_cleanly_at("control-read-fail", "control_read=eio:after=1");
+}

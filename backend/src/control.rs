@@ -86,6 +86,15 @@ impl fmt::Display for ControlError {
 
 impl std::error::Error for ControlError {}
 
+/// Now in Unix seconds (the control file's and the checkpoint record's
+/// `time`); 0 if the clock is before 1970.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 pub fn path(datadir: &Path) -> PathBuf {
     datadir.join("global").join("pg_control")
 }
@@ -154,7 +163,8 @@ impl ControlFile {
 
     pub fn read(datadir: &Path) -> Result<ControlFile, ControlError> {
         let p = path(datadir);
-        let b = std::fs::read(&p).map_err(|e| ControlError::Io(p.clone(), e))?;
+        let b = crate::walfile::read_file(crate::walfile::Op::ControlRead, &p)
+            .map_err(|e| ControlError::Io(p.clone(), e))?;
         ControlFile::decode(&b, &p)
     }
 

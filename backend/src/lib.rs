@@ -1,16 +1,30 @@
-//! walshm backends: the processes that insert WAL, and the code every
-//! WAL-touching process shares (insertion, buffer management, write and
-//! flush), plus the child-process plumbing (`process`).
+//! walshm backends: the code every WAL-touching process shares and the
+//! bodies of the processes the postmaster forks.
+//!
+//! Layout:
+//! - `procs/`: one file per process body (startup, checkpointer,
+//!   connection, worker); the walwriter is the top-level `walwriter` crate;
+//! - library parts borrowed by those bodies through their per-process
+//!   [`context::ProcContext`]: `xlog` (WAL insertion, buffers, write and
+//!   flush), `xact` (transactions), `procarray` (XIDs and snapshots),
+//!   `control` (the control file), `walfile` (the I/O seam, fail points);
+//! - `process` (fork plumbing: signals, names, logging) and `client_poll`
+//!   (the connection's polling reads).
+//!
+//! The old paths `backend::{startup, checkpointer, session, workload}`
+//! stay as re-exports of the `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-pub mod checkpointer;
 pub mod client_poll;
+pub mod context;
 pub mod control;
 pub mod procarray;
 pub mod process;
-pub mod session;
-pub mod startup;
+pub mod procs;
 pub mod walfile;
-pub mod workload;
 pub mod xact;
 pub mod xlog;
+
+pub use procs::connection as session;
+pub use procs::worker as workload;
+pub use procs::{checkpointer, startup};

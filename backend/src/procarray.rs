@@ -22,8 +22,9 @@
 //! shows our XID as running (the clear happened under ProcArrayLock
 //! exclusive, which a snapshot's shared acquisition orders after).
 
+use crate::context::ProcContext;
 use shmem::groupclear::group_clear;
-use shmem::lwlock::{LWLockMode, LockEnv};
+use shmem::lwlock::LWLockMode;
 use shmem::proc::Proc;
 use shmem::segment::NamedLock;
 use shmem::sync::Ordering;
@@ -53,7 +54,10 @@ impl Snapshot {
     }
 }
 
+/// One process's handle on the ProcArray; borrows the process's context
+/// (its proc slot and lock context).
 pub struct ProcArray<'a> {
+    ctx: &'a ProcContext<'a>,
     shm: &'a Shmem,
     me: u32,
     proc: &'a Proc,
@@ -61,17 +65,19 @@ pub struct ProcArray<'a> {
 }
 
 impl<'a> ProcArray<'a> {
-    pub fn new(shm: &'a Shmem, me: u32) -> Self {
+    pub fn new(ctx: &'a ProcContext<'a>) -> Self {
         ProcArray {
-            shm,
-            me,
-            proc: &shm.procs()[me as usize],
-            clear: shm.settings().xid_clear,
+            ctx,
+            shm: ctx.shm,
+            me: ctx.procno,
+            proc: ctx.me,
+            clear: ctx.settings.xid_clear,
         }
     }
 
     /// Adds our proc to the ProcArray (backend start).
-    pub fn join(&self, env: &LockEnv) {
+    pub fn join(&self) {
+        let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         lock.acquire(env, LWLockMode::Exclusive);
         let pa = self.shm.proc_array();
@@ -82,7 +88,8 @@ impl<'a> ProcArray<'a> {
     }
 
     /// Removes our proc from the ProcArray (backend exit).
-    pub fn leave(&self, env: &LockEnv) {
+    pub fn leave(&self) {
+        let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         lock.acquire(env, LWLockMode::Exclusive);
         let pa = self.shm.proc_array();
@@ -97,7 +104,8 @@ impl<'a> ProcArray<'a> {
 
     /// Assigns a new top-level XID, publishes it in our proc, and returns
     /// its full (epoch-extended) form.
-    pub fn assign_xid(&self, env: &LockEnv) -> u64 {
+    pub fn assign_xid(&self) -> u64 {
+        let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::XidGen);
         let xs = self.shm.xid_state();
         lock.acquire(env, LWLockMode::Exclusive);
@@ -116,7 +124,8 @@ impl<'a> ProcArray<'a> {
     }
 
     /// Takes a snapshot under ProcArrayLock shared (GetSnapshotData).
-    pub fn snapshot(&self, env: &LockEnv, into: &mut Snapshot) {
+    pub fn snapshot(&self, into: &mut Snapshot) {
+        let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         let pa = self.shm.proc_array();
         let members = self.shm.proc_array_members();
@@ -146,7 +155,8 @@ impl<'a> ProcArray<'a> {
     }
 
     /// Clears our XID at transaction end (ProcArrayEndTransaction).
-    pub fn end_transaction(&self, env: &LockEnv, xid: u32) {
+    pub fn end_transaction(&self, xid: u32) {
+        let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         match self.clear {
             XidClear::Exclusive => {
@@ -159,7 +169,7 @@ impl<'a> ProcArray<'a> {
                     self.clear_locked(self.proc, xid);
                     lock.release(env);
                 } else {
-                    self.group_clear(env, xid);
+                    self.group_clear(xid);
                 }
             }
         }
@@ -177,7 +187,8 @@ impl<'a> ProcArray<'a> {
 
     /// ProcArrayGroupClearXid (the protocol lives in shmem::groupclear,
     /// where loom checks it).
-    fn group_clear(&self, env: &LockEnv, xid: u32) {
+    fn group_clear(&self, xid: u32) {
+        let env = &self.ctx.env;
         let pa = self.shm.proc_array();
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         group_clear(env, lock, &pa.group_first, xid, |p, x| {

@@ -47,8 +47,11 @@ static QUIT_MSG_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Registers the client socket and the message SIGQUIT sends it.
 pub fn set_quit_message(fd: i32, msg: Vec<u8>) {
     let msg: &'static mut [u8] = Box::leak(msg.into_boxed_slice());
+    // Relaxed: both are published by the Release store of CLIENT_FD below,
+    // which the handler loads first.
     QUIT_MSG_LEN.store(msg.len(), Ordering::Relaxed);
-    QUIT_MSG.store(msg.as_mut_ptr(), Ordering::Release);
+    QUIT_MSG.store(msg.as_mut_ptr(), Ordering::Relaxed);
+    // Release pairs with the Acquire load of CLIENT_FD in `on_sigquit`.
     CLIENT_FD.store(fd, Ordering::Release);
 }
 
@@ -62,8 +65,10 @@ pub fn enable_cancel_signal() {
 }
 
 extern "C" fn on_sigquit(_: libc::c_int) {
+    // Acquire pairs with the Release store in `set_quit_message`; the loads
+    // after it are ordered by it, so they are Relaxed.
     let fd = CLIENT_FD.load(Ordering::Acquire);
-    let msg = QUIT_MSG.load(Ordering::Acquire);
+    let msg = QUIT_MSG.load(Ordering::Relaxed);
     if fd >= 0 && !msg.is_null() {
         // SAFETY: write(2) is async-signal-safe; `msg` points to a leaked
         // buffer of QUIT_MSG_LEN bytes that is never freed.

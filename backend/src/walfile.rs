@@ -1,5 +1,8 @@
 //! The I/O seam: every WAL and control-file operation of the runtime goes
-//! through this module, so that fail points can be injected in one place.
+//! through this module, so that fail points can be injected in one place:
+//! writes, syncs, creation, reads (recovery's, the look-ahead's through
+//! [`SEAM`], a [`walformat::WalFiles`]), directory listings, removals and
+//! renames. Nothing in `backend/` touches a WAL or control file otherwise.
 //!
 //! Segments: a new segment is made as PostgreSQL's XLogFileInit does:
 //! written in full with zeros to a temporary file, synced, then linked into
@@ -18,19 +21,25 @@
 //! Fail points (compiled in only with the `failpoints` feature, which the
 //! test build enables): the environment variable `WALSHM_FAILPOINTS` holds
 //! `NAME=ACTION[:after=N][:once=PATH]` entries separated by `;`. NAME is one
-//! of `wal_write`, `wal_fsync`, `wal_create`, `control_write`,
-//! `control_fsync`; ACTION one of `eio`, `enospc`, `short` (half the bytes
-//! written, then ENOSPC, as a full disk does). `after=N`: fire from the
-//! (N+1)-th call of this process on; `once=PATH`: fire at most once across
-//! all processes (the first to create PATH fires).
+//! of `wal_write`, `wal_fsync`, `wal_create`, `wal_read` (opening a segment
+//! to read it, and each read), `wal_dir` (listing `pg_wal`, creating the
+//! discard directory), `wal_remove` (removing, renaming, recycling or
+//! copying aside a segment), `dir_fsync`, `control_write`, `control_fsync`,
+//! `control_read`; ACTION one of `eio`, `enospc`, `short` (half the bytes
+//! written, then ENOSPC, as a full disk does; for an operation that writes
+//! nothing, the error alone). `after=N`: fire from the (N+1)-th call of
+//! this process on (a forked child inherits its parent's count);
+//! `once=PATH`: fire at most once across all processes (the first to create
+//! PATH fires).
 //!
 //! Callers' policy: a failed WAL write or fdatasync is a PANIC (the process
 //! aborts, the postmaster restarts everything, recovery runs): after a failed
 //! fdatasync the kernel may have dropped the dirty pages, so retrying could
 //! acknowledge WAL that is not on disk.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -42,8 +51,13 @@ pub enum Op {
     WalWrite,
     WalFsync,
     WalCreate,
+    WalRead,
+    WalDir,
+    WalRemove,
+    DirFsync,
     ControlWrite,
     ControlFsync,
+    ControlRead,
 }
 
 impl Op {
@@ -52,8 +66,13 @@ impl Op {
             Op::WalWrite => "wal_write",
             Op::WalFsync => "wal_fsync",
             Op::WalCreate => "wal_create",
+            Op::WalRead => "wal_read",
+            Op::WalDir => "wal_dir",
+            Op::WalRemove => "wal_remove",
+            Op::DirFsync => "dir_fsync",
             Op::ControlWrite => "control_write",
             Op::ControlFsync => "control_fsync",
+            Op::ControlRead => "control_read",
         }
     }
 }
@@ -154,6 +173,98 @@ fn injected(_op: Op) -> Option<(std::io::Error, bool)> {
     None
 }
 
+/// `Err` if a fail point says `op` fails now (for operations that write
+/// nothing, so `short` is the error alone).
+fn fail(op: Op) -> std::io::Result<()> {
+    match injected(op) {
+        Some((err, _)) => Err(err),
+        None => Ok(()),
+    }
+}
+
+/// Opens `path` for reading.
+pub fn open_read(op: Op, path: &Path) -> std::io::Result<File> {
+    fail(op)?;
+    File::open(path)
+}
+
+/// Opens `path` for reading and writing (recovery cutting a torn tail).
+pub fn open_read_write(op: Op, path: &Path) -> std::io::Result<File> {
+    fail(op)?;
+    OpenOptions::new().read(true).write(true).open(path)
+}
+
+/// Fills `buf` from `offset` (a short file is an error).
+pub fn read_at(op: Op, file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    fail(op)?;
+    file.read_exact_at(buf, offset)
+}
+
+/// The whole file at `path` (the control file).
+pub fn read_file(op: Op, path: &Path) -> std::io::Result<Vec<u8>> {
+    fail(op)?;
+    std::fs::read(path)
+}
+
+/// The names of the entries of directory `dir`.
+pub fn list_dir(op: Op, dir: &Path) -> std::io::Result<Vec<OsString>> {
+    fail(op)?;
+    std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
+/// Creates directory `dir` and its missing parents.
+pub fn create_dir_all(op: Op, dir: &Path) -> std::io::Result<()> {
+    fail(op)?;
+    std::fs::create_dir_all(dir)
+}
+
+/// Removes file `path`.
+pub fn remove_file(op: Op, path: &Path) -> std::io::Result<()> {
+    fail(op)?;
+    std::fs::remove_file(path)
+}
+
+/// Renames `from` to `to` (replacing `to`).
+pub fn rename(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
+    fail(op)?;
+    std::fs::rename(from, to)
+}
+
+/// Copies file `from` to `to` (its permissions with it).
+pub fn copy_file(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
+    fail(op)?;
+    std::fs::copy(from, to).map(|_| ())
+}
+
+/// The WAL readers' file access (recovery's reader and look-ahead) through
+/// this seam: every open, read and listing is a `wal_read` / `wal_dir`
+/// fail point.
+pub struct SeamWalFiles;
+
+/// The one [`SeamWalFiles`], to hand to `walformat`'s readers.
+pub static SEAM: SeamWalFiles = SeamWalFiles;
+
+impl walformat::WalFiles for SeamWalFiles {
+    fn open(&self, path: &Path) -> std::io::Result<File> {
+        open_read(Op::WalRead, path)
+    }
+
+    fn read_to_end(&self, file: &mut File, into: &mut Vec<u8>) -> std::io::Result<usize> {
+        fail(Op::WalRead)?;
+        file.read_to_end(into)
+    }
+
+    fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        read_at(Op::WalRead, file, buf, offset)
+    }
+
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<OsString>> {
+        list_dir(Op::WalDir, dir)
+    }
+}
+
 /// Writes all of `bytes` at `offset` (a short write is an error).
 pub fn write_at(op: Op, file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
     if let Some((err, short)) = injected(op) {
@@ -196,7 +307,7 @@ pub fn open_or_create_segment(
             let len = f.metadata()?.len();
             drop(f);
             let aside = path.with_extension("broken");
-            std::fs::rename(path, &aside)?;
+            rename(Op::WalRemove, path, &aside)?;
             crate::process::log(
                 "WARNING",
                 &format!(
@@ -278,9 +389,7 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io:
         drop(f);
         return std::fs::rename(&tmp, path);
     }
-    if let Some((err, _)) = injected(Op::ControlFsync) {
-        return Err(err);
-    }
+    fail(Op::ControlFsync)?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;
@@ -304,6 +413,7 @@ fn create_private_new(path: &Path) -> std::io::Result<File> {
 
 /// fsyncs a directory (after creating or renaming entries in it).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fail(Op::DirFsync)?;
     File::open(dir)?.sync_all()
 }
 
@@ -312,6 +422,7 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// unlink, so a segment another process created (and may be writing WAL
 /// into) under that name cannot be swapped for a stale one.
 pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
+    fail(Op::WalRemove)?;
     match std::fs::hard_link(old, new) {
         Ok(()) => {
             std::fs::remove_file(old)?;

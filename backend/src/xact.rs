@@ -14,13 +14,14 @@
 //! 3. clear the XID from the ProcArray (group or exclusive clear);
 //! 4. then, and only then, the caller may report the commit (`ack`).
 
+use crate::context::ProcContext;
 use crate::procarray::{ProcArray, Snapshot};
 use crate::xlog::{Inserted, Xlog};
 use shmem::proc::{Proc, ProcCounters};
-use shmem::Shmem;
 use walformat::RecordBuf;
 
 /// One backend's transaction machinery.
+/// Borrows the process's context, as its `Xlog` and `ProcArray` do.
 pub struct Xact<'a> {
     pub xlog: Xlog<'a>,
     pub procarray: ProcArray<'a>,
@@ -36,14 +37,15 @@ pub struct Xact<'a> {
 }
 
 impl<'a> Xact<'a> {
-    pub fn new(xlog: Xlog<'a>, shm: &'a Shmem, procno: u32) -> Xact<'a> {
-        let procarray = ProcArray::new(shm, procno);
-        procarray.join(&xlog.env);
+    /// Joins the ProcArray.
+    pub fn new(ctx: &'a ProcContext<'a>) -> Xact<'a> {
+        let procarray = ProcArray::new(ctx);
+        procarray.join();
         Xact {
-            xlog,
+            xlog: Xlog::new(ctx),
             procarray,
-            me: &shm.procs()[procno as usize],
-            synchronous: shm.settings().synchronous_commit,
+            me: ctx.me,
+            synchronous: ctx.settings.synchronous_commit,
             snapshot: Snapshot::default(),
             last_committed: 0,
             xid: 0,
@@ -56,7 +58,7 @@ impl<'a> Xact<'a> {
     /// Starts a transaction: takes its snapshot, and checks that our
     /// previous commit is not shown as running.
     pub fn begin(&mut self) {
-        self.procarray.snapshot(&self.xlog.env, &mut self.snapshot);
+        self.procarray.snapshot(&mut self.snapshot);
         if self.last_committed != 0 && self.snapshot.running.contains(&self.last_committed) {
             ProcCounters::bump(&self.me.counters.snapshot_violations, 1);
         }
@@ -66,7 +68,7 @@ impl<'a> Xact<'a> {
     /// Our XID, assigning one on first use (GetCurrentTransactionId).
     pub fn xid(&mut self) -> u32 {
         if self.xid == 0 {
-            self.full_xid = self.procarray.assign_xid(&self.xlog.env);
+            self.full_xid = self.procarray.assign_xid();
             self.xid = self.full_xid as u32;
         }
         self.xid
@@ -95,7 +97,7 @@ impl<'a> Xact<'a> {
         let xid = self.xid;
         walformat::abort_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
         let at = self.xlog.insert(&mut self.commit_buf);
-        self.procarray.end_transaction(&self.xlog.env, xid);
+        self.procarray.end_transaction(xid);
         self.xid = 0;
         Some(at)
     }
@@ -121,7 +123,7 @@ impl<'a> Xact<'a> {
             ProcCounters::bump(&self.me.counters.sync_commits, 1);
         }
         // Otherwise the walwriter flushes it within wal_writer_delay.
-        self.procarray.end_transaction(&self.xlog.env, xid);
+        self.procarray.end_transaction(xid);
         self.last_committed = xid;
         self.xid = 0;
         ProcCounters::bump(&self.me.counters.transactions, 1);
@@ -130,6 +132,6 @@ impl<'a> Xact<'a> {
 
     /// Leaves the ProcArray (backend exit).
     pub fn shutdown(&mut self) {
-        self.procarray.leave(&self.xlog.env);
+        self.procarray.leave();
     }
 }

@@ -56,15 +56,17 @@
 //! PANIC (the page cache may have dropped the data: retrying could
 //! acknowledge WAL that is not on disk).
 
+use crate::context::ProcContext;
 use crate::process::log;
-use shmem::lwlock::{LWLockMode, LockEnv, VarWait};
+use shmem::lwlock::{LWLockMode, VarWait};
 use shmem::proc::ProcCounters;
 use shmem::segment::{NamedLock, PrevLink};
+use shmem::settings::Settings;
 use shmem::sync::Ordering;
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
@@ -86,10 +88,11 @@ pub struct Inserted {
     pub end: Lsn,
 }
 
-/// One process's handle on the shared WAL.
+/// One process's handle on the shared WAL; borrows the process's context.
 pub struct Xlog<'a> {
+    ctx: &'a ProcContext<'a>,
+    /// `ctx.shm` and `ctx.me`, copied for the insert path.
     shm: &'a Shmem,
-    pub env: LockEnv<'a>,
     me: &'a Proc,
     geo: Geometry,
     tli: u32,
@@ -109,32 +112,41 @@ pub struct Xlog<'a> {
 
 /// Reads the current insert position (end of reserved WAL) in usable bytes.
 fn reserved_bytepos(shm: &Shmem) -> u64 {
-    // Acquire pairs with the spinlock release / the fetch-add of reservers;
-    // a slightly stale value only makes callers wait or write a bit less.
+    // Acquire pairs with the Release store of a spinlock reservation
+    // (`reserve`, `reserve_switch`) and the AcqRel fetch-add / CAS of an
+    // atomic one: whoever sees a reservation also sees the insertion lock
+    // its reserver took before it, which `wait_insertions_to_finish` relies
+    // on. A slightly stale value only makes callers wait or write less.
     shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire)
 }
 
 impl<'a> Xlog<'a> {
-    pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> Xlog<'a> {
-        let s = *shm.settings();
+    pub fn new(ctx: &'a ProcContext<'a>) -> Xlog<'a> {
+        let shm = ctx.shm;
+        let s = &ctx.settings;
         let facts = &shm.xlog().facts;
         let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
         Xlog {
+            ctx,
             shm,
-            env: shm.lock_env(procno),
-            me: &shm.procs()[procno as usize],
+            me: ctx.me,
             geo,
             tli: facts.timeline,
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
-            lock_to_try: procno as usize % shm.n_insert_locks(),
+            lock_to_try: ctx.procno as usize % shm.n_insert_locks(),
             holding: None,
             fsync: s.fsync,
             insertion: s.wal_insertion,
             reservation: s.wal_reservation,
-            pg_wal: datadir.join("pg_wal"),
+            pg_wal: ctx.pg_wal(),
             open_seg: None,
         }
+    }
+
+    /// The process context this handle borrows.
+    pub fn context(&self) -> &'a ProcContext<'a> {
+        self.ctx
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -153,10 +165,15 @@ impl<'a> Xlog<'a> {
     }
 
     pub fn write_lsn(&self) -> Lsn {
+        // Acquire pairs with the Release fetch_max in `xlog_write` (and the
+        // variable update in `publish_written`): the writer's reads of the
+        // buffer pages below happen before a caller reuses them.
         self.shm.xlog().write.write_result.load(Ordering::Acquire)
     }
 
     pub fn flush_lsn(&self) -> Lsn {
+        // Acquire pairs with the Release fetch_max of `flush_result` in
+        // `xlog_write`.
         self.shm.xlog().write.flush_result.load(Ordering::Acquire)
     }
 
@@ -199,7 +216,7 @@ impl<'a> Xlog<'a> {
             Insertion::Parallel => self.lock_to_try,
         };
         let l = self.shm.insert_lock(i);
-        if !l.lock.acquire(&self.env, LWLockMode::Exclusive)
+        if !l.lock.acquire(&self.ctx.env, LWLockMode::Exclusive)
             && self.insertion == Insertion::Parallel
         {
             // We had to wait: try another lock next time, which spreads
@@ -212,7 +229,7 @@ impl<'a> Xlog<'a> {
 
     fn release_insert_lock(&mut self, i: usize) {
         let l = self.shm.insert_lock(i);
-        l.lock.release_clear_var(&self.env, &l.inserting_at, 0);
+        l.lock.release_clear_var(&self.ctx.env, &l.inserting_at, 0);
         self.holding = None;
     }
 
@@ -220,7 +237,7 @@ impl<'a> Xlog<'a> {
     fn update_inserting_at(&self, at: Lsn) {
         if let Some(i) = self.holding {
             let l = self.shm.insert_lock(i);
-            l.lock.update_var(&self.env, &l.inserting_at, at);
+            l.lock.update_var(&self.ctx.env, &l.inserting_at, at);
         }
     }
 
@@ -234,8 +251,9 @@ impl<'a> Xlog<'a> {
                 ins.lock.lock();
                 let start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
-                // Release so lock-free readers of the insert position see a
-                // value no older than our reservation.
+                // Release pairs with the Acquire load in `reserved_bytepos`
+                // (the insert spinlock's release does not: readers of the
+                // insert position do not take it).
                 ins.curr_byte_pos.store(start + size, Ordering::Release);
                 ins.prev_byte_pos.store(start, Ordering::Relaxed);
                 ins.lock.unlock();
@@ -278,6 +296,7 @@ impl<'a> Xlog<'a> {
                 let start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
                 let r = switch_end(start).map(|end| {
+                    // Release: as in `reserve`.
                     ins.curr_byte_pos.store(end, Ordering::Release);
                     ins.prev_byte_pos.store(start, Ordering::Relaxed);
                     (start, end, prev)
@@ -289,6 +308,8 @@ impl<'a> Xlog<'a> {
                 let mut start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 loop {
                     let end = switch_end(start)?;
+                    // AcqRel: as the fetch-add in `reserve` (its Release half
+                    // pairs with the Acquire load in `reserved_bytepos`).
                     match ins.curr_byte_pos.compare_exchange_weak(
                         start,
                         end,
@@ -373,6 +394,7 @@ impl<'a> Xlog<'a> {
             let advertised = if ptr % BLCKSZ == hdr { page_start } else { ptr };
             self.update_inserting_at(advertised);
             self.advance_buffers(ptr, false);
+            // Acquire: same partner as above.
             let got = xlblocks[idx].load(Ordering::Acquire);
             if got != expected_end {
                 panic!(
@@ -411,7 +433,7 @@ impl<'a> Xlog<'a> {
         let bufmap = &self.shm.xlog().bufmap;
         let xlblocks = self.shm.xlblocks();
         let mut pages = 0;
-        map.acquire(&self.env, LWLockMode::Exclusive);
+        map.acquire(&self.ctx.env, LWLockMode::Exclusive);
         loop {
             let next = bufmap.initialized_up_to.load(Ordering::Relaxed);
             if !opportunistic && upto < next {
@@ -425,10 +447,10 @@ impl<'a> Xlog<'a> {
                 }
                 // The buffer still holds WAL that is not written: write it
                 // out, without holding the mapping lock.
-                map.release(&self.env);
+                map.release(&self.ctx.env);
                 bufmap.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
                 self.write_upto(old_end);
-                map.acquire(&self.env, LWLockMode::Exclusive);
+                map.acquire(&self.ctx.env, LWLockMode::Exclusive);
                 continue;
             }
             self.init_page(idx, next);
@@ -437,7 +459,7 @@ impl<'a> Xlog<'a> {
                 .store(next + BLCKSZ, Ordering::Relaxed);
             pages += 1;
         }
-        map.release(&self.env);
+        map.release(&self.ctx.env);
         let counter = if opportunistic {
             &bufmap.preinit_pages
         } else {
@@ -482,7 +504,7 @@ impl<'a> Xlog<'a> {
             let l = self.shm.insert_lock(i);
             let mut at = 0;
             loop {
-                match l.lock.wait_for_var(&self.env, &l.inserting_at, at) {
+                match l.lock.wait_for_var(&self.ctx.env, &l.inserting_at, at) {
                     VarWait::Free => {
                         at = 0;
                         break;
@@ -513,15 +535,15 @@ impl<'a> Xlog<'a> {
             if seen >= upto {
                 return;
             }
-            if ww.conditional_acquire(&self.env, LWLockMode::Exclusive) {
+            if ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
                 if self.write_lsn() < upto {
                     self.xlog_write(finished, false);
                 }
-                ww.release(&self.env);
+                ww.release(&self.ctx.env);
                 return;
             }
             // Somebody is writing: sleep until it publishes a run or is done.
-            ww.wait_for_var(&self.env, written, seen);
+            ww.wait_for_var(&self.ctx.env, written, seen);
         }
     }
 
@@ -537,7 +559,7 @@ impl<'a> Xlog<'a> {
         loop {
             let target = record.max(w.req_write.load(Ordering::Relaxed));
             let finished = self.wait_insertions_to_finish(target);
-            if !ww.acquire_or_wait(&self.env, LWLockMode::Exclusive) {
+            if !ww.acquire_or_wait(&self.ctx.env, LWLockMode::Exclusive) {
                 // Somebody held WALWriteLock and probably flushed for us.
                 if record <= self.flush_lsn() {
                     return;
@@ -547,7 +569,7 @@ impl<'a> Xlog<'a> {
             if record > self.flush_lsn() {
                 self.xlog_write(finished, true);
             }
-            ww.release(&self.env);
+            ww.release(&self.ctx.env);
             return;
         }
     }
@@ -564,12 +586,12 @@ impl<'a> Xlog<'a> {
             return false;
         }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.acquire(&self.env, LWLockMode::Exclusive);
+        ww.acquire(&self.ctx.env, LWLockMode::Exclusive);
         let wrote = finished > self.flush_lsn();
         if wrote {
             self.xlog_write(finished, true);
         }
-        ww.release(&self.env);
+        ww.release(&self.ctx.env);
         wrote
     }
 
@@ -586,6 +608,9 @@ impl<'a> Xlog<'a> {
             let page_start = written - written % BLCKSZ;
             let page_end = page_start + BLCKSZ;
             let idx = ((page_start / BLCKSZ) % self.n_buffers) as usize;
+            // Acquire pairs with the Release store in `init_page` (and in
+            // startup's install_end_of_wal): the page header is visible
+            // before we write the page out.
             let holds = xlblocks[idx].load(Ordering::Acquire);
             if holds != page_end {
                 panic!(
@@ -625,7 +650,7 @@ impl<'a> Xlog<'a> {
         if let Some((first, lsn, n)) = run {
             self.write_run(first, lsn, n);
         }
-        // Release pairs with the Acquire loads in write_lsn().
+        // Release pairs with the Acquire load in `write_lsn`.
         w.write_result.fetch_max(written, Ordering::Release);
         // A flusher waiting for WAL we just wrote: sync for it as well.
         let flush = flush || w.req_flush.load(Ordering::Relaxed) > self.flush_lsn();
@@ -633,6 +658,7 @@ impl<'a> Xlog<'a> {
             if self.geo.seg_offset(written) != 0 {
                 self.sync_segment(self.geo.seg_no(written));
             }
+            // Release pairs with the Acquire load in `flush_lsn`.
             w.flush_result.fetch_max(written, Ordering::Release);
         }
     }
@@ -643,7 +669,7 @@ impl<'a> Xlog<'a> {
     /// holds WALWriteLock, so the write result only grows.
     fn publish_written(&self, end: Lsn) {
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.update_var(&self.env, &self.shm.xlog().write.write_result, end);
+        ww.update_var(&self.ctx.env, &self.shm.xlog().write.write_result, end);
     }
 
     /// After a segment is complete: wake the checkpointer when the WAL since
@@ -652,7 +678,7 @@ impl<'a> Xlog<'a> {
     /// WAL pile up until the checkpointer's next look.
     fn maybe_request_checkpoint(&self, written: Lsn) {
         let ck = &self.shm.xlog().checkpointer;
-        let trigger = ((self.shm.settings().max_wal_size_mb as u64) << 20) / 2;
+        let trigger = checkpoint_wal_trigger(&self.ctx.settings);
         if written.saturating_sub(ck.last_redo.load(Ordering::Relaxed)) >= trigger {
             ck.latch.set();
         }
@@ -767,6 +793,14 @@ impl<'a> Xlog<'a> {
             ),
         );
     }
+}
+
+/// WAL volume since the last redo point that calls for a checkpoint: half
+/// of `max_wal_size` (PostgreSQL spreads checkpoints so that max_wal_size
+/// is not exceeded with checkpoint_completion_target 0.9). The writer and
+/// the checkpointer both test it.
+pub fn checkpoint_wal_trigger(s: &Settings) -> u64 {
+    ((s.max_wal_size_mb as u64) << 20) / 2
 }
 
 /// Lock-free reservation: records "the record ending at `end` started at

@@ -12,7 +12,7 @@
 //! directory that group or others can access, saying which chmod to run.
 
 use crate::cli::InitOptions;
-use backend::control::{ControlFile, DbState};
+use backend::control::{unix_now, ControlFile, DbState};
 use shmem::settings::{Settings, SETTINGS};
 use std::fs;
 use std::io::Write;
@@ -22,8 +22,8 @@ use walformat::{checkpoint_record, Geometry, SegmentWriter};
 
 pub const CONFIG_FILE: &str = "walshm.conf";
 pub const PID_FILE: &str = "postmaster.pid";
-/// First XID handed out (PostgreSQL's FirstNormalTransactionId).
-pub const FIRST_NORMAL_XID: u64 = 3;
+/// First XID handed out, in its 64-bit (epoch 0) form.
+const FIRST_NORMAL_FULL_XID: u64 = backend::procarray::FIRST_NORMAL_XID as u64;
 
 /// A system identifier as initdb makes one: time in the high bits, PID low.
 fn new_system_identifier() -> u64 {
@@ -90,7 +90,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     // WAL starts in segment 1, as initdb's does (LSN 0 is invalid).
     let mut w = SegmentWriter::new(geo, tli, sysid, geo.seg_start(1), 0);
     let redo = w.insert_pos();
-    let cp = backend::checkpointer::checkpoint_contents(redo, tli, FIRST_NORMAL_XID);
+    let cp = backend::checkpointer::checkpoint_contents(redo, tli, FIRST_NORMAL_FULL_XID);
     let checkpoint = w.append(&mut checkpoint_record(&cp, true));
     let pg_wal = dir.join("pg_wal");
     w.write_to_dir(&pg_wal)
@@ -110,7 +110,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
         timeline: tli,
         checkpoint,
         redo,
-        next_xid: FIRST_NORMAL_XID,
+        next_xid: FIRST_NORMAL_FULL_XID,
         time: unix_now(),
     }
     .write(dir, true)
@@ -123,13 +123,6 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     );
     println!("start it with: postmaster start -D {}", dir.display());
     Ok(())
-}
-
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {

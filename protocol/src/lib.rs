@@ -4,8 +4,8 @@
 //! The postmaster accepts a connection, forks, and the backend calls
 //! [`startup`] (negotiation and authentication) and then [`serve`] (simple
 //! and extended query protocol) with its [`Session`], the object that really
-//! writes WAL. [`reject_too_many`] is the postmaster's refusal at
-//! max_connections.
+//! writes WAL. [`reject_with`] is the postmaster's refusal of a client it
+//! will not fork a backend for (max_connections, recovery running).
 //!
 //! Invariants: no client input can panic this crate; malformed messages end
 //! the connection with FATAL 08P01; SQL errors keep it usable. The
@@ -30,6 +30,6 @@ pub use serve::serve;
 pub use session::{Session, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
-    crash_notice_bytes, error_response_bytes, reject_too_many, reject_with,
-    send_error_after_startup, startup, ServerParams, Startup, StartupInfo, Transport,
+    crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,
+    ServerParams, Startup, StartupInfo, Transport,
 };

@@ -488,22 +488,11 @@ fn scram_exchange<S: Read + Write>(
     }
 }
 
-/// The postmaster's refusal when max_connections is reached: reads the
+/// The postmaster's refusal of a client it will not serve: reads the
 /// start-up packet (answering SSL/GSS requests with 'N') so that the client
-/// is listening, then sends FATAL 53300 "sorry, too many clients already".
+/// is listening, then sends the FATAL `error` (53300 "sorry, too many
+/// clients already", 57P03 "the database system is starting up", ...).
 /// A CancelRequest arriving here is dropped.
-pub fn reject_too_many<S: Read + Write>(stream: &mut S) -> io::Result<()> {
-    reject_with(
-        stream,
-        &SqlError::fatal(
-            sqlstate::TOO_MANY_CONNECTIONS,
-            "sorry, too many clients already",
-        ),
-    )
-}
-
-/// Like [`reject_too_many`] with any FATAL error, e.g. 57P03 "the database
-/// system is starting up" while recovery runs.
 pub fn reject_with<S: Read + Write>(stream: &mut S, error: &SqlError) -> io::Result<()> {
     match read_first_packet(stream)? {
         FirstPacket::Startup { .. } => send_error(stream, error),
@@ -697,7 +686,11 @@ mod tests {
     #[test]
     fn too_many_clients() {
         let mut s = duplex(packet(PROTOCOL_3_0, b"user\0u\0\0"));
-        reject_too_many(&mut s).unwrap();
+        let too_many = SqlError::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            "sorry, too many clients already",
+        );
+        reject_with(&mut s, &too_many).unwrap();
         let text = String::from_utf8_lossy(&s.output);
         assert!(text.contains("C53300\0") && text.contains("sorry, too many clients already"));
     }

@@ -43,9 +43,9 @@ pub use geometry::{
     format_lsn, maxalign, parse_lsn, FormatError, Geometry, Lsn, DEFAULT_SEG_SIZE, MAX_SEG_SIZE,
     MIN_SEG_SIZE,
 };
-pub use lookahead::{look_ahead, Lookahead, ValidWalAfter};
+pub use lookahead::{look_ahead, look_ahead_from, Lookahead, ValidWalAfter};
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
-pub use reader::{LongHeaderMismatch, WalError, WalReader};
+pub use reader::{LongHeaderMismatch, StdWalFiles, WalError, WalFiles, WalReader};
 pub use record::{
     abort_record_into, checkpoint_record, commit_record, commit_record_into, logical_message,
     logical_message_into, switch_record, try_logical_message_into, CheckPoint, RecordBuf,

@@ -43,8 +43,7 @@ use crate::consts::{
 use crate::decode::{decode_record_bytes, DecodedRecord};
 use crate::geometry::{maxalign, Geometry, Lsn};
 use crate::page::{read_page_header, PageHeader};
-use crate::reader::{WalError, WalReader};
-use std::os::unix::fs::FileExt;
+use crate::reader::{StdWalFiles, WalError, WalFiles, WalReader};
 use std::path::{Path, PathBuf};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
@@ -139,31 +138,49 @@ pub fn look_ahead(
     sysid: u64,
     stop: Lsn,
 ) -> Result<Lookahead, WalError> {
+    look_ahead_from(&StdWalFiles, pg_wal, geo, tli, sysid, stop)
+}
+
+/// [`look_ahead`] reading every file (and the directory) through `files`.
+pub fn look_ahead_from(
+    files: &'static dyn WalFiles,
+    pg_wal: &Path,
+    geo: Geometry,
+    tli: u32,
+    sysid: u64,
+    stop: Lsn,
+) -> Result<Lookahead, WalError> {
     let sys = System { geo, tli, sysid };
     let first_page = stop - stop % BLCKSZ + BLCKSZ;
     let mut scan = Scan {
         sys,
+        files,
         dir: pg_wal.to_path_buf(),
         reader: None,
         out: Lookahead::default(),
         cursor: first_page,
     };
-    for segno in segments_from(pg_wal, &geo, tli, geo.seg_no(first_page))? {
+    for segno in segments_from(files, pg_wal, &geo, tli, geo.seg_no(first_page))? {
         scan.segment(segno)?;
     }
     Ok(scan.out)
 }
 
 /// Segment numbers of timeline `tli` present in `pg_wal`, `>= from`, sorted.
-fn segments_from(pg_wal: &Path, geo: &Geometry, tli: u32, from: u64) -> Result<Vec<u64>, WalError> {
+fn segments_from(
+    files: &dyn WalFiles,
+    pg_wal: &Path,
+    geo: &Geometry,
+    tli: u32,
+    from: u64,
+) -> Result<Vec<u64>, WalError> {
     let io_err = |error| WalError::Io {
         lsn: geo.seg_start(from),
         path: pg_wal.to_path_buf(),
         error,
     };
     let mut segs = Vec::new();
-    for entry in std::fs::read_dir(pg_wal).map_err(io_err)? {
-        let name = entry.map_err(io_err)?.file_name();
+    for name in files.list_dir(pg_wal).map_err(io_err)? {
         if let Some((t, segno)) = geo.parse_file_name(&name.to_string_lossy()) {
             if t == tli && segno >= from {
                 segs.push(segno);
@@ -177,6 +194,7 @@ fn segments_from(pg_wal: &Path, geo: &Geometry, tli: u32, from: u64) -> Result<V
 /// State of one look-ahead pass.
 struct Scan {
     sys: System,
+    files: &'static dyn WalFiles,
     dir: PathBuf,
     /// Opened at the first in-place page found, then repositioned.
     reader: Option<WalReader>,
@@ -201,7 +219,7 @@ impl Scan {
             path: path.clone(),
             error,
         };
-        let file = match std::fs::File::open(&path) {
+        let file = match self.files.open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(io_err(e)),
@@ -213,7 +231,8 @@ impl Scan {
         while page < seg_end && geo.seg_offset(page) + SIZE_OF_XLOG_SHORT_PHD as u64 <= len {
             let offset = geo.seg_offset(page);
             let n = (len - offset).min(SIZE_OF_XLOG_LONG_PHD as u64) as usize;
-            file.read_exact_at(&mut hdr_buf[..n], offset)
+            self.files
+                .read_exact_at(&file, &mut hdr_buf[..n], offset)
                 .map_err(io_err)?;
             hdr_buf[n..].fill(0);
             self.out.pages += 1;
@@ -252,7 +271,16 @@ impl Scan {
                 r
             }
             None => {
-                match WalReader::open_padded(&self.dir, sys.geo, sys.tli, Some(sys.sysid), page) {
+                let opened = WalReader::open_with(
+                    self.files,
+                    &self.dir,
+                    sys.geo,
+                    sys.tli,
+                    Some(sys.sysid),
+                    page,
+                    true,
+                );
+                match opened {
                     Ok(r) => self.reader.insert(r),
                     Err(_) => return page + BLCKSZ,
                 }
@@ -290,7 +318,7 @@ impl Scan {
         let offset = geo.seg_offset(page);
         let mut buf = vec![0u8; XLOG_BLCKSZ];
         let n = (len - offset).min(BLCKSZ) as usize;
-        file.read_exact_at(&mut buf[..n], offset)?;
+        self.files.read_exact_at(file, &mut buf[..n], offset)?;
         let Some(hdr) = read_page_header(&buf) else {
             return Ok(());
         };

@@ -1,4 +1,9 @@
 //! Reading WAL from a `pg_wal` directory with `xlogreader.c`'s validation.
+//!
+//! Every file access of the readers (this one and the look-ahead) goes
+//! through a [`WalFiles`]: the file system itself by default
+//! ([`StdWalFiles`]), or a caller's own I/O seam (the runtime passes one
+//! with fail points), so that no read of WAL bypasses it.
 
 use crate::consts::{
     SIZE_OF_XLOG_LONG_PHD, SIZE_OF_XLOG_RECORD, SIZE_OF_XLOG_SHORT_PHD, XLOG_BLCKSZ,
@@ -7,9 +12,49 @@ use crate::consts::{
 use crate::decode::{decode_complete, lsn_text, parse_record_header, DecodedRecord};
 use crate::geometry::{maxalign, Geometry, Lsn};
 use crate::page::{get_u32, read_page_header, PageHeader};
+use std::ffi::OsString;
 use std::fmt;
-use std::io::Read;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+/// The file operations the WAL readers use: open a segment file, read it,
+/// list the directory. Implementations decide nothing about WAL: they
+/// perform the operation (or fail it, as a fail point does).
+pub trait WalFiles: Sync {
+    /// Opens the file at `path` for reading (`NotFound` when absent).
+    fn open(&self, path: &Path) -> io::Result<File>;
+    /// Appends the rest of `file` to `into`; returns the bytes read.
+    fn read_to_end(&self, file: &mut File, into: &mut Vec<u8>) -> io::Result<usize>;
+    /// Fills `buf` from `offset` of `file` (a short file is an error).
+    fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// The names of the entries of directory `dir`.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+}
+
+/// [`WalFiles`] straight on the file system.
+pub struct StdWalFiles;
+
+impl WalFiles for StdWalFiles {
+    fn open(&self, path: &Path) -> io::Result<File> {
+        File::open(path)
+    }
+
+    fn read_to_end(&self, file: &mut File, into: &mut Vec<u8>) -> io::Result<usize> {
+        file.read_to_end(into)
+    }
+
+    fn read_exact_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(file, buf, offset)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect()
+    }
+}
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 
@@ -375,6 +420,7 @@ enum PageUse {
 /// Reads WAL from a pg_wal directory (segment files named by
 /// [`Geometry::file_name`]).
 pub struct WalReader {
+    files: &'static dyn WalFiles,
     dir: PathBuf,
     geo: Geometry,
     tli: u32,
@@ -408,23 +454,26 @@ impl WalReader {
         sysid: Option<u64>,
         start: Lsn,
     ) -> Result<WalReader, WalError> {
-        Self::open_with(pg_wal_dir, geo, tli, sysid, start, false)
+        Self::open_with(&StdWalFiles, pg_wal_dir, geo, tli, sysid, start, false)
     }
 
-    /// [`WalReader::open`] that reads a short segment file as if it were
-    /// zero-padded to the segment size (for the look-ahead only: normal
-    /// reading refuses such a segment whole).
-    pub(crate) fn open_padded(
+    /// [`WalReader::open`] reading every file through `files`.
+    pub fn open_from(
+        files: &'static dyn WalFiles,
         pg_wal_dir: &Path,
         geo: Geometry,
         tli: u32,
         sysid: Option<u64>,
         start: Lsn,
     ) -> Result<WalReader, WalError> {
-        Self::open_with(pg_wal_dir, geo, tli, sysid, start, true)
+        Self::open_with(files, pg_wal_dir, geo, tli, sysid, start, false)
     }
 
-    fn open_with(
+    /// [`WalReader::open_from`]; `pad_short`: read a short segment file as
+    /// if it were zero-padded to the segment size (for the look-ahead only:
+    /// normal reading refuses such a segment whole).
+    pub(crate) fn open_with(
+        files: &'static dyn WalFiles,
         pg_wal_dir: &Path,
         geo: Geometry,
         tli: u32,
@@ -433,6 +482,7 @@ impl WalReader {
         pad_short: bool,
     ) -> Result<WalReader, WalError> {
         let mut reader = WalReader {
+            files,
             dir: pg_wal_dir.to_path_buf(),
             geo,
             tli,
@@ -640,7 +690,7 @@ impl WalReader {
             path: path.clone(),
             error,
         };
-        let mut file = match std::fs::File::open(&path) {
+        let mut file = match self.files.open(&path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(io_err(e)),
@@ -657,7 +707,9 @@ impl WalReader {
         let mut data = self.segment.take().map(|s| s.data).unwrap_or_default();
         data.clear();
         data.reserve(len as usize);
-        file.read_to_end(&mut data).map_err(io_err)?;
+        self.files
+            .read_to_end(&mut file, &mut data)
+            .map_err(io_err)?;
         if self.pad_short && data.len() as u64 == len {
             data.resize(self.geo.seg_size as usize, 0);
         }

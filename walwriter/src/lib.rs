@@ -14,6 +14,7 @@
 //! every inserted record on disk.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+use backend::context::ProcContext;
 use backend::process::shutdown_requested;
 use backend::xlog::Xlog;
 use shmem::segment::AuxProc;
@@ -23,10 +24,10 @@ use std::time::Duration;
 
 /// Runs the walwriter until SIGTERM; returns the exit code.
 pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
-    let procno = shm.aux_procno(AuxProc::Walwriter);
-    let mut xlog = Xlog::new(shm, procno, datadir);
-    let delay = Duration::from_millis(shm.settings().wal_writer_delay_ms as u64);
-    let preinit = shm.settings().wal_preinit;
+    let ctx = ProcContext::aux(shm, AuxProc::Walwriter, datadir);
+    let mut xlog = Xlog::new(&ctx);
+    let delay = Duration::from_millis(ctx.settings.wal_writer_delay_ms as u64);
+    let preinit = ctx.settings.wal_preinit;
     let latch = &shm.xlog().walwriter_latch;
     while !shutdown_requested() {
         latch.reset();

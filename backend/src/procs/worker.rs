@@ -20,6 +20,7 @@
 //! A backend loops until SIGTERM, finishing the iteration it is in. Every
 //! iteration bumps the proc's `transactions` counter, which walbench samples.
 
+use crate::context::ProcContext;
 use crate::process::{shutdown_requested, write_all_fd};
 use crate::xact::Xact;
 use crate::xlog::Xlog;
@@ -104,18 +105,17 @@ impl Workload {
 /// Runs `w` as proc `procno` until shutdown is requested; `ack`: print
 /// `ack LSN` after each durable commit.
 pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload, ack: bool) -> i32 {
+    let ctx = ProcContext::new(shm, procno, datadir);
     match w {
-        Workload::Emit(size) => run_emit(shm, procno, datadir, size, 1),
-        Workload::EmitBatch(size, n) => run_emit(shm, procno, datadir, size, n),
-        Workload::EmitTx(size) => run_emit_tx(shm, procno, datadir, Some(size), ack, None),
-        Workload::Txid => run_emit_tx(shm, procno, datadir, None, false, None),
+        Workload::Emit(size) => run_emit(&ctx, size, 1),
+        Workload::EmitBatch(size, n) => run_emit(&ctx, size, n),
+        Workload::EmitTx(size) => run_emit_tx(&ctx, Some(size), ack, None),
+        Workload::Txid => run_emit_tx(&ctx, None, false, None),
         Workload::EmitTxBesideTxid(size) if procno.is_multiple_of(2) => {
-            run_emit_tx(shm, procno, datadir, Some(size), ack, None)
+            run_emit_tx(&ctx, Some(size), ack, None)
         }
-        Workload::EmitTxBesideTxid(_) => {
-            run_emit_tx(shm, procno, datadir, None, false, Some(BESIDE_TXID_PACE))
-        }
-        Workload::Lwlock => run_lwlock(shm, procno),
+        Workload::EmitTxBesideTxid(_) => run_emit_tx(&ctx, None, false, Some(BESIDE_TXID_PACE)),
+        Workload::Lwlock => run_lwlock(&ctx),
     }
     0
 }
@@ -128,18 +128,16 @@ const BESIDE_TXID_PACE: std::time::Duration = std::time::Duration::from_micros(5
 /// `emit-tx:SIZE` (message = Some(SIZE)) and `txid` (None); `pace`: sleep
 /// that long after each transaction.
 fn run_emit_tx(
-    shm: &Shmem,
-    procno: u32,
-    datadir: &Path,
+    ctx: &ProcContext,
     message: Option<usize>,
     ack: bool,
     pace: Option<std::time::Duration>,
 ) {
-    let mut xact = Xact::new(Xlog::new(shm, procno, datadir), shm, procno);
+    let mut xact = Xact::new(ctx);
     let payload = payload_of(message.unwrap_or(0));
     let mut rec = walformat::RecordBuf::default();
     let mut line = String::with_capacity(32);
-    let hist = shm.latency_histogram(procno);
+    let hist = ctx.shm.latency_histogram(ctx.procno);
     let mut n = 0u64;
     while !shutdown_requested() {
         n += 1;
@@ -190,10 +188,10 @@ fn payload_of(size: usize) -> Vec<u8> {
 }
 
 /// `n` messages of `size` bytes per transaction.
-fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize, n_per_tx: usize) {
-    let mut xlog = Xlog::new(shm, procno, datadir);
-    let me = &shm.procs()[procno as usize];
-    let hist = shm.latency_histogram(procno);
+fn run_emit(ctx: &ProcContext, size: usize, n_per_tx: usize) {
+    let mut xlog = Xlog::new(ctx);
+    let me = ctx.me;
+    let hist = ctx.shm.latency_histogram(ctx.procno);
     let payload = payload_of(size);
     let mut rec = walformat::RecordBuf::default();
     let mut n = 0u64;
@@ -212,27 +210,26 @@ fn run_emit(shm: &Shmem, procno: u32, datadir: &Path, size: usize, n_per_tx: usi
     }
 }
 
-fn run_lwlock(shm: &Shmem, procno: u32) {
-    let env = shm.lock_env(procno);
-    let me = &shm.procs()[procno as usize];
+fn run_lwlock(ctx: &ProcContext) {
+    let (shm, env, me) = (ctx.shm, &ctx.env, ctx.me);
     let lock = shm.named_lock(NamedLock::Test);
     let area = shm.lock_test_area();
-    let hist = shm.latency_histogram(procno);
-    let mut i: u64 = procno as u64;
+    let hist = shm.latency_histogram(ctx.procno);
+    let mut i: u64 = ctx.procno as u64;
     while !shutdown_requested() {
         i += 1;
         let t = i.is_multiple_of(SAMPLE_EVERY).then(Instant::now);
         if i.is_multiple_of(5) {
-            lock.acquire(&env, LWLockMode::Exclusive);
+            lock.acquire(env, LWLockMode::Exclusive);
             // SAFETY: we hold the Test lock exclusively.
             unsafe { area.bump_exclusive() };
-            lock.release(&env);
+            lock.release(env);
             ProcCounters::bump(&me.counters.lock_acquires, 1);
         } else {
-            lock.acquire(&env, LWLockMode::Shared);
+            lock.acquire(env, LWLockMode::Shared);
             // SAFETY: we hold the Test lock in shared mode.
             unsafe { area.check_shared() };
-            lock.release(&env);
+            lock.release(env);
         }
         if let Some(t) = t {
             hist.record(t.elapsed().as_nanos() as u64);

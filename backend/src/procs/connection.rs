@@ -23,9 +23,9 @@
 
 use crate::checkpointer::request_checkpoint;
 use crate::client_poll::PollingStream;
+use crate::context::ProcContext;
 use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
 use crate::xact::Xact;
-use crate::xlog::Xlog;
 use protocol::{sqlstate, Session, SqlError, Termination};
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -39,10 +39,11 @@ pub struct WalSession<'a> {
 }
 
 impl<'a> WalSession<'a> {
-    pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> Self {
+    /// Joins the ProcArray as the context's proc.
+    pub fn new(ctx: &'a ProcContext<'a>) -> Self {
         WalSession {
-            shm,
-            xact: Xact::new(Xlog::new(shm, procno, datadir), shm, procno),
+            shm: ctx.shm,
+            xact: Xact::new(ctx),
         }
     }
 
@@ -256,8 +257,12 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let me = &shm.procs()[procno as usize];
     me.counters.reset();
     me.cancel_key.store(key, Ordering::Relaxed);
-    me.pid.store(pid, Ordering::Release);
-    let mut session = WalSession::new(shm, procno, datadir);
+    // Relaxed: `cancel_matches` reads pid and key with no order between
+    // them, and a slot seen with its pid but not yet its key has key 0,
+    // which never matches.
+    me.pid.store(pid, Ordering::Relaxed);
+    let ctx = ProcContext::new(shm, procno, datadir);
+    let mut session = WalSession::new(&ctx);
     if let Some(on) = info.synchronous_commit {
         session.set_synchronous_commit(on);
     }

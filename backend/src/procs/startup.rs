@@ -30,8 +30,9 @@
 //! the page the next record goes to, and no byte after the end in its
 //! segment file is non-zero.
 
-use crate::control::{ControlFile, DbState};
+use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::log;
+use crate::walfile::{self, Op};
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::fmt;
@@ -176,7 +177,8 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
     let pg_wal = datadir.join("pg_wal");
     let checkpoint = control.checkpoint;
     let open = |at: Lsn| {
-        WalReader::open(
+        WalReader::open_from(
+            &walfile::SEAM,
             &pg_wal,
             geo,
             control.timeline,
@@ -252,7 +254,8 @@ pub fn look_ahead(
     r: &RecoveryResult,
 ) -> Result<Lookahead, WalError> {
     let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
-    walformat::look_ahead(
+    walformat::look_ahead_from(
+        &walfile::SEAM,
         &datadir.join("pg_wal"),
         geo,
         control.timeline,
@@ -313,13 +316,13 @@ pub fn discard_wal_after(
     let err = |what: &str, p: &Path, e: std::io::Error| {
         format!("could not {what} \"{}\": {e}", p.display())
     };
-    std::fs::create_dir_all(&target).map_err(|e| err("create directory", &target, e))?;
+    walfile::create_dir_all(Op::WalDir, &target)
+        .map_err(|e| err("create directory", &target, e))?;
     let end_seg = geo.seg_no(end);
     let mut later = Vec::new();
-    for entry in std::fs::read_dir(&pg_wal).map_err(|e| err("read directory", &pg_wal, e))? {
-        let name = entry
-            .map_err(|e| err("read directory", &pg_wal, e))?
-            .file_name();
+    let names =
+        walfile::list_dir(Op::WalDir, &pg_wal).map_err(|e| err("read directory", &pg_wal, e))?;
+    for name in names {
         let name = name.to_string_lossy().into_owned();
         match geo.parse_file_name(&name) {
             Some((t, segno)) if t == tli && segno > end_seg => later.push(name),
@@ -330,20 +333,21 @@ pub fn discard_wal_after(
     let held = pg_wal.join(geo.file_name(tli, end_seg));
     if held.exists() {
         let copy = target.join(geo.file_name(tli, end_seg));
-        std::fs::copy(&held, &copy).map_err(|e| err("copy", &held, e))?;
+        walfile::copy_file(Op::WalRemove, &held, &copy).map_err(|e| err("copy", &held, e))?;
         if fsync {
-            std::fs::File::open(&copy)
-                .and_then(|f| f.sync_all())
+            walfile::open_read(Op::WalRead, &copy)
+                .and_then(|f| walfile::sync_data(Op::WalFsync, &f))
                 .map_err(|e| err("fsync", &copy, e))?;
         }
     }
     for name in &later {
         let from = pg_wal.join(name);
-        std::fs::rename(&from, target.join(name)).map_err(|e| err("move", &from, e))?;
+        walfile::rename(Op::WalRemove, &from, &target.join(name))
+            .map_err(|e| err("move", &from, e))?;
     }
     if fsync {
         for dir in [&target, &parent, &pg_wal, &datadir.to_path_buf()] {
-            crate::walfile::sync_dir(dir).map_err(|e| err("fsync directory", dir, e))?;
+            walfile::sync_dir(dir).map_err(|e| err("fsync directory", dir, e))?;
         }
     }
     Ok(target)
@@ -361,16 +365,11 @@ pub fn cut_wal_at(
     end: Lsn,
     fsync: bool,
 ) -> Result<u64, String> {
-    use crate::walfile::{sync_data, write_at, Op};
-    use std::os::unix::fs::FileExt;
+    use crate::walfile::{read_at, sync_data, write_at};
     let path = pg_wal.join(geo.file_name(tli, geo.seg_no(end)));
     let err =
         |what: &str, e: std::io::Error| format!("could not {what} \"{}\": {e}", path.display());
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-    {
+    let file = match walfile::open_read_write(Op::WalRead, &path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(err("open", e)),
@@ -385,8 +384,7 @@ pub fn cut_wal_at(
     let mut zeroed = 0;
     while at < geo.seg_size {
         let n = (geo.seg_size - at).min(CHUNK - at % CHUNK) as usize;
-        file.read_exact_at(&mut buf[..n], at)
-            .map_err(|e| err("read", e))?;
+        read_at(Op::WalRead, &file, &mut buf[..n], at).map_err(|e| err("read", e))?;
         if let (Some(first), Some(last)) = (
             buf[..n].iter().position(|&b| b != 0),
             buf[..n].iter().rposition(|&b| b != 0),
@@ -408,13 +406,6 @@ pub fn cut_wal_at(
     Ok(zeroed)
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// Sets shared memory up so insertion continues at the end of valid WAL.
 pub fn install_end_of_wal(
     shm: &Shmem,
@@ -427,6 +418,13 @@ pub fn install_end_of_wal(
     let end = r.end_of_wal;
     let end_pos = geo.recptr_to_bytepos(end);
     let prev_pos = geo.recptr_to_bytepos(r.last_record);
+    // Orderings: this process runs alone, and the postmaster forks the
+    // processes that read what we set here only after reaping us (waitpid
+    // and fork order every store before them), so every store below is
+    // Relaxed except these two: curr_byte_pos keeps the Release of
+    // `xlog::reserve` (partner: the Acquire load in xlog's reserved_bytepos);
+    // prev_byte_pos's Release pairs with nothing (it is read under the
+    // insert spinlock) and is harmless.
     x.insert.curr_byte_pos.store(end_pos, Ordering::Release);
     x.insert.prev_byte_pos.store(prev_pos, Ordering::Release);
     crate::xlog::seed_prev_link(shm, prev_pos, end_pos);
@@ -438,30 +436,28 @@ pub fn install_end_of_wal(
         let idx = ((page_start / BLCKSZ) % n_buffers) as usize;
         let segno = geo.seg_no(page_start);
         let path = datadir.join("pg_wal").join(geo.file_name(tli, segno));
-        let file = std::fs::File::open(&path)
+        let file = walfile::open_read(Op::WalRead, &path)
             .map_err(|e| format!("could not open {}: {e}", path.display()))?;
         // SAFETY: the startup process is the only process attached to the
         // segment now; buffer `idx` is 8 KiB inside the mapping.
         let page = unsafe { std::slice::from_raw_parts_mut(shm.wal_page(idx), XLOG_BLCKSZ) };
-        use std::os::unix::fs::FileExt;
-        file.read_exact_at(page, geo.seg_offset(page_start))
-            .map_err(|e| {
-                format!(
-                    "could not read {} at {}: {e}",
-                    path.display(),
-                    geo.seg_offset(page_start)
-                )
-            })?;
+        walfile::read_at(Op::WalRead, &file, page, geo.seg_offset(page_start)).map_err(|e| {
+            format!(
+                "could not read {} at {}: {e}",
+                path.display(),
+                geo.seg_offset(page_start)
+            )
+        })?;
         page[(end % BLCKSZ) as usize..].fill(0);
-        shm.xlblocks()[idx].store(page_start + BLCKSZ, Ordering::Release);
+        shm.xlblocks()[idx].store(page_start + BLCKSZ, Ordering::Relaxed);
         x.bufmap
             .initialized_up_to
-            .store(page_start + BLCKSZ, Ordering::Release);
+            .store(page_start + BLCKSZ, Ordering::Relaxed);
     } else {
-        x.bufmap.initialized_up_to.store(end, Ordering::Release);
+        x.bufmap.initialized_up_to.store(end, Ordering::Relaxed);
     }
-    x.write.write_result.store(end, Ordering::Release);
-    x.write.flush_result.store(end, Ordering::Release);
+    x.write.write_result.store(end, Ordering::Relaxed);
+    x.write.flush_result.store(end, Ordering::Relaxed);
     x.write.req_write.store(end, Ordering::Relaxed);
     x.write.req_flush.store(end, Ordering::Relaxed);
     Ok(())
@@ -560,7 +556,8 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     shm.xlog()
         .checkpointer
         .last_redo
-        .store(control.redo, Ordering::Release);
+        // Relaxed: published to later processes by fork (see install_end_of_wal).
+        .store(control.redo, Ordering::Relaxed);
     let mut c = control;
     c.state = DbState::InProduction;
     c.time = unix_now();

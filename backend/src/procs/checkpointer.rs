@@ -18,36 +18,38 @@
 //!
 //! A failed control-file write is a PANIC, like a failed WAL flush.
 
-use crate::control::{ControlFile, DbState};
+use crate::context::ProcContext;
+use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::{log, shutdown_requested};
+use crate::walfile::{self, Op};
 use crate::xlog::Xlog;
 use shmem::lwlock::LWLockMode;
 use shmem::segment::{AuxProc, NamedLock};
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::{format_lsn, CheckPoint, Geometry, Lsn};
 
 /// How often the checkpointer looks at the WAL volume.
 const POLL: Duration = Duration::from_millis(200);
 
+/// The checkpointer's state; borrows the process's context.
 pub struct Checkpointer<'a> {
+    ctx: &'a ProcContext<'a>,
     shm: &'a Shmem,
     xlog: Xlog<'a>,
-    datadir: PathBuf,
     geo: Geometry,
 }
 
 impl<'a> Checkpointer<'a> {
-    pub fn new(shm: &'a Shmem, datadir: &Path) -> Self {
-        let procno = shm.aux_procno(AuxProc::Checkpointer);
-        let xlog = Xlog::new(shm, procno, datadir);
+    pub fn new(ctx: &'a ProcContext<'a>) -> Self {
+        let xlog = Xlog::new(ctx);
         let geo = xlog.geometry();
         Checkpointer {
-            shm,
+            ctx,
+            shm: ctx.shm,
             xlog,
-            datadir: datadir.to_path_buf(),
             geo,
         }
     }
@@ -59,9 +61,14 @@ impl<'a> Checkpointer<'a> {
             .xlog()
             .checkpointer
             .started
-            .fetch_add(1, Ordering::AcqRel);
+            // Relaxed: a count that publishes nothing; request_checkpoint
+            // only compares it with `done` (one atomic's own order suffices).
+            .fetch_add(1, Ordering::Relaxed);
         let redo = self.xlog.insert_rec_ptr();
-        let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Acquire);
+        // Relaxed: next_full_xid changes only under XidGenLock (never by a
+        // Release store), so an Acquire here would pair with nothing; the
+        // read comes after redo because insert_rec_ptr's load is Acquire.
+        let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Relaxed);
         let facts = &self.shm.xlog().facts;
         let cp = checkpoint_contents(redo, facts.timeline, next_xid);
         let mut rec = walformat::checkpoint_record(&cp, shutdown);
@@ -71,7 +78,9 @@ impl<'a> Checkpointer<'a> {
         let redo = if shutdown { at.start } else { redo };
         self.update_control_file(at.start, redo, next_xid, shutdown);
         let ck = &self.shm.xlog().checkpointer;
-        ck.last_redo.store(redo, Ordering::Release);
+        // Relaxed: a threshold only; its readers (our own loop in `run`,
+        // xlog's checkpoint trigger) use the value, nothing published with it.
+        ck.last_redo.store(redo, Ordering::Relaxed);
         let (removed, recycled) = self.remove_old_segments(redo);
         log(
             "LOG",
@@ -83,14 +92,16 @@ impl<'a> Checkpointer<'a> {
                 started.elapsed().as_secs_f64()
             ),
         );
+        // Release pairs with the Acquire load of `done` in
+        // request_checkpoint: the checkpoint is complete for the requester.
         ck.done.fetch_add(1, Ordering::Release);
         at.start
     }
 
     fn update_control_file(&mut self, checkpoint: Lsn, redo: Lsn, next_xid: u64, shutdown: bool) {
         let lock = self.shm.named_lock(NamedLock::ControlFile);
-        lock.acquire(&self.xlog.env, LWLockMode::Exclusive);
-        let mut c = match ControlFile::read(&self.datadir) {
+        lock.acquire(&self.ctx.env, LWLockMode::Exclusive);
+        let mut c = match ControlFile::read(&self.ctx.datadir) {
             Ok(c) => c,
             Err(e) => panic!("could not read control file: {e}"),
         };
@@ -103,27 +114,27 @@ impl<'a> Checkpointer<'a> {
         c.redo = redo;
         c.next_xid = next_xid;
         c.time = unix_now();
-        if let Err(e) = c.write(&self.datadir, self.shm.settings().fsync) {
+        if let Err(e) = c.write(&self.ctx.datadir, self.ctx.settings.fsync) {
             panic!("could not write control file: {e}");
         }
-        lock.release(&self.xlog.env);
+        lock.release(&self.ctx.env);
     }
 
     /// Removes or recycles segments wholly before `redo`, keeping
     /// `wal_keep_size` MB before it. Returns (removed, recycled).
     fn remove_old_segments(&self, redo: Lsn) -> (u64, u64) {
-        let s = self.shm.settings();
+        let s = &self.ctx.settings;
         let keep_segs = (s.wal_keep_size_mb as u64 * (1 << 20)).div_ceil(self.geo.seg_size);
         let redo_seg = self.geo.seg_no(redo);
         let cutoff = redo_seg.saturating_sub(keep_segs);
         let tli = self.shm.xlog().facts.timeline;
-        let pg_wal = self.datadir.join("pg_wal");
-        let Ok(entries) = std::fs::read_dir(&pg_wal) else {
+        let pg_wal = self.ctx.pg_wal();
+        let Ok(names) = walfile::list_dir(Op::WalDir, &pg_wal) else {
             return (0, 0);
         };
-        let mut segs: Vec<u64> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| self.geo.parse_file_name(&e.file_name().to_string_lossy()))
+        let mut segs: Vec<u64> = names
+            .iter()
+            .filter_map(|name| self.geo.parse_file_name(&name.to_string_lossy()))
             .filter(|&(t, _)| t == tli)
             .map(|(_, n)| n)
             .collect();
@@ -139,14 +150,14 @@ impl<'a> Checkpointer<'a> {
             let old = pg_wal.join(self.geo.file_name(tli, n));
             if future < keep_future {
                 let new = pg_wal.join(self.geo.file_name(tli, last + 1));
-                if crate::walfile::recycle_segment(&old, &new).unwrap_or(false) {
+                if walfile::recycle_segment(&old, &new).unwrap_or(false) {
                     last += 1;
                     future += 1;
                     recycled += 1;
                     continue;
                 }
             }
-            if std::fs::remove_file(&old).is_ok() {
+            if walfile::remove_file(Op::WalRemove, &old).is_ok() {
                 removed += 1;
             }
         }
@@ -178,31 +189,27 @@ pub fn checkpoint_contents(redo: Lsn, tli: u32, next_xid: u64) -> CheckPoint {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// The checkpointer process body: runs until SIGTERM, then writes the
 /// shutdown checkpoint and exits 0.
 pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
-    let mut c = Checkpointer::new(shm, datadir);
-    let s = *shm.settings();
+    let ctx = ProcContext::aux(shm, AuxProc::Checkpointer, datadir);
+    let mut c = Checkpointer::new(&ctx);
+    let s = ctx.settings;
     let timeout = Duration::from_secs(s.checkpoint_timeout_s as u64);
-    // PostgreSQL spreads checkpoints so that max_wal_size is not exceeded
-    // with checkpoint_completion_target 0.9: trigger at about half of it.
-    let wal_trigger = ((s.max_wal_size_mb as u64) << 20) / 2;
+    let wal_trigger = crate::xlog::checkpoint_wal_trigger(&s);
     let ck = &shm.xlog().checkpointer;
     let mut last = Instant::now();
     // Requests already served (a checkpoint begun after a request serves it).
+    // Both loads of `requested` are Acquire, pairing with the Release
+    // fetch-add in request_checkpoint: the requester's WAL is visible to the
+    // redo read of the checkpoint that serves it.
     let mut served = ck.requested.load(Ordering::Acquire);
     while !shutdown_requested() {
         ck.latch.reset();
         let pending = ck.requested.load(Ordering::Acquire);
         let requested = pending > served;
-        let last_redo = ck.last_redo.load(Ordering::Acquire);
+        // Relaxed: see the store in `checkpoint` (this process wrote it).
+        let last_redo = ck.last_redo.load(Ordering::Relaxed);
         let wal_due = c.xlog.insert_lsn().saturating_sub(last_redo) >= wal_trigger;
         if requested || wal_due || last.elapsed() >= timeout {
             served = pending;
@@ -221,9 +228,12 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
 /// may have missed our WAL).
 pub fn request_checkpoint(shm: &Shmem) {
     let ck = &shm.xlog().checkpointer;
-    let begun = ck.started.load(Ordering::Acquire);
-    ck.requested.fetch_add(1, Ordering::AcqRel);
+    // Relaxed: see the fetch-add of `started` in `checkpoint`.
+    let begun = ck.started.load(Ordering::Relaxed);
+    // Release pairs with the Acquire loads of `requested` in `run`.
+    ck.requested.fetch_add(1, Ordering::Release);
     ck.latch.set();
+    // Acquire pairs with the Release fetch-add of `done` in `checkpoint`.
     while ck.done.load(Ordering::Acquire) < begun + 1 {
         if shutdown_requested() {
             return;

@@ -1,0 +1,19 @@
+//! The process bodies, one file per process, found by its name
+//! (PostgreSQL keeps them together in src/backend/postmaster/):
+//!
+//! | process | file | entry point |
+//! | --- | --- | --- |
+//! | startup | `startup.rs` | [`startup::run`] (recovery, then exit) |
+//! | checkpointer | `checkpointer.rs` | [`checkpointer::run`] |
+//! | connection backend | `connection.rs` | [`connection::run_connection`] |
+//! | worker backend | `worker.rs` | [`worker::run`] (the `--workload` loops) |
+//!
+//! The walwriter's body is the top-level `walwriter` crate. Each body
+//! builds its [`crate::context::ProcContext`] and lends it to the library
+//! parts beside this folder (`xlog`, `xact`, `procarray`, `control`,
+//! `walfile`); the postmaster forks and calls these entry points.
+
+pub mod checkpointer;
+pub mod connection;
+pub mod startup;
+pub mod worker;
