@@ -198,11 +198,14 @@ declare_regions! {
 
 pub const NUM_REGIONS: usize = REGIONS.len();
 
-/// Where one region lies.
+/// Where one region lies, and its elements (computed once, so that the
+/// accessors on the insert path read fields, not the table).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
     pub off: usize,
     pub len: usize,
+    pub count: usize,
+    pub stride: usize,
 }
 
 /// The segment's dimensions and the placement of every region.
@@ -244,8 +247,14 @@ impl Layout {
         let mut off = 0;
         for spec in REGIONS {
             off = align_up(off, spec.align);
-            let len = (spec.stride)(&l) * (spec.count)(&l);
-            l.placements[spec.region as usize] = Placement { off, len };
+            let (count, stride) = ((spec.count)(&l), (spec.stride)(&l));
+            let len = count * stride;
+            l.placements[spec.region as usize] = Placement {
+                off,
+                len,
+                count,
+                stride,
+            };
             off += len;
         }
         l.total = align_up(off, 4096);
@@ -253,14 +262,16 @@ impl Layout {
     }
 
     /// Where `region` lies.
+    #[inline]
     pub fn placement(&self, region: Region) -> Placement {
         self.placements[region as usize]
     }
 
     /// Elements of `region` and the bytes between them.
+    #[inline]
     pub fn elements(&self, region: Region) -> (usize, usize) {
-        let spec = &REGIONS[region as usize];
-        ((spec.count)(self), (spec.stride)(self))
+        let p = self.placement(region);
+        (p.count, p.stride)
     }
 
     /// The declared regions, one line each (the module header shows it).
@@ -359,7 +370,8 @@ mod tests {
                 assert!(p.off >= end, "{:?} overlaps its predecessor", spec.region);
                 assert!(p.off.is_multiple_of(spec.align), "{:?}", spec.region);
                 assert!(p.off.is_multiple_of(LINE), "{:?}", spec.region);
-                let (n, stride) = l.elements(spec.region);
+                let (n, stride) = ((spec.count)(&l), (spec.stride)(&l));
+                assert_eq!(l.elements(spec.region), (n, stride), "{:?}", spec.region);
                 assert_eq!(p.len, n * stride, "{:?}", spec.region);
                 end = p.off + p.len;
             }

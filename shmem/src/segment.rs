@@ -417,14 +417,14 @@ impl Shmem {
     /// # Safety
     /// `T` must be the region's element type (debug builds check its size
     /// and alignment against the declaration) and `i` below its count.
+    #[inline]
     unsafe fn element<T>(&self, region: Region, i: usize) -> *mut T {
         let p = self.layout.placement(region);
-        let (n, stride) = self.layout.elements(region);
-        debug_assert!(i < n, "{region:?}[{i}] of {n}");
-        debug_assert!(std::mem::size_of::<T>() <= stride, "{region:?}");
-        // SAFETY: element `i < n` lies inside the region, which lies inside
-        // the mapping (Layout::compute); the caller vouches for `T`.
-        unsafe { self.at::<T>(p.off + i * stride) }
+        debug_assert!(i < p.count, "{region:?}[{i}] of {}", p.count);
+        debug_assert!(std::mem::size_of::<T>() <= p.stride, "{region:?}");
+        // SAFETY: element `i < count` lies inside the region, which lies
+        // inside the mapping (Layout::compute); the caller vouches for `T`.
+        unsafe { self.at::<T>(p.off + i * p.stride) }
     }
 
     /// The whole of `region` as a slice (possibly empty).
@@ -432,14 +432,14 @@ impl Shmem {
     /// # Safety
     /// `T` must be the region's element type, and every element must be
     /// initialized (zero is a valid value for atomics).
+    #[inline]
     unsafe fn slice<T>(&self, region: Region) -> &[T] {
         let p = self.layout.placement(region);
-        let (n, stride) = self.layout.elements(region);
-        debug_assert_eq!(stride, std::mem::size_of::<T>(), "{region:?}");
+        debug_assert_eq!(p.stride, std::mem::size_of::<T>(), "{region:?}");
         debug_assert!(p.off.is_multiple_of(std::mem::align_of::<T>()));
-        // SAFETY: `n` contiguous elements of `T` start at the region's
+        // SAFETY: `count` contiguous elements of `T` start at the region's
         // aligned offset inside the mapping; they live as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(p.off) as *const T, n) }
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(p.off) as *const T, p.count) }
     }
 
     pub fn name(&self) -> &str {
