@@ -693,6 +693,66 @@ mod tests {
         assert!(e.contains("could not open shared memory segment"), "{e}");
     }
 
+    #[test]
+    fn accessors_find_their_regions_and_the_prev_links_follow_the_variant() {
+        let n = name("regions");
+        let _guard = Unlink(n.clone());
+        let s = Settings {
+            wal_reservation: crate::variants::Reservation::Atomic,
+            ..Settings::default()
+        };
+        let shm = Shmem::create(&n, &s, 3, 1).unwrap();
+        let l = *shm.layout();
+        let off = |p: *const u8| p as usize - shm.base.as_ptr() as usize;
+        let at = |r: Region| l.placement(r).off;
+        let cases: [(Region, usize); 13] = [
+            (Region::ProcGlobal, off(shm.proc_global() as *const _ as _)),
+            (
+                Region::NamedLocks,
+                off(shm.named_lock(NamedLock::XidGen) as *const _ as _),
+            ),
+            (Region::Procs, off(shm.procs().as_ptr() as _)),
+            (
+                Region::InsertLocks,
+                off(shm.insert_lock(0) as *const _ as _),
+            ),
+            (Region::XLogCtl, off(shm.xlog() as *const _ as _)),
+            (Region::XlBlocks, off(shm.xlblocks().as_ptr() as _)),
+            (Region::PrevLinks, off(shm.prev_links().as_ptr() as _)),
+            (Region::XidState, off(shm.xid_state() as *const _ as _)),
+            (Region::ProcArray, off(shm.proc_array() as *const _ as _)),
+            (
+                Region::ProcArrayMembers,
+                off(shm.proc_array_members().as_ptr() as _),
+            ),
+            (
+                Region::Histograms,
+                off(shm.latency_histogram(0) as *const _ as _),
+            ),
+            (Region::WalPages, off(shm.wal_page(0))),
+            (Region::LockTest, off(shm.lock_test_area() as *const _ as _)),
+        ];
+        for (region, found) in cases {
+            assert_eq!(found, at(region), "{region:?}");
+        }
+        assert_eq!(
+            off(shm.wal_page(1)) - off(shm.wal_page(0)),
+            WAL_PAGE,
+            "pages are contiguous"
+        );
+        assert_eq!(
+            shm.prev_links().len(),
+            crate::prevlink::slots_for(s.wal_insert_locks) as usize
+        );
+        assert_eq!(shm.procs().len(), 3 + NUM_AUX_PROCS as usize);
+        assert_eq!(shm.header().n_prevlinks as usize, shm.prev_links().len());
+        let n2 = name("regions-spin");
+        let _guard2 = Unlink(n2.clone());
+        let spin = Shmem::create(&n2, &Settings::default(), 3, 1).unwrap();
+        assert!(spin.prev_links().is_empty(), "no table with the spinlock");
+        assert!(spin.layout().total <= shm.layout().total);
+    }
+
     /// Kernel release as (major, minor), from /proc.
     fn kernel_version() -> Option<(u32, u32)> {
         let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
