@@ -42,13 +42,9 @@
 //! when write-only backends keep winning the lock.
 //!
 //! Lock-free reservation (`wal_reservation = atomic`): `CurrBytePos` is
-//! advanced with one fetch-add. The reserver then publishes "the record
-//! ending at `end` started at `start`" in a small open-addressing table
-//! (`PrevLink`s) and looks up the entry whose end is its own start: that is
-//! its `xl_prev`. It removes the entry it consumed. Entries alive at once are
-//! bounded by the insertion locks + 1 (each live entry's consumer either
-//! does not exist yet — only the newest record — or holds an insertion lock
-//! while it looks), and the table has 4x that many slots.
+//! advanced with one fetch-add, and `xl_prev` is handed over from the
+//! predecessor through `shmem::prevlink` (its header states the bound the
+//! table is sized from: we reserve inside an insertion lock).
 //!
 //! Crash invariants: WAL reaches a file only after every insertion below the
 //! written position finished; `flush_result` never passes what was
@@ -59,8 +55,9 @@
 use crate::context::ProcContext;
 use crate::process::log;
 use shmem::lwlock::{LWLockMode, VarWait};
+use shmem::prevlink;
 use shmem::proc::ProcCounters;
-use shmem::segment::{NamedLock, PrevLink};
+use shmem::segment::NamedLock;
 use shmem::settings::Settings;
 use shmem::sync::Ordering;
 use shmem::variants::{Insertion, Reservation};
@@ -76,8 +73,6 @@ const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 /// copy, short enough that a backend waiting for one page is not held up by
 /// a multi-megabyte write).
 const MAX_WRITE_PAGES: usize = 64;
-/// `PrevLink::end` while its owner is filling it in.
-const LINK_BUSY: u64 = u64::MAX;
 
 /// Where a record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,12 +256,14 @@ impl<'a> Xlog<'a> {
             }
             Reservation::Atomic => {
                 // AcqRel: the fetch-add orders reservations; the hand-off of
-                // xl_prev goes through the PrevLink table.
+                // xl_prev goes through the prev-link table.
                 let start = ins.curr_byte_pos.fetch_add(size, Ordering::AcqRel);
                 let end = start + size;
-                publish_prev_link(self.shm.prev_links(), start, end);
-                let prev = take_prev_link(self.shm.prev_links(), start);
-                (start, end, prev)
+                (
+                    start,
+                    end,
+                    prevlink::hand_off(self.shm.prev_links(), start, end),
+                )
             }
         }
     }
@@ -317,8 +314,7 @@ impl<'a> Xlog<'a> {
                         Ordering::Relaxed,
                     ) {
                         Ok(_) => {
-                            publish_prev_link(self.shm.prev_links(), start, end);
-                            let prev = take_prev_link(self.shm.prev_links(), start);
+                            let prev = prevlink::hand_off(self.shm.prev_links(), start, end);
                             return Some((start, end, prev));
                         }
                         Err(v) => start = v,
@@ -801,72 +797,4 @@ impl<'a> Xlog<'a> {
 /// the checkpointer both test it.
 pub fn checkpoint_wal_trigger(s: &Settings) -> u64 {
     ((s.max_wal_size_mb as u64) << 20) / 2
-}
-
-/// Lock-free reservation: records "the record ending at `end` started at
-/// `start`" for the reserver whose record starts at `end`.
-fn publish_prev_link(links: &[PrevLink], start: u64, end: u64) {
-    let mask = links.len() - 1;
-    let mut i = (end / 8) as usize & mask;
-    loop {
-        let slot = &links[i];
-        if slot
-            .end
-            .compare_exchange(0, LINK_BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            slot.start.store(start, Ordering::Relaxed);
-            // Release pairs with the Acquire load in `take_prev_link`.
-            slot.end.store(end, Ordering::Release);
-            return;
-        }
-        i = (i + 1) & mask;
-    }
-}
-
-/// Finds and removes the link published by our predecessor (whose record
-/// ends where ours starts); spins until it is there.
-fn take_prev_link(links: &[PrevLink], start: u64) -> u64 {
-    let mask = links.len() - 1;
-    let home = (start / 8) as usize & mask;
-    let mut waits: u64 = 0;
-    loop {
-        // Probe the whole table: an entry sits at the first free slot from
-        // its home, and slots before it may have been freed since.
-        let mut i = home;
-        for _ in 0..links.len() {
-            let slot = &links[i];
-            let e = slot.end.load(Ordering::Acquire);
-            if e == start {
-                let prev = slot.start.load(Ordering::Relaxed);
-                // Release: our read of `start` happens before the slot is
-                // reused (pairs with the Acquire CAS in `publish_prev_link`).
-                slot.end.store(0, Ordering::Release);
-                return prev;
-            }
-            i = (i + 1) & mask;
-        }
-        // The predecessor publishes right after its fetch-add, so this only
-        // waits when it was descheduled in between: then give it our CPU
-        // (a sleep would idle the CPU it needs on an oversubscribed machine).
-        waits += 1;
-        if waits.is_multiple_of(64) {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        } else {
-            std::hint::spin_loop();
-        }
-        if waits > LINK_WAIT_LIMIT {
-            panic!("stuck WAL prev-link hand-off: no record ends at usable byte {start}");
-        }
-    }
-}
-
-/// About a minute of yielding: the predecessor cannot take that long to
-/// run two instructions unless something is broken.
-const LINK_WAIT_LIMIT: u64 = 1 << 32;
-
-/// Sets up the prev-link table after recovery: the last record found.
-pub fn seed_prev_link(shm: &Shmem, last_start: u64, end: u64) {
-    publish_prev_link(shm.prev_links(), last_start, end);
 }

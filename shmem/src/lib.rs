@@ -12,7 +12,12 @@
 
 pub mod groupclear;
 pub mod histogram;
+#[cfg(not(loom))]
+pub mod layout;
+#[cfg(not(loom))]
+pub mod locktest;
 pub mod lwlock;
+pub mod prevlink;
 pub mod proc;
 pub mod procarray;
 pub mod sema;

@@ -29,11 +29,3 @@ pub struct ProcArrayShared {
     /// Head of the group XID clear list.
     pub group_first: AtomicU32,
 }
-
-/// Bytes of the ProcArray region for `max_procs` procs: the header, then
-/// `max_procs` member proc numbers (dense, first `num_members` valid).
-pub fn region_size(max_procs: u32) -> usize {
-    std::mem::size_of::<XidState>()
-        + std::mem::size_of::<ProcArrayShared>()
-        + max_procs as usize * 4
-}

@@ -1,4 +1,5 @@
-//! The one named shared-memory segment and its layout.
+//! The one named shared-memory segment: creating, attaching, and finding
+//! each region in it.
 //!
 //! The postmaster creates the segment (`shm_open` with O_CREAT|O_EXCL, mode
 //! 0600, `ftruncate`, `mmap(MAP_SHARED)`), lays out every structure in it,
@@ -6,36 +7,35 @@
 //! may attach by name; it validates the header (magic, layout version, size,
 //! generation) and refuses a segment that does not match.
 //!
-//! Layout (offsets from the base; every region aligned to 128 bytes, WAL
-//! pages to 4096):
-//!
-//! ```text
-//! { ShmemHeader | ProcGlobal | named LWLocks | Proc x max_procs
-//!   | WAL insertion locks x N (stride 128 padded / 32 packed)
-//!   | XLogCtl | xlblocks: u64 x n_buffers | PrevLinks x n_prevlinks
-//!   | ProcArray | lwlock test area | WAL pages: 8 KiB x n_buffers }
-//! ```
+//! What lies where is declared in `layout` (one row per region, with its
+//! diagram); the accessors here find a region by name through the
+//! `Layout`, and each checks (in debug builds) that the type it reads has
+//! the region's element size and alignment.
 //!
 //! Invariants: the segment holds no pointers, only indices and offsets; a
 //! child never unmaps or unlinks it; the creator removes it at shutdown, and
 //! a segment left by a killed postmaster is removed by the next start (the
 //! name is derived from the data directory, so it is found again).
 
+#[cfg(test)]
+use crate::layout::WAL_PAGE;
+pub use crate::layout::{Layout, Region};
+pub use crate::locktest::LockTestArea;
 use crate::lwlock::{LWLock, LockEnv};
+use crate::prevlink::PrevLink;
 use crate::proc::{Proc, INVALID_PROCNO};
 use crate::settings::Settings;
 use crate::spin::SpinLock;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::xlogctl::{PaddedWalInsertLock, WalInsertLock, XLogCtl};
-use std::cell::UnsafeCell;
+use crate::xlogctl::{WalInsertLock, XLogCtl};
 use std::ffi::CString;
 use std::fmt;
 use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
-/// Bump whenever any `#[repr(C)]` struct in the segment changes.
-pub const LAYOUT_VERSION: u32 = 13;
-const WAL_PAGE: usize = 8192;
+/// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
+/// changes.
+pub const LAYOUT_VERSION: u32 = 14;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -74,8 +74,9 @@ pub enum AuxProc {
 }
 pub const NUM_AUX_PROCS: u32 = 3;
 
+/// A named LWLock alone on its line.
 #[repr(C, align(128))]
-struct PaddedLWLock {
+pub struct PaddedLWLock {
     lock: LWLock,
 }
 
@@ -101,121 +102,6 @@ pub struct ProcGlobal {
     pub free_head: AtomicU32,
     /// Connection backends holding a slot (changed under `lock`).
     pub sessions: AtomicU32,
-}
-
-/// One entry of the lock-free reservation's xl_prev hand-off table: the
-/// record that ends at `end` started at `start` (usable-byte positions).
-#[repr(C)]
-pub struct PrevLink {
-    pub end: AtomicU64,
-    pub start: AtomicU64,
-}
-
-/// Data protected by the `Test` LWLock, deliberately plain (non-atomic):
-/// mutual exclusion is what keeps it consistent.
-#[repr(C, align(128))]
-pub struct LockTestArea {
-    /// Incremented by exclusive holders.
-    pub counter: UnsafeCell<u64>,
-    /// Always equal to `counter` outside a critical section.
-    pub mirror: UnsafeCell<u64>,
-    /// Shared holders that saw counter != mirror (must stay 0).
-    pub torn_reads: AtomicU64,
-}
-
-/// Offsets of every region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    pub max_backends: u32,
-    pub max_procs: u32,
-    pub n_insert_locks: u32,
-    pub insert_lock_stride: usize,
-    pub n_buffers: u32,
-    pub n_prevlinks: u32,
-    off_procglobal: usize,
-    off_named: usize,
-    off_procs: usize,
-    off_insert_locks: usize,
-    off_xlogctl: usize,
-    off_xlblocks: usize,
-    off_prevlinks: usize,
-    off_procarray: usize,
-    procarray_size: usize,
-    off_locktest: usize,
-    off_histograms: usize,
-    off_pages: usize,
-    pub total: usize,
-}
-
-fn align_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
-}
-
-impl Layout {
-    /// Computes the layout for `settings` with room for `max_backends`.
-    pub fn compute(settings: &Settings, max_backends: u32) -> Layout {
-        use std::mem::size_of;
-        let max_procs = max_backends + NUM_AUX_PROCS;
-        let procarray_size = crate::procarray::region_size(max_procs);
-        let n_insert_locks = settings.wal_insert_locks;
-        let insert_lock_stride = match settings.insert_lock_layout {
-            crate::variants::LockLayout::Padded => size_of::<PaddedWalInsertLock>(),
-            crate::variants::LockLayout::Packed => size_of::<WalInsertLock>(),
-        };
-        let n_buffers = settings.wal_buffers;
-        // The hand-off table must not wrap while a reserver can still look
-        // for its predecessor: at most a buffer's worth of WAL can be
-        // reserved beyond an unfinished insertion (see backend::xlog).
-        let n_prevlinks =
-            ((n_buffers as u64 * WAL_PAGE as u64 / 8).next_power_of_two()).max(1024) as u32;
-        let mut off = align_up(size_of::<ShmemHeader>(), 128);
-        let off_procglobal = off;
-        off = align_up(off + size_of::<ProcGlobal>(), 128);
-        let off_named = off;
-        off = align_up(off + NUM_NAMED_LOCKS * size_of::<PaddedLWLock>(), 128);
-        let off_procs = off;
-        off = align_up(off + max_procs as usize * size_of::<Proc>(), 128);
-        let off_insert_locks = off;
-        off = align_up(off + n_insert_locks as usize * insert_lock_stride, 128);
-        let off_xlogctl = off;
-        off = align_up(off + size_of::<XLogCtl>(), 128);
-        let off_xlblocks = off;
-        off = align_up(off + n_buffers as usize * 8, 128);
-        let off_prevlinks = off;
-        off = align_up(off + n_prevlinks as usize * size_of::<PrevLink>(), 128);
-        let off_procarray = off;
-        off = align_up(off + procarray_size, 128);
-        let off_locktest = off;
-        off = align_up(off + size_of::<LockTestArea>(), 128);
-        let off_histograms = off;
-        off = align_up(
-            off + max_procs as usize * size_of::<crate::histogram::LatencyHistogram>(),
-            4096,
-        );
-        let off_pages = off;
-        off += n_buffers as usize * WAL_PAGE;
-        Layout {
-            max_backends,
-            max_procs,
-            n_insert_locks,
-            insert_lock_stride,
-            n_buffers,
-            n_prevlinks,
-            off_procglobal,
-            off_named,
-            off_procs,
-            off_insert_locks,
-            off_xlogctl,
-            off_xlblocks,
-            off_prevlinks,
-            off_procarray,
-            procarray_size,
-            off_locktest,
-            off_histograms,
-            off_pages,
-            total: align_up(off, 4096),
-        }
-    }
 }
 
 /// Why a segment could not be created or attached.
@@ -467,22 +353,23 @@ impl Shmem {
             n_prevlinks: l.n_prevlinks,
             settings: *settings,
         };
-        // SAFETY: every offset comes from `Layout::compute`, is aligned for
-        // its type and lies inside the mapping; the caller guarantees
-        // exclusive access (whole block).
+        // SAFETY: every element pointer comes from the layout, is aligned
+        // for its region's type and lies inside the mapping; the caller
+        // guarantees exclusive access (whole block).
         unsafe {
-            self.at::<ShmemHeader>(0).write(hdr);
-            self.at::<ProcGlobal>(l.off_procglobal).write(ProcGlobal {
-                lock: SpinLock::new(),
-                free_head: AtomicU32::new(if l.max_backends > 0 {
-                    0
-                } else {
-                    INVALID_PROCNO
-                }),
-                sessions: AtomicU32::new(0),
-            });
+            self.element::<ShmemHeader>(Region::Header, 0).write(hdr);
+            self.element::<ProcGlobal>(Region::ProcGlobal, 0)
+                .write(ProcGlobal {
+                    lock: SpinLock::new(),
+                    free_head: AtomicU32::new(if l.max_backends > 0 {
+                        0
+                    } else {
+                        INVALID_PROCNO
+                    }),
+                    sessions: AtomicU32::new(0),
+                });
             for i in 0..NUM_NAMED_LOCKS {
-                self.at::<PaddedLWLock>(l.off_named + i * std::mem::size_of::<PaddedLWLock>())
+                self.element::<PaddedLWLock>(Region::NamedLocks, i)
                     .write(PaddedLWLock {
                         lock: LWLock::new(i as u32),
                     });
@@ -493,28 +380,23 @@ impl Shmem {
                 if i + 1 < l.max_backends {
                     p.free_next.store(i + 1, Ordering::Relaxed);
                 }
-                self.at::<Proc>(l.off_procs + i as usize * std::mem::size_of::<Proc>())
-                    .write(p);
+                self.element::<Proc>(Region::Procs, i as usize).write(p);
             }
             for i in 0..l.n_insert_locks as usize {
-                self.at::<WalInsertLock>(l.off_insert_locks + i * l.insert_lock_stride)
+                self.element::<WalInsertLock>(Region::InsertLocks, i)
                     .write(WalInsertLock {
                         lock: LWLock::new(TRANCHE_WAL_INSERT),
                         inserting_at: AtomicU64::new(0),
                         last_important_at: AtomicU64::new(0),
                     });
             }
-            let pa = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
-            (*self.at::<crate::procarray::ProcArrayShared>(pa))
+            (*self.element::<crate::procarray::ProcArrayShared>(Region::ProcArray, 0))
                 .group_first
                 .store(INVALID_PROCNO, Ordering::Relaxed);
-            let pa = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
-            (*self.at::<crate::procarray::ProcArrayShared>(pa))
-                .group_first
-                .store(INVALID_PROCNO, Ordering::Relaxed);
-            // XLogCtl, xlblocks, prev links, ProcArray, test area: all-zero
-            // is their valid initial state (atomics and plain integers), and
-            // the segment is zero-filled by ftruncate.
+            // Every other region (XLogCtl, xlblocks, prev links, XID state,
+            // ProcArray members, histograms, pages, test area): all-zero is
+            // its valid initial state (atomics and plain integers), and the
+            // segment is zero-filled by ftruncate.
         }
     }
 
@@ -528,6 +410,36 @@ impl Shmem {
         debug_assert!(off.is_multiple_of(std::mem::align_of::<T>()));
         // SAFETY: the caller guarantees `off` is inside the mapping.
         unsafe { self.base.as_ptr().add(off) as *mut T }
+    }
+
+    /// Pointer to element `i` of `region`.
+    ///
+    /// # Safety
+    /// `T` must be the region's element type (debug builds check its size
+    /// and alignment against the declaration) and `i` below its count.
+    #[inline]
+    unsafe fn element<T>(&self, region: Region, i: usize) -> *mut T {
+        let p = self.layout.placement(region);
+        debug_assert!(i < p.count, "{region:?}[{i}] of {}", p.count);
+        debug_assert!(std::mem::size_of::<T>() <= p.stride, "{region:?}");
+        // SAFETY: element `i < count` lies inside the region, which lies
+        // inside the mapping (Layout::compute); the caller vouches for `T`.
+        unsafe { self.at::<T>(p.off + i * p.stride) }
+    }
+
+    /// The whole of `region` as a slice (possibly empty).
+    ///
+    /// # Safety
+    /// `T` must be the region's element type, and every element must be
+    /// initialized (zero is a valid value for atomics).
+    #[inline]
+    unsafe fn slice<T>(&self, region: Region) -> &[T] {
+        let p = self.layout.placement(region);
+        debug_assert_eq!(p.stride, std::mem::size_of::<T>(), "{region:?}");
+        debug_assert!(p.off.is_multiple_of(std::mem::align_of::<T>()));
+        // SAFETY: `count` contiguous elements of `T` start at the region's
+        // aligned offset inside the mapping; they live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(p.off) as *const T, p.count) }
     }
 
     pub fn name(&self) -> &str {
@@ -549,18 +461,13 @@ impl Shmem {
     }
 
     pub fn proc_global(&self) -> &ProcGlobal {
-        // SAFETY: initialized at creation at this layout offset.
-        unsafe { &*self.at::<ProcGlobal>(self.layout.off_procglobal) }
+        // SAFETY: initialized at creation.
+        unsafe { &*self.element(Region::ProcGlobal, 0) }
     }
 
     pub fn procs(&self) -> &[Proc] {
-        // SAFETY: `max_procs` Procs were initialized contiguously here.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.at::<Proc>(self.layout.off_procs),
-                self.layout.max_procs as usize,
-            )
-        }
+        // SAFETY: `max_procs` Procs were initialized at creation.
+        unsafe { self.slice(Region::Procs) }
     }
 
     pub fn aux_procno(&self, aux: AuxProc) -> u32 {
@@ -568,9 +475,8 @@ impl Shmem {
     }
 
     pub fn named_lock(&self, which: NamedLock) -> &LWLock {
-        let off = self.layout.off_named + which as usize * std::mem::size_of::<PaddedLWLock>();
-        // SAFETY: initialized at creation at this offset.
-        unsafe { &(*self.at::<PaddedLWLock>(off)).lock }
+        // SAFETY: initialized at creation; `which` < NUM_NAMED_LOCKS.
+        unsafe { &(*self.element::<PaddedLWLock>(Region::NamedLocks, which as usize)).lock }
     }
 
     pub fn n_insert_locks(&self) -> usize {
@@ -579,81 +485,65 @@ impl Shmem {
 
     pub fn insert_lock(&self, i: usize) -> &WalInsertLock {
         assert!(i < self.n_insert_locks());
-        let off = self.layout.off_insert_locks + i * self.layout.insert_lock_stride;
-        // SAFETY: initialized at creation at this offset (stride from the
-        // layout variant).
-        unsafe { &*self.at::<WalInsertLock>(off) }
+        // SAFETY: initialized at creation (stride from the layout variant).
+        unsafe { &*self.element(Region::InsertLocks, i) }
     }
 
     pub fn xlog(&self) -> &XLogCtl {
-        // SAFETY: zero-initialized XLogCtl at this offset (all atomics).
-        unsafe { &*self.at::<XLogCtl>(self.layout.off_xlogctl) }
+        // SAFETY: zero-initialized XLogCtl (atomics; facts set at creation).
+        unsafe { &*self.element(Region::XLogCtl, 0) }
     }
 
     /// End LSN of the WAL page held in each buffer (0 = none).
     pub fn xlblocks(&self) -> &[AtomicU64] {
         // SAFETY: `n_buffers` zero-initialized AtomicU64s.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.at::<AtomicU64>(self.layout.off_xlblocks),
-                self.layout.n_buffers as usize,
-            )
-        }
+        unsafe { self.slice(Region::XlBlocks) }
     }
 
+    /// The lock-free reservation's hand-off table (`prevlink`); empty unless
+    /// `wal_reservation = atomic`.
     pub fn prev_links(&self) -> &[PrevLink] {
-        // SAFETY: `n_prevlinks` zero-initialized entries.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.at::<PrevLink>(self.layout.off_prevlinks),
-                self.layout.n_prevlinks as usize,
-            )
-        }
+        // SAFETY: `n_prevlinks` zero-initialized (free) entries.
+        unsafe { self.slice(Region::PrevLinks) }
     }
 
     pub fn xid_state(&self) -> &crate::procarray::XidState {
-        // SAFETY: zero-initialized XidState at the start of the region.
-        unsafe { &*self.at::<crate::procarray::XidState>(self.layout.off_procarray) }
+        // SAFETY: zero-initialized XidState.
+        unsafe { &*self.element(Region::XidState, 0) }
     }
 
     pub fn proc_array(&self) -> &crate::procarray::ProcArrayShared {
-        let off = self.layout.off_procarray + std::mem::size_of::<crate::procarray::XidState>();
-        // SAFETY: the ProcArrayShared follows the XidState in the region;
-        // its group list head is set to INVALID_PROCNO at creation.
-        unsafe { &*self.at::<crate::procarray::ProcArrayShared>(off) }
+        // SAFETY: zero-initialized, its group list head set to
+        // INVALID_PROCNO at creation.
+        unsafe { &*self.element(Region::ProcArray, 0) }
     }
 
     /// Member proc numbers of the ProcArray (first `num_members` valid).
     pub fn proc_array_members(&self) -> &[AtomicU32] {
-        let off = self.layout.off_procarray
-            + std::mem::size_of::<crate::procarray::XidState>()
-            + std::mem::size_of::<crate::procarray::ProcArrayShared>();
-        // SAFETY: `max_procs` zero-initialized u32 atomics follow.
-        unsafe {
-            std::slice::from_raw_parts(self.at::<AtomicU32>(off), self.layout.max_procs as usize)
-        }
+        // SAFETY: `max_procs` zero-initialized u32 atomics.
+        unsafe { self.slice(Region::ProcArrayMembers) }
     }
 
     /// Transaction latency histogram of proc `procno`.
     pub fn latency_histogram(&self, procno: u32) -> &crate::histogram::LatencyHistogram {
         assert!(procno < self.layout.max_procs);
-        let off = self.layout.off_histograms
-            + procno as usize * std::mem::size_of::<crate::histogram::LatencyHistogram>();
-        // SAFETY: zero-initialized histograms (all atomics) at this offset.
-        unsafe { &*self.at::<crate::histogram::LatencyHistogram>(off) }
+        // SAFETY: zero-initialized histograms (all atomics), one per proc.
+        unsafe { &*self.element(Region::Histograms, procno as usize) }
     }
 
+    /// The `lwlock` workload's oracle (a test-only region).
     pub fn lock_test_area(&self) -> &LockTestArea {
-        // SAFETY: zero-initialized at this offset.
-        unsafe { &*self.at::<LockTestArea>(self.layout.off_locktest) }
+        // SAFETY: zero-initialized (a valid LockTestArea).
+        unsafe { &*self.element(Region::LockTest, 0) }
     }
 
-    /// Base address of WAL buffer page `i` (8 KiB). Writers must hold the
-    /// right insertion lock or the page's initialization rights.
+    /// Base address of WAL buffer page `i` (8 KiB; pages are contiguous).
+    /// Writers must hold the right insertion lock or the page's
+    /// initialization rights.
     pub fn wal_page(&self, i: usize) -> *mut u8 {
         assert!(i < self.layout.n_buffers as usize);
         // SAFETY: page `i` lies inside the mapping.
-        unsafe { self.at::<u8>(self.layout.off_pages + i * WAL_PAGE) }
+        unsafe { self.element::<crate::layout::WalPage>(Region::WalPages, i) as *mut u8 }
     }
 
     /// The LWLock context for proc `me`.
@@ -671,7 +561,7 @@ impl Shmem {
         // guarantees nobody else reads it yet. The pointer is derived from
         // the mapping's base, not from a shared reference.
         unsafe {
-            let x = self.at::<XLogCtl>(self.layout.off_xlogctl);
+            let x = self.element::<XLogCtl>(Region::XLogCtl, 0);
             std::ptr::addr_of_mut!((*x).facts).write(facts);
         }
     }
@@ -700,13 +590,13 @@ impl Shmem {
     /// connection that may run one statement. Returns false (and changes
     /// nothing) where the kernel does not support it.
     pub fn prefault_wal_buffers(&self) -> bool {
-        let len = self.layout.n_buffers as usize * WAL_PAGE;
+        let pages = self.layout.placement(Region::WalPages);
         // SAFETY: the range is the WAL buffer pages inside our own mapping;
         // populating it does not change their contents.
         let rc = unsafe {
             libc::madvise(
-                self.base.as_ptr().add(self.layout.off_pages) as *mut libc::c_void,
-                len,
+                self.base.as_ptr().add(pages.off) as *mut libc::c_void,
+                pages.len,
                 libc::MADV_POPULATE_WRITE,
             )
         };
@@ -758,48 +648,6 @@ impl Drop for Shmem {
     }
 }
 
-/// The lwlock workload's critical sections (plain data under the Test lock).
-impl LockTestArea {
-    /// Exclusive holder: bump both words non-atomically.
-    ///
-    /// # Safety
-    /// The caller holds the Test LWLock exclusively.
-    pub unsafe fn bump_exclusive(&self) {
-        // SAFETY: exclusive lock held: nobody else reads or writes these.
-        unsafe {
-            let c = std::ptr::read_volatile(self.counter.get());
-            std::ptr::write_volatile(self.counter.get(), c + 1);
-            let m = std::ptr::read_volatile(self.mirror.get());
-            std::ptr::write_volatile(self.mirror.get(), m + 1);
-        }
-    }
-
-    /// Shared holder: check both words agree.
-    ///
-    /// # Safety
-    /// The caller holds the Test LWLock in shared mode (no writer runs).
-    pub unsafe fn check_shared(&self) -> bool {
-        // SAFETY: shared lock held: no exclusive holder writes now.
-        let (c, m) = unsafe {
-            (
-                std::ptr::read_volatile(self.counter.get()),
-                std::ptr::read_volatile(self.mirror.get()),
-            )
-        };
-        if c != m {
-            self.torn_reads.fetch_add(1, Ordering::Relaxed);
-        }
-        c == m
-    }
-
-    /// Reads the counter (postmaster, after every backend exited).
-    pub fn counter_value(&self) -> u64 {
-        // SAFETY: a racy read of a u64 is only used for the final report,
-        // taken when no process holds the lock.
-        unsafe { std::ptr::read_volatile(self.counter.get()) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,30 +694,63 @@ mod tests {
     }
 
     #[test]
-    fn layout_regions_do_not_overlap_and_variants_change_the_stride() {
-        let mut s = Settings::default();
-        let padded = Layout::compute(&s, 10);
-        s.insert_lock_layout = crate::variants::LockLayout::Packed;
-        let packed = Layout::compute(&s, 10);
-        assert_eq!(padded.insert_lock_stride, 128);
-        assert_eq!(packed.insert_lock_stride, 32);
-        assert!(packed.total <= padded.total);
-        let offs = [
-            padded.off_procglobal,
-            padded.off_named,
-            padded.off_procs,
-            padded.off_insert_locks,
-            padded.off_xlogctl,
-            padded.off_xlblocks,
-            padded.off_prevlinks,
-            padded.off_procarray,
-            padded.off_locktest,
-            padded.off_histograms,
-            padded.off_pages,
+    fn accessors_find_their_regions_and_the_prev_links_follow_the_variant() {
+        let n = name("regions");
+        let _guard = Unlink(n.clone());
+        let s = Settings {
+            wal_reservation: crate::variants::Reservation::Atomic,
+            ..Settings::default()
+        };
+        let shm = Shmem::create(&n, &s, 3, 1).unwrap();
+        let l = *shm.layout();
+        let off = |p: *const u8| p as usize - shm.base.as_ptr() as usize;
+        let at = |r: Region| l.placement(r).off;
+        let cases: [(Region, usize); 13] = [
+            (Region::ProcGlobal, off(shm.proc_global() as *const _ as _)),
+            (
+                Region::NamedLocks,
+                off(shm.named_lock(NamedLock::XidGen) as *const _ as _),
+            ),
+            (Region::Procs, off(shm.procs().as_ptr() as _)),
+            (
+                Region::InsertLocks,
+                off(shm.insert_lock(0) as *const _ as _),
+            ),
+            (Region::XLogCtl, off(shm.xlog() as *const _ as _)),
+            (Region::XlBlocks, off(shm.xlblocks().as_ptr() as _)),
+            (Region::PrevLinks, off(shm.prev_links().as_ptr() as _)),
+            (Region::XidState, off(shm.xid_state() as *const _ as _)),
+            (Region::ProcArray, off(shm.proc_array() as *const _ as _)),
+            (
+                Region::ProcArrayMembers,
+                off(shm.proc_array_members().as_ptr() as _),
+            ),
+            (
+                Region::Histograms,
+                off(shm.latency_histogram(0) as *const _ as _),
+            ),
+            (Region::WalPages, off(shm.wal_page(0))),
+            (Region::LockTest, off(shm.lock_test_area() as *const _ as _)),
         ];
-        assert!(offs.windows(2).all(|w| w[0] < w[1]), "{offs:?}");
-        assert_eq!(padded.off_pages % 4096, 0);
-        assert_eq!(padded.max_procs, 10 + NUM_AUX_PROCS);
+        for (region, found) in cases {
+            assert_eq!(found, at(region), "{region:?}");
+        }
+        assert_eq!(
+            off(shm.wal_page(1)) - off(shm.wal_page(0)),
+            WAL_PAGE,
+            "pages are contiguous"
+        );
+        assert_eq!(
+            shm.prev_links().len(),
+            crate::prevlink::slots_for(s.wal_insert_locks) as usize
+        );
+        assert_eq!(shm.procs().len(), 3 + NUM_AUX_PROCS as usize);
+        assert_eq!(shm.header().n_prevlinks as usize, shm.prev_links().len());
+        let n2 = name("regions-spin");
+        let _guard2 = Unlink(n2.clone());
+        let spin = Shmem::create(&n2, &Settings::default(), 3, 1).unwrap();
+        assert!(spin.prev_links().is_empty(), "no table with the spinlock");
+        assert!(spin.layout().total <= shm.layout().total);
     }
 
     /// Kernel release as (major, minor), from /proc.

@@ -25,3 +25,16 @@ pub fn spin_hint() {
     #[cfg(not(loom))]
     std::hint::spin_loop();
 }
+
+/// Gives this CPU away (`sched_yield`): for a waiter whose partner may be
+/// descheduled on an oversubscribed machine. A yield under loom.
+#[inline]
+pub fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    // SAFETY: sched_yield has no preconditions.
+    #[cfg(not(loom))]
+    unsafe {
+        libc::sched_yield()
+    };
+}

@@ -15,6 +15,9 @@
 //! - WALWrite (named LWLock): `write` and `fdatasync` of WAL files and the
 //!   advance of `write_result`/`flush_result`. Call
 //!   `WaitXLogInsertionsToFinish` *before* taking it.
+//! - the prev-link table (`wal_reservation = atomic` only, its own region):
+//!   no lock; its slots are claimed by CAS and filled by the reserver that
+//!   holds an insertion lock (see `prevlink` for the protocol and bound).
 //! - `req_write`, `req_flush` and the write/flush results are atomics
 //!   (advanced with fetch_max), readable without any lock. The write result
 //!   also advances mid-write, one run at a time, as WALWrite's variable.

@@ -427,7 +427,7 @@ pub fn install_end_of_wal(
     // insert spinlock) and is harmless.
     x.insert.curr_byte_pos.store(end_pos, Ordering::Release);
     x.insert.prev_byte_pos.store(prev_pos, Ordering::Release);
-    crate::xlog::seed_prev_link(shm, prev_pos, end_pos);
+    shmem::prevlink::seed(shm.prev_links(), prev_pos, end_pos);
 
     let page_start = end - end % BLCKSZ;
     if !end.is_multiple_of(BLCKSZ) {
