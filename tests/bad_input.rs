@@ -354,14 +354,7 @@ fn waldump_into_a_closed_pipe_does_not_panic() {
     run_for(
         &d.path,
         tmp.path(),
-        &[
-            "--workers",
-            "2",
-            "--workload",
-            "emit:100",
-            "--set",
-            "fsync=off",
-        ],
+        &unsynced_args("2", "emit:100"),
         std::time::Duration::from_millis(200),
     );
     let mut child = Command::new(postmaster_bin())

@@ -20,7 +20,7 @@ fn conformance_run(tag: &str, workers: u32, size: usize, sets: &[&str]) {
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let w = workers.to_string();
     let wl = format!("emit:{size}");
-    let mut args = vec!["--workers", &w, "--workload", &wl, "--set", "fsync=off"];
+    let mut args = unsynced_args(&w, &wl);
     for s in sets {
         args.push("--set");
         args.push(s);

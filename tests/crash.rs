@@ -21,17 +21,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use walformat::format_lsn;
 
-/// A small deterministic pseudo-random sequence (xorshift).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn emit_tx_args(backends: &str) -> Vec<&str> {
     workload_args(backends, "emit-tx:100")
 }
@@ -262,22 +251,13 @@ fn kill9_postmaster_then_restart_nothing_acked_lost() {
 /// several 1 MB segments; no checkpoint after init's, so recovery reads all
 /// of it. Returns the records on disk.
 fn crashed_cluster(tmp: &TempDir) -> (DataDir, Vec<RecInfo>) {
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "4",
-            "--workload",
-            "emit-tx:100",
-            "--set",
-            "fsync=off",
-            "--set",
-            "wal_writer_delay=10ms",
-        ],
+    let (d, s) = start_workload(
+        tmp,
+        "data",
+        4,
+        "emit-tx:100",
+        &["--set", "fsync=off", "--set", "wal_writer_delay=10ms"],
     );
-    s.wait_ready(TIMEOUT);
     let geo = walformat::Geometry::new(d.seg_size).unwrap();
     // Until the WAL has reached segment 6 (at least 5 MB).
     let seg6 = d.path.join("pg_wal").join(geo.file_name(1, 6));
@@ -614,14 +594,7 @@ fn damaged_checkpoint_record_is_a_clear_fatal() {
     let o = run_for(
         &d.path,
         tmp.path(),
-        &[
-            "--workers",
-            "2",
-            "--workload",
-            "emit-tx:100",
-            "--set",
-            "fsync=off",
-        ],
+        &unsynced_args("2", "emit-tx:100"),
         Duration::from_millis(300),
     );
     let (recs, why) = scan_records(&d);

@@ -21,22 +21,6 @@ use walformat::{format_lsn, Geometry};
 const EXIT_WAL_DAMAGED: i32 = 3;
 const BLCKSZ: u64 = 8192;
 
-/// A small deterministic pseudo-random sequence (xorshift).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        assert!(hi > lo, "empty range {lo}..{hi}");
-        lo + self.next() % (hi - lo)
-    }
-}
-
 /// The WAL of a crashed acknowledged run.
 struct Crashed {
     _tmp: TempDir,
@@ -52,15 +36,12 @@ struct Crashed {
 /// `segs` exists, then kill -9 of the whole group.
 fn crashed_run(tag: &str, segs: u64) -> Crashed {
     let tmp = TempDir::new(tag);
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
+    let (d, s) = start_workload(
+        &tmp,
+        "data",
+        4,
+        "emit-tx:100",
         &[
-            "--workers",
-            "4",
-            "--workload",
-            "emit-tx:100",
             "--ack",
             "--set",
             "fsync=off",
@@ -68,7 +49,6 @@ fn crashed_run(tag: &str, segs: u64) -> Crashed {
             "wal_writer_delay=10ms",
         ],
     );
-    s.wait_ready(TIMEOUT);
     let geo = Geometry::new(d.seg_size).unwrap();
     let target = geo.seg_start(segs) + BLCKSZ;
     // Until acknowledged commits reach segment `segs`.
@@ -258,20 +238,7 @@ fn apply(kind: Damage, dir: &Path, w: &Crashed, foreign: &Path, rng: &mut Rng) -
 
 /// A second system (its own system identifier) that wrote segments 1..=5.
 fn foreign_system(tmp: &TempDir) -> DataDir {
-    let d = init_keep(&tmp.join("foreign"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "2",
-            "--workload",
-            "emit-tx:100",
-            "--set",
-            "fsync=off",
-        ],
-    );
-    s.wait_ready(TIMEOUT);
+    let (d, s) = start_workload(tmp, "foreign", 2, "emit-tx:100", &["--set", "fsync=off"]);
     let six = seg_file(&d.path, 6);
     assert!(
         wait_until(TIMEOUT, || six.exists()),

@@ -14,20 +14,7 @@ use std::time::Duration;
 #[test]
 fn fast_shutdown_keeps_every_record_with_fsync_on() {
     let tmp = TempDir::new("fsync");
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "4",
-            "--workload",
-            "emit:100",
-            "--set",
-            "fsync=on",
-        ],
-    );
-    s.wait_ready(TIMEOUT);
+    let (d, s) = start_workload(&tmp, "data", 4, "emit:100", &["--set", "fsync=on"]);
     // While running: the pid file names the postmaster and its segment.
     let pidfile = std::fs::read_to_string(d.path.join("postmaster.pid")).unwrap();
     let mut lines = pidfile.lines();
@@ -145,20 +132,7 @@ fn ready_count(s: &Server) -> usize {
 #[test]
 fn kill9_backend_during_emit_restarts_and_wal_stays_valid() {
     let tmp = TempDir::new("kill-backend");
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "4",
-            "--workload",
-            "emit:100",
-            "--set",
-            "fsync=off",
-        ],
-    );
-    s.wait_ready(TIMEOUT);
+    let (d, mut s) = start_workload(&tmp, "data", 4, "emit:100", &["--set", "fsync=off"]);
     let before = s.wait_children(4);
     std::thread::sleep(Duration::from_millis(300));
     let victim = before.iter().find(|(_, c)| c == "backend").unwrap().0;
@@ -328,20 +302,7 @@ fn kill9_lwlock_exit_0_and_every_check_ok() {
 #[test]
 fn kill9_postmaster_takes_children_down_and_restart_cleans_up() {
     let tmp = TempDir::new("kill-pm");
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "4",
-            "--workload",
-            "emit:100",
-            "--set",
-            "fsync=off",
-        ],
-    );
-    s.wait_ready(TIMEOUT);
+    let (d, s) = start_workload(&tmp, "data", 4, "emit:100", &["--set", "fsync=off"]);
     let kids = s.wait_children(4);
     std::thread::sleep(Duration::from_millis(300));
     s.signal(libc::SIGKILL);
@@ -368,18 +329,7 @@ fn kill9_postmaster_takes_children_down_and_restart_cleans_up() {
         o.stderr
     );
 
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &[
-            "--workers",
-            "2",
-            "--workload",
-            "emit:100",
-            "--set",
-            "fsync=off",
-        ],
-    );
+    let mut s = Server::start(&d.path, tmp.path(), &unsynced_args("2", "emit:100"));
     s.wait_ready(TIMEOUT);
     let err = s.stderr();
     assert!(

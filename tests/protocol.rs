@@ -1026,6 +1026,40 @@ fn helper_startup_as_other_uid() {
     println!("PEER-RESULT {r}");
 }
 
+/// Opens the data and socket directories to everybody (mode 0755), so that
+/// only the socket's own mode stands in the way of another uid.
+fn open_dirs_to_all(pg: &Pg) {
+    for dir in [pg.d.path.as_path(), pg.tmp.path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// `psql -c "SELECT 1"` on the server's socket as uid nobody (through
+/// `runuser`); asserts it did not connect and returns its output.
+fn psql_as_nobody(runuser: &Path, psql: &Path, pg: &Pg) -> Out {
+    let mut c = Command::new(runuser);
+    c.args(["-u", "nobody", "--"]).arg(psql).args([
+        "-X",
+        "-h",
+        pg.d.path.to_str().unwrap(),
+        "-p",
+        &pg.port.to_string(),
+        "-U",
+        "x",
+        "-d",
+        "x",
+        "-c",
+        "SELECT 1",
+    ]);
+    let o = run_cmd(&mut c, Duration::from_secs(20));
+    assert!(
+        !o.status.success(),
+        "uid nobody connected\n{}",
+        o.describe()
+    );
+    o
+}
+
 #[test]
 fn security_socket_modes_and_other_uid_refused() {
     let mut pg = Pg::start("proto-sec", &[]);
@@ -1051,56 +1085,16 @@ fn security_socket_modes_and_other_uid_refused() {
     if let Some(p) = &psql {
         // The file mode alone stops uid nobody (the socket dir is opened up
         // so that only the socket's own mode is in the way).
-        std::fs::set_permissions(&pg.d.path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::set_permissions(pg.tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut c = Command::new(runuser);
-        c.args(["-u", "nobody", "--"]).arg(p).args([
-            "-X",
-            "-h",
-            pg.d.path.to_str().unwrap(),
-            "-p",
-            &pg.port.to_string(),
-            "-U",
-            "x",
-            "-d",
-            "x",
-            "-c",
-            "SELECT 1",
-        ]);
-        let o = run_cmd(&mut c, Duration::from_secs(20));
-        assert!(
-            !o.status.success(),
-            "uid nobody connected\n{}",
-            o.describe()
-        );
+        open_dirs_to_all(&pg);
+        let o = psql_as_nobody(runuser, p, &pg);
         assert!(o.stderr.contains("Permission denied"), "{}", o.describe());
     }
     // With the socket opened to everybody by hand, the server's own
     // SO_PEERCRED check refuses uid nobody with FATAL 28000.
-    std::fs::set_permissions(&pg.d.path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(pg.tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_dirs_to_all(&pg);
     std::fs::set_permissions(pg.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
     if let Some(p) = &psql {
-        let mut c = Command::new(runuser);
-        c.args(["-u", "nobody", "--"]).arg(p).args([
-            "-X",
-            "-h",
-            pg.d.path.to_str().unwrap(),
-            "-p",
-            &pg.port.to_string(),
-            "-U",
-            "x",
-            "-d",
-            "x",
-            "-c",
-            "SELECT 1",
-        ]);
-        let o = run_cmd(&mut c, Duration::from_secs(20));
-        assert!(
-            !o.status.success(),
-            "uid nobody connected\n{}",
-            o.describe()
-        );
+        let o = psql_as_nobody(runuser, p, &pg);
         assert!(
             o.stderr
                 .contains("FATAL:  Peer authentication failed for user \"x\""),

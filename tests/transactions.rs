@@ -236,15 +236,12 @@ fn txid_commits_flushed_by_walwriter_within_delay() {
     // leaves the whole run (1500 ms) unwritten.
     const SLACK_MS: i64 = 900;
     let tmp = TempDir::new("txid-delay");
-    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
+    let (d, s) = start_workload(
+        &tmp,
+        "data",
+        8,
+        "txid",
         &[
-            "--workers",
-            "8",
-            "--workload",
-            "txid",
             "--set",
             "wal_writer_delay=200ms",
             "--set",
@@ -253,7 +250,6 @@ fn txid_commits_flushed_by_walwriter_within_delay() {
             "fsync=off",
         ],
     );
-    s.wait_ready(TIMEOUT);
     std::thread::sleep(Duration::from_millis(1500));
     let killed_at = pg_now_us();
     kill_group(s);

@@ -13,6 +13,9 @@
 //! Usage: `cargo run -p shmem --release --example lock_stress --
 //!   [--seconds S] [--shared-pct P] [--clients 2,4,16,64,256]`
 
+#[path = "../tests/common/anon_map.rs"]
+mod anon_map;
+use anon_map::AnonMap;
 use shmem::lwlock::LWLockMode;
 use shmem::proc::ProcCounters;
 use shmem::segment::unlink_segment;
@@ -79,44 +82,21 @@ impl Drop for Guard {
 
 /// Start/stop flags shared with the children (an anonymous shared page).
 struct Control {
-    ptr: *mut AtomicU32,
+    map: AnonMap,
 }
 
 impl Control {
     fn new() -> Control {
-        // SAFETY: fresh anonymous shared mapping, zero-filled by the kernel.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
         Control {
-            ptr: p as *mut AtomicU32,
+            map: AnonMap::new(4096),
         }
     }
     /// 0: ready count, 1: go, 2: stop.
     fn word(&self, i: usize) -> &AtomicU32 {
         assert!(i < 3);
-        // SAFETY: inside the mapped page, aligned, zero is a valid AtomicU32.
-        unsafe { &*self.ptr.add(i) }
-    }
-}
-
-impl Drop for Control {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; references into it die with `self`.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, 4096) };
+        // SAFETY: inside the mapped page (which lives as long as `self`),
+        // aligned, zero is a valid AtomicU32.
+        unsafe { &*(self.map.ptr() as *const AtomicU32).add(i) }
     }
 }
 

@@ -10,55 +10,36 @@
 //! Usage: `cargo run -p shmem --release --example sema_pingpong [ROUND_TRIPS]`
 //! (default 200000 per variant).
 
+#[path = "../tests/common/anon_map.rs"]
+mod anon_map;
+use anon_map::AnonMap;
 use shmem::sema::Semaphore;
 use std::time::{Duration, Instant};
 
 /// Two objects of type `T` in one shared anonymous mapping, inherited by the
 /// child across fork.
 struct SharedPair<T> {
+    /// Owns the mapping `ptr` points into (unmapped on drop).
+    _map: AnonMap,
     ptr: *mut T,
 }
 
 impl<T> SharedPair<T> {
-    /// Maps room for two `T`s and initializes them with `init`.
+    /// Maps room for two `T`s and initializes them with `init`; the mapping
+    /// is page-aligned, enough for any `T` here.
     fn new(init: impl Fn(*mut T)) -> SharedPair<T> {
-        let size = 2 * std::mem::size_of::<T>();
-        // SAFETY: a fresh anonymous shared mapping; the kernel picks the
-        // address (page-aligned, enough for any `T` here) and zero-fills it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        let ptr = p as *mut T;
+        let map = AnonMap::new(2 * std::mem::size_of::<T>());
+        let ptr = map.ptr() as *mut T;
         init(ptr);
         // SAFETY: the second slot lies inside the mapping of 2 * size_of::<T>.
         init(unsafe { ptr.add(1) });
-        SharedPair { ptr }
+        SharedPair { _map: map, ptr }
     }
 
     fn get(&self, i: usize) -> *mut T {
         assert!(i < 2);
-        // SAFETY: i < 2, inside the mapping.
+        // SAFETY: i < 2, inside the mapping (alive as long as `self.map`).
         unsafe { self.ptr.add(i) }
-    }
-}
-
-impl<T> Drop for SharedPair<T> {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping; the pointers die with `self`.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, 2 * std::mem::size_of::<T>()) };
     }
 }
 

@@ -98,6 +98,11 @@ impl Shared {
             LW_FLAG_RELEASE_OK,
             "lock must end free, without waiters, with RELEASE_OK"
         );
+        self.check_procs_idle();
+    }
+
+    /// Every proc is NOT_WAITING with no unconsumed semaphore post.
+    fn check_procs_idle(&self) {
         for p in &self.procs {
             assert_eq!(p.lw_waiting.load(Ordering::Relaxed), LW_WS_NOT_WAITING);
             assert_eq!(
@@ -108,6 +113,35 @@ impl Shared {
             );
         }
     }
+}
+
+/// Runs `body(shared, me)` on one loom thread per proc `0..n` and joins
+/// them all (a panic in any thread fails the execution).
+fn run_threads(s: &Arc<Shared>, n: u32, body: impl Fn(&Shared, u32) + Copy + Send + 'static) {
+    let handles: Vec<_> = (0..n)
+        .map(|me| {
+            let s = s.clone();
+            thread::spawn(move || body(&s, me))
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// One `#[test]` per wait queue for a model that takes the queue.
+macro_rules! per_queue {
+    ($model:ident: $modern:ident, $legacy:ident) => {
+        #[test]
+        fn $modern() {
+            $model(WaitQueue::Modern);
+        }
+
+        #[test]
+        fn $legacy() {
+            $model(WaitQueue::Legacy);
+        }
+    };
 }
 
 /// Runs `f` under loom with at most `preemptions` preemptions per execution
@@ -145,36 +179,20 @@ fn check(name: &str, preemptions: usize, f: impl Fn() -> bool + Sync + Send + 's
 fn exclusive_model(queue: WaitQueue) {
     check(&format!("exclusive/{}", queue.name()), 5, move || {
         let s = Shared::new(2);
-        let handles: Vec<_> = (0..2u32)
-            .map(|me| {
-                let s = s.clone();
-                thread::spawn(move || {
-                    let env = s.env(me, queue, VarAccess::Atomic);
-                    s.lock.acquire(&env, LWLockMode::Exclusive);
-                    s.bump();
-                    s.lock.release(&env);
-                    assert_eq!(env.held_count(), 0);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        run_threads(&s, 2, move |s, me| {
+            let env = s.env(me, queue, VarAccess::Atomic);
+            s.lock.acquire(&env, LWLockMode::Exclusive);
+            s.bump();
+            s.lock.release(&env);
+            assert_eq!(env.held_count(), 0);
+        });
         assert_eq!(s.read(), 2);
         s.check_quiescent();
         s.slept()
     });
 }
 
-#[test]
-fn exclusive_modern() {
-    exclusive_model(WaitQueue::Modern);
-}
-
-#[test]
-fn exclusive_legacy() {
-    exclusive_model(WaitQueue::Legacy);
-}
+per_queue!(exclusive_model: exclusive_modern, exclusive_legacy);
 
 // --- (b) three threads, shared and exclusive ------------------------------
 
@@ -186,42 +204,26 @@ fn mixed_model(queue: WaitQueue) {
             LWLockMode::Shared,
             LWLockMode::Exclusive,
         ];
-        let handles: Vec<_> = (0..3u32)
-            .map(|me| {
-                let s = s.clone();
-                let mode = modes[me as usize];
-                thread::spawn(move || {
-                    let env = s.env(me, queue, VarAccess::Atomic);
-                    s.lock.acquire(&env, mode);
-                    match mode {
-                        LWLockMode::Exclusive => s.bump(),
-                        _ => {
-                            let seen = s.read();
-                            assert!(seen <= 2, "shared holder saw {seen}");
-                        }
-                    }
-                    s.lock.release(&env);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        run_threads(&s, 3, move |s, me| {
+            let mode = modes[me as usize];
+            let env = s.env(me, queue, VarAccess::Atomic);
+            s.lock.acquire(&env, mode);
+            match mode {
+                LWLockMode::Exclusive => s.bump(),
+                _ => {
+                    let seen = s.read();
+                    assert!(seen <= 2, "shared holder saw {seen}");
+                }
+            }
+            s.lock.release(&env);
+        });
         assert_eq!(s.read(), 2);
         s.check_quiescent();
         s.slept()
     });
 }
 
-#[test]
-fn mixed_modern() {
-    mixed_model(WaitQueue::Modern);
-}
-
-#[test]
-fn mixed_legacy() {
-    mixed_model(WaitQueue::Legacy);
-}
+per_queue!(mixed_model: mixed_modern, mixed_legacy);
 
 // --- (c) acquire_or_wait ----------------------------------------------------
 
@@ -260,15 +262,7 @@ fn acquire_or_wait_model(queue: WaitQueue) {
     });
 }
 
-#[test]
-fn acquire_or_wait_modern() {
-    acquire_or_wait_model(WaitQueue::Modern);
-}
-
-#[test]
-fn acquire_or_wait_legacy() {
-    acquire_or_wait_model(WaitQueue::Legacy);
-}
+per_queue!(acquire_or_wait_model: acquire_or_wait_modern, acquire_or_wait_legacy);
 
 // --- (d) variable waits -----------------------------------------------------
 
@@ -333,15 +327,7 @@ fn var_wait_model(queue: WaitQueue, var_access: VarAccess) {
         // HAS_WAITERS (as PostgreSQL does), so only the lock bits and the
         // procs' states are checked here.
         assert!(s.lock.is_free());
-        for p in &s.procs {
-            assert_eq!(p.lw_waiting.load(Ordering::Relaxed), LW_WS_NOT_WAITING);
-            assert_eq!(
-                p.sem.count(),
-                0,
-                "proc {} has an unconsumed post",
-                p.procno()
-            );
-        }
+        s.check_procs_idle();
         s.slept()
     });
 }
@@ -376,20 +362,12 @@ fn var_wait_legacy_waitlistlock() {
 fn broken_exclusion_is_detected() {
     check("broken", 2, || {
         let s = Shared::new(2);
-        let handles: Vec<_> = (0..2u32)
-            .map(|me| {
-                let s = s.clone();
-                thread::spawn(move || {
-                    let env = s.env(me, WaitQueue::Modern, VarAccess::Atomic);
-                    s.lock.acquire(&env, LWLockMode::Shared);
-                    s.bump();
-                    s.lock.release(&env);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        run_threads(&s, 2, |s, me| {
+            let env = s.env(me, WaitQueue::Modern, VarAccess::Atomic);
+            s.lock.acquire(&env, LWLockMode::Shared);
+            s.bump();
+            s.lock.release(&env);
+        });
         true
     });
 }

@@ -23,6 +23,10 @@
 //! segment on every path, failure included.
 #![cfg(not(loom))]
 
+#[path = "common/anon_map.rs"]
+mod anon_map;
+use anon_map::AnonMap;
+
 use shmem::lwlock::{LWLockMode, LockEnv, VarWait, LW_FLAG_LOCKED, LW_FLAG_RELEASE_OK};
 use shmem::proc::{ProcCounters, LW_WS_NOT_WAITING};
 use shmem::segment::unlink_segment;
@@ -85,43 +89,20 @@ impl Drop for Guard {
 
 /// A zeroed page shared with the children (the start flag).
 struct SharedPage {
-    ptr: *mut libc::c_void,
+    map: AnonMap,
 }
 
 impl SharedPage {
     fn new() -> SharedPage {
-        // SAFETY: a fresh anonymous shared mapping; the kernel picks the
-        // address and zero-fills it.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(
-            ptr,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        SharedPage { ptr }
+        SharedPage {
+            map: AnonMap::new(4096),
+        }
     }
 
     fn go(&self) -> &AtomicU32 {
         // SAFETY: the page is mapped for the life of `self`, page-aligned,
         // zero-filled (a valid AtomicU32 0) and only accessed atomically.
-        unsafe { &*(self.ptr as *const AtomicU32) }
-    }
-}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping; no reference outlives `self`.
-        unsafe { libc::munmap(self.ptr, 4096) };
+        unsafe { &*(self.map.ptr() as *const AtomicU32) }
     }
 }
 
@@ -394,14 +375,39 @@ fn lock_legacy_256() {
 /// Values an inserter publishes per holding (positions base+1..=base+STEPS).
 const STEPS: u64 = 3;
 
-fn var_wait_stress(
-    queue: WaitQueue,
-    var_access: VarAccess,
+/// How hard one `var_wait_stress` run pushes: processes of each kind, holdings
+/// per inserter and `wait_for_var` rounds per flusher.
+#[derive(Clone, Copy)]
+struct VarWaitLoad {
     inserters: usize,
     flushers: usize,
     iters: u64,
     rounds: u64,
-) {
+}
+
+/// 64 processes.
+const LOAD_64: VarWaitLoad = VarWaitLoad {
+    inserters: 48,
+    flushers: 16,
+    iters: 3_000,
+    rounds: 1_000,
+};
+
+/// 256 processes, fewer iterations each.
+const LOAD_256: VarWaitLoad = VarWaitLoad {
+    inserters: 192,
+    flushers: 64,
+    iters: 1_000,
+    rounds: 300,
+};
+
+fn var_wait_stress(queue: WaitQueue, var_access: VarAccess, load: VarWaitLoad) {
+    let VarWaitLoad {
+        inserters,
+        flushers,
+        iters,
+        rounds,
+    } = load;
     let _serial = serial();
     let t0 = Instant::now();
     let (mut guard, shmem) = create_segment(queue, var_access);
@@ -531,51 +537,30 @@ fn var_wait_stress(
 
 #[test]
 fn var_wait_modern_atomic() {
-    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, 48, 16, 3_000, 1_000);
+    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, LOAD_64);
 }
 
 #[test]
 fn var_wait_modern_waitlistlock() {
-    var_wait_stress(
-        WaitQueue::Modern,
-        VarAccess::WaitListLock,
-        48,
-        16,
-        3_000,
-        1_000,
-    );
+    var_wait_stress(WaitQueue::Modern, VarAccess::WaitListLock, LOAD_64);
 }
 
 #[test]
 fn var_wait_legacy_atomic() {
-    var_wait_stress(WaitQueue::Legacy, VarAccess::Atomic, 48, 16, 3_000, 1_000);
+    var_wait_stress(WaitQueue::Legacy, VarAccess::Atomic, LOAD_64);
 }
 
 #[test]
 fn var_wait_legacy_waitlistlock() {
-    var_wait_stress(
-        WaitQueue::Legacy,
-        VarAccess::WaitListLock,
-        48,
-        16,
-        3_000,
-        1_000,
-    );
+    var_wait_stress(WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_64);
 }
 
 #[test]
 fn var_wait_modern_atomic_256() {
-    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, 192, 64, 1_000, 300);
+    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, LOAD_256);
 }
 
 #[test]
 fn var_wait_legacy_waitlistlock_256() {
-    var_wait_stress(
-        WaitQueue::Legacy,
-        VarAccess::WaitListLock,
-        192,
-        64,
-        1_000,
-        300,
-    );
+    var_wait_stress(WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_256);
 }

@@ -15,6 +15,25 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A small deterministic pseudo-random sequence (xorshift), seeded by its
+/// field: the tests that pick cases from a seed replay them exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(hi > lo, "empty range {lo}..{hi}");
+        lo + self.next() % (hi - lo)
+    }
+}
+
 /// Default timeout for every wait in the tests.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const READY: &str = "database system is ready to accept connections";
@@ -239,6 +258,38 @@ pub fn init_keep(dir: &Path, args: &[&str]) -> DataDir {
     let mut all = args.to_vec();
     all.extend_from_slice(&["--set", "wal_keep_size=1000000"]);
     init(dir, &all)
+}
+
+/// `--workers N --workload W --set fsync=off`: a run whose WAL need not
+/// survive a power loss, only a crash of the processes.
+pub fn unsynced_args<'a>(workers: &'a str, workload: &'a str) -> Vec<&'a str> {
+    vec![
+        "--workers",
+        workers,
+        "--workload",
+        workload,
+        "--set",
+        "fsync=off",
+    ]
+}
+
+/// `init_keep` of `tmp/dir` with 1 MB segments, then `postmaster start
+/// --workers N --workload W EXTRA...` (logs under `tmp`), waited until
+/// ready: the setup of the runs that fill several segments.
+pub fn start_workload(
+    tmp: &TempDir,
+    dir: &str,
+    workers: u32,
+    workload: &str,
+    extra: &[&str],
+) -> (DataDir, Server) {
+    let d = init_keep(&tmp.join(dir), &["--wal-segment-size", "1"]);
+    let n = workers.to_string();
+    let mut args = vec!["--workers", n.as_str(), "--workload", workload];
+    args.extend_from_slice(extra);
+    let mut s = Server::start(&d.path, tmp.path(), &args);
+    s.wait_ready(TIMEOUT);
+    (d, s)
 }
 
 /// Name of the /dev/shm file of a data directory (as `shm_open` names it:

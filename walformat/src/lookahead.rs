@@ -425,6 +425,11 @@ mod tests {
         dir.join(geo().file_name(1, segno))
     }
 
+    /// Offset, in its segment, of the page after the one holding `lsn`.
+    fn next_page_offset(g: &Geometry, lsn: Lsn) -> usize {
+        (g.seg_offset(lsn) - g.seg_offset(lsn) % BLCKSZ + BLCKSZ) as usize
+    }
+
     #[test]
     fn valid_page_after_stop_counts() {
         let d = Dir::new("valid");
@@ -476,7 +481,7 @@ mod tests {
         // A lone page with a wrong (older) address inside segment 1.
         let stop = lsns[4];
         let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
-        let page_off = (g.seg_offset(stop) - g.seg_offset(stop) % BLCKSZ + BLCKSZ) as usize;
+        let page_off = next_page_offset(&g, stop);
         data[page_off + BLCKSZ as usize..].fill(0);
         let old_addr = g.seg_start(1) + page_off as u64 - 2 * BLCKSZ;
         let hdr = read_page_header(&data[page_off..]).unwrap();
@@ -493,7 +498,7 @@ mod tests {
         let lsns = write_wal(&d.0);
         let stop = lsns[4];
         let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
-        let page_off = (g.seg_offset(stop) - g.seg_offset(stop) % BLCKSZ + BLCKSZ) as usize;
+        let page_off = next_page_offset(&g, stop);
         // Pages after the stop: headers with their own addresses, no record.
         data[page_off..].fill(0);
         for off in (page_off..data.len()).step_by(XLOG_BLCKSZ) {

@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::{normal_end_message, pg_waldump_or_skip, run_pg_waldump, TempDir};
+use common::{normal_end_message, pg_waldump_or_skip, run_pg_waldump, DumpRun, TempDir};
+use std::path::Path;
 use walformat::{
-    checkpoint_record, commit_record, logical_message, switch_record, CheckPoint, Geometry, Lsn,
-    RecordBuf, SegmentWriter, WalReader,
+    checkpoint_record, commit_record, logical_message, switch_record, CheckPoint, DecodedRecord,
+    Geometry, Lsn, RecordBuf, SegmentWriter, WalReader,
 };
 
 const SYSID: u64 = 7_400_000_000_000_000_123;
@@ -57,26 +58,43 @@ fn write_records(
 ) -> (TempDir, SegmentWriter) {
     let dir = TempDir::new("conformance");
     let mut writer = SegmentWriter::new(geo, 1, SYSID, start, 0);
-    if straddle {
-        let mut fillers = Vec::new();
-        while writer.insert_pos() % 8192 <= 8192 - 64 || writer.insert_pos() % (5 * 8192) < 8192 {
-            let mut filler = logical_message(0, false, "fill", b"abc");
-            writer.append(&mut filler);
-            fillers.push(filler);
-        }
-        for rec in recs.iter_mut() {
-            writer.append(rec);
-        }
-        fillers.append(recs);
-        *recs = fillers;
-        writer.write_to_dir(dir.path()).unwrap();
-        return (dir, writer);
+    let mut fillers = Vec::new();
+    while straddle
+        && (writer.insert_pos() % 8192 <= 8192 - 64 || writer.insert_pos() % (5 * 8192) < 8192)
+    {
+        let mut filler = logical_message(0, false, "fill", b"abc");
+        writer.append(&mut filler);
+        fillers.push(filler);
     }
     for rec in recs.iter_mut() {
         writer.append(rec);
     }
+    // `recs` becomes every record written, in order (fillers first).
+    fillers.append(recs);
+    *recs = fillers;
     writer.write_to_dir(dir.path()).unwrap();
     (dir, writer)
+}
+
+/// Every record our own reader finds from `first`, and where it stopped.
+fn read_all(dir: &Path, geo: Geometry, first: Lsn) -> (Vec<DecodedRecord>, Lsn) {
+    let mut reader = WalReader::open(dir, geo, 1, Some(SYSID), first).unwrap();
+    let mut ours = Vec::new();
+    while let Some(rec) = reader.next_record().unwrap() {
+        ours.push(rec);
+    }
+    (ours, reader.end_of_valid())
+}
+
+/// pg_waldump stopped at the zeroed bytes after the writer's last record
+/// (its normal end of WAL).
+fn assert_ends_normally(run: &DumpRun, writer: &SegmentWriter) {
+    assert!(
+        run.stderr
+            .contains(&normal_end_message(writer.insert_pos())),
+        "stderr: {}",
+        run.stderr
+    );
 }
 
 fn check_with_pg_waldump(geo: Geometry, start: Lsn, straddle: bool) {
@@ -85,13 +103,9 @@ fn check_with_pg_waldump(geo: Geometry, start: Lsn, straddle: bool) {
     let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
 
     // Our own reader first.
-    let mut reader = WalReader::open(dir.path(), geo, 1, Some(SYSID), first).unwrap();
-    let mut ours = Vec::new();
-    while let Some(rec) = reader.next_record().unwrap() {
-        ours.push(rec);
-    }
+    let (ours, end_of_valid) = read_all(dir.path(), geo, first);
     assert_eq!(ours.len(), recs.len());
-    assert_eq!(reader.end_of_valid(), writer.end_pos());
+    assert_eq!(end_of_valid, writer.end_pos());
 
     let Some(bin) = pg_waldump_or_skip("pg_waldump_conformance") else {
         return;
@@ -155,12 +169,7 @@ fn pg_waldump_reads_records_spanning_segments() {
     };
     let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
     let run = run_pg_waldump(&bin, dir.path(), first);
-    assert!(
-        run.stderr
-            .contains(&normal_end_message(writer.insert_pos())),
-        "stderr: {}",
-        run.stderr
-    );
+    assert_ends_normally(&run, &writer);
     assert_eq!(run.lines.len(), 2, "stdout: {}", run.stdout);
     assert_eq!(
         run.lines[1].desc,
@@ -193,22 +202,13 @@ fn pg_waldump_agrees_on_many_split_positions() {
     }
     writer.write_to_dir(dir.path()).unwrap();
     let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
-    let mut reader = WalReader::open(dir.path(), geo, 1, Some(SYSID), first).unwrap();
-    let mut ours = Vec::new();
-    while let Some(rec) = reader.next_record().unwrap() {
-        ours.push(rec);
-    }
+    let (ours, _) = read_all(dir.path(), geo, first);
     assert_eq!(ours.len(), count);
     let Some(bin) = pg_waldump_or_skip("pg_waldump_agrees_on_many_split_positions") else {
         return;
     };
     let run = run_pg_waldump(&bin, dir.path(), first);
-    assert!(
-        run.stderr
-            .contains(&normal_end_message(writer.insert_pos())),
-        "stderr: {}",
-        run.stderr
-    );
+    assert_ends_normally(&run, &writer);
     assert_eq!(run.lines.len(), count);
     for (line, rec) in run.lines.iter().zip(&ours) {
         assert_eq!(
