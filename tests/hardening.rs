@@ -21,6 +21,7 @@
 
 mod common;
 
+use common::wire::{read_msg, socket_path, start_on_free_port};
 use common::*;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -37,11 +38,6 @@ const CANCEL_CODE: i32 = (1234 << 16) | 5678;
 
 // ---------------------------------------------------------------------------
 // A server with a port, and a raw protocol client
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
 
 struct Srv {
     srv: Option<Server>,
@@ -60,24 +56,14 @@ impl Srv {
     }
 
     fn start_on(tmp: TempDir, d: DataDir, args: &[&str], env: &[(&str, &str)]) -> Srv {
-        let port = free_port();
-        let port_set = format!("port={port}");
-        let mut all = vec!["--set", &port_set, "--set", "listen_addresses=localhost"];
-        all.extend_from_slice(args);
-        let mut srv = start_with_env(&d.path, tmp.path(), &all, env);
-        srv.wait_ready(TIMEOUT);
-        let s = Srv {
+        let (srv, port) =
+            start_on_free_port(&d, tmp.path(), &["listen_addresses=localhost"], args, env);
+        Srv {
             srv: Some(srv),
             d,
             port,
             tmp,
-        };
-        assert!(
-            wait_until(TIMEOUT, || s.socket().exists()),
-            "no socket {}",
-            s.socket().display()
-        );
-        s
+        }
     }
 
     fn srv(&mut self) -> &mut Server {
@@ -89,7 +75,7 @@ impl Srv {
     }
 
     fn socket(&self) -> PathBuf {
-        self.d.path.join(format!(".s.PGSQL.{}", self.port))
+        socket_path(&self.d.path, self.port)
     }
 
     fn unix(&self) -> UnixStream {
@@ -155,16 +141,6 @@ fn query(sql: &str) -> Vec<u8> {
     m.extend(sql.as_bytes());
     m.push(0);
     m
-}
-
-fn read_msg<S: Read>(s: &mut S) -> Option<(u8, Vec<u8>)> {
-    let mut head = [0u8; 5];
-    s.read_exact(&mut head).ok()?;
-    let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]);
-    assert!((4..1 << 24).contains(&len), "message length {len}");
-    let mut body = vec![0u8; len as usize - 4];
-    s.read_exact(&mut body).ok()?;
-    Some((head[0], body))
 }
 
 /// Messages up to and including ReadyForQuery; panics on EOF first.

@@ -44,31 +44,17 @@ impl Pg {
     fn start(tag: &str, sets: &[&str]) -> Pg {
         let tmp = TempDir::new(tag);
         let d = init(&tmp.join("data"), &[]);
-        let port = free_port();
-        let mut args = vec!["--set".to_string(), format!("port={port}")];
-        for s in sets {
-            args.push("--set".into());
-            args.push(s.to_string());
-        }
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut srv = Server::start(&d.path, tmp.path(), &argv);
-        srv.wait_ready(TIMEOUT);
-        let pg = Pg {
+        let (srv, port) = start_on_free_port(&d, tmp.path(), sets, &[], &[]);
+        Pg {
             srv,
             d,
             port,
             _tmp: tmp,
-        };
-        assert!(
-            wait_until(TIMEOUT, || pg.socket().exists()),
-            "no socket {}",
-            pg.socket().display()
-        );
-        pg
+        }
     }
 
     fn socket(&self) -> PathBuf {
-        self.d.path.join(format!(".s.PGSQL.{}", self.port))
+        socket_path(&self.d.path, self.port)
     }
 }
 

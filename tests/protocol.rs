@@ -61,27 +61,13 @@ impl Pg {
     fn start(tag: &str, sets: &[&str]) -> Pg {
         let tmp = TempDir::new(tag);
         let d = init_keep(&tmp.join("data"), &[]);
-        let port = free_port();
-        let mut args: Vec<String> = vec!["--set".into(), format!("port={port}")];
-        for s in sets {
-            args.push("--set".into());
-            args.push(s.to_string());
-        }
-        let argv: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut srv = Server::start(&d.path, tmp.path(), &argv);
-        srv.wait_ready(TIMEOUT);
-        let pg = Pg {
+        let (srv, port) = start_on_free_port(&d, tmp.path(), sets, &[], &[]);
+        Pg {
             srv: Some(srv),
             d,
             port,
             tmp,
-        };
-        assert!(
-            wait_until(TIMEOUT, || pg.socket().exists()),
-            "socket {} not created",
-            pg.socket().display()
-        );
-        pg
+        }
     }
 
     fn srv(&self) -> &Server {
@@ -93,7 +79,7 @@ impl Pg {
     }
 
     fn socket(&self) -> PathBuf {
-        self.d.path.join(format!(".s.PGSQL.{}", self.port))
+        socket_path(&self.d.path, self.port)
     }
 
     fn lock_file(&self) -> PathBuf {

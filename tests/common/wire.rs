@@ -263,3 +263,36 @@ pub fn vm_rss_kb(pid: i32) -> u64 {
         .and_then(|v| v.parse().ok())
         .expect("VmRSS")
 }
+
+/// The Unix socket of a server on `port` in data directory `datadir`.
+pub fn socket_path(datadir: &Path, port: u16) -> PathBuf {
+    datadir.join(format!(".s.PGSQL.{port}"))
+}
+
+/// `postmaster start -D d` on a free port with `--set S` for each of
+/// `sets`, then `args`, in environment `env`; waits until the server is
+/// ready and its Unix socket exists. Returns the server and its port.
+pub fn start_on_free_port(
+    d: &super::DataDir,
+    logdir: &Path,
+    sets: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (super::Server, u16) {
+    let port = free_port();
+    let port_set = format!("port={port}");
+    let mut all = vec!["--set", port_set.as_str()];
+    for s in sets {
+        all.extend(["--set", s]);
+    }
+    all.extend_from_slice(args);
+    let mut srv = super::start_with_env(&d.path, logdir, &all, env);
+    srv.wait_ready(super::TIMEOUT);
+    let socket = socket_path(&d.path, port);
+    assert!(
+        super::wait_until(super::TIMEOUT, || socket.exists()),
+        "socket {} not created",
+        socket.display()
+    );
+    (srv, port)
+}
