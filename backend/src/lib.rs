@@ -15,16 +15,18 @@
 //! stay as re-exports of the `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod archive;
 pub mod client_poll;
 pub mod context;
 pub mod control;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod timeline;
 pub mod walfile;
 pub mod xact;
 pub mod xlog;
 
 pub use procs::connection as session;
 pub use procs::worker as workload;
-pub use procs::{checkpointer, startup};
+pub use procs::{archiver, checkpointer, startup};

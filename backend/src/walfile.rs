@@ -25,7 +25,7 @@
 //! to read it, and each read), `wal_dir` (listing `pg_wal`, creating the
 //! discard directory), `wal_remove` (removing, renaming, recycling or
 //! copying aside a segment), `dir_fsync`, `control_write`, `control_fsync`,
-//! `control_read`; ACTION one of `eio`, `enospc`, `short` (half the bytes
+//! `control_read`, `archive_status`; ACTION one of `eio`, `enospc`, `short` (half the bytes
 //! written, then ENOSPC, as a full disk does; for an operation that writes
 //! nothing, the error alone). `after=N`: fire from the (N+1)-th call of
 //! this process on (a forked child inherits its parent's count);
@@ -58,6 +58,8 @@ pub enum Op {
     ControlWrite,
     ControlFsync,
     ControlRead,
+    /// Creating, renaming or removing an archive status file.
+    ArchiveStatus,
 }
 
 impl Op {
@@ -73,6 +75,7 @@ impl Op {
             Op::ControlWrite => "control_write",
             Op::ControlFsync => "control_fsync",
             Op::ControlRead => "control_read",
+            Op::ArchiveStatus => "archive_status",
         }
     }
 }
@@ -236,6 +239,23 @@ pub fn rename(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
 pub fn copy_file(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
     fail(op)?;
     std::fs::copy(from, to).map(|_| ())
+}
+
+/// Creates the empty file `path` (mode 0600; an existing one is kept) and,
+/// with `fsync`, fsyncs it and its directory (archive status files).
+pub fn create_marker_file(path: &Path, fsync: bool) -> std::io::Result<()> {
+    fail(Op::ArchiveStatus)?;
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    if fsync {
+        f.sync_all()?;
+        sync_dir(path.parent().expect("marker file has a directory"))?;
+    }
+    Ok(())
 }
 
 /// The WAL readers' file access (recovery's reader and look-ahead) through

@@ -640,6 +640,7 @@ impl<'a> Xlog<'a> {
                 // A completed segment is synced at once (PostgreSQL does
                 // the same), so a later flush only needs the last one.
                 self.sync_segment(self.geo.seg_no(page_start));
+                self.notify_archiver(self.geo.seg_no(page_start));
                 self.maybe_request_checkpoint(page_end);
             }
         }
@@ -666,6 +667,15 @@ impl<'a> Xlog<'a> {
     fn publish_written(&self, end: Lsn) {
         let ww = self.shm.named_lock(NamedLock::WalWrite);
         ww.update_var(&self.ctx.env, &self.shm.xlog().write.write_result, end);
+    }
+
+    /// After a segment is complete and synced: with `archive_mode`, mark it
+    /// ready for the archiver (`archive_status/NAME.ready`).
+    fn notify_archiver(&self, segno: u64) {
+        if self.ctx.settings.archive_mode {
+            let name = self.geo.file_name(self.tli, segno);
+            crate::archive::notify_or_log(&self.pg_wal, &name, self.fsync);
+        }
     }
 
     /// After a segment is complete: wake the checkpointer when the WAL since

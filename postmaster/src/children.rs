@@ -32,6 +32,8 @@ pub(crate) enum ServerChild {
     Startup,
     Walwriter,
     Checkpointer,
+    /// `archive_mode = on`: runs archive_command (no proc slot).
+    Archiver,
     /// Workload backend number `i` (also its proc number).
     Backend(u32),
 }
@@ -59,16 +61,18 @@ impl ServerChild {
             ServerChild::Startup => "startup",
             ServerChild::Walwriter => "walwriter",
             ServerChild::Checkpointer => "checkpointer",
+            ServerChild::Archiver => "archiver",
             ServerChild::Backend(_) => "backend",
         }
     }
 
-    fn procno(self, shm: &Shmem) -> u32 {
+    fn procno(self, shm: &Shmem) -> Option<u32> {
         match self {
-            ServerChild::Startup => shm.aux_procno(AuxProc::Startup),
-            ServerChild::Walwriter => shm.aux_procno(AuxProc::Walwriter),
-            ServerChild::Checkpointer => shm.aux_procno(AuxProc::Checkpointer),
-            ServerChild::Backend(i) => i,
+            ServerChild::Startup => Some(shm.aux_procno(AuxProc::Startup)),
+            ServerChild::Walwriter => Some(shm.aux_procno(AuxProc::Walwriter)),
+            ServerChild::Checkpointer => Some(shm.aux_procno(AuxProc::Checkpointer)),
+            ServerChild::Archiver => None,
+            ServerChild::Backend(i) => Some(i),
         }
     }
 
@@ -86,6 +90,7 @@ impl Kind {
             Kind::Server(ServerChild::Startup) => "startup process".into(),
             Kind::Server(ServerChild::Walwriter) => "walwriter".into(),
             Kind::Server(ServerChild::Checkpointer) => "checkpointer".into(),
+            Kind::Server(ServerChild::Archiver) => "archiver".into(),
             Kind::Server(ServerChild::Backend(i)) => format!("backend {i}"),
             Kind::Client(ClientChild::Connection) => "connection backend".into(),
             Kind::Client(ClientChild::Rejecter) => "connection rejecter".into(),
@@ -114,9 +119,11 @@ pub(crate) struct ServerChildArgs<'a> {
 pub(crate) fn run_server_child(shm: &Shmem, child: ServerChild, args: ServerChildArgs) -> i32 {
     become_child(child.comm(), args.postmaster_pid);
     let procno = child.procno(shm);
-    shm.procs()[procno as usize]
-        .pid
-        .store(std::process::id() as i32, Ordering::Relaxed);
+    if let Some(p) = procno {
+        shm.procs()[p as usize]
+            .pid
+            .store(std::process::id() as i32, Ordering::Relaxed);
+    }
     if child.prefaults_wal_buffers() {
         shm.prefault_wal_buffers();
     }
@@ -125,8 +132,9 @@ pub(crate) fn run_server_child(shm: &Shmem, child: ServerChild, args: ServerChil
         ServerChild::Startup => backend::startup::run(shm, datadir, args.startup),
         ServerChild::Walwriter => walwriter::run(shm, datadir),
         ServerChild::Checkpointer => backend::checkpointer::run(shm, datadir),
-        ServerChild::Backend(_) => match args.workload {
-            Some(w) => backend::workload::run(shm, procno, datadir, w, args.ack),
+        ServerChild::Archiver => backend::archiver::run(shm, datadir),
+        ServerChild::Backend(i) => match args.workload {
+            Some(w) => backend::workload::run(shm, i, datadir, w, args.ack),
             None => EXIT_QUIT,
         },
     }

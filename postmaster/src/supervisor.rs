@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   Startup --startup exits 0--> Run --SIGTERM--> StopBackends --all gone-->
-//!       StopCheckpointer (shutdown checkpoint) --gone--> StopWalwriter --gone--> exit 0
+//!       StopCheckpointer (shutdown checkpoint) --gone--> StopWalwriter (and archiver) --gone--> exit 0
 //!      |                          |
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
 //! ```
@@ -467,6 +467,12 @@ impl Postmaster {
                 if exit.is_clean() && self.state == State::StopWalwriter => {}
             Kind::Server(ServerChild::Checkpointer)
                 if exit.is_clean() && self.state == State::StopCheckpointer => {}
+            Kind::Server(ServerChild::Archiver) if exit.is_clean_or_fatal() => {
+                // As PostgreSQL's: an archiver that exits is started again.
+                if self.state == State::Run {
+                    self.fork_server_child(ServerChild::Archiver);
+                }
+            }
             Kind::Client(ClientChild::Rejecter) => {}
             Kind::Client(ClientChild::Connection) if exit.is_clean_or_fatal() => {}
             Kind::Server(ServerChild::Backend(_)) if exit.is_clean_or_fatal() => {
@@ -539,6 +545,9 @@ impl Postmaster {
         }
         self.fork_server_child(ServerChild::Walwriter);
         self.fork_server_child(ServerChild::Checkpointer);
+        if self.settings.archive_mode {
+            self.fork_server_child(ServerChild::Archiver);
+        }
         for i in 0..self.workers {
             self.fork_server_child(ServerChild::Backend(i));
         }
@@ -562,6 +571,10 @@ impl Postmaster {
                 let checkpointer = Kind::Server(ServerChild::Checkpointer);
                 let next = (ServerChild::Walwriter, State::StopWalwriter);
                 self.stop_step(|k| k == checkpointer, next, overdue, "checkpointer");
+                if self.state == State::StopWalwriter {
+                    // After the shutdown checkpoint, as PostgreSQL's archiver.
+                    self.signal_kind(|k| k == Kind::Server(ServerChild::Archiver), libc::SIGTERM);
+                }
                 None
             }
             State::StopWalwriter if self.children.is_empty() => Some(self.finish()),

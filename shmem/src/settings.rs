@@ -178,6 +178,23 @@ declare_settings! {
     session_memory_limit: u64 = 256 << 20 =>
         "session_memory_limit", Kind::int(Unit::BYTES, Unit::KB, 1 << 20, 1 << 30),
         "largest value or reply message one session may build (53200 beyond)";
+    // issue 13 (archiving)
+    /// Run the archiver: completed segments are handed to `archive_command`
+    /// and kept in pg_wal until it succeeds.
+    archive_mode: bool = false =>
+        "archive_mode", Kind::Bool, "archive completed WAL segments with archive_command";
+    /// Shell command that archives one segment (%p: its path relative to
+    /// the data directory, %f: its file name, %%: a percent sign).
+    archive_command: Text<1024> = Text::empty() =>
+        "archive_command",
+        Kind::Text { valid: "a shell command (%p path, %f file name)", check: any_text },
+        "command that archives a completed WAL segment (exit 0 = archived)";
+    /// Shell command that fetches one archived file during archive
+    /// recovery (%f: the file wanted, %p: where to put it).
+    restore_command: Text<1024> = Text::empty() =>
+        "restore_command",
+        Kind::Text { valid: "a shell command (%f file name, %p destination)", check: any_text },
+        "command that fetches an archived WAL segment during restore (exit 0 = fetched)";
 }
 
 // ---- text checks ----

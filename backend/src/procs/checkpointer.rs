@@ -145,6 +145,8 @@ impl<'a> Checkpointer<'a> {
         // Recycle into up to a quarter of max_wal_size of future segments.
         let keep_future = ((s.max_wal_size_mb as u64) << 20) / self.geo.seg_size / 4;
         let keep_future = keep_future.clamp(1, 64);
+        let cutoff =
+            crate::archive::keep_unarchived(s.archive_mode, &pg_wal, &self.geo, tli, &segs, cutoff);
         let (mut removed, mut recycled) = (0, 0);
         for n in segs.into_iter().filter(|&n| n < cutoff) {
             let old = pg_wal.join(self.geo.file_name(tli, n));

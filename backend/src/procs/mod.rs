@@ -7,12 +7,14 @@
 //! | checkpointer | `checkpointer.rs` | [`checkpointer::run`] |
 //! | connection backend | `connection.rs` | [`connection::run_connection`] |
 //! | worker backend | `worker.rs` | [`worker::run`] (the `--workload` loops) |
+//! | archiver | `archiver.rs` | [`archiver::run`] (`archive_command`) |
 //!
 //! The walwriter's body is the top-level `walwriter` crate. Each body
 //! builds its [`crate::context::ProcContext`] and lends it to the library
 //! parts beside this folder (`xlog`, `xact`, `procarray`, `control`,
 //! `walfile`); the postmaster forks and calls these entry points.
 
+pub mod archiver;
 pub mod checkpointer;
 pub mod connection;
 pub mod startup;

@@ -1,0 +1,389 @@
+//! Timeline history: which timeline a WAL position belongs to, and the
+//! `pg_wal/0000000N.history` files that record how timelines branched
+//! (PostgreSQL's timeline.c).
+//!
+//! A timeline begins when a restored copy ends recovery and becomes a new
+//! primary: the new timeline `N` branches from its parent at the switch
+//! point (the end of the WAL that recovery validated). Its history file
+//! lists every ancestor, oldest first, one line each, in PostgreSQL's
+//! format (which pg_receivewal fetches with TIMELINE_HISTORY and stores):
+//!
+//! ```text
+//! parentTLI <TAB> switchpoint (%X/%X) <TAB> free-text reason
+//! ```
+//!
+//! Blank lines and lines starting with `#` are ignored. Timeline 1 has no
+//! history file; an absent file for another timeline also means "no
+//! parents", as PostgreSQL assumes.
+//!
+//! Invariants checked when parsing: parent timeline IDs strictly increase
+//! and are below the file's own timeline; switch points never decrease. So
+//! [`Timeline::ranges`] is a partition of the LSN space, oldest first, the
+//! last range (the file's own timeline) open-ended.
+//!
+//! Crash safety: a history file is written whole to a temporary file,
+//! fsynced, renamed into place and the directory fsynced (through the I/O
+//! seam), so a reader sees either no file or the complete one.
+
+use crate::walfile;
+use std::fmt;
+use std::path::Path;
+use walformat::{parse_lsn, Lsn};
+
+/// One line of a history file: timeline `parent` ended at `switchpoint`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub parent: u32,
+    pub switchpoint: Lsn,
+    pub reason: String,
+}
+
+/// One timeline's stretch of WAL: `[begin, end)`; `end` None for the
+/// newest (still being written).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimelineRange {
+    pub tli: u32,
+    pub begin: Lsn,
+    pub end: Option<Lsn>,
+}
+
+/// A timeline and its ancestry, as its history file gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timeline {
+    pub tli: u32,
+    /// Ancestors, oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// Why a history file could not be read or used.
+#[derive(Debug)]
+pub enum TimelineError {
+    Io(String, std::io::Error),
+    Syntax {
+        file: String,
+        line: usize,
+        why: String,
+    },
+}
+
+impl fmt::Display for TimelineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimelineError::Io(p, e) => write!(f, "could not access history file \"{p}\": {e}"),
+            TimelineError::Syntax { file, line, why } => {
+                write!(
+                    f,
+                    "invalid data in history file \"{file}\", line {line}: {why}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for TimelineError {}
+
+/// `0000000N.history`.
+pub fn history_file_name(tli: u32) -> String {
+    format!("{tli:08X}.history")
+}
+
+/// The timeline of a history file name, if `name` is one.
+pub fn parse_history_file_name(name: &str) -> Option<u32> {
+    let hex = name.strip_suffix(".history")?;
+    let valid = hex.len() == 8 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    valid.then(|| u32::from_str_radix(hex, 16).ok()).flatten()
+}
+
+/// Parses the text of timeline `tli`'s history file (`file` names it in
+/// errors).
+pub fn parse_history(text: &str, tli: u32, file: &str) -> Result<Vec<HistoryEntry>, TimelineError> {
+    let mut entries: Vec<HistoryEntry> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: String| TimelineError::Syntax {
+            file: file.to_string(),
+            line: i + 1,
+            why,
+        };
+        let entry = parse_line(line).map_err(bad)?;
+        check_order(&entries, &entry, tli).map_err(bad)?;
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// One `parent <TAB> X/X <TAB> reason` line.
+fn parse_line(line: &str) -> Result<HistoryEntry, String> {
+    let mut fields = line.splitn(3, ['\t', ' ']);
+    let parent = fields.next().unwrap_or_default();
+    let parent: u32 = parent
+        .parse()
+        .map_err(|_| format!("timeline ID expected, found \"{parent}\""))?;
+    let lsn = fields.next().unwrap_or_default().trim();
+    let switchpoint =
+        parse_lsn(lsn).map_err(|_| format!("switch point X/X expected, found \"{lsn}\""))?;
+    let reason = fields.next().unwrap_or_default().trim().to_string();
+    Ok(HistoryEntry {
+        parent,
+        switchpoint,
+        reason,
+    })
+}
+
+/// Parents strictly increase and stay below `tli`; switch points never
+/// decrease.
+fn check_order(before: &[HistoryEntry], e: &HistoryEntry, tli: u32) -> Result<(), String> {
+    if e.parent == 0 || e.parent >= tli {
+        return Err(format!(
+            "parent timeline {} is not between 1 and {}",
+            e.parent,
+            tli.saturating_sub(1)
+        ));
+    }
+    if let Some(last) = before.last() {
+        if e.parent <= last.parent {
+            return Err("timeline IDs must be in increasing sequence".into());
+        }
+        if e.switchpoint < last.switchpoint {
+            return Err("switch points must not decrease".into());
+        }
+    }
+    Ok(())
+}
+
+/// The text of a history file holding `entries`.
+pub fn format_history(entries: &[HistoryEntry]) -> String {
+    entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{}\t{}\t{}\n",
+                e.parent,
+                format_lsn_short(e.switchpoint),
+                e.reason
+            )
+        })
+        .collect()
+}
+
+/// `%X/%X` (no zero padding), as history files write switch points.
+fn format_lsn_short(lsn: Lsn) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+}
+
+impl Timeline {
+    /// Reads timeline `tli`'s history from `pg_wal` (timeline 1, or an
+    /// absent file: no ancestors).
+    pub fn read(pg_wal: &Path, tli: u32) -> Result<Timeline, TimelineError> {
+        let history = if tli <= 1 {
+            Vec::new()
+        } else {
+            let name = history_file_name(tli);
+            let path = pg_wal.join(&name);
+            match walfile::read_file(walfile::Op::WalRead, &path) {
+                Ok(bytes) => parse_history(&String::from_utf8_lossy(&bytes), tli, &name)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(TimelineError::Io(path.display().to_string(), e)),
+            }
+        };
+        Ok(Timeline { tli, history })
+    }
+
+    /// The WAL ranges of this timeline and its ancestors, oldest first.
+    pub fn ranges(&self) -> Vec<TimelineRange> {
+        let mut out = Vec::with_capacity(self.history.len() + 1);
+        let mut begin = 0;
+        for e in &self.history {
+            out.push(TimelineRange {
+                tli: e.parent,
+                begin,
+                end: Some(e.switchpoint),
+            });
+            begin = e.switchpoint;
+        }
+        out.push(TimelineRange {
+            tli: self.tli,
+            begin,
+            end: None,
+        });
+        out
+    }
+
+    /// The timeline that WAL position `lsn` belongs to in this history
+    /// (PostgreSQL's tliOfPointInHistory: a switch point belongs to the
+    /// child).
+    pub fn timeline_of(&self, lsn: Lsn) -> u32 {
+        self.ranges()
+            .into_iter()
+            .find(|r| r.end.is_none_or(|end| lsn < end))
+            .map_or(self.tli, |r| r.tli)
+    }
+
+    /// Where timeline `tli` ended in this history (its child began): None
+    /// for this timeline itself or one not in the history
+    /// (PostgreSQL's tliSwitchPoint; the walsender's end of a timeline).
+    pub fn switch_point(&self, tli: u32) -> Option<Lsn> {
+        self.history
+            .iter()
+            .find(|e| e.parent == tli)
+            .map(|e| e.switchpoint)
+    }
+
+    /// Whether `tli` is this timeline or one of its ancestors.
+    pub fn contains(&self, tli: u32) -> bool {
+        tli == self.tli || self.history.iter().any(|e| e.parent == tli)
+    }
+
+    /// The timeline whose segment file holds segment `segno` (of `seg_size`
+    /// bytes): the newest one that began at or before the segment's end
+    /// (the switch segment is read from the child's file, which holds the
+    /// parent's prefix; PostgreSQL's XLogFileReadAnyTLI order).
+    pub fn timeline_of_segment(&self, segno: u64, seg_size: u64) -> u32 {
+        let seg_end = (segno + 1).saturating_mul(seg_size);
+        self.ranges()
+            .into_iter()
+            .rev()
+            .find(|r| r.begin < seg_end)
+            .map_or(self.tli, |r| r.tli)
+    }
+}
+
+/// Writes the history file of `new_tli`, branched from `parent` (whose own
+/// history is read from `pg_wal`) at `switchpoint`, crash-safely. Returns
+/// the new timeline.
+pub fn write_history(
+    pg_wal: &Path,
+    new_tli: u32,
+    parent: &Timeline,
+    switchpoint: Lsn,
+    reason: &str,
+    fsync: bool,
+) -> Result<Timeline, TimelineError> {
+    let mut history = parent.history.clone();
+    history.push(HistoryEntry {
+        parent: parent.tli,
+        switchpoint,
+        reason: reason.to_string(),
+    });
+    let path = pg_wal.join(history_file_name(new_tli));
+    walfile::write_file_atomically(&path, format_history(&history).as_bytes(), fsync)
+        .map_err(|e| TimelineError::Io(path.display().to_string(), e))?;
+    Ok(Timeline {
+        tli: new_tli,
+        history,
+    })
+}
+
+/// The highest timeline with a history file in `pg_wal`, at least `floor`
+/// (PostgreSQL's findNewestTimeLine over the local directory).
+pub fn newest_timeline(pg_wal: &Path, floor: u32) -> u32 {
+    walfile::list_dir(walfile::Op::WalDir, pg_wal)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| parse_history_file_name(&n.to_string_lossy()))
+        .fold(floor, u32::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tl3() -> Timeline {
+        let text = "1\t0/3000A28\tno recovery target specified\n\n# comment\n2\t0/5000000\tagain\n";
+        Timeline {
+            tli: 3,
+            history: parse_history(text, 3, "00000003.history").unwrap(),
+        }
+    }
+
+    #[test]
+    fn parse_and_format_round_trip() {
+        let t = tl3();
+        assert_eq!(t.history.len(), 2);
+        assert_eq!(t.history[0].switchpoint, 0x3000A28);
+        assert_eq!(t.history[0].reason, "no recovery target specified");
+        let text = format_history(&t.history);
+        assert_eq!(
+            text.lines().next(),
+            Some("1\t0/3000A28\tno recovery target specified")
+        );
+        assert_eq!(parse_history(&text, 3, "x").unwrap(), t.history);
+    }
+
+    #[test]
+    fn timeline_of_lsn_and_segment() {
+        let t = tl3();
+        assert_eq!(t.timeline_of(0), 1);
+        assert_eq!(t.timeline_of(0x3000A27), 1);
+        assert_eq!(
+            t.timeline_of(0x3000A28),
+            2,
+            "a switch point belongs to the child"
+        );
+        assert_eq!(t.timeline_of(0x4FFFFFF), 2);
+        assert_eq!(t.timeline_of(0x5000000), 3);
+        assert_eq!(t.switch_point(1), Some(0x3000A28));
+        assert_eq!(t.switch_point(2), Some(0x5000000));
+        assert_eq!(t.switch_point(3), None);
+        assert!(t.contains(1) && t.contains(3) && !t.contains(4));
+        let seg = 16 << 20;
+        assert_eq!(t.timeline_of_segment(2, seg), 1);
+        assert_eq!(
+            t.timeline_of_segment(3, seg),
+            2,
+            "switch segment: the child's copy"
+        );
+        // Timeline 2 ended exactly at segment 5's start: segment 4 is 2's.
+        assert_eq!(t.timeline_of_segment(4, seg), 2);
+        assert_eq!(t.timeline_of_segment(5, seg), 3);
+        let ranges = t.ranges();
+        assert_eq!(ranges.len(), 3);
+        assert_eq!(
+            ranges[2],
+            TimelineRange {
+                tli: 3,
+                begin: 0x5000000,
+                end: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_history_is_refused() {
+        for text in [
+            "2\t0/1000000\tx\n1\t0/2000000\ty\n", // parents not increasing
+            "1\t0/3000000\tx\n2\t0/2000000\ty\n", // switch points decrease
+            "3\t0/1000000\tx\n",                  // parent not below the file's timeline
+            "one\t0/1000000\tx\n",
+            "1\tnot-an-lsn\tx\n",
+        ] {
+            assert!(parse_history(text, 3, "f").is_err(), "accepted {text:?}");
+        }
+    }
+
+    #[test]
+    fn file_names() {
+        assert_eq!(history_file_name(2), "00000002.history");
+        assert_eq!(parse_history_file_name("0000000A.history"), Some(10));
+        assert_eq!(parse_history_file_name("000000010000000000000001"), None);
+        assert_eq!(parse_history_file_name("0000000A.history.ready"), None);
+    }
+
+    #[test]
+    fn write_read_and_newest() {
+        let dir = std::env::temp_dir().join(format!("walshm-timeline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t1 = Timeline::read(&dir, 1).unwrap();
+        assert!(t1.history.is_empty());
+        let t2 = write_history(&dir, 2, &t1, 0x3000A28, "restored", false).unwrap();
+        let t3 = write_history(&dir, 3, &t2, 0x5000000, "again", false).unwrap();
+        assert_eq!(Timeline::read(&dir, 3).unwrap(), t3);
+        assert_eq!(t3.history[0].parent, 1);
+        assert_eq!(newest_timeline(&dir, 1), 3);
+        assert_eq!(newest_timeline(&dir, 7), 7);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
