@@ -22,6 +22,7 @@ pub mod control;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod restore;
 pub mod timeline;
 pub mod walfile;
 pub mod xact;

@@ -232,6 +232,12 @@ impl Timeline {
             .map(|e| e.switchpoint)
     }
 
+    /// (timeline, begin) oldest first: what `walformat::WalReader::open_across`
+    /// takes to read this history's segment files.
+    pub fn reader_history(&self) -> Vec<(u32, Lsn)> {
+        self.ranges().iter().map(|r| (r.tli, r.begin)).collect()
+    }
+
     /// Whether `tli` is this timeline or one of its ancestors.
     pub fn contains(&self, tli: u32) -> bool {
         tli == self.tli || self.history.iter().any(|e| e.parent == tli)

@@ -18,6 +18,8 @@ pub struct InitOptions {
     pub sets: Vec<String>,
     /// File holding the TCP password (its verifier goes to walshm.conf).
     pub pwfile: Option<PathBuf>,
+    /// `--from-wal SRC`: restore from received or archived WAL.
+    pub from_wal: Option<PathBuf>,
 }
 
 pub struct StartOptions {
@@ -52,11 +54,17 @@ pub fn help_text() -> String {
 
 Usage:
   postmaster init -D DIR [--wal-segment-size MB] [--pwfile FILE] [--set NAME=VALUE ...]
+                   [--from-wal SRC]
       Create a data directory (mode 0700, files 0600): configuration file,
       control file, first WAL segment with a shutdown checkpoint. DIR must
       not exist or be empty. --pwfile FILE (mode 0600, first line) or the
       WALSHM_PASSWORD environment variable: the TCP password, stored in
       walshm.conf only as a SCRAM-SHA-256 verifier.
+      --from-wal SRC    restore: take the WAL of SRC (pg_receivewal's output,
+                        .partial included, or an archive_command archive),
+                        validated first; the first start recovers it to its
+                        end (fetching more with restore_command, if set) and
+                        continues on a new timeline
   postmaster start -D DIR [--pwfile FILE] [--set NAME=VALUE ...] [--workers N --workload KIND]
                     [--discard-damaged-wal]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
@@ -158,6 +166,10 @@ const INIT_FLAGS: &[Flag<InitOptions>] = &[
         &["--wal-segment-size"],
         Action::Value(|p, v| segment_size(v).map(|n| p.opts.seg_size = n)),
     ),
+    flag(
+        &["--from-wal"],
+        Action::Text(|p, v| p.opts.from_wal = Some(v.into())),
+    ),
 ];
 
 const START_FLAGS: &[Flag<StartOptions>] = &[
@@ -252,6 +264,7 @@ fn parse_init(args: &[String]) -> Result<InitOptions, String> {
         seg_size: walformat::DEFAULT_SEG_SIZE,
         sets: Vec::new(),
         pwfile: None,
+        from_wal: None,
     };
     let (datadir, opts) = run_flags("init", args, INIT_FLAGS, blank)?;
     Ok(InitOptions { datadir, ..opts })

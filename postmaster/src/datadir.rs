@@ -48,10 +48,17 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
         settings.set_assignment(s).map_err(|e| e.to_string())?;
     }
     crate::password::check_verifier(settings.password.as_str())?;
+    // A WAL source is checked whole before anything is created.
+    let source = opts
+        .from_wal
+        .as_deref()
+        .map(crate::restore::examine)
+        .transpose()?;
     let mut lines = opts.sets.clone();
     if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
         lines.push(format!("password = '{v}'"));
     }
+    let existed = dir.exists();
     match fs::metadata(dir) {
         Ok(m) if !m.is_dir() => {
             return Err(format!(
@@ -83,6 +90,9 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
             .map_err(|e| format!("could not create \"{}\": {e}", dir.join(sub).display()))?;
     }
     write_config(dir, &lines)?;
+    if let Some(src) = source {
+        return init_from_wal(dir, &src).inspect_err(|_| remove_created(dir, existed));
+    }
 
     let geo = Geometry::new(opts.seg_size).map_err(|e| e.to_string())?;
     let sysid = new_system_identifier();
@@ -123,6 +133,69 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
     );
     println!("start it with: postmaster start -D {}", dir.display());
     Ok(())
+}
+
+/// `init --from-wal`: the validated WAL of `src` copied into `dir`, the
+/// control file naming its first checkpoint, and `recovery.signal`.
+fn init_from_wal(dir: &Path, src: &crate::restore::Source) -> Result<(), String> {
+    let pg_wal = dir.join("pg_wal");
+    crate::restore::copy_into(src, &pg_wal)?;
+    ControlFile {
+        state: DbState::ShutDown,
+        system_identifier: src.system_identifier,
+        seg_size: src.geo.seg_size,
+        timeline: src.history.tli,
+        checkpoint: src.checkpoint,
+        redo: src.redo,
+        next_xid: src.next_xid,
+        time: unix_now(),
+    }
+    .write(dir, true)
+    .map_err(|e| e.to_string())?;
+    let signal = dir.join(backend::restore::RECOVERY_SIGNAL);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&signal)
+        .and_then(|f| f.sync_all())
+        .and_then(|()| backend::walfile::sync_dir(dir))
+        .map_err(|e| format!("could not create \"{}\": {e}", signal.display()))?;
+    println!(
+        "walshm: initialized data directory \"{}\" from the WAL in \"{}\" (system identifier {}, WAL segment size {} MB, first checkpoint at {}): {} segment(s) of timeline {}, {} valid record(s) up to {}",
+        dir.display(),
+        src.dir.display(),
+        src.system_identifier,
+        src.geo.seg_size >> 20,
+        walformat::format_lsn(src.checkpoint),
+        src.segments.len(),
+        src.history.tli,
+        src.records,
+        walformat::format_lsn(src.end)
+    );
+    println!(
+        "start it with: postmaster start -D {} (it recovers that WAL to its end, then continues on a new timeline)",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// After a failed `init --from-wal`: removes what init created in `dir`
+/// (the directory itself if it did not exist before).
+fn remove_created(dir: &Path, existed: bool) {
+    if !existed {
+        let _ = fs::remove_dir_all(dir);
+        return;
+    }
+    for sub in [
+        "pg_wal",
+        "global",
+        CONFIG_FILE,
+        backend::restore::RECOVERY_SIGNAL,
+    ] {
+        let p = dir.join(sub);
+        let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
+    }
 }
 
 fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {

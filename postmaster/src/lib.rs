@@ -21,6 +21,7 @@ pub mod datadir;
 pub mod listen;
 pub mod password;
 mod report;
+pub mod restore;
 pub mod supervisor;
 pub mod waldump;
 

@@ -494,6 +494,7 @@ impl Postmaster {
         if exit.is_clean() {
             self.startup_failures = 0;
             self.discard_damaged_wal = false;
+            self.adopt_new_timeline();
             self.enter_run();
             return;
         }
@@ -519,6 +520,32 @@ impl Postmaster {
             self.give_up(1);
         } else {
             self.enter_crash_wait();
+        }
+    }
+
+    /// After a startup that ended archive recovery on a new timeline (the
+    /// control file says so), the WAL facts of this and later generations
+    /// name it, before any process that writes WAL is forked.
+    fn adopt_new_timeline(&mut self) {
+        let Ok(c) = ControlFile::read(&self.datadir) else {
+            return;
+        };
+        if c.timeline == self.control.timeline {
+            return;
+        }
+        self.control = c;
+        if let Some(shm) = self.shm.as_ref() {
+            let f = &shm.xlog().facts;
+            let facts = shmem::xlogctl::WalFacts {
+                system_identifier: f.system_identifier,
+                seg_size: f.seg_size,
+                timeline: c.timeline,
+                n_buffers: f.n_buffers,
+            };
+            // SAFETY: the startup process has exited and no process that
+            // reads the WAL facts (walwriter, checkpointer, backends) has
+            // been forked in this generation yet.
+            unsafe { shm.set_wal_facts(facts) };
         }
     }
 

@@ -1,10 +1,13 @@
 //! `postmaster waldump`: the project's own WAL reader, printing records the
 //! way PostgreSQL's pg_waldump does, and where and why WAL ends; if valid
 //! WAL follows that end (damage, not a torn tail), one more line says how
-//! much and up to where (the startup process's look-ahead).
+//! much and up to where (the startup process's look-ahead). WAL is read
+//! along the control file's timeline and its history (older timelines'
+//! segment files before each switch point).
 
 use crate::cli::WaldumpOptions;
 use backend::control::ControlFile;
+use backend::timeline::Timeline;
 use std::collections::BTreeMap;
 use walformat::{format_lsn, Geometry, WalReader};
 
@@ -43,14 +46,16 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
     let control = ControlFile::read(&dir).map_err(|e| e.to_string())?;
     let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
     let pg_wal = dir.join("pg_wal");
+    let history = Timeline::read(&pg_wal, control.timeline).map_err(|e| e.to_string())?;
     let start = match opts.start {
         Some(s) => s,
-        None => first_segment_start(&pg_wal, &geo, control.timeline)?,
+        None => first_segment_start(&pg_wal, &geo, &history)?,
     };
-    let mut reader = WalReader::open(
+    let mut reader = WalReader::open_across(
+        &walformat::StdWalFiles,
         &pg_wal,
         geo,
-        control.timeline,
+        history.reader_history(),
         Some(control.system_identifier),
         start,
     )
@@ -122,15 +127,19 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
     Ok(())
 }
 
-/// Start of the oldest segment in pg_wal.
-fn first_segment_start(pg_wal: &std::path::Path, geo: &Geometry, tli: u32) -> Result<u64, String> {
+/// Start of the oldest segment in pg_wal of `history`'s timelines.
+fn first_segment_start(
+    pg_wal: &std::path::Path,
+    geo: &Geometry,
+    history: &Timeline,
+) -> Result<u64, String> {
     let mut lowest = None;
     for e in std::fs::read_dir(pg_wal)
         .map_err(|e| format!("could not read \"{}\": {e}", pg_wal.display()))?
     {
         let name = e.map_err(|e| e.to_string())?.file_name();
         if let Some((t, segno)) = geo.parse_file_name(&name.to_string_lossy()) {
-            if t == tli {
+            if history.contains(t) && history.timeline_of_segment(segno, geo.seg_size) == t {
                 lowest = Some(lowest.map_or(segno, |l: u64| l.min(segno)));
             }
         }

@@ -439,6 +439,10 @@ pub struct WalReader {
     /// Accept a segment file shorter than the segment size as if it were
     /// zero-padded (the look-ahead examines truncated segments).
     pad_short: bool,
+    /// Timeline history, oldest first: (timeline, LSN where it begins),
+    /// the last entry `tli`. A segment is read from the file of the newest
+    /// timeline that began before the segment's end.
+    history: Vec<(u32, Lsn)>,
 }
 
 impl WalReader {
@@ -481,11 +485,41 @@ impl WalReader {
         start: Lsn,
         pad_short: bool,
     ) -> Result<WalReader, WalError> {
+        let history = vec![(tli, 0)];
+        Self::open_history(files, pg_wal_dir, geo, history, sysid, start, pad_short)
+    }
+
+    /// [`WalReader::open_from`] reading across timeline switches: `history`
+    /// lists (timeline, LSN where it begins), oldest first, ending with the
+    /// reader's own timeline (what a timeline history file gives).
+    /// Segments before a switch are read from the older timeline's files,
+    /// the switch segment from the newer one's (which holds the older
+    /// one's prefix), as PostgreSQL's reader does.
+    pub fn open_across(
+        files: &'static dyn WalFiles,
+        pg_wal_dir: &Path,
+        geo: Geometry,
+        history: Vec<(u32, Lsn)>,
+        sysid: Option<u64>,
+        start: Lsn,
+    ) -> Result<WalReader, WalError> {
+        Self::open_history(files, pg_wal_dir, geo, history, sysid, start, false)
+    }
+
+    fn open_history(
+        files: &'static dyn WalFiles,
+        pg_wal_dir: &Path,
+        geo: Geometry,
+        history: Vec<(u32, Lsn)>,
+        sysid: Option<u64>,
+        start: Lsn,
+        pad_short: bool,
+    ) -> Result<WalReader, WalError> {
         let mut reader = WalReader {
             files,
             dir: pg_wal_dir.to_path_buf(),
             geo,
-            tli,
+            tli: history.last().map_or(1, |&(t, _)| t),
             sysid,
             segment: None,
             next: start,
@@ -495,14 +529,22 @@ impl WalReader {
             first: true,
             buf: Vec::new(),
             pad_short,
+            history,
         };
-        if !reader.load_segment(geo.seg_no(start), start)? {
+        reader.load_start_segment()?;
+        Ok(reader)
+    }
+
+    /// Loads the segment of the start position; a missing one is an error.
+    fn load_start_segment(&mut self) -> Result<(), WalError> {
+        let segno = self.geo.seg_no(self.next);
+        if !self.load_segment(segno, self.next)? {
             return Err(WalError::MissingSegment {
-                lsn: start,
-                path: reader.segment_path(geo.seg_no(start)),
+                lsn: self.next,
+                path: self.segment_path(segno),
             });
         }
-        Ok(reader)
+        Ok(())
     }
 
     /// Starts reading afresh at `start` (a record start or page boundary, as
@@ -514,6 +556,16 @@ impl WalReader {
         self.end_of_valid = start;
         self.latest_page_tli = 0;
         self.first = true;
+    }
+
+    /// The timeline whose file holds segment `segno`.
+    fn segment_tli(&self, segno: u64) -> u32 {
+        let seg_end = self.geo.seg_start(segno).saturating_add(self.geo.seg_size);
+        self.history
+            .iter()
+            .rev()
+            .find(|&&(_, begin)| begin < seg_end)
+            .map_or(self.tli, |&(t, _)| t)
     }
 
     /// Requires the next record's `xl_prev` to be `prev`.
@@ -676,7 +728,8 @@ impl WalReader {
     }
 
     fn segment_path(&self, segno: u64) -> PathBuf {
-        self.dir.join(self.geo.file_name(self.tli, segno))
+        self.dir
+            .join(self.geo.file_name(self.segment_tli(segno), segno))
     }
 
     /// Makes segment `segno` the loaded one. `Ok(false)` if the file is absent.
@@ -723,7 +776,7 @@ impl WalReader {
         }
         self.segment = Some(Segment {
             segno,
-            name: self.geo.file_name(self.tli, segno),
+            name: self.geo.file_name(self.segment_tli(segno), segno),
             data,
         });
         Ok(true)

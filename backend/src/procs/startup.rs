@@ -20,6 +20,13 @@
 //!    last page into its WAL buffer with everything after the end zeroed,
 //!    and set the write/flush results to the end.
 //!
+//! With `DIR/recovery.signal` (a directory restored by `init --from-wal`)
+//! this is archive recovery (`crate::restore`): `restore_command` first
+//! fetches the segments pg_wal lacks, WAL is read along the timeline's
+//! history, and after step 4 recovery ends on a new timeline (history
+//! file, the switch segment's prefix copied, an end-of-recovery
+//! checkpoint); step 5 then continues after that checkpoint.
+//!
 //! Only the tail of WAL may be unreadable after a crash: WAL reaches disk
 //! in LSN order, so a stop followed by valid WAL (a flipped byte, a zeroed
 //! range, a missing, truncated, swapped or foreign segment before the end)
@@ -32,6 +39,7 @@
 
 use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::log;
+use crate::restore;
 use crate::walfile::{self, Op};
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -176,12 +184,17 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
     let geo = Geometry::new(control.seg_size).map_err(ScanError::BadGeometry)?;
     let pg_wal = datadir.join("pg_wal");
     let checkpoint = control.checkpoint;
+    // Along the timeline's history: a restored directory's redo point may
+    // lie in a parent timeline's segment.
+    let history = crate::timeline::Timeline::read(&pg_wal, control.timeline)
+        .map(|t| t.reader_history())
+        .unwrap_or_else(|_| vec![(control.timeline, 0)]);
     let open = |at: Lsn| {
-        WalReader::open_from(
+        WalReader::open_across(
             &walfile::SEAM,
             &pg_wal,
             geo,
-            control.timeline,
+            history.clone(),
             Some(control.system_identifier),
             at,
         )
@@ -484,7 +497,11 @@ fn fatal(msg: &str) -> i32 {
 fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32> {
     let control = ControlFile::read(datadir).map_err(|e| fatal(&e.to_string()))?;
     let fsync = shm.settings().fsync;
-    let crashed = control.state != DbState::ShutDown;
+    let archive_recovery = restore::requested(datadir);
+    if archive_recovery {
+        begin_archive_recovery(shm, datadir, &control)?;
+    }
+    let crashed = control.state != DbState::ShutDown && !archive_recovery;
     if crashed {
         log(
             "LOG",
@@ -551,8 +568,11 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
             if ahead.found.is_some() { "valid WAL discarded" } else { "no valid WAL follows" },
         ),
     );
-    install_end_of_wal(shm, datadir, &geo, tli, &r).map_err(|e| fatal(&e))?;
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+    if archive_recovery {
+        return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
+    }
+    install_end_of_wal(shm, datadir, &geo, tli, &r).map_err(|e| fatal(&e))?;
     shm.xlog()
         .checkpointer
         .last_redo
@@ -573,5 +593,85 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
             r.stop_reason,
         ),
     );
+    Ok(())
+}
+
+/// Archive recovery (see `restore.rs`), before reading WAL: with
+/// `restore_command`, fetch the segments pg_wal lacks from the redo point
+/// on.
+fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) -> Result<(), i32> {
+    log(
+        "LOG",
+        &format!(
+            "starting archive recovery (\"{}\" present) on timeline {}",
+            restore::RECOVERY_SIGNAL,
+            control.timeline
+        ),
+    );
+    let command = shm.settings().restore_command.as_str().to_string();
+    if command.trim().is_empty() {
+        return Ok(());
+    }
+    let geo = Geometry::new(control.seg_size).map_err(|e| fatal(&e.to_string()))?;
+    let from = geo.seg_no(control.redo);
+    let n = restore::fetch_segments(&command, datadir, control, &geo, control.timeline, from)
+        .map_err(|e| fatal(&e))?;
+    log(
+        "LOG",
+        &format!("restore_command delivered {n} WAL segment(s)"),
+    );
+    Ok(())
+}
+
+/// Archive recovery, after WAL was validated to its end: a new timeline
+/// with its history file and end-of-recovery checkpoint (see `restore.rs`),
+/// then shared memory set up to continue after that checkpoint.
+fn finish_archive_recovery(
+    shm: &Shmem,
+    datadir: &Path,
+    control: &ControlFile,
+    geo: &Geometry,
+    r: RecoveryResult,
+    started: std::time::Instant,
+) -> Result<(), i32> {
+    let s = shm.settings();
+    let command = s.restore_command.as_str().to_string();
+    let newest = if command.trim().is_empty() {
+        crate::timeline::newest_timeline(&datadir.join("pg_wal"), control.timeline)
+    } else {
+        restore::fetch_newer_histories(&command, datadir, control.timeline)
+            .map_err(|e| fatal(&e))?
+    };
+    // Relaxed: set by restore_next_xid in this process just before.
+    let next_xid = shm.xid_state().next_full_xid.load(Ordering::Relaxed);
+    let at = restore::EndOfWal {
+        last_record: r.last_record,
+        end: r.end_of_wal,
+        next_xid,
+    };
+    log(
+        "LOG",
+        &format!(
+            "redo done at {}: {} records in {:.3} s; end of restored WAL at {} ({})",
+            format_lsn(r.last_record),
+            r.records,
+            started.elapsed().as_secs_f64(),
+            format_lsn(r.end_of_wal),
+            r.stop_reason,
+        ),
+    );
+    let p = restore::end_recovery(datadir, control, geo, at, newest, s.fsync, s.archive_mode)
+        .map_err(|e| fatal(&e))?;
+    let after = RecoveryResult {
+        last_record: p.checkpoint,
+        end_of_wal: p.end,
+        ..r
+    };
+    install_end_of_wal(shm, datadir, geo, p.tli, &after).map_err(|e| fatal(&e))?;
+    shm.xlog()
+        .checkpointer
+        .last_redo
+        // Relaxed: published to later processes by fork (see install_end_of_wal).
+        .store(p.checkpoint, Ordering::Relaxed);
     Ok(())
 }
