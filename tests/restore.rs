@@ -1,0 +1,386 @@
+//! Restore on another machine (issue 13, part 2): `init --from-wal` and
+//! `restore_command`, then a new timeline.
+//!
+//! - a primary archiving with `archive_command` runs `emit-tx --ack` and is
+//!   killed -9; its archive plus the unfinished segments copied as
+//!   pg_receivewal leaves them (the last one `.partial`) make NEW, which
+//!   starts, holds every acknowledged commit, writes a PostgreSQL-format
+//!   history file with the switch point, puts new commits in timeline-2
+//!   segment files, and pg_waldump (`--timeline 2`) reads the new timeline;
+//!   a second copy made from only the first segments fetches the rest with
+//!   `restore_command` and holds every commit too;
+//! - bad input: an empty directory, a gap in the segment sequence, another
+//!   system's segment (to `init`, and delivered by `restore_command` to the
+//!   startup process): refused with an exit code, nothing half-created.
+//!
+//! Judged from files, exit codes, `ack` lines and dumps, never from log
+//! wording.
+
+mod common;
+use common::*;
+use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use walformat::{format_lsn, parse_lsn, Geometry};
+
+const SEG: u64 = 1 << 20;
+
+fn geo() -> Geometry {
+    Geometry::new(SEG).unwrap()
+}
+
+fn init_from(new: &Path, src: &Path, extra: &[&str]) -> Out {
+    let mut args = vec![
+        "init".to_string(),
+        "-D".into(),
+        new.display().to_string(),
+        "--from-wal".into(),
+        src.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    run_cmd(Command::new(postmaster_bin()).args(&args), TIMEOUT)
+}
+
+/// Copies `src` into `dir` under `name` (made if needed).
+fn copy_as(src: &Path, dir: &Path, name: &str) {
+    fs::create_dir_all(dir).unwrap();
+    fs::copy(src, dir.join(name)).unwrap();
+}
+
+/// Segment numbers of timeline `tli` files in `dir` (plain names only).
+fn segnos(dir: &Path, tli: u32) -> Vec<u64> {
+    let mut v: Vec<u64> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| geo().parse_file_name(&e.file_name().to_string_lossy()))
+        .filter(|&(t, _)| t == tli)
+        .map(|(_, n)| n)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// COMMIT LSNs of `postmaster waldump -D DIR` from `start`, which must read
+/// to a clean end.
+fn commits_in(dir: &Path, start: u64) -> HashSet<u64> {
+    let o = own_waldump_raw(dir, start);
+    assert!(o.status.success(), "waldump\n{}", o.describe());
+    let end = parse_own_end(&o.stdout).expect("end line");
+    assert_eq!(end.reason, "clean end of WAL", "{end:?}");
+    record_lines(&o.stdout)
+        .iter()
+        .filter_map(|l| parse_dump_line(l))
+        .filter(|r| r.rmgr == "Transaction" && r.kind == "COMMIT")
+        .map(|r| r.lsn)
+        .collect()
+}
+
+/// The history file of timeline 2: its single line's (parent, switch point).
+fn history_line(new: &Path) -> (u32, u64) {
+    let text = fs::read_to_string(new.join("pg_wal/00000002.history"))
+        .expect("no 00000002.history in the restored pg_wal");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "history of timeline 2: {text:?}");
+    let f: Vec<&str> = lines[0].split('\t').collect();
+    assert_eq!(
+        f.len(),
+        3,
+        "parentTLI<TAB>switchpoint<TAB>reason: {:?}",
+        lines[0]
+    );
+    (f[0].parse().unwrap(), parse_lsn(f[1]).unwrap())
+}
+
+/// The primary: archives to `arch`, runs acknowledged commits until it has
+/// archived 4 segments, is killed -9. Then the segments after the archived
+/// ones that hold acknowledged commits are copied to `arch` as
+/// pg_receivewal leaves them (the last as `.partial`). Returns the acks.
+fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
+    fs::create_dir_all(arch).unwrap();
+    let cmd = format!(
+        "archive_command=cp %p {a}/%f.tmp && mv {a}/%f.tmp {a}/%f",
+        a = arch.display()
+    );
+    let p = init(
+        &tmp.join("p"),
+        &[
+            "--wal-segment-size",
+            "1",
+            "--set",
+            "archive_mode=on",
+            "--set",
+            &cmd,
+        ],
+    );
+    let args = ["--workers", "2", "--workload", "emit-tx:1024", "--ack"];
+    let mut s = Server::start(&p.path, tmp.path(), &args);
+    s.wait_ready(TIMEOUT);
+    assert!(
+        wait_until(Duration::from_secs(20), || segnos(arch, 1).len() >= 4),
+        "the primary did not archive 4 segments\n{}",
+        s.stderr()
+    );
+    let out = kill_group(s);
+    let acks = parse_acks(&out.stdout);
+    assert!(!acks.is_empty(), "no acks");
+    let last_ack_seg = geo().seg_no(*acks.iter().max().unwrap());
+    let archived_upto = *segnos(arch, 1).last().unwrap();
+    for n in archived_upto + 1..=last_ack_seg {
+        let name = geo().file_name(1, n);
+        let suffix = if n == last_ack_seg { ".partial" } else { "" };
+        copy_as(
+            &p.path.join("pg_wal").join(&name),
+            arch,
+            &format!("{name}{suffix}"),
+        );
+    }
+    acks
+}
+
+/// Starts `new` with acknowledged commits of its own until it has made
+/// some, stops it; returns its acks.
+fn run_restored(tmp: &TempDir, new: &Path) -> Vec<u64> {
+    let args = ["--workers", "1", "--workload", "emit-tx:256", "--ack"];
+    let mut s = Server::start(new, tmp.path(), &args);
+    s.wait_ready(TIMEOUT);
+    assert!(
+        wait_until(TIMEOUT, || parse_acks(&s.stdout()).len() >= 50),
+        "the restored server commits nothing\n{}",
+        s.stderr()
+    );
+    parse_acks(&s.stop_ok().stdout)
+}
+
+#[test]
+fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
+    let tmp = TempDir::new("restore");
+    let arch = tmp.join("arch");
+    let acks = primary_then_kill(&tmp, &arch);
+    let first_lsn = SEG + 0x28;
+
+    // NEW from the whole archive (with pg_receivewal's .partial).
+    let new = tmp.join("new");
+    let o = init_from(&new, &arch, &["--set", "wal_keep_size=1000000"]);
+    assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+    assert!(new.join("recovery.signal").exists());
+    let new_acks = run_restored(&tmp, &new);
+    assert!(
+        !new.join("recovery.signal").exists(),
+        "archive recovery did not end"
+    );
+
+    let (parent, switch) = history_line(&new);
+    assert_eq!(parent, 1);
+    let max_ack = *acks.iter().max().unwrap();
+    assert!(
+        switch > max_ack,
+        "switch point {} before ack {}",
+        format_lsn(switch),
+        format_lsn(max_ack)
+    );
+    assert!(
+        new_acks.iter().all(|&a| a > switch),
+        "a new commit before the switch point"
+    );
+    let tl2 = segnos(&new.join("pg_wal"), 2);
+    for a in &new_acks {
+        assert!(
+            tl2.contains(&geo().seg_no(*a)),
+            "commit {} not in a timeline-2 segment",
+            format_lsn(*a)
+        );
+    }
+    // The old timeline's switch segment is set aside as .partial.
+    let switch_name = geo().file_name(1, geo().seg_no(switch));
+    assert!(new
+        .join("pg_wal")
+        .join(format!("{switch_name}.partial"))
+        .exists());
+    assert!(!new.join("pg_wal").join(&switch_name).exists());
+
+    let commits = commits_in(&new, first_lsn);
+    for a in acks.iter().chain(&new_acks) {
+        assert!(
+            commits.contains(a),
+            "acknowledged commit {} missing from NEW",
+            format_lsn(*a)
+        );
+    }
+    // pg_waldump follows the new timeline from its switch point.
+    if let Some(pg) = pg_waldump_path() {
+        let o = run_cmd(
+            Command::new(pg)
+                .args(["--timeline", "2", "-p"])
+                .arg(new.join("pg_wal"))
+                .args(["-s", &format_lsn(switch)]),
+            Duration::from_secs(60),
+        );
+        pg_normal_end(&o)
+            .unwrap_or_else(|e| panic!("pg_waldump --timeline 2: {e}\n{}", o.describe()));
+        let lines = record_lines(&o.stdout);
+        assert!(
+            lines[0].contains("CHECKPOINT_SHUTDOWN") && lines[0].contains("tli 2; prev tli 1"),
+            "no end-of-recovery checkpoint at the switch point: {}",
+            lines[0]
+        );
+        let theirs: HashSet<u64> = lines
+            .iter()
+            .filter_map(|l| parse_dump_line(l))
+            .filter(|r| r.kind == "COMMIT")
+            .map(|r| r.lsn)
+            .collect();
+        assert!(
+            new_acks.iter().all(|a| theirs.contains(a)),
+            "pg_waldump misses new commits"
+        );
+    }
+
+    // A second copy from the first two segments only: restore_command
+    // fetches the rest (the .partial too is in the archive under its
+    // own name, as pg_receivewal leaves it: fetch it by its plain name).
+    let part = tmp.join("part");
+    for n in 1..=2 {
+        let name = geo().file_name(1, n);
+        copy_as(&arch.join(&name), &part, &name);
+    }
+    let fetch = format!(
+        "restore_command=cp {a}/%f %p 2>/dev/null || cp {a}/%f.partial %p",
+        a = arch.display()
+    );
+    let new2 = tmp.join("new2");
+    let o = init_from(
+        &new2,
+        &part,
+        &["--set", &fetch, "--set", "wal_keep_size=1000000"],
+    );
+    assert!(
+        o.status.success(),
+        "init --from-wal (2 segments)\n{}",
+        o.describe()
+    );
+    run_restored(&tmp, &new2);
+    assert_eq!(
+        history_line(&new2),
+        (1, switch),
+        "the two copies end recovery at different points"
+    );
+    let commits2 = commits_in(&new2, first_lsn);
+    for a in &acks {
+        assert!(
+            commits2.contains(a),
+            "commit {} missing from the restore_command copy",
+            format_lsn(*a)
+        );
+    }
+    for d in [&new, &new2] {
+        assert_cleaned_up(d);
+    }
+}
+
+/// The system identifier in a data directory's control file.
+fn sysid(dir: &Path) -> u64 {
+    let b = fs::read(dir.join("global/pg_control")).unwrap();
+    u64::from_le_bytes(b[16..24].try_into().unwrap())
+}
+
+fn assert_refused(what: &str, o: &Out, new: &Path, existed: bool) {
+    assert_no_panic(what, o);
+    assert_eq!(o.code(), Some(1), "{what}: not refused\n{}", o.describe());
+    if existed {
+        assert_eq!(
+            fs::read_dir(new).unwrap().count(),
+            0,
+            "{what}: left files in NEW"
+        );
+    } else {
+        assert!(!new.exists(), "{what}: NEW was created");
+    }
+}
+
+#[test]
+fn bad_wal_sources_are_refused_and_create_nothing() {
+    let tmp = TempDir::new("restore-bad");
+    let a = init(&tmp.join("a"), &["--wal-segment-size", "1"]);
+    let b = init(&tmp.join("b"), &["--wal-segment-size", "1"]);
+    let seg1 = |d: &DataDir| d.path.join("pg_wal").join(geo().file_name(1, 1));
+
+    let empty = tmp.join("empty");
+    fs::create_dir_all(&empty).unwrap();
+    let o = init_from(&tmp.join("n1"), &empty, &[]);
+    assert_refused("empty source", &o, &tmp.join("n1"), false);
+    // An existing empty NEW stays empty.
+    fs::create_dir_all(tmp.join("n1e")).unwrap();
+    let o = init_from(&tmp.join("n1e"), &empty, &[]);
+    assert_refused("empty source, existing NEW", &o, &tmp.join("n1e"), true);
+
+    // A gap: segments 1 and 3.
+    let gap = tmp.join("gap");
+    copy_as(&seg1(&a), &gap, &geo().file_name(1, 1));
+    copy_as(&seg1(&a), &gap, &geo().file_name(1, 3));
+    let o = init_from(&tmp.join("n2"), &gap, &[]);
+    assert_refused("gap", &o, &tmp.join("n2"), false);
+    assert!(
+        o.stderr.contains(&geo().file_name(1, 2)),
+        "the missing segment is not named\n{}",
+        o.stderr
+    );
+
+    // Another system's segment after this system's.
+    let mixed = tmp.join("mixed");
+    copy_as(&seg1(&a), &mixed, &geo().file_name(1, 1));
+    copy_as(&seg1(&b), &mixed, &geo().file_name(1, 2));
+    let o = init_from(&tmp.join("n3"), &mixed, &[]);
+    assert_refused("another system's segment", &o, &tmp.join("n3"), false);
+    for id in [sysid(&a.path), sysid(&b.path)] {
+        assert!(
+            o.stderr.contains(&id.to_string()),
+            "system identifier {id} not named\n{}",
+            o.stderr
+        );
+    }
+
+    // restore_command delivering another system's segment: the startup
+    // process refuses it, and nothing of a new timeline is written.
+    let only_a = tmp.join("only-a");
+    copy_as(&seg1(&a), &only_a, &geo().file_name(1, 1));
+    let other = tmp.join("other");
+    copy_as(&seg1(&b), &other, &geo().file_name(1, 2));
+    let fetch = format!("restore_command=cp {}/%f %p", other.display());
+    let n4 = tmp.join("n4");
+    let o = init_from(&n4, &only_a, &["--set", &fetch]);
+    assert!(
+        o.status.success(),
+        "init --from-wal of a fresh system\n{}",
+        o.describe()
+    );
+    let control_before = fs::read(n4.join("global/pg_control")).unwrap();
+    let s = Server::start(&n4, tmp.path(), &[]);
+    let o = s.wait_exit(TIMEOUT);
+    assert_no_panic("start with a foreign restored segment", &o);
+    assert!(
+        !o.status.success(),
+        "started with another system's segment\n{}",
+        o.describe()
+    );
+    assert!(
+        o.stderr.contains(&sysid(&b.path).to_string()),
+        "foreign system identifier not named\n{}",
+        o.stderr
+    );
+    assert!(
+        !n4.join("pg_wal/00000002.history").exists(),
+        "a new timeline was begun"
+    );
+    assert!(
+        !n4.join("pg_wal").join(geo().file_name(1, 2)).exists(),
+        "the foreign segment was kept"
+    );
+    assert_eq!(
+        fs::read(n4.join("global/pg_control")).unwrap(),
+        control_before
+    );
+    assert!(n4.join("recovery.signal").exists());
+    assert_cleaned_up(&n4);
+}
