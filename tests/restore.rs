@@ -250,10 +250,22 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
         a = arch.display()
     );
     let new2 = tmp.join("new2");
+    let arch2 = tmp.join("arch2");
+    fs::create_dir_all(&arch2).unwrap();
+    let archive2 = format!("archive_command=cp %p {}/%f", arch2.display());
     let o = init_from(
         &new2,
         &part,
-        &["--set", &fetch, "--set", "wal_keep_size=1000000"],
+        &[
+            "--set",
+            &fetch,
+            "--set",
+            "wal_keep_size=1000000",
+            "--set",
+            "archive_mode=on",
+            "--set",
+            &archive2,
+        ],
     );
     assert!(
         o.status.success(),
@@ -274,6 +286,22 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
             format_lsn(*a)
         );
     }
+    // The new primary archives the new history and the old timeline's
+    // partial switch segment, as PostgreSQL does.
+    let name = |f: &str| arch2.join(f);
+    assert!(
+        wait_until(Duration::from_secs(5), || name("00000002.history")
+            .is_file()),
+        "history file not archived"
+    );
+    assert_eq!(
+        fs::read(name("00000002.history")).unwrap(),
+        fs::read(new2.join("pg_wal/00000002.history")).unwrap()
+    );
+    assert!(
+        name(&format!("{switch_name}.partial")).is_file(),
+        "partial segment not archived"
+    );
     for d in [&new, &new2] {
         assert_cleaned_up(d);
     }

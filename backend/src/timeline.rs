@@ -21,6 +21,12 @@
 //! [`Timeline::ranges`] is a partition of the LSN space, oldest first, the
 //! last range (the file's own timeline) open-ended.
 //!
+//! For the walsender (TIMELINE_HISTORY, the end of a timeline in
+//! START_REPLICATION): [`current`] (the control file's timeline and its
+//! history), [`history_file_bytes`], [`Timeline::successor`] and
+//! [`Timeline::timeline_of`]; the running server's timeline is also
+//! `shm.xlog().facts.timeline`.
+//!
 //! Crash safety: a history file is written whole to a temporary file,
 //! fsynced, renamed into place and the directory fsynced (through the I/O
 //! seam), so a reader sees either no file or the complete one.
@@ -181,12 +187,11 @@ impl Timeline {
         let history = if tli <= 1 {
             Vec::new()
         } else {
-            let name = history_file_name(tli);
-            let path = pg_wal.join(&name);
-            match walfile::read_file(walfile::Op::WalRead, &path) {
-                Ok(bytes) => parse_history(&String::from_utf8_lossy(&bytes), tli, &name)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-                Err(e) => return Err(TimelineError::Io(path.display().to_string(), e)),
+            match history_file_bytes(pg_wal, tli)? {
+                Some(b) => {
+                    parse_history(&String::from_utf8_lossy(&b), tli, &history_file_name(tli))?
+                }
+                None => Vec::new(),
             }
         };
         Ok(Timeline { tli, history })
@@ -238,6 +243,15 @@ impl Timeline {
         self.ranges().iter().map(|r| (r.tli, r.begin)).collect()
     }
 
+    /// The timeline that followed `tli` in this history and the LSN where
+    /// it began (a walsender streaming `tli` ends there and names the
+    /// next one); None for this timeline or one not in the history.
+    pub fn successor(&self, tli: u32) -> Option<(u32, Lsn)> {
+        let at = self.history.iter().position(|e| e.parent == tli)?;
+        let next = self.history.get(at + 1).map_or(self.tli, |e| e.parent);
+        Some((next, self.history[at].switchpoint))
+    }
+
     /// Whether `tli` is this timeline or one of its ancestors.
     pub fn contains(&self, tli: u32) -> bool {
         tli == self.tli || self.history.iter().any(|e| e.parent == tli)
@@ -254,6 +268,24 @@ impl Timeline {
             .rev()
             .find(|r| r.begin < seg_end)
             .map_or(self.tli, |r| r.tli)
+    }
+}
+
+/// The current timeline of data directory `datadir` (its control file's)
+/// with its history.
+pub fn current(datadir: &Path) -> Result<Timeline, String> {
+    let control = crate::control::ControlFile::read(datadir).map_err(|e| e.to_string())?;
+    Timeline::read(&datadir.join("pg_wal"), control.timeline).map_err(|e| e.to_string())
+}
+
+/// The bytes of timeline `tli`'s history file (what TIMELINE_HISTORY
+/// sends); None when there is none (timeline 1).
+pub fn history_file_bytes(pg_wal: &Path, tli: u32) -> Result<Option<Vec<u8>>, TimelineError> {
+    let path = pg_wal.join(history_file_name(tli));
+    match walfile::read_file(walfile::Op::WalRead, &path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TimelineError::Io(path.display().to_string(), e)),
     }
 }
 
@@ -334,6 +366,9 @@ mod tests {
         assert_eq!(t.switch_point(1), Some(0x3000A28));
         assert_eq!(t.switch_point(2), Some(0x5000000));
         assert_eq!(t.switch_point(3), None);
+        assert_eq!(t.successor(1), Some((2, 0x3000A28)));
+        assert_eq!(t.successor(2), Some((3, 0x5000000)));
+        assert_eq!(t.successor(3), None);
         assert!(t.contains(1) && t.contains(3) && !t.contains(4));
         let seg = 16 << 20;
         assert_eq!(t.timeline_of_segment(2, seg), 1);
@@ -387,6 +422,12 @@ mod tests {
         let t2 = write_history(&dir, 2, &t1, 0x3000A28, "restored", false).unwrap();
         let t3 = write_history(&dir, 3, &t2, 0x5000000, "again", false).unwrap();
         assert_eq!(Timeline::read(&dir, 3).unwrap(), t3);
+        let bytes = history_file_bytes(&dir, 3).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            format_history(&t3.history)
+        );
+        assert!(history_file_bytes(&dir, 1).unwrap().is_none());
         assert_eq!(t3.history[0].parent, 1);
         assert_eq!(newest_timeline(&dir, 1), 3);
         assert_eq!(newest_timeline(&dir, 7), 7);
