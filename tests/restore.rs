@@ -140,16 +140,34 @@ fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
 }
 
 /// Starts `new` with acknowledged commits of its own until it has made
-/// some, stops it; returns its acks.
-fn run_restored(tmp: &TempDir, new: &Path) -> Vec<u64> {
+/// some (with `crash`: then kills its backend, and commits again after the
+/// crash restart, still on the new timeline), stops it; returns its acks.
+fn run_restored(tmp: &TempDir, new: &Path, crash: bool) -> Vec<u64> {
     let args = ["--workers", "1", "--workload", "emit-tx:256", "--ack"];
     let mut s = Server::start(new, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
+    let commits_beyond =
+        |s: &Server, n: usize| wait_until(TIMEOUT, || parse_acks(&s.stdout()).len() >= n);
     assert!(
-        wait_until(TIMEOUT, || parse_acks(&s.stdout()).len() >= 50),
+        commits_beyond(&s, 50),
         "the restored server commits nothing\n{}",
         s.stderr()
     );
+    if crash {
+        let backend = s
+            .children()
+            .into_iter()
+            .find(|(_, c)| c == "backend")
+            .expect("backend");
+        kill(backend.0, libc::SIGKILL);
+        s.wait_ready_n(2, TIMEOUT);
+        let before = parse_acks(&s.stdout()).len();
+        assert!(
+            commits_beyond(&s, before + 50),
+            "no commits after the crash restart\n{}",
+            s.stderr()
+        );
+    }
     parse_acks(&s.stop_ok().stdout)
 }
 
@@ -165,7 +183,7 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
     let o = init_from(&new, &arch, &["--set", "wal_keep_size=1000000"]);
     assert!(o.status.success(), "init --from-wal\n{}", o.describe());
     assert!(new.join("recovery.signal").exists());
-    let new_acks = run_restored(&tmp, &new);
+    let new_acks = run_restored(&tmp, &new, true);
     assert!(
         !new.join("recovery.signal").exists(),
         "archive recovery did not end"
@@ -272,7 +290,7 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
         "init --from-wal (2 segments)\n{}",
         o.describe()
     );
-    run_restored(&tmp, &new2);
+    run_restored(&tmp, &new2, false);
     assert_eq!(
         history_line(&new2),
         (1, switch),
