@@ -94,8 +94,8 @@ fn init_archiving(tmp: &TempDir, command: &str) -> DataDir {
     )
 }
 
-/// About 1-3 MB of WAL per second: durable commits of 512-byte messages.
-const WORKLOAD: &[&str] = &["--workers", "1", "--workload", "emit-tx:512"];
+/// A few MB of WAL per second: durable commits of 4 kB messages.
+const WORKLOAD: &[&str] = &["--workers", "2", "--workload", "emit-tx:4096"];
 
 #[test]
 fn failing_archive_command_keeps_segments_and_retries_until_archived() {
@@ -173,6 +173,12 @@ fn failing_archive_command_keeps_segments_and_retries_until_archived() {
         assert!(copy == *image, "archived {name} differs from the segment");
     }
     let o = s.stop_ok();
+    // Fast shutdown: what was ready is archived before the archiver exits.
+    assert!(
+        ready(&d.path).is_empty(),
+        "left unarchived at shutdown: {:?}",
+        ready(&d.path)
+    );
     // Archived in WAL order, each once after the gate opened.
     let c = calls(&tmp);
     for n in archived(&tmp) {
@@ -214,6 +220,11 @@ fn crash_restart_archives_again_at_most_the_file_in_flight() {
         s.stderr()
     );
     s.stop_ok();
+    assert!(
+        ready(&d.path).is_empty(),
+        "left unarchived at shutdown: {:?}",
+        ready(&d.path)
+    );
     let c = calls(&tmp);
     let twice: Vec<_> = c.iter().filter(|(_, &n)| n > 1).collect();
     assert!(
@@ -227,5 +238,36 @@ fn crash_restart_archives_again_at_most_the_file_in_flight() {
             "{n} called but not archived"
         );
     }
+    assert_cleaned_up(&d.path);
+}
+
+#[test]
+fn fast_shutdown_archives_what_is_ready_then_exits() {
+    let tmp = TempDir::new("archive-shutdown");
+    let command = write_script(&tmp, "0");
+    fs::write(tmp.join("gate"), b"").unwrap();
+    let d = init_archiving(&tmp, &command);
+    let mut s = Server::start(&d.path, tmp.path(), WORKLOAD);
+    s.wait_ready(TIMEOUT);
+    // Five failures: the archiver now waits seconds before its next try.
+    let first = "000000010000000000000001".to_string();
+    assert!(
+        wait_until(Duration::from_secs(20), || calls(&tmp)
+            .get(&first)
+            .is_some_and(|&n| n >= 5)
+            && ready(&d.path).len() >= 2),
+        "no backlog: {:?} {:?}\n{}",
+        calls(&tmp),
+        ready(&d.path),
+        s.stderr()
+    );
+    fs::remove_file(tmp.join("gate")).unwrap();
+    s.stop_ok();
+    assert!(
+        ready(&d.path).is_empty(),
+        "left unarchived at shutdown: {:?}",
+        ready(&d.path)
+    );
+    assert!(archived(&tmp).contains(&first));
     assert_cleaned_up(&d.path);
 }

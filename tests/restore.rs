@@ -114,7 +114,7 @@ fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
             &cmd,
         ],
     );
-    let args = ["--workers", "2", "--workload", "emit-tx:1024", "--ack"];
+    let args = ["--workers", "2", "--workload", "emit-tx:4096", "--ack"];
     let mut s = Server::start(&p.path, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
     assert!(
@@ -142,8 +142,8 @@ fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
 /// Starts `new` with acknowledged commits of its own until it has made
 /// some (with `crash`: then kills its backend, and commits again after the
 /// crash restart, still on the new timeline), stops it; returns its acks.
-fn run_restored(tmp: &TempDir, new: &Path, crash: bool) -> Vec<u64> {
-    let args = ["--workers", "1", "--workload", "emit-tx:256", "--ack"];
+fn run_restored(tmp: &TempDir, new: &Path, crash: bool, until: impl Fn() -> bool) -> Vec<u64> {
+    let args = ["--workers", "1", "--workload", "emit-tx:2048", "--ack"];
     let mut s = Server::start(new, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
     let commits_beyond =
@@ -168,6 +168,11 @@ fn run_restored(tmp: &TempDir, new: &Path, crash: bool) -> Vec<u64> {
             s.stderr()
         );
     }
+    assert!(
+        wait_until(TIMEOUT, &until),
+        "the restored server did not get far enough\n{}",
+        s.stderr()
+    );
     parse_acks(&s.stop_ok().stdout)
 }
 
@@ -183,7 +188,7 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
     let o = init_from(&new, &arch, &["--set", "wal_keep_size=1000000"]);
     assert!(o.status.success(), "init --from-wal\n{}", o.describe());
     assert!(new.join("recovery.signal").exists());
-    let new_acks = run_restored(&tmp, &new, true);
+    let new_acks = run_restored(&tmp, &new, true, || true);
     assert!(
         !new.join("recovery.signal").exists(),
         "archive recovery did not end"
@@ -290,7 +295,8 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
         "init --from-wal (2 segments)\n{}",
         o.describe()
     );
-    run_restored(&tmp, &new2, false);
+    // Until it archived a complete segment of the new timeline.
+    run_restored(&tmp, &new2, false, || !segnos(&arch2, 2).is_empty());
     assert_eq!(
         history_line(&new2),
         (1, switch),
@@ -320,7 +326,33 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
         name(&format!("{switch_name}.partial")).is_file(),
         "partial segment not archived"
     );
-    for d in [&new, &new2] {
+    // A restore of the restore: from the second archive alone (timeline 2's
+    // segments and history, timeline 1's .partial), on to timeline 3, whose
+    // history names both switch points.
+    let new3 = tmp.join("new3");
+    let o = init_from(&new3, &arch2, &["--set", "wal_keep_size=1000000"]);
+    assert!(
+        o.status.success(),
+        "init --from-wal of timeline 2\n{}",
+        o.describe()
+    );
+    run_restored(&tmp, &new3, false, || true);
+    let text =
+        fs::read_to_string(new3.join("pg_wal/00000003.history")).expect("no 00000003.history");
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert_eq!(
+        (lines[0][0], parse_lsn(lines[0][1]).unwrap()),
+        ("1", switch),
+        "{text:?}"
+    );
+    assert_eq!(lines[1][0], "2", "{text:?}");
+    assert!(parse_lsn(lines[1][1]).unwrap() > switch, "{text:?}");
+    for d in [&new, &new2, &new3] {
         assert_cleaned_up(d);
     }
 }

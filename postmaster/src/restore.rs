@@ -20,7 +20,8 @@
 //!    again by the startup process.
 //!
 //! Then NEW is created as `init` does, the segments are copied under their
-//! plain names (fsynced), history files with them, and the control file
+//! plain names (fsynced), every history file with them (the new timeline
+//! must be one no history in SRC names yet), and the control file
 //! names that checkpoint; `recovery.signal` asks the first start for
 //! archive recovery, which ends on a new timeline (backend/src/restore.rs).
 //! A failure while copying removes what was created.
@@ -49,7 +50,9 @@ pub struct Source {
     pub system_identifier: u64,
     pub history: Timeline,
     pub segments: Vec<SourceSegment>,
-    /// History files of the restored timeline's ancestry found in SRC.
+    /// Every history file in SRC: the restored timeline's ancestry, and
+    /// timelines branched elsewhere, so that the new timeline is one
+    /// nobody used (PostgreSQL's findNewestTimeLine looks in the archive).
     pub history_files: Vec<PathBuf>,
     /// The first checkpoint record whose redo point is in SRC's WAL.
     pub checkpoint: Lsn,
@@ -128,7 +131,7 @@ pub fn examine(src: &Path) -> Result<Source, String> {
     let history_files = entries
         .iter()
         .filter_map(|(n, e)| match e {
-            Entry::History(t) if history.contains(*t) => Some(src.join(n)),
+            Entry::History(_) => Some(src.join(n)),
             _ => None,
         })
         .collect();
