@@ -66,12 +66,12 @@ pub struct Source {
 /// A file name of SRC: a segment (maybe `.partial`) or a history file.
 enum Entry {
     Segment { name: String, partial: bool },
-    History(u32),
+    History,
 }
 
 fn classify(name: &str) -> Option<Entry> {
-    if let Some(tli) = timeline::parse_history_file_name(name) {
-        return Some(Entry::History(tli));
+    if timeline::parse_history_file_name(name).is_some() {
+        return Some(Entry::History);
     }
     let (base, partial) = match name.strip_suffix(".partial") {
         Some(b) => (b, true),
@@ -131,7 +131,7 @@ pub fn examine(src: &Path) -> Result<Source, String> {
     let history_files = entries
         .iter()
         .filter_map(|(n, e)| match e {
-            Entry::History(_) => Some(src.join(n)),
+            Entry::History => Some(src.join(n)),
             _ => None,
         })
         .collect();
