@@ -99,6 +99,11 @@ pub fn mark_done(pg_wal: &Path, name: &str, fsync: bool) -> std::io::Result<()> 
     Ok(())
 }
 
+/// Removes `NAME.ready` (its file is gone from pg_wal).
+pub fn forget(pg_wal: &Path, name: &str) {
+    let _ = walfile::remove_file(Op::ArchiveStatus, &status_path(pg_wal, name, READY));
+}
+
 /// Files waiting for the archiver, in the order it takes them: history
 /// files first (a restore needs them to pick a timeline), then by name
 /// (segments in WAL order), as PostgreSQL's pgarch_readyXlog.

@@ -100,7 +100,7 @@ fn restore_file(
 ) -> Result<bool, String> {
     let pg_wal = datadir.join("pg_wal");
     let target = pg_wal.join(RESTORE_TARGET);
-    let _ = std::fs::remove_file(&target);
+    let _ = walfile::remove_file(Op::WalRemove, &target);
     let cmd = archive::expand_command(command, &format!("pg_wal/{RESTORE_TARGET}"), name);
     match archive::run_shell(&cmd, datadir) {
         Outcome::Success if target.is_file() => {}
@@ -113,7 +113,7 @@ fn restore_file(
         }
     }
     if let Err(e) = check(&target) {
-        let _ = std::fs::remove_file(&target);
+        let _ = walfile::remove_file(Op::WalRemove, &target);
         return Err(e);
     }
     walfile::rename(Op::WalRemove, &target, &pg_wal.join(name))
@@ -155,7 +155,9 @@ pub fn fetch_segments(
 
 /// A restored segment has the segment size and this system's identifier.
 fn check_restored_segment(path: &Path, name: &str, control: &ControlFile) -> Result<(), String> {
-    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let len = walfile::open_read(Op::WalRead, path)
+        .and_then(|f| f.metadata())
+        .map_or(0, |m| m.len());
     if len != control.seg_size {
         return Err(format!(
             "restored WAL segment \"{name}\" has {len} bytes, expected {}",
@@ -185,8 +187,8 @@ pub fn fetch_newer_histories(command: &str, datadir: &Path, tli: u32) -> Result<
             continue;
         }
         let check = |p: &Path| {
-            let text = std::fs::read_to_string(p).unwrap_or_default();
-            timeline::parse_history(&text, newest + 1, &name)
+            let bytes = walfile::read_file(Op::WalRead, p).unwrap_or_default();
+            timeline::parse_history(&String::from_utf8_lossy(&bytes), newest + 1, &name)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };

@@ -92,7 +92,7 @@ fn archive_ready_files(
                 "WARNING",
                 &format!("removing archive status file of \"{name}\": the file is not in pg_wal"),
             );
-            let _ = std::fs::remove_file(archive::status_dir(pg_wal).join(format!("{name}.ready")));
+            archive::forget(pg_wal, &name);
             continue;
         }
         if !archive_one(command, datadir, pg_wal, &name, fsync) {
