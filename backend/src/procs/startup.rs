@@ -88,6 +88,8 @@ impl fmt::Display for StopReason {
 pub enum ScanError {
     /// The control file's segment size is not a valid geometry.
     BadGeometry(walformat::FormatError),
+    /// The timeline's history file cannot be read or parsed.
+    History(String),
     /// The checkpoint record's segment cannot be opened.
     CheckpointUnreadable { checkpoint: Lsn, error: WalError },
     /// A valid record is at the checkpoint's position, but not a checkpoint.
@@ -114,6 +116,7 @@ impl fmt::Display for ScanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ScanError::BadGeometry(e) => write!(f, "{e}"),
+            ScanError::History(e) => write!(f, "{e}"),
             ScanError::CheckpointUnreadable { checkpoint, error } => write!(
                 f,
                 "could not locate a valid checkpoint record at {}: {error}",
@@ -188,7 +191,7 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
     // lie in a parent timeline's segment.
     let history = crate::timeline::Timeline::read(&pg_wal, control.timeline)
         .map(|t| t.reader_history())
-        .unwrap_or_else(|_| vec![(control.timeline, 0)]);
+        .map_err(|e| ScanError::History(e.to_string()))?;
     let open = |at: Lsn| {
         WalReader::open_across(
             &walfile::SEAM,
