@@ -218,13 +218,18 @@ impl Outcome {
     }
 }
 
-/// Runs `command` with `/bin/sh -c` in `dir`; waits for it.
+/// Runs `command` with `/bin/sh -c` in `dir`; waits for it. Its output
+/// goes to the server log (stderr), never to stdout, where the server's
+/// `ack` lines and summary go.
 pub fn run_shell(command: &str, dir: &Path) -> Outcome {
     use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
     match Command::new("/bin/sh")
         .arg("-c")
         .arg(command)
         .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::io::stderr()))
         .status()
     {
         Ok(st) if st.success() => Outcome::Success,
