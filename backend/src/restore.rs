@@ -121,23 +121,23 @@ fn restore_file(
     Ok(true)
 }
 
-/// Fetches with `restore_command` every segment of timeline `tli` from
-/// segment `from` on that pg_wal lacks, until the command fails. Each must
-/// have the segment size and `control`'s system identifier. Returns how
-/// many were fetched.
+/// Fetches with `restore_command` every segment from `from` on that
+/// pg_wal lacks, until the command fails; each segment of the timeline
+/// `history` reads it from. Each must have the segment size and
+/// `control`'s system identifier. Returns how many were fetched.
 pub fn fetch_segments(
     command: &str,
     datadir: &Path,
     control: &ControlFile,
     geo: &Geometry,
-    tli: u32,
+    history: &Timeline,
     from: u64,
 ) -> Result<u64, String> {
     let pg_wal = datadir.join("pg_wal");
     let mut fetched = 0;
     let mut segno = from;
     loop {
-        let name = geo.file_name(tli, segno);
+        let name = geo.file_name(history.timeline_of_segment(segno, geo.seg_size), segno);
         if !pg_wal.join(&name).exists() {
             let check = |p: &Path| check_restored_segment(p, &name, control);
             if !restore_file(command, datadir, &name, check)? {

@@ -617,7 +617,9 @@ fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) ->
     }
     let geo = Geometry::new(control.seg_size).map_err(|e| fatal(&e.to_string()))?;
     let from = geo.seg_no(control.redo);
-    let n = restore::fetch_segments(&command, datadir, control, &geo, control.timeline, from)
+    let history = crate::timeline::Timeline::read(&datadir.join("pg_wal"), control.timeline)
+        .map_err(|e| fatal(&e.to_string()))?;
+    let n = restore::fetch_segments(&command, datadir, control, &geo, &history, from)
         .map_err(|e| fatal(&e))?;
     log(
         "LOG",
