@@ -196,6 +196,11 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
 
     let (parent, switch) = history_line(&new);
     assert_eq!(parent, 1);
+    assert_eq!(
+        control_timeline(&new),
+        2,
+        "the control file names the new timeline"
+    );
     let max_ack = *acks.iter().max().unwrap();
     assert!(
         switch > max_ack,
@@ -352,9 +357,16 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
     );
     assert_eq!(lines[1][0], "2", "{text:?}");
     assert!(parse_lsn(lines[1][1]).unwrap() > switch, "{text:?}");
+    assert_eq!(control_timeline(&new3), 3);
     for d in [&new, &new2, &new3] {
         assert_cleaned_up(d);
     }
+}
+
+/// The timeline in a data directory's control file.
+fn control_timeline(dir: &Path) -> u32 {
+    let b = fs::read(dir.join("global/pg_control")).unwrap();
+    u32::from_le_bytes(b[32..36].try_into().unwrap())
 }
 
 /// The system identifier in a data directory's control file.
