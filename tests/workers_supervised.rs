@@ -288,17 +288,19 @@ fn exit_1_after_detaching_restarts_only_that_worker_and_exit_0_is_done() {
     let (ra, rb) = (tmp.join("a.status"), tmp.join("b.status"));
     let a = worker_arg("again", &ra, "--hold-ms 200 --exit 1");
     let b = worker_arg("once", &rb, "--hold-ms 200 --exit 0");
-    let (d, s) = start(
-        &tmp,
-        &[
-            "--set",
-            "worker_restart_delay=1s",
-            "--worker",
-            &a,
-            "--worker",
-            &b,
-        ],
-    );
+    // One from the command line, one from walshm.conf.
+    let d = init_keep(&tmp.join("data"), &[]);
+    let conf = d.path.join("walshm.conf");
+    let text = fs::read_to_string(&conf).unwrap();
+    fs::write(
+        &conf,
+        format!("{text}worker = '{b}'   # a supervised worker\n"),
+    )
+    .unwrap();
+    let mut args = unsynced_args("1", "emit:16");
+    args.extend(["--set", "worker_restart_delay=1s", "--worker", &a]);
+    let mut s = Server::start(&d.path, tmp.path(), &args);
+    s.wait_ready(TIMEOUT);
     let before = server_children(&s);
     assert_eq!(before.len(), 3, "{before:?}");
     let runs = wait_attaches(&s, &ra, 3, Duration::from_secs(15));
@@ -332,6 +334,23 @@ fn exit_1_after_detaching_restarts_only_that_worker_and_exit_0_is_done() {
         (count(&once, "starts"), once["done"].clone()),
         (1, true.into())
     );
+    assert_cleaned_up(&d.path);
+}
+
+#[test]
+fn exit_2_after_detaching_is_a_crash_restart() {
+    let tmp = TempDir::new("w-exit2");
+    let status = tmp.join("e.status");
+    let w = worker_arg("two", &status, "--hold-ms 300 --exit 2");
+    let (d, s) = start(&tmp, &["--worker", &w]);
+    let runs = wait_attaches(&s, &status, 2, TIMEOUT);
+    assert_eq!(
+        (runs[0].generation, runs[1].generation),
+        (1, 2),
+        "started again in the next generation: {runs:?}"
+    );
+    let o = s.stop_ok();
+    assert!(parse_summary(&o.stdout).crash_restarts >= 1, "{}", o.stderr);
     assert_cleaned_up(&d.path);
 }
 
