@@ -150,6 +150,7 @@ fn start(tmp: &TempDir, extra: &[&str]) -> (DataDir, Server) {
     args.extend_from_slice(extra);
     let mut s = Server::start(&d.path, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
+    s.wait_children(1);
     (d, s)
 }
 
@@ -301,6 +302,7 @@ fn exit_1_after_detaching_restarts_only_that_worker_and_exit_0_is_done() {
     args.extend(["--set", "worker_restart_delay=1s", "--worker", &a]);
     let mut s = Server::start(&d.path, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
+    s.wait_children(1);
     let before = server_children(&s);
     assert_eq!(before.len(), 3, "{before:?}");
     let runs = wait_attaches(&s, &ra, 3, Duration::from_secs(15));

@@ -9,8 +9,9 @@
 //!    effective uid; another user gets `Refused` and the connection closes.
 //!    A supervised worker's channel is one end of a socketpair made before
 //!    its fork, added here directly ([`Registry::add_supervised`]).
-//! 2. Read the 16-byte hello (it may arrive in pieces; a channel that sends
-//!    nothing for `HELLO_TIMEOUT` is dropped). A Worker gets a free slot
+//! 2. Read the 16-byte hello (it may arrive in pieces; a connection that
+//!    sends nothing for `HELLO_TIMEOUT` is dropped; a supervised worker
+//!    may take its time, it is our child and supervised as such). A Worker gets a free slot
 //!    only while the server runs normally (else `StartingUp` or
 //!    `ShuttingDown`), or `Full`; an Observer gets the segment whenever one
 //!    exists. The answer carries the memfd (SCM_RIGHTS).
@@ -71,8 +72,14 @@ pub(crate) enum Phase {
 }
 
 enum State {
-    AwaitHello { deadline: Instant },
-    Attached { kind: Kind, slot: Option<u32> },
+    /// No hello yet; external connections must send it by `deadline`.
+    AwaitHello {
+        deadline: Option<Instant>,
+    },
+    Attached {
+        kind: Kind,
+        slot: Option<u32>,
+    },
 }
 
 struct Channel {
@@ -138,7 +145,7 @@ impl Registry {
         self.channels
             .iter()
             .filter_map(|c| match c.state {
-                State::AwaitHello { deadline } => Some(deadline),
+                State::AwaitHello { deadline } => deadline,
                 State::Attached { .. } => None,
             })
             .min()
@@ -232,7 +239,9 @@ impl Registry {
     ) -> Step {
         let input = self.channels[i].read_request();
         let attached = match self.channels[i].state {
-            State::AwaitHello { deadline } if now > deadline => {
+            State::AwaitHello {
+                deadline: Some(deadline),
+            } if now > deadline => {
                 if let Input::Nothing = input {
                     return self.await_hello_failed(i, "sent no hello in time");
                 }
@@ -381,12 +390,14 @@ enum Step {
 
 impl Channel {
     fn new(stream: UnixStream, origin: Origin) -> Channel {
+        let deadline = match origin {
+            Origin::External { .. } => Some(Instant::now() + HELLO_TIMEOUT),
+            Origin::Supervised(_) => None,
+        };
         Channel {
             stream,
             origin,
-            state: State::AwaitHello {
-                deadline: Instant::now() + HELLO_TIMEOUT,
-            },
+            state: State::AwaitHello { deadline },
             buf: [0; REQUEST_LEN],
             got: 0,
         }

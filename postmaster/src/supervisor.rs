@@ -229,11 +229,17 @@ impl Postmaster {
         }
     }
 
-    /// Until the next thing the loop must do on its own: a worker start, a
-    /// registration's hello deadline, or the usual half second.
+    /// Until the next thing the loop must do on its own: a worker start
+    /// (only while running: otherwise a start that is due would spin the
+    /// loop), a registration's hello deadline, or the usual half second.
     fn poll_timeout(&self) -> Duration {
         let now = Instant::now();
-        let starts = self.supervised.iter().filter_map(|w| w.next_start);
+        let running = self.state == State::Run && !self.shutting_down;
+        let starts = self
+            .supervised
+            .iter()
+            .filter(|_| running)
+            .filter_map(|w| w.next_start);
         let hellos = self.registry.as_ref().and_then(Registry::next_deadline);
         starts
             .chain(hellos)
@@ -637,9 +643,9 @@ impl Postmaster {
             self.fork_server_child(ServerChild::Backend(i));
         }
         self.state = State::Run;
-        self.start_due_workers();
         self.run_started.get_or_insert_with(Instant::now);
         log("LOG", "database system is ready to accept connections");
+        self.start_due_workers();
     }
 
     /// Moves the state machine on; Some(code) when the postmaster is done.
@@ -784,6 +790,10 @@ impl Postmaster {
             } => self.supervised[id].detached = true,
             Event::Attached { .. } | Event::Detached { .. } => {}
             Event::Lost { .. } if self.state == State::CrashWait => {}
+            Event::Lost {
+                origin: Origin::Supervised(id),
+                ..
+            } if self.reap_first(id) => {}
             Event::Lost { origin, why } => {
                 let who = origin.describe(|id| {
                     let w = &self.supervised[id];
@@ -796,6 +806,24 @@ impl Postmaster {
                     "{who} lost its registration without detaching ({why})"
                 ));
             }
+        }
+    }
+
+    /// A supervised worker's channel usually closes because the worker is
+    /// exiting: its exit status names the crash better than the closed
+    /// channel, so reap for a moment (bounded: the crash handling waits
+    /// anyway); true if that started a crash wait.
+    fn reap_first(&mut self, id: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        loop {
+            self.reap_children();
+            if self.state == State::CrashWait || self.supervised[id].pid.is_none() {
+                return self.state == State::CrashWait;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
