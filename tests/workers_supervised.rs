@@ -238,9 +238,9 @@ fn a_full_server_refuses_and_a_thousand_attach_detach_cycles_leak_no_slot() {
     assert_eq!(third.code(), Some(3), "{}", third.describe());
     assert_eq!(third.stdout.trim(), "error=full");
     assert_no_panic("third attach", &third);
-    // Observers take no slot.
-    let obs = probe(&d.path, &["--observer"]);
-    assert_eq!(obs.code(), Some(0), "{}", obs.describe());
+    // Observers take no slot; this one stays until the generation ends.
+    let watcher = Probe::spawn(&d.path, tmp.join("w"), &["--observer", "--until-ended"]);
+    wait_attaches(&s, &watcher.status, 1, TIMEOUT);
     for h in holders {
         assert_eq!(h.finish(TIMEOUT), Some(0), "holder detached and exited 0");
     }
@@ -264,6 +264,67 @@ fn a_full_server_refuses_and_a_thousand_attach_detach_cycles_leak_no_slot() {
     }
     let o = s.stop_ok();
     assert_eq!(parse_summary(&o.stdout).crash_restarts, 0, "{}", o.stderr);
+    assert_cleaned_up(&d.path);
+    // The shutdown ended the observer's generation.
+    let status = watcher.status.clone();
+    assert_eq!(watcher.finish(TIMEOUT), Some(0));
+    let text = fs::read_to_string(status).unwrap();
+    assert!(text.lines().any(|l| l == "ended generation=1"), "{text}");
+}
+
+#[test]
+fn supervised_workers_keep_their_slots_when_external_ones_fill_the_server() {
+    let tmp = TempDir::new("w-reserved");
+    let status = tmp.join("r.status");
+    let w = worker_arg("r", &status, "--hold-ms 100 --exit 1");
+    let (d, s) = start(
+        &tmp,
+        &[
+            "--set",
+            "max_worker_processes=2",
+            "--set",
+            "worker_restart_delay=300ms",
+            "--worker",
+            &w,
+        ],
+    );
+    let holder = Probe::spawn(&d.path, tmp.join("h"), &["--until-stdin-eof"]);
+    let held = wait_attaches(&s, &holder.status, 1, TIMEOUT)[0].procno;
+    let refused = probe(&d.path, &[]);
+    assert_eq!(
+        refused.stdout.trim(),
+        "error=full",
+        "{}",
+        refused.describe()
+    );
+    // Meanwhile the supervised worker keeps attaching to its own slot.
+    let before = attaches(&status).len();
+    let runs = wait_attaches(&s, &status, before + 2, TIMEOUT);
+    assert!(
+        runs.iter().all(|r| r.generation == 1 && r.procno != held),
+        "{runs:?}"
+    );
+    assert_eq!(holder.finish(TIMEOUT), Some(0));
+    let o = s.stop_ok();
+    assert_eq!(parse_summary(&o.stdout).crash_restarts, 0, "{}", o.stderr);
+    assert_cleaned_up(&d.path);
+    // More supervised workers than slots: refused before starting.
+    let w2 = worker_arg("r2", &status, "");
+    let mut args = unsynced_args("1", "emit:16");
+    args.extend([
+        "--set",
+        "max_worker_processes=1",
+        "--worker",
+        &w,
+        "--worker",
+        &w2,
+    ]);
+    let mut cmd = Command::new(postmaster_bin());
+    cmd.arg("start").arg("-D").arg(&d.path).args(&args);
+    let o = run_cmd(&mut cmd, TIMEOUT);
+    assert_eq!(o.code(), Some(1), "{}", o.describe());
+    assert!(o.stderr.contains("max_worker_processes"), "{}", o.stderr);
+    assert_no_panic("too many workers", &o);
     assert_cleaned_up(&d.path);
 }
 

@@ -11,10 +11,17 @@
 //!    its fork, added here directly ([`Registry::add_supervised`]).
 //! 2. Read the 16-byte hello (it may arrive in pieces; a connection that
 //!    sends nothing for `HELLO_TIMEOUT` is dropped; a supervised worker
-//!    may take its time, it is our child and supervised as such). A Worker gets a free slot
-//!    only while the server runs normally (else `StartingUp` or
-//!    `ShuttingDown`), or `Full`; an Observer gets the segment whenever one
-//!    exists. The answer carries the memfd (SCM_RIGHTS).
+//!    may take its time, it is our child and supervised as such). An
+//!    external Worker gets a free slot only while the server runs normally
+//!    (else `StartingUp` or `ShuttingDown`), or `Full`; an Observer gets
+//!    the segment whenever one exists. The answer carries the memfd
+//!    (SCM_RIGHTS).
+//!
+//! Slots: supervised worker `i` always gets worker slot `i` (reserved for
+//! it, as PostgreSQL's background workers have theirs), also during a
+//! shutdown (it is told to stop and will detach), so that external
+//! workers can never crowd a supervised worker out into a crash-restart
+//! loop; external workers share the slots after those.
 //! 3. Keep the channel and poll it: Detach -> free the slot, ack, close;
 //!    EOF, an error or garbage from a Worker without a Detach -> [`Event::Lost`]:
 //!    the supervisor treats it as the crash of a shared-memory process.
@@ -104,6 +111,8 @@ pub(crate) struct Registry {
     euid: u32,
     /// Worker slot `i` in use (index into the segment's worker slots).
     slots: Vec<bool>,
+    /// Slots `0..reserved` belong to the supervised workers.
+    reserved: usize,
     channels: Vec<Channel>,
 }
 
@@ -111,7 +120,8 @@ impl Registry {
     /// Creates the registration socket (a stale one is replaced: we own the
     /// pid file). A path too long for a socket name leaves external attach
     /// unavailable (a warning), not the server.
-    pub fn open(datadir: &Path, max_workers: u32) -> Registry {
+    /// `reserved`: the number of supervised workers (each has its slot).
+    pub fn open(datadir: &Path, max_workers: u32, reserved: usize) -> Registry {
         let path = register::socket_path(datadir);
         let listener = match bind_socket(&path) {
             Ok(l) => Some(l),
@@ -129,6 +139,7 @@ impl Registry {
             // SAFETY: geteuid has no preconditions.
             euid: unsafe { libc::geteuid() },
             slots: vec![false; max_workers as usize],
+            reserved,
             channels: Vec::new(),
         }
     }
@@ -307,14 +318,19 @@ impl Registry {
             Phase::StartingUp => Some(Status::StartingUp),
             Phase::ShuttingDown => Some(Status::ShuttingDown),
         };
-        let slot = match kind {
-            Kind::Observer => None,
-            Kind::Worker => {
+        let slot = match (kind, self.channels[i].origin) {
+            (Kind::Observer, _) => None,
+            (Kind::Worker, Origin::Supervised(id)) => match self.slots.get(id) {
+                Some(false) => Some(id as u32),
+                _ => return self.refuse(i, Status::Full, generation),
+            },
+            (Kind::Worker, Origin::External { .. }) => {
                 if let Some(s) = status_now {
                     return self.refuse(i, s, generation);
                 }
-                match self.slots.iter().position(|u| !*u) {
-                    Some(s) => Some(s as u32),
+                let free = self.slots.iter().skip(self.reserved).position(|u| !*u);
+                match free {
+                    Some(s) => Some((self.reserved + s) as u32),
                     None => return self.refuse(i, Status::Full, generation),
                 }
             }

@@ -127,20 +127,38 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     if opts.ack && !settings.synchronous_commit {
         return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
     }
+    let workers = supervised_workers(conf_workers, &opts, &settings)?;
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
     // The segment is unnamed (a memfd): nothing of a dead postmaster's is
     // left to clean up but its pid file and sockets.
     let (_pidfile, _stale) = PidFile::create(&datadir)?;
     let wake_rd = install_signal_handlers()?;
-    let workers: Vec<WorkerSpec> = conf_workers
-        .into_iter()
-        .chain(opts.worker_commands.iter().cloned())
-        .collect();
     let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
     pm.supervised = workers.into_iter().map(Supervised::new).collect();
     let code = pm.run();
     pm.release_segment(false);
     Ok(code)
+}
+
+/// The supervised workers: walshm.conf's `worker` lines, then --worker;
+/// each needs a worker slot of its own.
+fn supervised_workers(
+    conf: Vec<WorkerSpec>,
+    opts: &StartOptions,
+    settings: &Settings,
+) -> Result<Vec<WorkerSpec>, String> {
+    let workers: Vec<WorkerSpec> = conf
+        .into_iter()
+        .chain(opts.worker_commands.iter().cloned())
+        .collect();
+    let max = settings.max_worker_processes as usize;
+    if workers.len() > max {
+        return Err(format!(
+            "{n} supervised worker(s) (--worker, worker lines in walshm.conf) need max_worker_processes >= {n} (it is {max})",
+            n = workers.len()
+        ));
+    }
+    Ok(workers)
 }
 
 fn install_signal_handlers() -> Result<i32, String> {
@@ -214,6 +232,7 @@ impl Postmaster {
         self.registry = Some(Registry::open(
             &self.datadir,
             self.settings.max_worker_processes,
+            self.supervised.len(),
         ));
         self.fork_server_child(ServerChild::Startup);
         loop {
