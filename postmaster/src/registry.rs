@@ -476,3 +476,169 @@ impl Origin {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmem::register::RegisterError;
+    use shmem::Settings;
+
+    /// A registry on a fresh segment in a temporary directory.
+    struct Fixture {
+        dir: PathBuf,
+        shm: Shmem,
+        reg: Registry,
+    }
+
+    impl Fixture {
+        fn new(tag: &str, max_workers: u32, reserved: usize) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("walshm-registry-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let settings = Settings {
+                max_worker_processes: max_workers,
+                ..Settings::default()
+            };
+            let shm = Shmem::create(&settings, 1, 4).unwrap();
+            let reg = Registry::open(&dir, max_workers, reserved);
+            Fixture { dir, shm, reg }
+        }
+
+        /// Runs `client` in a thread while servicing the registry in
+        /// `phase`; returns what the client got and the events.
+        fn exchange<T: Send + 'static>(
+            &mut self,
+            phase: Phase,
+            client: impl FnOnce(PathBuf) -> T + Send + 'static,
+        ) -> (T, Vec<Event>) {
+            let dir = self.dir.clone();
+            let t = std::thread::spawn(move || client(dir));
+            let mut events = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !t.is_finished() && Instant::now() < deadline {
+                events.extend(self.reg.service(Some(&self.shm), phase));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let got = t.join().unwrap();
+            events.extend(self.reg.service(Some(&self.shm), phase));
+            (got, events)
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn workers_get_slots_only_while_running_observers_always() {
+        let mut f = Fixture::new("phases", 2, 0);
+        for (phase, want) in [
+            (Phase::StartingUp, "StartingUp"),
+            (Phase::ShuttingDown, "ShuttingDown"),
+        ] {
+            let (got, events) = f.exchange(phase, |d| {
+                register::connect(&d, Kind::Worker)
+                    .err()
+                    .map(|e| format!("{e:?}"))
+            });
+            assert!(got.unwrap_or_default().starts_with(want), "{phase:?}");
+            assert!(events.is_empty(), "{events:?}");
+        }
+        let (got, _) = f.exchange(Phase::StartingUp, |d| {
+            let r = register::connect(&d, Kind::Observer).map_err(|e| e.to_string())?;
+            Ok::<_, String>((r.procno, r.generation))
+        });
+        assert_eq!(got, Ok((None, 4)));
+        // Attach, then detach: one Attached, one Detached, slot free again.
+        let (got, events) = f.exchange(Phase::Running, |d| {
+            let r = register::connect(&d, Kind::Worker).map_err(|e| e.to_string())?;
+            let procno = r.procno;
+            r.detach().map_err(|e| e.to_string())?;
+            Ok::<_, String>(procno)
+        });
+        let first = f.shm.worker_procno(0);
+        assert_eq!(got, Ok(Some(first)));
+        let origin = Origin::External {
+            pid: std::process::id() as i32,
+        };
+        assert_eq!(
+            events,
+            vec![
+                Event::Attached {
+                    origin,
+                    procno: first
+                },
+                Event::Detached { origin }
+            ]
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+    }
+
+    #[test]
+    fn a_worker_channel_closed_without_detach_is_lost_and_full_is_refused() {
+        let mut f = Fixture::new("lost", 1, 0);
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        let (full, events) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(
+            matches!(full, Err(RegisterError::Full { limit: 1 })),
+            "{full:?}"
+        );
+        assert!(events.is_empty());
+        drop(held);
+        let (_, events) = f.exchange(Phase::Running, |_| ());
+        assert!(
+            matches!(
+                events.as_slice(),
+                [Event::Lost {
+                    origin: Origin::External { .. },
+                    ..
+                }]
+            ),
+            "{events:?}"
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+        // close_all frees slots and closes channels (the client sees EOF).
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        f.reg.close_all();
+        let mut b = [0u8; 1];
+        assert_eq!((&held.channel).read(&mut b).unwrap(), 0, "channel closed");
+        assert!(f.reg.slots.iter().all(|u| !*u));
+    }
+
+    #[test]
+    fn reserved_slots_are_kept_for_supervised_workers() {
+        let mut f = Fixture::new("reserved", 2, 1);
+        let (a, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let a = a.unwrap();
+        assert_eq!(a.procno, Some(f.shm.worker_procno(1)));
+        let (b, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(matches!(b, Err(RegisterError::Full { .. })), "{b:?}");
+        // The supervised worker's own slot, even while shutting down.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        f.reg.add_supervised(ours, 0).unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(theirs);
+        let (got, events) = f.exchange(Phase::ShuttingDown, move |_| {
+            register::from_inherited_fd(fd, Kind::Worker).map(|r| r.procno)
+        });
+        assert_eq!(got.unwrap(), Some(f.shm.worker_procno(0)));
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    Event::Attached {
+                        origin: Origin::Supervised(0),
+                        ..
+                    },
+                    ..
+                ]
+            ),
+            "{events:?}"
+        );
+        drop(a);
+    }
+}

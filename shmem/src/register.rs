@@ -280,6 +280,17 @@ pub struct Registration {
     pub channel: UnixStream,
 }
 
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("procno", &self.procno)
+            .field("generation", &self.generation)
+            .field("data_dir", &self.data_dir)
+            .field("ended", &self.shm.has_ended())
+            .finish()
+    }
+}
+
 /// Path of the registration socket of `data_dir`.
 pub fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join(SOCKET_NAME)
