@@ -667,7 +667,7 @@ mod tests {
     #[test]
     fn no_server_is_a_clear_error() {
         let dir = std::env::temp_dir().join(format!("walshm-reg-none-{}", std::process::id()));
-        let e = connect(&dir, Kind::Worker).err().expect("no server");
+        let e = connect(&dir, Kind::Worker).expect_err("no server");
         assert!(matches!(e, RegisterError::NoServer { .. }), "{e:?}");
         assert!(e.to_string().contains(SOCKET_NAME), "{e}");
     }
