@@ -35,7 +35,8 @@
 //! postmaster's own memory (never a lock in shared memory); a slot is in use
 //! exactly while its channel is open in state Attached; the postmaster
 //! never blocks on a channel (all non-blocking, replies are small enough to
-//! fit a fresh socket buffer); a PID sent in a hello is only ever printed.
+//! fit a fresh socket buffer); a PID (the peer's at connect time) is only
+//! ever printed.
 
 use crate::log;
 use shmem::register::{self, Kind, Reply, Request, Status, REQUEST_LEN};
@@ -100,7 +101,7 @@ struct Channel {
 /// What one read from a channel gave.
 enum Input {
     Nothing,
-    Request(Request, i32),
+    Request(Request),
     Closed(String),
     Garbage(String),
 }
@@ -210,16 +211,17 @@ impl Registry {
         let Some(l) = &self.listener else { return };
         while let Ok((stream, _)) = l.accept() {
             match self.admit(&stream) {
-                Ok(()) => self
+                Ok(pid) => self
                     .channels
-                    .push(Channel::new(stream, Origin::External { pid: 0 })),
+                    .push(Channel::new(stream, Origin::External { pid })),
                 Err(why) => log("LOG", &why),
             }
         }
     }
 
     /// The peer check of a new connection; a refused peer is told so.
-    fn admit(&self, stream: &UnixStream) -> Result<(), String> {
+    /// Returns the peer's pid.
+    fn admit(&self, stream: &UnixStream) -> Result<i32, String> {
         let (uid, pid) =
             register::peer_credentials(stream).map_err(|e| format!("registration: {e}"))?;
         if uid != self.euid {
@@ -229,7 +231,8 @@ impl Registry {
                 self.euid
             ));
         }
-        stream.set_nonblocking(true).map_err(|e| e.to_string())
+        stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(pid)
     }
 
     fn reply(&self, status: Status, procno: Option<u32>, generation: u64) -> Reply {
@@ -263,15 +266,13 @@ impl Registry {
         };
         match (attached, input) {
             (_, Input::Nothing) => Step::Keep(None),
-            (None, Input::Request(Request::Hello(kind), pid)) => {
-                self.hello(i, kind, pid, shm, phase)
-            }
-            (None, Input::Request(Request::Detach, _)) => {
+            (None, Input::Request(Request::Hello(kind))) => self.hello(i, kind, shm, phase),
+            (None, Input::Request(Request::Detach)) => {
                 self.await_hello_failed(i, "sent a detach before a hello")
             }
             (None, Input::Closed(why) | Input::Garbage(why)) => self.await_hello_failed(i, &why),
-            (Some(_), Input::Request(Request::Detach, _)) => self.detach(i),
-            (Some(kind), Input::Request(Request::Hello(_), _)) => {
+            (Some(_), Input::Request(Request::Detach)) => self.detach(i),
+            (Some(kind), Input::Request(Request::Hello(_))) => {
                 self.attached_channel_ended(i, kind, "sent a second hello".into())
             }
             (Some(kind), Input::Closed(why) | Input::Garbage(why)) => {
@@ -305,10 +306,7 @@ impl Registry {
         }
     }
 
-    fn hello(&mut self, i: usize, kind: Kind, pid: i32, shm: Option<&Shmem>, phase: Phase) -> Step {
-        if let Origin::External { pid: p } = &mut self.channels[i].origin {
-            *p = pid;
-        }
+    fn hello(&mut self, i: usize, kind: Kind, shm: Option<&Shmem>, phase: Phase) -> Step {
         let Some(shm) = shm else {
             return self.refuse(i, Status::StartingUp, 0);
         };
@@ -432,7 +430,7 @@ impl Channel {
                     }
                     self.got = 0;
                     return match Request::decode(&self.buf) {
-                        Ok((r, pid)) => Input::Request(r, pid),
+                        Ok((r, _)) => Input::Request(r),
                         Err(e) => Input::Garbage(format!("sent an invalid message: {e}")),
                     };
                 }
