@@ -860,59 +860,20 @@ impl Postmaster {
         }
     }
 
-    /// Forks and execs supervised worker `id` with a fresh channel.
+    /// Forks and execs supervised worker `id`; its channel joins the
+    /// registry.
     fn start_worker(&mut self, id: usize) {
-        let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
-            Ok(p) => p,
-            Err(e) => {
-                log("LOG", &format!("could not create a worker channel: {e}"));
-                self.supervised[id].exec_failed(Instant::now());
-                return;
-            }
+        let Some((pid, channel)) = self.supervised[id].launch(&self.datadir) else {
+            return;
         };
-        let w = &self.supervised[id];
-        let plan = children::ExecPlan::new(
-            &w.spec.argv,
-            std::os::fd::AsRawFd::as_raw_fd(&theirs),
-            &self.datadir,
-            &w.spec.name,
-        );
-        let spawned = plan.and_then(|p| children::spawn_worker(&p, std::process::id() as i32));
-        drop(theirs);
-        match spawned {
-            Ok(pid) => {
-                self.supervised[id].started(pid);
-                self.children.push(Child {
-                    pid,
-                    kind: Kind::Supervised(id),
-                });
-                if let Some(r) = &mut self.registry {
-                    if let Err(e) = r.add_supervised(ours, id) {
-                        log("LOG", &format!("worker channel: {e}"));
-                    }
-                }
+        self.children.push(Child {
+            pid,
+            kind: Kind::Supervised(id),
+        });
+        if let Some(r) = &mut self.registry {
+            if let Err(e) = r.add_supervised(channel, id) {
+                log("LOG", &format!("worker channel: {e}"));
             }
-            Err(e) => self.worker_start_failed(id, e),
         }
-    }
-
-    fn worker_start_failed(&mut self, id: usize, e: children::SpawnError) {
-        let w = &mut self.supervised[id];
-        let wait = w.exec_failed(Instant::now());
-        let why = match e {
-            children::SpawnError::Exec(e) => format!(
-                "could not execute command \"{}\": {e}",
-                w.spec.command_line()
-            ),
-            children::SpawnError::Fork(e) => format!("could not fork: {e}"),
-        };
-        log(
-            "LOG",
-            &format!(
-                "{}: {why}; trying again in {} s",
-                w.describe(),
-                wait.as_secs()
-            ),
-        );
     }
 }
