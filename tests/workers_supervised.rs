@@ -436,6 +436,23 @@ fn kill9_of_a_supervised_worker_is_a_crash_restart_then_it_runs_again() {
         1,
         "the worker maps the segment"
     );
+    // It inherited nothing but stdin/stdout/stderr and its channel.
+    let fds: Vec<String> = fs::read_dir(format!("/proc/{}/fd", first.pid))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .unwrap()
+                > 2
+        })
+        .map(|e| fs::read_link(e.path()).unwrap().display().to_string())
+        .collect();
+    assert!(
+        fds.len() == 1 && fds[0].starts_with("socket:"),
+        "descriptors above 2: {fds:?}"
+    );
     let backends_before = server_children(&s);
     kill(first.pid, libc::SIGKILL);
     let runs = wait_attaches(&s, &status, 2, TIMEOUT);
