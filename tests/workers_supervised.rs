@@ -542,3 +542,37 @@ fn a_worker_that_dies_without_detaching_during_shutdown_stops_the_server_crash_s
     s.wait_ready(TIMEOUT);
     s.stop_ok();
 }
+
+#[test]
+fn bad_worker_specs_are_refused_before_anything_starts() {
+    let tmp = TempDir::new("w-badspec");
+    let d = init_keep(&tmp.join("data"), &[]);
+    let dir = d.path.to_str().unwrap();
+    for bad in [
+        "noequals",
+        "=prog",
+        "w=",
+        "bad name=prog",
+        "w='unterminated",
+    ] {
+        let o = postmaster(&["start", "-D", dir, "--worker", bad]);
+        assert_eq!(o.code(), Some(2), "--worker {bad:?}\n{}", o.describe());
+        assert_no_panic("bad --worker", &o);
+    }
+    let conf = d.path.join("walshm.conf");
+    let text = fs::read_to_string(&conf).unwrap();
+    assert!(
+        text.contains("#worker = "),
+        "init documents the worker line"
+    );
+    fs::write(&conf, format!("{text}worker = 'x'\n")).unwrap();
+    let o = postmaster(&["start", "-D", dir]);
+    assert_eq!(o.code(), Some(1), "{}", o.describe());
+    assert!(
+        o.stderr.contains("walshm.conf:"),
+        "names the file and line: {}",
+        o.stderr
+    );
+    assert_no_panic("bad worker line", &o);
+    assert_cleaned_up(&d.path);
+}
