@@ -405,7 +405,10 @@ fn exit_2_after_detaching_is_a_crash_restart() {
     let tmp = TempDir::new("w-exit2");
     let status = tmp.join("e.status");
     let w = worker_arg("two", &status, "--hold-ms 300 --exit 2");
-    let (d, s) = start(&tmp, &["--worker", &w]);
+    // No workload: the summary is printed for the supervised worker alone.
+    let d = init_keep(&tmp.join("data"), &[]);
+    let mut s = Server::start(&d.path, tmp.path(), &["--set", "fsync=off", "--worker", &w]);
+    s.wait_ready(TIMEOUT);
     let runs = wait_attaches(&s, &status, 2, TIMEOUT);
     assert_eq!(
         (runs[0].generation, runs[1].generation),
@@ -413,7 +416,10 @@ fn exit_2_after_detaching_is_a_crash_restart() {
         "started again in the next generation: {runs:?}"
     );
     let o = s.stop_ok();
-    assert!(parse_summary(&o.stdout).crash_restarts >= 1, "{}", o.stderr);
+    let sum = parse_summary(&o.stdout);
+    assert!(sum.crash_restarts >= 1, "{}", o.stderr);
+    assert!(sum.backends.is_empty());
+    assert!(count(&supervised_entry(&o.stdout, "two"), "starts") >= 2);
     assert_cleaned_up(&d.path);
 }
 
