@@ -195,6 +195,17 @@ declare_settings! {
         "restore_command",
         Kind::Text { valid: "a shell command (%f file name, %p destination)", check: any_text },
         "command that fetches an archived WAL segment during restore (exit 0 = fetched)";
+    // issue 12: attached workers
+    /// Proc slots for worker processes that attach to the segment
+    /// (supervised and external), PostgreSQL's max_worker_processes.
+    max_worker_processes: u32 = 8 =>
+        "max_worker_processes", Kind::count(0, 1024),
+        "worker processes that may attach to shared memory at once";
+    /// Milliseconds before a supervised worker that detached and exited 1
+    /// is started again (PostgreSQL's bgw_restart_time).
+    worker_restart_delay_ms: u32 = 5000 =>
+        "worker_restart_delay", Kind::int(Unit::MS, Unit::S, 0, 3_600_000),
+        "wait before restarting a supervised worker that exited 1";
 }
 
 // ---- text checks ----
