@@ -21,6 +21,8 @@ pub mod control;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod slots;
+pub mod syncrep;
 pub mod walfile;
 pub mod xact;
 pub mod xlog;

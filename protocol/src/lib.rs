@@ -16,6 +16,7 @@
 mod codec;
 mod error;
 pub mod limits;
+pub mod replication;
 mod scram;
 mod serve;
 mod session;
@@ -31,5 +32,5 @@ pub use session::{Session, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
     crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,
-    ServerParams, Startup, StartupInfo, Transport,
+    ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
 };

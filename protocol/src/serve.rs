@@ -503,6 +503,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             _ => self.params.sync_committed.clone(),
         };
         self.session.set_synchronous_commit(on);
+        self.session.set_synchronous_commit_level(&name);
         self.params.sync_name = name.clone();
         self.params.sync_committed = (on, name);
         self.params.sync_dirty = false;
@@ -1001,6 +1002,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 None => self.params.sync_default.clone(),
             };
             self.session.set_synchronous_commit(on);
+            self.session.set_synchronous_commit_level(&canonical);
             self.params.sync_name = canonical.clone();
             if !local {
                 self.params.sync_pending = Some((on, canonical));
@@ -1038,6 +1040,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         if reset_sync {
             let (on, canonical) = self.params.sync_default.clone();
             self.session.set_synchronous_commit(on);
+            self.session.set_synchronous_commit_level(&canonical);
             self.params.sync_name = canonical.clone();
             self.params.sync_pending = Some((on, canonical));
             self.params.sync_dirty = true;

@@ -56,6 +56,10 @@ pub trait Session {
     fn rollback(&mut self) -> Result<(), SqlError>;
     fn set_synchronous_commit(&mut self, on: bool);
     fn synchronous_commit(&self) -> bool;
+    /// The canonical `synchronous_commit` name in force (after
+    /// `set_synchronous_commit`): `remote_write` / `on` also decide what a
+    /// commit waits for from synchronous standbys. The default ignores it.
+    fn set_synchronous_commit_level(&mut self, _name: &str) {}
     /// Checked between statements and while waiting for the client.
     fn termination(&self) -> Option<Termination>;
     /// A cancel request for this backend arrived. Checked before each statement.

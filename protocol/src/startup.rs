@@ -79,6 +79,31 @@ pub struct StartupInfo {
     pub synchronous_commit: Option<bool>,
     /// All other run-time parameters sent at start-up (accepted, not applied).
     pub options: Vec<(String, String)>,
+    /// `replication=true` (physical) or `replication=database`: the
+    /// connection becomes a walsender (see `replication`).
+    pub replication: Option<ReplicationMode>,
+}
+
+/// What `replication` asked for in the StartupMessage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationMode {
+    Physical,
+    Database,
+}
+
+/// PostgreSQL's reading of the `replication` parameter: a boolean or
+/// `database`; anything else is FATAL 22023.
+fn parse_replication(value: &str) -> Result<Option<ReplicationMode>, SqlError> {
+    match value.to_ascii_lowercase().as_str() {
+        "database" => Ok(Some(ReplicationMode::Database)),
+        "true" | "on" | "yes" | "1" => Ok(Some(ReplicationMode::Physical)),
+        "false" | "off" | "no" | "0" => Ok(None),
+        _ => Err(SqlError::fatal(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"replication\": \"{value}\""),
+        )
+        .with_hint("Valid values are: \"false\", 0, \"true\", 1, \"database\".")),
+    }
 }
 
 /// Outcome of the start-up phase.
@@ -183,13 +208,6 @@ fn parse_startup_parameters(body: &[u8]) -> Result<Vec<(String, String)>, SqlErr
     Ok(params)
 }
 
-fn is_true_ish(value: &str) -> bool {
-    matches!(
-        value.to_ascii_lowercase().as_str(),
-        "true" | "on" | "yes" | "1" | "database"
-    )
-}
-
 /// A validated StartupMessage: the info, the client encoding to report,
 /// and protocol options we must tell the client we do not know.
 struct Accepted {
@@ -215,13 +233,7 @@ fn interpret_startup(version: i32, params: Vec<(String, String)>) -> Result<Acce
             "user" => info.user = value,
             "database" => info.database = value,
             "options" => settings_list.extend(settings::parse_options(&value)),
-            "replication" if is_true_ish(&value) => {
-                return Err(SqlError::fatal(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "replication connections are not supported by walshm",
-                ))
-            }
-            "replication" => {}
+            "replication" => info.replication = parse_replication(&value)?,
             n if n.starts_with("_pq_.") => unrecognized.push(name),
             _ => settings_list.push((name, value)),
         }

@@ -35,7 +35,7 @@ use std::ptr::NonNull;
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 14;
+pub const LAYOUT_VERSION: u32 = 15;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -529,6 +529,19 @@ impl Shmem {
         assert!(procno < self.layout.max_procs);
         // SAFETY: zero-initialized histograms (all atomics), one per proc.
         unsafe { &*self.element(Region::Histograms, procno as usize) }
+    }
+
+    /// Walsenders, slots and the sync-rep queue (`walsnd`).
+    pub fn repl(&self) -> &crate::walsnd::ReplCtl {
+        // SAFETY: zero-initialized ReplCtl (atomics; all-zero is its
+        // initial state).
+        unsafe { &*self.element(Region::Replication, 0) }
+    }
+
+    /// Each proc's sync-rep wait, indexed by proc number.
+    pub fn syncrep_waiters(&self) -> &[crate::walsnd::SyncRepWaiter] {
+        // SAFETY: `max_procs` zero-initialized (not waiting) entries.
+        unsafe { self.slice(Region::SyncRepWaiters) }
     }
 
     /// The `lwlock` workload's oracle (a test-only region).

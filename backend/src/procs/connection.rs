@@ -127,6 +127,10 @@ impl Session for WalSession<'_> {
         self.xact.synchronous()
     }
 
+    fn set_synchronous_commit_level(&mut self, name: &str) {
+        crate::syncrep::set_session_level(name);
+    }
+
     fn termination(&self) -> Option<Termination> {
         shutdown_requested().then_some(Termination::FastShutdown)
     }
@@ -246,6 +250,9 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     // Authenticated: from here on the session counts against
     // max_connections (its proc slot), not against the start-up deadline.
     process::disarm_startup_timeout();
+    if info.replication.is_some() {
+        return crate::procs::walsender::run(shm, datadir, stream, &info);
+    }
     let Some(procno) = shm.alloc_backend_proc() else {
         let e = SqlError::fatal(
             sqlstate::TOO_MANY_CONNECTIONS,

@@ -16,4 +16,5 @@
 pub mod checkpointer;
 pub mod connection;
 pub mod startup;
+pub mod walsender;
 pub mod worker;
