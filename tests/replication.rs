@@ -1,0 +1,600 @@
+//! Streaming replication to PostgreSQL 15's unmodified `pg_receivewal`
+//! (issue 13): the walsender, replication slots, synchronous replication,
+//! and PostgreSQL's errors for bad replication input.
+//!
+//! Every test needs /usr/lib/postgresql/15/bin/pg_receivewal (and some
+//! pg_waldump); without them it is skipped loudly, unless
+//! WALSHM_REQUIRE_PG=1. pg_receivewal runs in its own process group, which
+//! is SIGKILLed when the test ends (also when it fails). pg_receivewal
+//! waits 5 s before it reconnects after losing its connection, which
+//! bounds how many kills one test can afford.
+//!
+//! Checks read bytes and records, never log wording: received segments are
+//! compared byte for byte with the server's, acknowledged commits are
+//! looked up in the received WAL with walformat's reader, errors are
+//! matched by SQLSTATE.
+
+mod common;
+
+use common::wire::{
+    cstr, data_rows, error_code, fields, handshake, msg, raw_connect, read_msg, read_to_close,
+    socket_path, start_on_free_port, startup_packet,
+};
+use common::*;
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SEG: u64 = 1 << 20;
+
+/// pg_receivewal, or None (loud skip).
+fn pg_receivewal() -> Option<PathBuf> {
+    common::wire::pg_client("pg_receivewal")
+}
+
+/// A running pg_receivewal in its own process group, killed on drop.
+struct Receiver {
+    child: Option<Child>,
+}
+
+impl Receiver {
+    fn start(bin: &Path, d: &DataDir, port: u16, out: &Path, extra: &[&str]) -> Receiver {
+        fs::create_dir_all(out).unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.with_extension("log"))
+            .unwrap();
+        let child = Command::new(bin)
+            .arg("-h")
+            .arg(&d.path)
+            .args(["-p", &port.to_string(), "-w", "-v", "-s", "1", "-D"])
+            .arg(out)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("spawn pg_receivewal");
+        Receiver { child: Some(child) }
+    }
+
+    /// SIGKILL of its whole group, and wait.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(-(c.id() as i32), libc::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Segment numbers of the complete files in `out`, and the partial one.
+fn received(out: &Path) -> (Vec<u64>, Option<u64>) {
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let mut complete = Vec::new();
+    let mut partial = None;
+    for e in fs::read_dir(out).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(base) = name.strip_suffix(".partial") {
+            partial = geo.parse_file_name(base).map(|(_, n)| n);
+        } else if let Some((_, n)) = geo.parse_file_name(&name) {
+            complete.push(n);
+        }
+    }
+    complete.sort_unstable();
+    (complete, partial)
+}
+
+fn seg_name(n: u64) -> String {
+    walformat::Geometry::new(SEG).unwrap().file_name(1, n)
+}
+
+/// Every complete received segment equals the server's byte for byte, the
+/// complete ones follow each other without a gap and the partial one
+/// follows them; the partial one equals the server's up to `end` (its
+/// end of WAL) when `end` lies in it. Returns the number of complete ones.
+fn assert_matches_server(out: &Path, d: &DataDir, end: u64) -> usize {
+    let (complete, partial) = received(out);
+    assert!(!complete.is_empty(), "no complete segment received");
+    for w in complete.windows(2) {
+        assert_eq!(w[1], w[0] + 1, "gap in the received segments: {complete:?}");
+    }
+    if let Some(p) = partial {
+        assert_eq!(
+            p,
+            complete.last().unwrap() + 1,
+            "partial segment does not follow"
+        );
+    }
+    for &n in &complete {
+        let name = seg_name(n);
+        let got = fs::read(out.join(&name)).unwrap();
+        let want = fs::read(d.path.join("pg_wal").join(&name))
+            .unwrap_or_else(|e| panic!("server segment {name}: {e}"));
+        assert!(
+            got == want,
+            "received segment {name} differs from the server's"
+        );
+    }
+    if let Some(p) = partial.filter(|&p| end / SEG == p) {
+        let name = seg_name(p);
+        let got = fs::read(out.join(format!("{name}.partial"))).unwrap();
+        let want = fs::read(d.path.join("pg_wal").join(&name)).unwrap();
+        let upto = (end % SEG) as usize;
+        assert!(
+            got[..upto] == want[..upto],
+            "partial segment {name} differs from the server's below the end of WAL"
+        );
+    }
+    complete.len()
+}
+
+/// Waits until the receiver holds WAL up to `end` (in a complete segment,
+/// or in the partial one's bytes, compared with the server's).
+fn wait_received_upto(out: &Path, d: &DataDir, end: u64, timeout: Duration) -> bool {
+    wait_until(timeout, || {
+        let (complete, partial) = received(out);
+        let seg = end / SEG;
+        if complete.contains(&seg) || (end % SEG == 0 && complete.contains(&(seg - 1))) {
+            return true;
+        }
+        if partial != Some(seg) {
+            return false;
+        }
+        let name = seg_name(seg);
+        let (Ok(got), Ok(want)) = (
+            fs::read(out.join(format!("{name}.partial"))),
+            fs::read(d.path.join("pg_wal").join(&name)),
+        ) else {
+            return false;
+        };
+        let upto = (end % SEG) as usize;
+        got.len() >= upto && got[..upto] == want[..upto]
+    })
+}
+
+/// The received WAL as a pg_wal directory (partial segment under its full
+/// name) in `scratch`.
+fn as_pg_wal(out: &Path, scratch: &Path) -> PathBuf {
+    let dir = scratch.join("pg_wal");
+    fs::create_dir_all(&dir).unwrap();
+    for e in fs::read_dir(out).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let base = name.strip_suffix(".partial").unwrap_or(&name);
+        if base.len() == 24 {
+            fs::copy(e.path(), dir.join(base)).unwrap();
+        }
+    }
+    dir
+}
+
+/// A server on a fixed port (to restart it where pg_receivewal looks).
+fn start_on(d: &DataDir, logdir: &Path, port: u16, args: &[&str]) -> Server {
+    let p = format!("port={port}");
+    let mut all = vec!["--set", p.as_str()];
+    all.extend_from_slice(args);
+    let mut s = start_with_env(&d.path, logdir, &all, &[]);
+    s.wait_ready(TIMEOUT);
+    let sock = socket_path(&d.path, port);
+    assert!(wait_until(TIMEOUT, || sock.exists()), "no socket");
+    s
+}
+
+fn pid_of(srv: &Server, comm: &str) -> Option<i32> {
+    srv.children()
+        .into_iter()
+        .find(|(_, c)| c == comm)
+        .map(|(p, _)| p)
+}
+
+// ---- a raw replication connection ----
+
+fn repl_connect(path: &Path, app: &str) -> Result<UnixStream, String> {
+    let mut s = raw_connect(path);
+    s.write_all(&startup_packet(&[
+        ("user", "x"),
+        ("database", "replication"),
+        ("replication", "true"),
+        ("application_name", app),
+    ]))
+    .map_err(|e| format!("write: {e}"))?;
+    loop {
+        match read_msg(&mut s) {
+            None => return Err("closed during start-up".into()),
+            Some((b'E', b)) => return Err(fields(&b).get(&b'C').cloned().unwrap_or_default()),
+            Some((b'Z', _)) => return Ok(s),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Sends one simple query; every message up to ReadyForQuery.
+fn query(s: &mut UnixStream, q: &str) -> Vec<(u8, Vec<u8>)> {
+    s.write_all(&msg(b'Q', &cstr(q))).unwrap();
+    let mut v = Vec::new();
+    loop {
+        let m = read_msg(s).unwrap_or_else(|| panic!("closed before ReadyForQuery: {v:?}"));
+        let done = m.0 == b'Z';
+        v.push(m);
+        if done {
+            return v;
+        }
+    }
+}
+
+fn one_value(msgs: &[(u8, Vec<u8>)], col: usize) -> Option<String> {
+    assert_eq!(error_code(msgs), None, "unexpected error: {msgs:?}");
+    data_rows(msgs).first().and_then(|r| r[col].clone())
+}
+
+fn sql(d: &DataDir, port: u16, q: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut s = handshake(&socket_path(&d.path, port)).expect("SQL connection");
+    query(&mut s, q)
+}
+
+fn slot_restart_lsn(d: &DataDir, port: u16, name: &str) -> Option<u64> {
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").expect("replication connection");
+    let rows = query(&mut s, &format!("READ_REPLICATION_SLOT {name}"));
+    one_value(&rows, 1).map(|v| walformat::parse_lsn(&v).unwrap())
+}
+
+fn flush_lsn(d: &DataDir, port: u16) -> u64 {
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").expect("replication connection");
+    let rows = query(&mut s, "IDENTIFY_SYSTEM");
+    walformat::parse_lsn(&one_value(&rows, 2).unwrap()).unwrap()
+}
+
+/// Writes about `segments` segments of WAL, each ended by a switch.
+fn write_segments(d: &DataDir, port: u16, segments: usize) {
+    for _ in 0..segments {
+        let r = sql(
+            d,
+            port,
+            "SELECT pg_logical_emit_message(false, 'x', repeat('x', 100000)); SELECT pg_switch_wal()",
+        );
+        assert_eq!(error_code(&r), None, "{r:?}");
+    }
+}
+
+fn checkpoint(d: &DataDir, port: u16) {
+    assert_eq!(error_code(&sql(d, port, "CHECKPOINT")), None);
+}
+
+fn server_has_segment(d: &DataDir, seg: u64) -> bool {
+    d.path.join("pg_wal").join(seg_name(seg)).exists()
+}
+
+// ---- tests ----
+
+/// Streams under an emit-tx load; after a clean stop (the walsender sends
+/// everything flushed, the shutdown checkpoint included, before it ends
+/// the stream) every received byte equals the server's and pg_waldump
+/// reads the received directory to the server's end of WAL.
+#[test]
+fn streams_under_load_and_matches_the_server_after_a_clean_stop() {
+    let Some(bin) = pg_receivewal() else { return };
+    let Some(waldump) = pg_waldump_path() else {
+        return;
+    };
+    let t = TempDir::new("rep-stream");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let args = ["--workers", "2", "--workload", "emit-tx:100"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    assert!(
+        wait_until(Duration::from_secs(15), || received(&out).0.len() >= 3),
+        "pg_receivewal did not complete 3 segments"
+    );
+    assert!(pid_of(&srv, "walsender").is_some(), "no walsender child");
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(
+        wait_received_upto(&out, &d, end, Duration::from_secs(10)),
+        "the receiver did not get the WAL up to the end of the server's WAL ({})",
+        walformat::format_lsn(end)
+    );
+    rx.kill();
+    assert_matches_server(&out, &d, end);
+    let (complete, _) = received(&out);
+    let dir = as_pg_wal(&out, &t.join("scratch"));
+    let o = run_cmd(
+        Command::new(waldump)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-s")
+            .arg(walformat::format_lsn(complete[0] * SEG))
+            .arg("-q"),
+        Duration::from_secs(60),
+    );
+    match pg_normal_end(&o) {
+        Ok(e) => assert_eq!(
+            e.end_lsn,
+            end,
+            "pg_waldump ended elsewhere\n{}",
+            o.describe()
+        ),
+        Err(e) => assert!(e.starts_with("PAGE-BOUNDARY"), "{e}\n{}", o.describe()),
+    }
+}
+
+/// kill -9 of the walsender, twice: the server restarts, pg_receivewal
+/// reconnects and resumes from its partial segment: no gap, no diverging
+/// byte.
+#[test]
+fn kill_9_of_the_walsender_resumes_without_gap() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-kill-ws");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    let (mut srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
+    let out = t.join("recv");
+    let _rx = Receiver::start(&bin, &d, port, &out, &[]);
+    for round in 0..2 {
+        let have = received(&out).0.len();
+        assert!(
+            wait_until(Duration::from_secs(10), || pid_of(&srv, "walsender")
+                .is_some()
+                && received(&out).0.len() > have),
+            "round {round}: no streaming progress"
+        );
+        kill(pid_of(&srv, "walsender").unwrap(), libc::SIGKILL);
+        srv.wait_ready_n(round + 2, TIMEOUT);
+    }
+    let have = received(&out).0.len();
+    assert!(
+        wait_until(Duration::from_secs(12), || received(&out).0.len() > have),
+        "streaming did not resume after the last kill"
+    );
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
+    assert_matches_server(&out, &d, end);
+}
+
+/// kill -9 of the postmaster (whole server) and, twice, of pg_receivewal:
+/// after each, streaming resumes where the receiver's files end.
+#[test]
+fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-kill-pm");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let port = common::wire::free_port();
+    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    let mut srv = start_on(&d, t.path(), port, &args);
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    let progress =
+        |out: &Path, n: usize| wait_until(Duration::from_secs(12), || received(out).0.len() > n);
+    assert!(progress(&out, 1), "no streaming");
+    for _ in 0..2 {
+        rx.kill();
+        let have = received(&out).0.len();
+        rx = Receiver::start(&bin, &d, port, &out, &[]);
+        assert!(
+            progress(&out, have),
+            "no progress after restarting pg_receivewal"
+        );
+    }
+    kill_group(srv);
+    let have = received(&out).0.len();
+    srv = start_on(&d, t.path(), port, &args);
+    assert!(
+        progress(&out, have),
+        "no progress after the server's restart"
+    );
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
+    rx.kill();
+    assert_matches_server(&out, &d, end);
+}
+
+/// synchronous_standby_names = 'pg_receivewal' and `pg_receivewal
+/// --synchronous`: no commit is acknowledged before the receiver connects,
+/// and after kill -9 of the primary every acknowledged commit is in the
+/// receiver's directory.
+#[test]
+fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-sync");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["synchronous_standby_names=pg_receivewal"];
+    let args = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &args, &[]);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        parse_acks(&srv.stdout()).is_empty(),
+        "commits were acknowledged with no synchronous standby connected"
+    );
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &["--synchronous"]);
+    assert!(
+        wait_until(Duration::from_secs(15), || parse_acks(&srv.stdout()).len()
+            >= 300),
+        "fewer than 300 commits acknowledged with the receiver connected"
+    );
+    let o = kill_group(srv);
+    rx.kill();
+    let acks = parse_acks(&o.stdout);
+    let dir = as_pg_wal(&out, &t.join("scratch"));
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let first = *acks.iter().min().unwrap();
+    let mut reader = walformat::WalReader::open(&dir, geo, 1, None, first).unwrap();
+    let mut commits = HashSet::new();
+    while let Ok(Some(r)) = reader.next_record() {
+        if r.is_commit() {
+            commits.insert(r.lsn);
+        }
+    }
+    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged commits are not in the receiver's WAL (first {})",
+        missing.len(),
+        acks.len(),
+        walformat::format_lsn(*missing[0])
+    );
+}
+
+/// A slot keeps WAL while it lags and releases it once its receiver
+/// reported the flush; it survives a crash restart; dropping it releases
+/// what it held.
+#[test]
+fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-slot");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let port = common::wire::free_port();
+    let srv = start_on(&d, t.path(), port, &[]);
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let created = query(
+        &mut s,
+        "CREATE_REPLICATION_SLOT \"s1\" PHYSICAL (RESERVE_WAL)",
+    );
+    let l0 = walformat::parse_lsn(&one_value(&created, 1).unwrap()).unwrap();
+    assert!(l0 > 0, "no WAL reserved");
+    write_segments(&d, port, 4);
+    checkpoint(&d, port);
+    assert!(
+        server_has_segment(&d, l0 / SEG),
+        "a lagging slot's WAL was removed"
+    );
+
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &["--slot", "s1"]);
+    let flushed = flush_lsn(&d, port);
+    assert!(
+        wait_until(Duration::from_secs(15), || slot_restart_lsn(&d, port, "s1")
+            .is_some_and(|l| l / SEG >= flushed / SEG)),
+        "the slot did not advance with the receiver's flush reports"
+    );
+    rx.kill();
+    checkpoint(&d, port);
+    assert!(!server_has_segment(&d, l0 / SEG), "consumed WAL was kept");
+    let saved = slot_restart_lsn(&d, port, "s1").unwrap();
+
+    kill_group(srv);
+    let srv = start_on(&d, t.path(), port, &[]);
+    assert_eq!(
+        slot_restart_lsn(&d, port, "s1"),
+        Some(saved),
+        "the slot did not survive the crash with its position"
+    );
+    write_segments(&d, port, 3);
+    checkpoint(&d, port);
+    assert!(
+        server_has_segment(&d, saved / SEG),
+        "a lagging slot's WAL was removed"
+    );
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    assert_eq!(error_code(&query(&mut s, "DROP_REPLICATION_SLOT s1")), None);
+    checkpoint(&d, port);
+    assert!(
+        !server_has_segment(&d, saved / SEG),
+        "a dropped slot still holds WAL"
+    );
+    assert!(!d.path.join("pg_replslot/s1").exists());
+    srv.stop_ok();
+}
+
+/// Bad replication input gets PostgreSQL's SQLSTATEs and the server keeps
+/// running (no crash restart): unknown command, start ahead of the flush
+/// position, before the oldest segment, wrong timeline, bad slot names,
+/// too many walsenders, a malformed status update mid-stream.
+#[test]
+fn bad_replication_input_gets_postgresql_errors() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-bad");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (mut srv, port) = start_on_free_port(&d, t.path(), &["max_wal_senders=1"], &[], &[]);
+    let sock = socket_path(&d.path, port);
+    let walwriter = pid_of(&srv, "walwriter").expect("walwriter");
+    let mut s = repl_connect(&sock, "t").unwrap();
+    let code = |s: &mut UnixStream, q: &str| error_code(&query(s, q));
+    assert_eq!(code(&mut s, "SELECT 1").as_deref(), Some("42601"));
+    assert_eq!(code(&mut s, "START_REPLICATION").as_deref(), Some("42601"));
+    let flush =
+        walformat::parse_lsn(&one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 2).unwrap()).unwrap();
+    let ahead = format!(
+        "START_REPLICATION {}",
+        walformat::format_lsn(flush + 16 * SEG)
+    );
+    assert_eq!(code(&mut s, &ahead).as_deref(), Some("XX000"));
+    assert_eq!(
+        code(&mut s, "START_REPLICATION 0/10").as_deref(),
+        Some("58P01")
+    );
+    let seg_start = flush - flush % SEG;
+    let wrong_tli = format!(
+        "START_REPLICATION {} TIMELINE 7",
+        walformat::format_lsn(seg_start)
+    );
+    assert_eq!(code(&mut s, &wrong_tli).as_deref(), Some("XX000"));
+    assert_eq!(
+        code(&mut s, "CREATE_REPLICATION_SLOT \"Bad\" PHYSICAL").as_deref(),
+        Some("42602")
+    );
+    assert_eq!(
+        code(&mut s, "DROP_REPLICATION_SLOT nosuch").as_deref(),
+        Some("42704")
+    );
+    assert_eq!(
+        data_rows(&query(&mut s, "READ_REPLICATION_SLOT nosuch")),
+        vec![vec![None, None, None]]
+    );
+    // A walsender beyond max_wal_senders: FATAL 53300 right after the
+    // greeting (before any command), then the connection closes.
+    let refused = match repl_connect(&sock, "second") {
+        Err(code) => Some(code),
+        Ok(mut extra) => error_code(&read_to_close(&mut extra)),
+    };
+    assert_eq!(
+        refused.as_deref(),
+        Some("53300"),
+        "a walsender beyond max_wal_senders"
+    );
+    // Streaming, then a status update of 10 bytes instead of 34.
+    let start = format!(
+        "START_REPLICATION {} TIMELINE 1",
+        walformat::format_lsn(seg_start)
+    );
+    s.write_all(&msg(b'Q', &cstr(&start))).unwrap();
+    let (tag, _) = read_msg(&mut s).expect("CopyBothResponse");
+    assert_eq!(tag, b'W');
+    let (tag, body) = read_msg(&mut s).expect("XLogData");
+    assert_eq!((tag, body[0]), (b'd', b'w'));
+    s.write_all(&msg(b'd', b"r123456789")).unwrap();
+    let rest = read_to_close(&mut s);
+    assert_eq!(error_code(&rest).as_deref(), Some("08P01"), "{rest:?}");
+    // The server is still the same one, and serves replication again.
+    let mut again = Err(String::new());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while again.is_err() && Instant::now() < deadline {
+        again = repl_connect(&sock, "t");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut s = again.expect("replication after the bad status update");
+    assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
+    assert!(srv.try_wait().is_none());
+    assert_eq!(
+        pid_of(&srv, "walwriter"),
+        Some(walwriter),
+        "the server went through a crash restart"
+    );
+    srv.stop_ok();
+}
