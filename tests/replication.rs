@@ -17,8 +17,8 @@
 mod common;
 
 use common::wire::{
-    cstr, data_rows, error_code, fields, handshake, msg, raw_connect, read_msg, read_to_close,
-    socket_path, start_on_free_port, startup_packet,
+    cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
+    read_to_close, socket_path, start_on_free_port, startup_packet,
 };
 use common::*;
 use std::collections::HashSet;
@@ -147,7 +147,7 @@ fn wait_received_upto(out: &Path, d: &DataDir, end: u64, timeout: Duration) -> b
     wait_until(timeout, || {
         let (complete, partial) = received(out);
         let seg = end / SEG;
-        if complete.contains(&seg) || (end % SEG == 0 && complete.contains(&(seg - 1))) {
+        if complete.contains(&seg) || (end.is_multiple_of(SEG) && complete.contains(&(seg - 1))) {
             return true;
         }
         if partial != Some(seg) {
@@ -222,16 +222,7 @@ fn repl_connect(path: &Path, app: &str) -> Result<UnixStream, String> {
 
 /// Sends one simple query; every message up to ReadyForQuery.
 fn query(s: &mut UnixStream, q: &str) -> Vec<(u8, Vec<u8>)> {
-    s.write_all(&msg(b'Q', &cstr(q))).unwrap();
-    let mut v = Vec::new();
-    loop {
-        let m = read_msg(s).unwrap_or_else(|| panic!("closed before ReadyForQuery: {v:?}"));
-        let done = m.0 == b'Z';
-        v.push(m);
-        if done {
-            return v;
-        }
-    }
+    exchange(s, &msg(b'Q', &cstr(q)))
 }
 
 fn one_value(msgs: &[(u8, Vec<u8>)], col: usize) -> Option<String> {
