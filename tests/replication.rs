@@ -417,6 +417,25 @@ fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
             >= 300),
         "fewer than 300 commits acknowledged with the receiver connected"
     );
+    let stat = sql(&d, port, "SELECT * FROM pg_stat_replication");
+    let rows = data_rows(&stat);
+    assert_eq!(rows.len(), 1, "{stat:?}");
+    // application_name, state, sync_priority, sync_state
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row[3].as_deref(),
+            row[9].as_deref(),
+            row[17].as_deref(),
+            row[18].as_deref()
+        ),
+        (
+            Some("pg_receivewal"),
+            Some("streaming"),
+            Some("1"),
+            Some("sync")
+        )
+    );
     let o = kill_group(srv);
     rx.kill();
     let acks = parse_acks(&o.stdout);
@@ -498,6 +517,31 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
         "a dropped slot still holds WAL"
     );
     assert!(!d.path.join("pg_replslot/s1").exists());
+    // The SQL functions and the view.
+    let made = sql(
+        &d,
+        port,
+        "SELECT pg_create_physical_replication_slot('s2', true)",
+    );
+    assert!(one_value(&made, 0).unwrap().starts_with("(s2,"), "{made:?}");
+    let again = sql(&d, port, "SELECT pg_create_physical_replication_slot('s2')");
+    assert_eq!(error_code(&again).as_deref(), Some("42710"));
+    let view = data_rows(&sql(&d, port, "SELECT * FROM pg_replication_slots"));
+    assert_eq!(view.len(), 1);
+    // slot_name, slot_type, active, wal_status
+    assert_eq!(
+        (
+            view[0][0].as_deref(),
+            view[0][2].as_deref(),
+            view[0][6].as_deref(),
+            view[0][12].as_deref()
+        ),
+        (Some("s2"), Some("physical"), Some("f"), Some("reserved"))
+    );
+    assert!(d.path.join("pg_replslot/s2/state").exists());
+    let dropped = sql(&d, port, "SELECT pg_drop_replication_slot('s2')");
+    assert_eq!(error_code(&dropped), None);
+    assert!(data_rows(&sql(&d, port, "SELECT * FROM pg_replication_slots")).is_empty());
     srv.stop_ok();
 }
 

@@ -564,6 +564,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn replication_parameter_as_postgresql_reads_it() {
+        let mode = |v: &str| {
+            let params = vec![
+                ("user".into(), "u".into()),
+                ("replication".into(), v.into()),
+            ];
+            interpret_startup(PROTOCOL_3_0, params).map(|a| a.info.replication)
+        };
+        assert_eq!(mode("true").unwrap(), Some(ReplicationMode::Physical));
+        assert_eq!(mode("1").unwrap(), Some(ReplicationMode::Physical));
+        assert_eq!(mode("Database").unwrap(), Some(ReplicationMode::Database));
+        assert_eq!(mode("off").unwrap(), None);
+        assert_eq!(mode("maybe").unwrap_err().code, "22023");
+    }
+
     fn packet(code: i32, rest: &[u8]) -> Vec<u8> {
         let mut v = ((rest.len() + 8) as i32).to_be_bytes().to_vec();
         v.extend_from_slice(&code.to_be_bytes());

@@ -131,6 +131,44 @@ impl Session for WalSession<'_> {
         crate::syncrep::set_session_level(name);
     }
 
+    fn create_physical_replication_slot(
+        &mut self,
+        name: &str,
+        immediately_reserve: bool,
+        temporary: bool,
+    ) -> Result<Option<u64>, SqlError> {
+        if temporary {
+            return Err(SqlError::error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "temporary replication slots can only be created by a replication connection here",
+            ));
+        }
+        let ctx = self.xact.xlog.context();
+        let (shm, dir, fsync) = (self.shm, &ctx.datadir, ctx.settings.fsync);
+        let lsn = crate::slots::create(shm, dir, name, false, immediately_reserve, fsync)?;
+        Ok(immediately_reserve.then_some(lsn))
+    }
+
+    fn system_view(&mut self, name: &str) -> Option<protocol::SystemView> {
+        let dir = &self.xact.xlog.context().datadir;
+        match name {
+            "pg_replication_slots" => Some((
+                crate::slots::PG_REPLICATION_SLOTS,
+                crate::slots::pg_replication_slots(self.shm, dir),
+            )),
+            "pg_stat_replication" => Some((
+                crate::syncrep::PG_STAT_REPLICATION,
+                crate::syncrep::pg_stat_replication(self.shm),
+            )),
+            _ => None,
+        }
+    }
+
+    fn drop_replication_slot(&mut self, name: &str) -> Result<(), SqlError> {
+        let dir = &self.xact.xlog.context().datadir;
+        crate::slots::drop_slot(self.shm, dir, name, false)
+    }
+
     fn termination(&self) -> Option<Termination> {
         shutdown_requested().then_some(Termination::FastShutdown)
     }
