@@ -150,6 +150,23 @@ fn mask_without_sigurg() -> libc::sigset_t {
     }
 }
 
+/// With synchronous replication on: how many commits the walsenders
+/// released so far and in how many passes (one pass per status update
+/// that released any), for the benchmark's "commits per status update".
+fn log_release_totals(shm: &Shmem) {
+    if syncrep::standby_config(shm).is_none() {
+        return;
+    }
+    let ctl = shm.repl();
+    let commits = ctl.released_commits.load(Ordering::Relaxed);
+    let passes = ctl.release_passes.load(Ordering::Relaxed);
+    let per = commits as f64 / passes.max(1) as f64;
+    log(
+        "LOG",
+        &format!("synchronous replication: {commits} commits released in {passes} status updates ({per:.1} per update)"),
+    );
+}
+
 /// A connection's life as a walsender; returns the exit code.
 pub fn run<S: Read + Write + AsRawFd>(
     shm: &Shmem,
@@ -197,6 +214,7 @@ pub fn run<S: Read + Write + AsRawFd>(
     };
     let end = ws.command_loop();
     ws.cleanup();
+    log_release_totals(shm);
     free_entry(shm, me);
     match end {
         End::ClientGone | End::Shutdown => 0,
