@@ -203,18 +203,31 @@ echo
 echo "part 2: walshm --workers 16 --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached"
 sql() { "$PG_BINDIR/psql" -X -A -t -h "$WDATA" -p "$W_PORT" -U walshm -d postgres -c "$1"; }
 lsn_bytes() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) + 16#$lo )); }
-start_walshm --set fsync=off --workers 16 --workload emit:1024
-start_rx "$WDATA" "$W_PORT" "$WORK/rx-async"
+# A slot keeps the WAL the receiver has not got yet (bounded), so that a
+# receiver that falls behind shows as lag instead of losing its segments.
+start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB
+sql "SELECT pg_create_physical_replication_slot('bench', true)" >/dev/null
+stop_walshm
+start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --workers 16 --workload emit:1024
+start_rx "$WDATA" "$W_PORT" "$WORK/rx-async" --slot bench
 t0=$(date +%s.%N)
 start_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
+sent0=$(sql "SELECT * FROM pg_stat_replication" | cut -d'|' -f11)
 sleep "$SECS"
 row=$(sql "SELECT * FROM pg_stat_replication")
 flush_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
 t1=$(date +%s.%N)
-sent_lsn=$(lsn_bytes "$(cut -d'|' -f11 <<<"$row")")
+sent1=$(cut -d'|' -f11 <<<"$row")
 stop_rx
 stop_walshm
-awk -v s="$start_lsn" -v f="$flush_lsn" -v r="$sent_lsn" -v t0="$t0" -v t1="$t1" 'BEGIN {
-    t = t1 - t0; gen = (f - s) / t / 1e6; sent = (r - s) / t / 1e6;
+if [ -z "$sent0" ] || [ -z "$sent1" ]; then
+    echo "pg_receivewal was not streaming at the start or the end of the run (see $WORK/rx-async.log)"
+    cat "$WORK/rx-async.log" >&2
+    exit 1
+fi
+sent_start=$(lsn_bytes "$sent0")
+sent_lsn=$(lsn_bytes "$sent1")
+awk -v s="$start_lsn" -v f="$flush_lsn" -v q="$sent_start" -v r="$sent_lsn" -v t0="$t0" -v t1="$t1" 'BEGIN {
+    t = t1 - t0; gen = (f - s) / t / 1e6; sent = (r - q) / t / 1e6;
     printf "generated %.1f MB/s, sent %.1f MB/s (%.0f%%), lag at the end %.1f MB\n", gen, sent, 100 * sent / gen, (f - r) / 1e6 }'
 echo "(one run; the machine's cores are shared by the servers, pgbench and pg_receivewal)"
