@@ -475,6 +475,64 @@ mod tests {
         assert_eq!(chosen.len(), 3);
     }
 
+    struct Segment(Shmem);
+    impl Drop for Segment {
+        fn drop(&mut self) {
+            let _ = shmem::segment::unlink_segment(self.0.name());
+        }
+    }
+
+    fn queue_lsns(shm: &Shmem) -> Vec<u64> {
+        let waiters = shm.syncrep_waiters();
+        let mut out = Vec::new();
+        let mut at = shm.repl().queue_head.load(Ordering::Relaxed);
+        while at != 0 {
+            out.push(waiters[at as usize - 1].lsn.load(Ordering::Relaxed));
+            at = waiters[at as usize - 1].next.load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    #[test]
+    fn waiters_queue_in_lsn_order_and_one_pass_releases_the_covered_group() {
+        let name = format!("/walshm.unit.{}.syncrep-queue", std::process::id());
+        let seg = Segment(Shmem::create(&name, &shmem::Settings::default(), 4, 1).unwrap());
+        let shm = &seg.0;
+        for (procno, lsn, mode) in [
+            (0, 300, wait_mode::FLUSH),
+            (1, 100, wait_mode::FLUSH),
+            (2, 200, wait_mode::WRITE),
+            (3, 250, wait_mode::FLUSH),
+        ] {
+            assert!(enqueue(shm, procno, lsn, mode));
+        }
+        assert_eq!(queue_lsns(shm), vec![100, 200, 250, 300]);
+        // Written up to 260, flushed up to 220: 100 (flush) and 200
+        // (write) are covered; 250 waits for its flush.
+        let ctl = shm.repl();
+        ctl.lock.lock();
+        let n = release_covered(shm, 260, 220);
+        ctl.lock.unlock();
+        assert_eq!(n, 2);
+        assert_eq!(queue_lsns(shm), vec![250, 300]);
+        let state = |p: usize| shm.syncrep_waiters()[p].state.load(Ordering::Relaxed);
+        assert_eq!(
+            (state(1), state(2)),
+            (wait_state::RELEASED, wait_state::RELEASED)
+        );
+        assert_eq!(
+            (state(0), state(3)),
+            (wait_state::WAITING, wait_state::WAITING)
+        );
+        assert_eq!(shm.procs()[1].sem.count(), 1, "released waiters are posted");
+        assert_eq!(shm.procs()[0].sem.count(), 0);
+        // A waiter that gives up leaves the queue; a covered LSN never queues.
+        leave_queue(shm, 3);
+        assert_eq!(queue_lsns(shm), vec![300]);
+        ctl.released_flush.store(400, Ordering::Relaxed);
+        assert!(!enqueue(shm, 3, 350, wait_mode::FLUSH));
+    }
+
     #[test]
     fn levels_follow_synchronous_commit_names() {
         assert_eq!(level_of("remote_write"), Level::RemoteWrite);
