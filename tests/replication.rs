@@ -31,6 +31,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SEG: u64 = 1 << 20;
+/// For tests that kill processes but never lose power: fsync only slows
+/// them down on a shared disk (a CHECKPOINT of several fsyncs then takes
+/// seconds).
+const UNSYNCED: [&str; 2] = ["--set", "fsync=off"];
 
 /// pg_receivewal, or None (loud skip).
 fn pg_receivewal() -> Option<PathBuf> {
@@ -95,6 +99,28 @@ fn received(out: &Path) -> (Vec<u64>, Option<u64>) {
     }
     complete.sort_unstable();
     (complete, partial)
+}
+
+/// How far the received WAL reaches: the end of the last complete
+/// segment, or into the partial one up to its last non-zero byte
+/// (pg_receivewal pads a partial segment with zeros).
+fn received_upto(out: &Path) -> u64 {
+    let (complete, partial) = received(out);
+    let full = complete.last().map_or(0, |n| (n + 1) * SEG);
+    let Some(p) = partial else { return full };
+    let bytes = fs::read(out.join(format!("{}.partial", seg_name(p)))).unwrap_or_default();
+    let used = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |i| i as u64 + 1);
+    full.max(p * SEG + used)
+}
+
+/// Waits until the received WAL reaches at least 16 kB past `from`.
+fn progressed(out: &Path, from: u64) -> bool {
+    wait_until(Duration::from_secs(12), || {
+        received_upto(out) >= from + 16384
+    })
 }
 
 fn seg_name(n: u64) -> String {
@@ -334,19 +360,18 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
     let out = t.join("recv");
     let _rx = Receiver::start(&bin, &d, port, &out, &[]);
     for round in 0..2 {
-        let have = received(&out).0.len();
+        let have = received_upto(&out);
         assert!(
-            wait_until(Duration::from_secs(10), || pid_of(&srv, "walsender")
-                .is_some()
-                && received(&out).0.len() > have),
+            progressed(&out, have),
             "round {round}: no streaming progress"
         );
-        kill(pid_of(&srv, "walsender").unwrap(), libc::SIGKILL);
+        let ws = pid_of(&srv, "walsender").expect("a walsender while streaming");
+        kill(ws, libc::SIGKILL);
         srv.wait_ready_n(round + 2, TIMEOUT);
     }
-    let have = received(&out).0.len();
+    let have = received_upto(&out);
     assert!(
-        wait_until(Duration::from_secs(12), || received(&out).0.len() > have),
+        progressed(&out, have),
         "streaming did not resume after the last kill"
     );
     srv.stop_ok();
@@ -367,23 +392,21 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     let mut srv = start_on(&d, t.path(), port, &args);
     let out = t.join("recv");
     let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
-    let progress =
-        |out: &Path, n: usize| wait_until(Duration::from_secs(12), || received(out).0.len() > n);
-    assert!(progress(&out, 1), "no streaming");
+    assert!(progressed(&out, 0), "no streaming");
     for _ in 0..2 {
         rx.kill();
-        let have = received(&out).0.len();
+        let have = received_upto(&out);
         rx = Receiver::start(&bin, &d, port, &out, &[]);
         assert!(
-            progress(&out, have),
+            progressed(&out, have),
             "no progress after restarting pg_receivewal"
         );
     }
     kill_group(srv);
-    let have = received(&out).0.len();
+    let have = received_upto(&out);
     srv = start_on(&d, t.path(), port, &args);
     assert!(
-        progress(&out, have),
+        progressed(&out, have),
         "no progress after the server's restart"
     );
     srv.stop_ok();
@@ -468,7 +491,7 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
     let t = TempDir::new("rep-slot");
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
     let port = common::wire::free_port();
-    let srv = start_on(&d, t.path(), port, &[]);
+    let srv = start_on(&d, t.path(), port, &UNSYNCED);
     let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
     let created = query(
         &mut s,
@@ -497,7 +520,7 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
     let saved = slot_restart_lsn(&d, port, "s1").unwrap();
 
     kill_group(srv);
-    let srv = start_on(&d, t.path(), port, &[]);
+    let srv = start_on(&d, t.path(), port, &UNSYNCED);
     assert_eq!(
         slot_restart_lsn(&d, port, "s1"),
         Some(saved),
@@ -545,6 +568,55 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
     srv.stop_ok();
 }
 
+/// max_slot_wal_keep_size bounds what a lagging slot holds: beyond it the
+/// checkpointer removes the WAL anyway and the slot shows wal_status
+/// 'lost'; streaming from it then gets 58P01.
+#[test]
+fn max_slot_wal_keep_size_invalidates_a_slot_that_lags_too_far() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-lost");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (srv, port) = start_on_free_port(
+        &d,
+        t.path(),
+        &["max_slot_wal_keep_size=2MB", "fsync=off"],
+        &[],
+        &[],
+    );
+    let made = sql(
+        &d,
+        port,
+        "SELECT pg_create_physical_replication_slot('lag', true)",
+    );
+    assert_eq!(error_code(&made), None, "{made:?}");
+    let l0 = slot_restart_lsn(&d, port, "lag").unwrap();
+    write_segments(&d, port, 2);
+    checkpoint(&d, port);
+    let status =
+        |d: &DataDir| data_rows(&sql(d, port, "SELECT * FROM pg_replication_slots"))[0][12].clone();
+    assert_eq!(status(&d).as_deref(), Some("reserved"));
+    assert!(
+        server_has_segment(&d, l0 / SEG),
+        "WAL within the limit was removed"
+    );
+    write_segments(&d, port, 5);
+    checkpoint(&d, port);
+    assert_eq!(status(&d).as_deref(), Some("lost"));
+    assert!(
+        !server_has_segment(&d, l0 / SEG),
+        "a lost slot still holds WAL"
+    );
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let start = format!(
+        "START_REPLICATION SLOT lag {}",
+        walformat::format_lsn(l0 - l0 % SEG)
+    );
+    assert_eq!(error_code(&query(&mut s, &start)).as_deref(), Some("58P01"));
+    srv.stop_ok();
+}
+
 /// Bad replication input gets PostgreSQL's SQLSTATEs and the server keeps
 /// running (no crash restart): unknown command, start ahead of the flush
 /// position, before the oldest segment, wrong timeline, bad slot names,
@@ -556,7 +628,8 @@ fn bad_replication_input_gets_postgresql_errors() {
     }
     let t = TempDir::new("rep-bad");
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let (mut srv, port) = start_on_free_port(&d, t.path(), &["max_wal_senders=1"], &[], &[]);
+    let (mut srv, port) =
+        start_on_free_port(&d, t.path(), &["max_wal_senders=1", "fsync=off"], &[], &[]);
     let sock = socket_path(&d.path, port);
     let walwriter = pid_of(&srv, "walwriter").expect("walwriter");
     let mut s = repl_connect(&sock, "t").unwrap();
