@@ -32,5 +32,5 @@ pub use session::{Session, SystemView, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
     crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,
-    ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
+    startup_with, ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
 };

@@ -296,6 +296,19 @@ pub fn startup<S: Read + Write>(
     transport: &Transport,
     params: &ServerParams,
 ) -> io::Result<Startup> {
+    startup_with(stream, transport, params, &mut |_| Ok(()))
+}
+
+/// [`startup`], with `admit` asked after authentication and before the
+/// greeting (as PostgreSQL's InitPostgres checks its limits then): an
+/// error from it is sent as the client's FATAL and the connection is
+/// `Rejected` (e.g. 53300 for a walsender beyond max_wal_senders).
+pub fn startup_with<S: Read + Write>(
+    stream: &mut S,
+    transport: &Transport,
+    params: &ServerParams,
+    admit: &mut dyn FnMut(&StartupInfo) -> Result<(), SqlError>,
+) -> io::Result<Startup> {
     let (version, body) = match read_first_packet(stream)? {
         FirstPacket::Invalid => return Ok(Startup::Rejected),
         FirstPacket::Cancel { pid, key } => return Ok(Startup::Cancel { pid, key }),
@@ -316,6 +329,10 @@ pub fn startup<S: Read + Write>(
         out.clear();
     }
     if !authenticate(stream, transport, params, &accepted.info.user)? {
+        return Ok(Startup::Rejected);
+    }
+    if let Err(e) = admit(&accepted.info) {
+        send_error(stream, &to_fatal(e))?;
         return Ok(Startup::Rejected);
     }
     greet(&mut out, params, &accepted);

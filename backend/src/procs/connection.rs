@@ -25,6 +25,7 @@ use crate::checkpointer::request_checkpoint;
 use crate::client_poll::PollingStream;
 use crate::context::ProcContext;
 use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
+use crate::procs::walsender;
 use crate::xact::Xact;
 use protocol::{sqlstate, Session, SqlError, Termination};
 use shmem::sync::Ordering;
@@ -277,19 +278,34 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         Peer::Tcp => protocol::Transport::Tcp,
     };
     let params = protocol::ServerParams::new(pid, key as i32, password);
-    let info = match protocol::startup(&mut stream, &transport, &params) {
+    // A replication connection takes its walsender entry before the
+    // greeting (FATAL 53300 beyond max_wal_senders, as PostgreSQL).
+    let mut walsender = None;
+    let mut admit = |info: &protocol::StartupInfo| {
+        if info.replication.is_some() {
+            walsender = Some(walsender::claim(shm, &info.application_name)?);
+        }
+        Ok(())
+    };
+    let started = protocol::startup_with(&mut stream, &transport, &params, &mut admit);
+    let info = match started {
         Ok(protocol::Startup::Ready(info)) => info,
         Ok(protocol::Startup::Cancel { pid, key }) => {
             forward_cancel(shm, pid, key);
             return 0;
         }
-        Ok(protocol::Startup::Rejected) | Err(_) => return 0,
+        Ok(protocol::Startup::Rejected) | Err(_) => {
+            if let Some(me) = walsender {
+                walsender::release(shm, me);
+            }
+            return 0;
+        }
     };
     // Authenticated: from here on the session counts against
     // max_connections (its proc slot), not against the start-up deadline.
     process::disarm_startup_timeout();
-    if info.replication.is_some() {
-        return crate::procs::walsender::run(shm, datadir, stream, &info);
+    if let Some(me) = walsender {
+        return walsender::run(shm, datadir, stream, &info, me);
     }
     let Some(procno) = shm.alloc_backend_proc() else {
         let e = SqlError::fatal(

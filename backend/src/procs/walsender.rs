@@ -87,14 +87,41 @@ fn entry(shm: &Shmem, i: usize) -> &WalSnd {
     &shm.repl().senders[i]
 }
 
-/// Takes a free WalSnd entry among the first `max_wal_senders`.
+/// A replication connection, authenticated: takes a free WalSnd entry
+/// among the first `max_wal_senders` (an entry whose process is gone
+/// without releasing it counts as free); FATAL 53300 when none is free.
+pub fn claim(shm: &Shmem, application_name: &str) -> Result<usize, SqlError> {
+    claim_entry(shm, application_name).ok_or_else(|| {
+        SqlError::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            format!(
+                "number of requested standby connections exceeds max_wal_senders (currently {})",
+                shm.settings().max_wal_senders
+            ),
+        )
+    })
+}
+
+/// Gives back an entry taken by `claim` whose connection never streamed.
+pub fn release(shm: &Shmem, me: usize) {
+    free_entry(shm, me);
+}
+
+/// Is process `pid` gone (its entry can be reused)?
+fn is_gone(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 fn claim_entry(shm: &Shmem, application_name: &str) -> Option<usize> {
     let ctl = shm.repl();
     let max = (shm.settings().max_wal_senders as usize).min(ctl.senders.len());
     ctl.lock.lock();
-    let free = ctl.senders[..max]
-        .iter()
-        .position(|s| s.pid.load(Ordering::Relaxed) == 0);
+    let free = ctl.senders[..max].iter().position(|s| {
+        let pid = s.pid.load(Ordering::Relaxed);
+        pid == 0 || is_gone(pid)
+    });
     if let Some(i) = free {
         let s = &ctl.senders[i];
         s.application_name.store(application_name);
@@ -168,24 +195,15 @@ fn log_release_totals(shm: &Shmem) {
 }
 
 /// A connection's life as a walsender; returns the exit code.
+/// Entry `me` comes from [`claim`].
 pub fn run<S: Read + Write + AsRawFd>(
     shm: &Shmem,
     datadir: &Path,
-    mut stream: S,
+    stream: S,
     info: &StartupInfo,
+    me: usize,
 ) -> i32 {
     let mode = info.replication.unwrap_or(ReplicationMode::Physical);
-    let Some(me) = claim_entry(shm, &info.application_name) else {
-        let e = SqlError::fatal(
-            sqlstate::TOO_MANY_CONNECTIONS,
-            format!(
-                "number of requested standby connections exceeds max_wal_senders (currently {})",
-                shm.settings().max_wal_senders
-            ),
-        );
-        let _ = protocol::send_error_after_startup(&mut stream, &e);
-        return 0;
-    };
     process::set_comm("walsender");
     prepare_wakeup_signal();
     let geo = match Geometry::new(shm.xlog().facts.seg_size) {
