@@ -258,11 +258,12 @@ fn reserve(shm: &Shmem, slot: &SlotShared) -> Lsn {
         } else {
             redo
         };
-        // SeqCst: pairs with the SeqCst load in `removal_cutoff` (the
-        // checkpointer sees this reservation, or we see its cutoff).
+        // SeqCst: store, then load the intent; `removal_cutoff` stores
+        // the intent, then loads this (Dekker): the checkpointer sees
+        // this reservation, or we see its intent and reserve again.
         slot.restart_lsn.store(lsn, Ordering::SeqCst);
         let seg = geo.map_or(0, |g| g.seg_no(lsn));
-        if ctl.removed_below_seg.load(Ordering::SeqCst) <= seg {
+        if ctl.removal_intent_seg.load(Ordering::SeqCst) <= seg {
             slot.saved_lsn.store(lsn, Ordering::Relaxed);
             return lsn;
         }
@@ -517,6 +518,10 @@ pub fn removal_cutoff(
     fsync: bool,
 ) -> u64 {
     ensure_loaded(shm, datadir);
+    // SeqCst: pairs with the loads in `reserve` (see there).
+    shm.repl()
+        .removal_intent_seg
+        .fetch_max(cutoff, Ordering::SeqCst);
     save_all(shm, datadir, fsync);
     let redo_seg = geo.seg_no(redo);
     let limit = shmem::settings::parse_keep_size_mb(shm.settings().max_slot_wal_keep_size.as_str())
@@ -528,11 +533,15 @@ pub fn removal_cutoff(
         if s.in_use.load(Ordering::Relaxed) == 0 || s.lost.load(Ordering::Relaxed) != 0 {
             continue;
         }
-        // SeqCst: pairs with the store in `reserve`.
-        let lsn = if s.temporary.load(Ordering::Relaxed) != 0 {
-            s.restart_lsn.load(Ordering::SeqCst)
+        // SeqCst: pairs with the store in `reserve` (a slot being created
+        // has no saved position yet: its reservation counts, or `reserve`
+        // saw the intent published above and reserves again).
+        let restart = s.restart_lsn.load(Ordering::SeqCst);
+        let saved = s.saved_lsn.load(Ordering::Relaxed);
+        let lsn = if s.temporary.load(Ordering::Relaxed) != 0 || saved == 0 {
+            restart
         } else {
-            s.saved_lsn.load(Ordering::SeqCst)
+            saved
         };
         if lsn == 0 {
             continue;
@@ -552,8 +561,7 @@ pub fn removal_cutoff(
         }
         keep = keep.min(seg);
     }
-    // SeqCst: pairs with the load in `reserve` and the walsender's check
-    // after reading a segment.
+    // SeqCst: pairs with the walsender's check after reading a segment.
     shm.repl()
         .removed_below_seg
         .fetch_max(keep, Ordering::SeqCst);

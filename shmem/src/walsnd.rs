@@ -168,6 +168,9 @@ pub struct ReplCtl {
     /// Segments below this one are being or have been removed by the
     /// checkpointer (published before it removes them).
     pub removed_below_seg: AtomicU64,
+    /// Upper bound of what the checkpointer may remove, published before
+    /// it reads the slots (a slot reserving WAL below it reserves again).
+    pub removal_intent_seg: AtomicU64,
     /// Sync-rep queue, waiters in LSN order (proc numbers plus one).
     pub queue_head: AtomicU32,
     pub queue_tail: AtomicU32,
