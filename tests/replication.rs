@@ -482,6 +482,102 @@ fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
     );
 }
 
+/// A SQL session that knows its BackendKeyData (pid, secret key).
+fn keyed_session(path: &Path) -> (UnixStream, i32, i32) {
+    let mut s = raw_connect(path);
+    s.write_all(&startup_packet(&[("user", "x"), ("database", "x")]))
+        .unwrap();
+    let mut key = (0, 0);
+    loop {
+        match read_msg(&mut s).expect("start-up") {
+            (b'K', b) => {
+                key = (
+                    i32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+                    i32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            }
+            (b'Z', _) => return (s, key.0, key.1),
+            (b'E', b) => panic!("refused: {:?}", fields(&b)),
+            _ => {}
+        }
+    }
+}
+
+/// Sends a CancelRequest for backend `pid` with `key`.
+fn cancel(path: &Path, pid: i32, key: i32) {
+    let mut c = raw_connect(path);
+    let mut p = 16i32.to_be_bytes().to_vec();
+    p.extend_from_slice(&((1234 << 16) | 5678i32).to_be_bytes());
+    p.extend_from_slice(&pid.to_be_bytes());
+    p.extend_from_slice(&key.to_be_bytes());
+    c.write_all(&p).unwrap();
+}
+
+/// True if nothing arrives on `s` within `d`.
+fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    std::thread::sleep(d);
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte peek into a live buffer of our own socket.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr() as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}
+
+/// With no synchronous standby connected a commit waits; a cancel ends
+/// the wait (the commit is durable locally and returns, as PostgreSQL
+/// says), and a fast shutdown is not held up by a waiting commit, which
+/// is then not acknowledged to its client.
+#[test]
+fn a_synchronous_commit_wait_yields_to_cancel_and_to_fast_shutdown() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-cancel");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["synchronous_standby_names=nobody", "fsync=off"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &[], &[]);
+    let sock = socket_path(&d.path, port);
+    let emit = msg(
+        b'Q',
+        &cstr("SELECT pg_logical_emit_message(true, 'p', 'x')"),
+    );
+    let (mut s1, pid, key) = keyed_session(&sock);
+    s1.write_all(&emit).unwrap();
+    assert!(
+        silent_for(&mut s1, Duration::from_millis(1000)),
+        "the commit did not wait"
+    );
+    cancel(&sock, pid, key);
+    let mut reply = Vec::new();
+    while reply.last().map(|m: &(u8, Vec<u8>)| m.0) != Some(b'Z') {
+        reply.push(read_msg(&mut s1).expect("reply after the cancel"));
+    }
+    assert_eq!(error_code(&reply), None, "{reply:?}");
+    assert!(
+        reply.iter().any(|m| m.0 == b'C'),
+        "the commit did not complete: {reply:?}"
+    );
+    let (mut s2, _, _) = keyed_session(&sock);
+    s2.write_all(&emit).unwrap();
+    assert!(
+        silent_for(&mut s2, Duration::from_millis(500)),
+        "the commit did not wait"
+    );
+    srv.stop_ok();
+    let rest = read_to_close(&mut s2);
+    assert!(
+        !rest.iter().any(|m| m.0 == b'C' || m.0 == b'D'),
+        "a commit whose wait the shutdown ended was acknowledged: {rest:?}"
+    );
+}
+
 /// A slot keeps WAL while it lags and releases it once its receiver
 /// reported the flush; it survives a crash restart; dropping it releases
 /// what it held.
