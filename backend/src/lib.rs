@@ -24,6 +24,8 @@ pub mod process;
 pub mod procs;
 pub mod restore;
 pub mod timeline;
+pub mod slots;
+pub mod syncrep;
 pub mod walfile;
 pub mod xact;
 pub mod xlog;

@@ -120,6 +120,7 @@ impl<'a> Xact<'a> {
         let at = self.xlog.insert(&mut self.commit_buf);
         if self.synchronous && self.wrote_wal {
             self.xlog.flush(at.end);
+            crate::syncrep::wait_for(self.xlog.context(), at.end);
             ProcCounters::bump(&self.me.counters.sync_commits, 1);
         }
         // Otherwise the walwriter flushes it within wal_writer_delay.

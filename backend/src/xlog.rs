@@ -657,6 +657,7 @@ impl<'a> Xlog<'a> {
             }
             // Release pairs with the Acquire load in `flush_lsn`.
             w.flush_result.fetch_max(written, Ordering::Release);
+            shmem::walsnd::wake_walsenders(self.shm.repl());
         }
     }
 

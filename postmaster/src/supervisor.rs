@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   Startup --startup exits 0--> Run --SIGTERM--> StopBackends --all gone-->
-//!       StopCheckpointer (shutdown checkpoint) --gone--> StopWalwriter (and archiver) --gone--> exit 0
+//!       StopCheckpointer (shutdown checkpoint) --gone--> StopWalsenders (send all flushed WAL)
+//!       --gone--> StopWalwriter (and archiver) --gone--> exit 0
 //!      |                          |
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
 //! ```
@@ -79,6 +80,9 @@ enum State {
     Run,
     StopBackends,
     StopCheckpointer,
+    /// Walsenders (connection children registered in shared memory's
+    /// walsender array) stream the shutdown checkpoint, then end.
+    StopWalsenders,
     StopWalwriter,
     CrashWait,
 }
@@ -489,10 +493,6 @@ impl Postmaster {
         }
     }
 
-    fn has_children(&self, pred: impl Fn(Kind) -> bool) -> bool {
-        self.children.iter().any(|c| pred(c.kind))
-    }
-
     fn begin_fast_shutdown(&mut self) {
         self.shutting_down = true;
         match self.state {
@@ -500,12 +500,32 @@ impl Postmaster {
                 // Let startup finish; advance_state moves on from there.
             }
             State::Run => {
-                self.signal_kind(Kind::is_backend, libc::SIGTERM);
+                let walsenders = self.walsender_pids();
+                for c in &self.children {
+                    if c.kind.is_backend() && !walsenders.contains(&c.pid) {
+                        // SAFETY: kill has no memory effects.
+                        unsafe { libc::kill(c.pid, libc::SIGTERM) };
+                    }
+                }
                 self.state = State::StopBackends;
                 self.crash_deadline = Some(Instant::now() + SHUTDOWN_KILL_AFTER);
             }
             _ => {}
         }
+    }
+
+    /// Pids of the connection children that became walsenders (read from
+    /// their entries in shared memory: plain atomics, no lock).
+    fn walsender_pids(&self) -> Vec<i32> {
+        let Some(shm) = &self.shm else {
+            return Vec::new();
+        };
+        shm.repl()
+            .senders
+            .iter()
+            .map(|s| s.pid.load(Ordering::Relaxed))
+            .filter(|&pid| pid > 0)
+            .collect()
     }
 
     fn enter_crash_wait(&mut self) {
@@ -708,26 +728,36 @@ impl Postmaster {
         let overdue = self.crash_deadline.is_some_and(|d| Instant::now() > d);
         match self.state {
             State::StopBackends => {
-                let waiting_for = |k| {
+                let walsenders = self.walsender_pids();
+                let waiting_for = |c: &Child| {
                     matches!(
-                        k,
+                        c.kind,
                         Kind::Client(_)
                             | Kind::Server(ServerChild::Backend(_))
                             | Kind::Supervised(_)
-                    )
+                    ) && !walsenders.contains(&c.pid)
                 };
-                let next = (ServerChild::Checkpointer, State::StopCheckpointer);
+                let checkpointer = |c: &Child| c.kind == Kind::Server(ServerChild::Checkpointer);
+                let next = (checkpointer, State::StopCheckpointer);
                 self.stop_step(waiting_for, next, overdue, "backends");
                 None
             }
             State::StopCheckpointer => {
-                let checkpointer = Kind::Server(ServerChild::Checkpointer);
-                let next = (ServerChild::Walwriter, State::StopWalwriter);
-                self.stop_step(|k| k == checkpointer, next, overdue, "checkpointer");
-                if self.state == State::StopWalwriter {
+                let checkpointer = |c: &Child| c.kind == Kind::Server(ServerChild::Checkpointer);
+                let walsenders = |c: &Child| matches!(c.kind, Kind::Client(_));
+                let next = (walsenders, State::StopWalsenders);
+                self.stop_step(checkpointer, next, overdue, "checkpointer");
+                if self.state == State::StopWalsenders {
                     // After the shutdown checkpoint, as PostgreSQL's archiver.
                     self.signal_kind(|k| k == Kind::Server(ServerChild::Archiver), libc::SIGTERM);
                 }
+                None
+            }
+            State::StopWalsenders => {
+                let walsenders = |c: &Child| matches!(c.kind, Kind::Client(_));
+                let walwriter = |c: &Child| c.kind == Kind::Server(ServerChild::Walwriter);
+                let next = (walwriter, State::StopWalwriter);
+                self.stop_step(walsenders, next, overdue, "walsenders");
                 None
             }
             State::StopWalwriter if self.children.is_empty() => Some(self.finish()),
@@ -741,18 +771,21 @@ impl Postmaster {
     /// that takes too long, SIGKILL everything.
     fn stop_step(
         &mut self,
-        waiting_for: impl Fn(Kind) -> bool,
-        (next_child, next_state): (ServerChild, State),
+        waiting_for: impl Fn(&Child) -> bool,
+        (next_children, next_state): (impl Fn(&Child) -> bool, State),
         overdue: bool,
         what: &str,
     ) {
-        if !self.has_children(waiting_for) {
+        if !self.children.iter().any(waiting_for) {
             if next_state == State::StopCheckpointer {
                 // Backends and supervised workers are gone: external
                 // workers are told and cut off before the last checkpoint.
                 self.abandon_generation();
             }
-            self.signal_kind(|k| k == Kind::Server(next_child), libc::SIGTERM);
+            for c in self.children.iter().filter(|c| next_children(c)) {
+                // SAFETY: kill has no memory effects.
+                unsafe { libc::kill(c.pid, libc::SIGTERM) };
+            }
             self.state = next_state;
         } else if overdue {
             log(

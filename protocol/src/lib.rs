@@ -16,6 +16,7 @@
 mod codec;
 mod error;
 pub mod limits;
+pub mod replication;
 mod scram;
 mod serve;
 mod session;
@@ -27,9 +28,9 @@ mod wire;
 pub use error::{sqlstate, SqlError};
 pub use scram::{constant_time_eq, verifier_for_password, Verifier};
 pub use serve::serve;
-pub use session::{Session, Termination};
+pub use session::{Session, SystemView, Termination};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
     crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,
-    ServerParams, Startup, StartupInfo, Transport,
+    startup_with, ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
 };

@@ -503,6 +503,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             _ => self.params.sync_committed.clone(),
         };
         self.session.set_synchronous_commit(on);
+        self.session.set_synchronous_commit_level(&name);
         self.params.sync_name = name.clone();
         self.params.sync_committed = (on, name);
         self.params.sync_dirty = false;
@@ -657,6 +658,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     fn simple_query(&mut self, sql: &str) {
         self.statements.remove("");
         self.portals.remove("");
+        if self.system_view_query(sql) {
+            return;
+        }
         let statements = match parse_statements_within(sql, self.session.memory_limit()) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
@@ -680,6 +684,27 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         if self.broken.is_none() {
             self.commit_implicit();
         }
+    }
+
+    /// Temporary (issue 13, until the SQL view engine serves views):
+    /// `SELECT * FROM pg_replication_slots | pg_stat_replication` answered
+    /// from the session's rows, all columns as text. True if handled.
+    fn system_view_query(&mut self, sql: &str) -> bool {
+        let Some(name) = crate::replication::system_view_name(sql) else {
+            return false;
+        };
+        let Some((columns, rows)) = self.session.system_view(name) else {
+            return false;
+        };
+        let columns: Vec<_> = columns
+            .iter()
+            .map(|c| (*c, crate::replication::ColumnType::Text))
+            .collect();
+        match crate::replication::result_set(&columns, &rows, &format!("SELECT {}", rows.len())) {
+            Ok(bytes) => self.out.raw(&bytes),
+            Err(e) => self.fail(e),
+        }
+        true
     }
 
     fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
@@ -1001,6 +1026,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 None => self.params.sync_default.clone(),
             };
             self.session.set_synchronous_commit(on);
+            self.session.set_synchronous_commit_level(&canonical);
             self.params.sync_name = canonical.clone();
             if !local {
                 self.params.sync_pending = Some((on, canonical));
@@ -1038,6 +1064,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         if reset_sync {
             let (on, canonical) = self.params.sync_default.clone();
             self.session.set_synchronous_commit(on);
+            self.session.set_synchronous_commit_level(&canonical);
             self.params.sync_name = canonical.clone();
             self.params.sync_pending = Some((on, canonical));
             self.params.sync_dirty = true;

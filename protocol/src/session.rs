@@ -21,6 +21,9 @@
 
 use crate::error::SqlError;
 
+/// A system view's columns and rows (text values, None = NULL).
+pub type SystemView = (&'static [&'static str], Vec<Vec<Option<String>>>);
+
 /// Why the server wants this connection to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Termination {
@@ -56,6 +59,34 @@ pub trait Session {
     fn rollback(&mut self) -> Result<(), SqlError>;
     fn set_synchronous_commit(&mut self, on: bool);
     fn synchronous_commit(&self) -> bool;
+    /// The canonical `synchronous_commit` name in force (after
+    /// `set_synchronous_commit`): `remote_write` / `on` also decide what a
+    /// commit waits for from synchronous standbys. The default ignores it.
+    fn set_synchronous_commit_level(&mut self, _name: &str) {}
+    /// pg_create_physical_replication_slot: the slot's restart_lsn when
+    /// WAL was reserved (issue 13). The default refuses (0A000).
+    fn create_physical_replication_slot(
+        &mut self,
+        _name: &str,
+        _immediately_reserve: bool,
+        _temporary: bool,
+    ) -> Result<Option<u64>, SqlError> {
+        Err(SqlError::not_supported(
+            "replication slots are not supported here",
+        ))
+    }
+    /// Column names and text rows (None: NULL) of a system view the
+    /// database serves itself (`pg_replication_slots`,
+    /// `pg_stat_replication`; issue 13), or None if it has no such view.
+    fn system_view(&mut self, _name: &str) -> Option<SystemView> {
+        None
+    }
+    /// pg_drop_replication_slot (issue 13). The default refuses (0A000).
+    fn drop_replication_slot(&mut self, _name: &str) -> Result<(), SqlError> {
+        Err(SqlError::not_supported(
+            "replication slots are not supported here",
+        ))
+    }
     /// Checked between statements and while waiting for the client.
     fn termination(&self) -> Option<Termination>;
     /// A cancel request for this backend arrived. Checked before each statement.

@@ -79,6 +79,31 @@ pub struct StartupInfo {
     pub synchronous_commit: Option<bool>,
     /// All other run-time parameters sent at start-up (accepted, not applied).
     pub options: Vec<(String, String)>,
+    /// `replication=true` (physical) or `replication=database`: the
+    /// connection becomes a walsender (see `replication`).
+    pub replication: Option<ReplicationMode>,
+}
+
+/// What `replication` asked for in the StartupMessage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationMode {
+    Physical,
+    Database,
+}
+
+/// PostgreSQL's reading of the `replication` parameter: a boolean or
+/// `database`; anything else is FATAL 22023.
+fn parse_replication(value: &str) -> Result<Option<ReplicationMode>, SqlError> {
+    match value.to_ascii_lowercase().as_str() {
+        "database" => Ok(Some(ReplicationMode::Database)),
+        "true" | "on" | "yes" | "1" => Ok(Some(ReplicationMode::Physical)),
+        "false" | "off" | "no" | "0" => Ok(None),
+        _ => Err(SqlError::fatal(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"replication\": \"{value}\""),
+        )
+        .with_hint("Valid values are: \"false\", 0, \"true\", 1, \"database\".")),
+    }
 }
 
 /// Outcome of the start-up phase.
@@ -183,13 +208,6 @@ fn parse_startup_parameters(body: &[u8]) -> Result<Vec<(String, String)>, SqlErr
     Ok(params)
 }
 
-fn is_true_ish(value: &str) -> bool {
-    matches!(
-        value.to_ascii_lowercase().as_str(),
-        "true" | "on" | "yes" | "1" | "database"
-    )
-}
-
 /// A validated StartupMessage: the info, the client encoding to report,
 /// and protocol options we must tell the client we do not know.
 struct Accepted {
@@ -215,13 +233,7 @@ fn interpret_startup(version: i32, params: Vec<(String, String)>) -> Result<Acce
             "user" => info.user = value,
             "database" => info.database = value,
             "options" => settings_list.extend(settings::parse_options(&value)),
-            "replication" if is_true_ish(&value) => {
-                return Err(SqlError::fatal(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "replication connections are not supported by walshm",
-                ))
-            }
-            "replication" => {}
+            "replication" => info.replication = parse_replication(&value)?,
             n if n.starts_with("_pq_.") => unrecognized.push(name),
             _ => settings_list.push((name, value)),
         }
@@ -284,6 +296,19 @@ pub fn startup<S: Read + Write>(
     transport: &Transport,
     params: &ServerParams,
 ) -> io::Result<Startup> {
+    startup_with(stream, transport, params, &mut |_| Ok(()))
+}
+
+/// [`startup`], with `admit` asked after authentication and before the
+/// greeting (as PostgreSQL's InitPostgres checks its limits then): an
+/// error from it is sent as the client's FATAL and the connection is
+/// `Rejected` (e.g. 53300 for a walsender beyond max_wal_senders).
+pub fn startup_with<S: Read + Write>(
+    stream: &mut S,
+    transport: &Transport,
+    params: &ServerParams,
+    admit: &mut dyn FnMut(&StartupInfo) -> Result<(), SqlError>,
+) -> io::Result<Startup> {
     let (version, body) = match read_first_packet(stream)? {
         FirstPacket::Invalid => return Ok(Startup::Rejected),
         FirstPacket::Cancel { pid, key } => return Ok(Startup::Cancel { pid, key }),
@@ -304,6 +329,10 @@ pub fn startup<S: Read + Write>(
         out.clear();
     }
     if !authenticate(stream, transport, params, &accepted.info.user)? {
+        return Ok(Startup::Rejected);
+    }
+    if let Err(e) = admit(&accepted.info) {
+        send_error(stream, &to_fatal(e))?;
         return Ok(Startup::Rejected);
     }
     greet(&mut out, params, &accepted);
@@ -550,6 +579,22 @@ mod tests {
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn replication_parameter_as_postgresql_reads_it() {
+        let mode = |v: &str| {
+            let params = vec![
+                ("user".into(), "u".into()),
+                ("replication".into(), v.into()),
+            ];
+            interpret_startup(PROTOCOL_3_0, params).map(|a| a.info.replication)
+        };
+        assert_eq!(mode("true").unwrap(), Some(ReplicationMode::Physical));
+        assert_eq!(mode("1").unwrap(), Some(ReplicationMode::Physical));
+        assert_eq!(mode("Database").unwrap(), Some(ReplicationMode::Database));
+        assert_eq!(mode("off").unwrap(), None);
+        assert_eq!(mode("maybe").unwrap_err().code, "22023");
     }
 
     fn packet(code: i32, rest: &[u8]) -> Vec<u8> {

@@ -30,6 +30,8 @@
 //!   ProcArray         ProcArrayShared x 1                align 128
 //!   ProcArrayMembers  AtomicU32 x max_procs              align 128
 //!   Histograms        LatencyHistogram x max_procs       align 128
+//!   Replication       ReplCtl x 1                        align 128
+//!   SyncRepWaiters    SyncRepWaiter x max_procs          align 128
 //!   WalPages          WalPage x n_buffers                align 4096
 //! test-only:
 //!   LockTest          LockTestArea x 1                   align 128
@@ -53,6 +55,7 @@ use crate::segment::{PaddedLWLock, ProcGlobal, ShmemHeader, NUM_AUX_PROCS, NUM_N
 use crate::settings::Settings;
 use crate::sync::{AtomicU32, AtomicU64};
 use crate::variants::{LockLayout, Reservation};
+use crate::walsnd::{ReplCtl, SyncRepWaiter};
 use crate::xlogctl::{PaddedWalInsertLock, WalInsertLock, XLogCtl};
 use std::fmt::Write as _;
 use std::mem::{align_of, size_of};
@@ -187,6 +190,10 @@ declare_regions! {
         ProcArrayMembers: AtomicU32, x max_procs;
         /// Per-process transaction latency histograms.
         Histograms: LatencyHistogram, x max_procs;
+        /// Walsenders, replication slots, the sync-rep queue (issue 13).
+        Replication: ReplCtl, x 1;
+        /// Each proc's sync-rep wait (issue 13).
+        SyncRepWaiters: SyncRepWaiter, x max_procs;
         /// The WAL buffer pages.
         WalPages: WalPage, x n_buffers;
     }

@@ -25,6 +25,7 @@ pub mod settings;
 pub mod spin;
 pub mod sync;
 pub mod variants;
+pub mod walsnd;
 pub mod xlogctl;
 
 #[cfg(not(loom))]

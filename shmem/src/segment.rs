@@ -562,6 +562,19 @@ impl Shmem {
         unsafe { &*self.element(Region::Histograms, procno as usize) }
     }
 
+    /// Walsenders, slots and the sync-rep queue (`walsnd`).
+    pub fn repl(&self) -> &crate::walsnd::ReplCtl {
+        // SAFETY: zero-initialized ReplCtl (atomics; all-zero is its
+        // initial state).
+        unsafe { &*self.element(Region::Replication, 0) }
+    }
+
+    /// Each proc's sync-rep wait, indexed by proc number.
+    pub fn syncrep_waiters(&self) -> &[crate::walsnd::SyncRepWaiter] {
+        // SAFETY: `max_procs` zero-initialized (not waiting) entries.
+        unsafe { self.slice(Region::SyncRepWaiters) }
+    }
+
     /// The `lwlock` workload's oracle (a test-only region).
     pub fn lock_test_area(&self) -> &LockTestArea {
         // SAFETY: zero-initialized (a valid LockTestArea).

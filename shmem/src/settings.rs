@@ -206,6 +206,66 @@ declare_settings! {
     worker_restart_delay_ms: u32 = 5000 =>
         "worker_restart_delay", Kind::int(Unit::MS, Unit::S, 0, 3_600_000),
         "wait before restarting a supervised worker that exited 1";
+    // issue 13 (replication)
+    /// Walsenders (replication connections) allowed at once.
+    max_wal_senders: u32 = 10 =>
+        "max_wal_senders", Kind::count(0, crate::walsnd::MAX_WAL_SENDERS as u64),
+        "replication connections (walsenders) allowed at once";
+    /// Replication slots the server can hold.
+    max_replication_slots: u32 = 10 =>
+        "max_replication_slots", Kind::count(0, crate::walsnd::MAX_SLOTS as u64),
+        "replication slots the server can hold";
+    /// A walsender ends a connection whose receiver said nothing for this
+    /// long (0: never); it asks for a reply after half of it.
+    wal_sender_timeout_ms: u32 = 60_000 =>
+        "wal_sender_timeout", Kind::int(Unit::MS, Unit::MS, 0, 3_600_000),
+        "end a replication connection silent for this long (0 = never)";
+    /// Standbys whose reports release synchronous commits.
+    synchronous_standby_names: Text<256> = Text::empty() =>
+        "synchronous_standby_names",
+        Kind::Text {
+            valid: "'' or a list: name, ... | FIRST n (name, ...) | ANY n (name, ...), '*' = any",
+            check: standby_names_syntax,
+        },
+        "standbys (application_name) that synchronous commits wait for";
+    /// WAL a slot may hold back beyond the checkpoint's needs: -1 = no
+    /// limit, else a size (MB when bare).
+    max_slot_wal_keep_size: Text<24> = Text::empty() =>
+        "max_slot_wal_keep_size",
+        Kind::Text { valid: "-1 (no limit) or a size such as 1024MB or 2GB", check: keep_size_syntax },
+        "WAL replication slots may keep (-1 = unlimited; beyond it a slot is lost)";
+}
+
+/// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
+fn standby_names_syntax(row: &Setting, value: &str) -> Result<(), SettingError> {
+    crate::walsnd::standby_names::parse(value)
+        .map(|_| ())
+        .map_err(|e| SettingError(format!("{}: {e}", row.invalid(value).0)))
+}
+
+fn keep_size_syntax(row: &Setting, value: &str) -> Result<(), SettingError> {
+    match parse_keep_size_mb(value) {
+        Some(_) => Ok(()),
+        None => Err(row.invalid(value)),
+    }
+}
+
+/// `max_slot_wal_keep_size` in MB: None if malformed, Some(None) for no
+/// limit ('' or -1), Some(Some(mb)) otherwise.
+pub fn parse_keep_size_mb(value: &str) -> Option<Option<u64>> {
+    let v = value.trim();
+    if v.is_empty() || v == "-1" {
+        return Some(None);
+    }
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: u64 = v[..split].parse().ok()?;
+    let mb = match v[split..].trim() {
+        "" | "MB" => n,
+        "GB" => n.checked_mul(1024)?,
+        "TB" => n.checked_mul(1024 * 1024)?,
+        _ => return None,
+    };
+    Some(Some(mb))
 }
 
 // ---- text checks ----

@@ -127,6 +127,14 @@ impl<'a> Checkpointer<'a> {
         let keep_segs = (s.wal_keep_size_mb as u64 * (1 << 20)).div_ceil(self.geo.seg_size);
         let redo_seg = self.geo.seg_no(redo);
         let cutoff = redo_seg.saturating_sub(keep_segs);
+        let cutoff = crate::slots::removal_cutoff(
+            self.shm,
+            &self.ctx.datadir,
+            &self.geo,
+            redo,
+            cutoff,
+            s.fsync,
+        );
         let tli = self.shm.xlog().facts.timeline;
         let pg_wal = self.ctx.pg_wal();
         let Ok(names) = walfile::list_dir(Op::WalDir, &pg_wal) else {

@@ -25,6 +25,7 @@ use crate::checkpointer::request_checkpoint;
 use crate::client_poll::PollingStream;
 use crate::context::ProcContext;
 use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
+use crate::procs::walsender;
 use crate::xact::Xact;
 use protocol::{sqlstate, Session, SqlError, Termination};
 use shmem::sync::Ordering;
@@ -125,6 +126,48 @@ impl Session for WalSession<'_> {
 
     fn synchronous_commit(&self) -> bool {
         self.xact.synchronous()
+    }
+
+    fn set_synchronous_commit_level(&mut self, name: &str) {
+        crate::syncrep::set_session_level(name);
+    }
+
+    fn create_physical_replication_slot(
+        &mut self,
+        name: &str,
+        immediately_reserve: bool,
+        temporary: bool,
+    ) -> Result<Option<u64>, SqlError> {
+        if temporary {
+            return Err(SqlError::error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "temporary replication slots can only be created by a replication connection here",
+            ));
+        }
+        let ctx = self.xact.xlog.context();
+        let (shm, dir, fsync) = (self.shm, &ctx.datadir, ctx.settings.fsync);
+        let lsn = crate::slots::create(shm, dir, name, false, immediately_reserve, fsync)?;
+        Ok(immediately_reserve.then_some(lsn))
+    }
+
+    fn system_view(&mut self, name: &str) -> Option<protocol::SystemView> {
+        let dir = &self.xact.xlog.context().datadir;
+        match name {
+            "pg_replication_slots" => Some((
+                crate::slots::PG_REPLICATION_SLOTS,
+                crate::slots::pg_replication_slots(self.shm, dir),
+            )),
+            "pg_stat_replication" => Some((
+                crate::syncrep::PG_STAT_REPLICATION,
+                crate::syncrep::pg_stat_replication(self.shm),
+            )),
+            _ => None,
+        }
+    }
+
+    fn drop_replication_slot(&mut self, name: &str) -> Result<(), SqlError> {
+        let dir = &self.xact.xlog.context().datadir;
+        crate::slots::drop_slot(self.shm, dir, name, false)
     }
 
     fn termination(&self) -> Option<Termination> {
@@ -235,17 +278,35 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         Peer::Tcp => protocol::Transport::Tcp,
     };
     let params = protocol::ServerParams::new(pid, key as i32, password);
-    let info = match protocol::startup(&mut stream, &transport, &params) {
+    // A replication connection takes its walsender entry before the
+    // greeting (FATAL 53300 beyond max_wal_senders, as PostgreSQL).
+    let mut walsender = None;
+    let mut admit = |info: &protocol::StartupInfo| {
+        if info.replication.is_some() {
+            walsender = Some(walsender::claim(shm, &info.application_name)?);
+        }
+        Ok(())
+    };
+    let started = protocol::startup_with(&mut stream, &transport, &params, &mut admit);
+    let info = match started {
         Ok(protocol::Startup::Ready(info)) => info,
         Ok(protocol::Startup::Cancel { pid, key }) => {
             forward_cancel(shm, pid, key);
             return 0;
         }
-        Ok(protocol::Startup::Rejected) | Err(_) => return 0,
+        Ok(protocol::Startup::Rejected) | Err(_) => {
+            if let Some(me) = walsender {
+                walsender::release(shm, me);
+            }
+            return 0;
+        }
     };
     // Authenticated: from here on the session counts against
     // max_connections (its proc slot), not against the start-up deadline.
     process::disarm_startup_timeout();
+    if let Some(me) = walsender {
+        return walsender::run(shm, datadir, stream, &info, me);
+    }
     let Some(procno) = shm.alloc_backend_proc() else {
         let e = SqlError::fatal(
             sqlstate::TOO_MANY_CONNECTIONS,

@@ -18,4 +18,5 @@ pub mod archiver;
 pub mod checkpointer;
 pub mod connection;
 pub mod startup;
+pub mod walsender;
 pub mod worker;

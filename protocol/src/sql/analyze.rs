@@ -30,6 +30,10 @@ pub enum Func {
     SwitchWal,
     Repeat,
     Version,
+    /// pg_create_physical_replication_slot(name [, immediately_reserve [, temporary]]) (issue 13).
+    CreatePhysicalSlot,
+    /// pg_drop_replication_slot(name) (issue 13).
+    DropSlot,
 }
 
 struct Signature {
@@ -102,6 +106,31 @@ static CATALOG: &[Signature] = &[
         args: &[],
         result: Text,
         func: Func::Version,
+    },
+    // issue 13 (replication): the record (slot_name, lsn) as its text form.
+    Signature {
+        name: "pg_create_physical_replication_slot",
+        args: &[Text],
+        result: Text,
+        func: Func::CreatePhysicalSlot,
+    },
+    Signature {
+        name: "pg_create_physical_replication_slot",
+        args: &[Text, Bool],
+        result: Text,
+        func: Func::CreatePhysicalSlot,
+    },
+    Signature {
+        name: "pg_create_physical_replication_slot",
+        args: &[Text, Bool, Bool],
+        result: Text,
+        func: Func::CreatePhysicalSlot,
+    },
+    Signature {
+        name: "pg_drop_replication_slot",
+        args: &[Text],
+        result: SqlType::Void,
+        func: Func::DropSlot,
     },
 ];
 

@@ -110,6 +110,18 @@ fn call(func: Func, args: &[Value], session: &mut dyn Session) -> Result<Value, 
             args.get(1).map(int).unwrap_or(0),
             session.memory_limit(),
         )?,
+        Func::CreatePhysicalSlot => {
+            let name = args.first().map(text).unwrap_or("");
+            let reserve = matches!(args.get(1), Some(Value::Bool(true)));
+            let temporary = matches!(args.get(2), Some(Value::Bool(true)));
+            let lsn = session.create_physical_replication_slot(name, reserve, temporary)?;
+            let lsn = lsn.map(super::value::format_lsn).unwrap_or_default();
+            Value::Text(format!("({name},{lsn})"))
+        }
+        Func::DropSlot => {
+            session.drop_replication_slot(args.first().map(text).unwrap_or(""))?;
+            Value::Void
+        }
         Func::Version => Value::Text(format!(
             "PostgreSQL {DEFAULT_SERVER_VERSION} on {}-linux, compiled by rustc, 64-bit",
             std::env::consts::ARCH

@@ -1,0 +1,885 @@
+//! The walsender: a connection that asked for `replication=true` in its
+//! StartupMessage (PostgreSQL's walsender.c, physical replication only).
+//! It answers the replication commands (`protocol::replication`) and, after
+//! START_REPLICATION, streams WAL in a CopyBoth stream: XLogData from the
+//! requested position up to the flush position, read from the segment
+//! files (read-only), keepalives, and the receiver's status updates, which
+//! it publishes in its `WalSnd` entry, applies to its slot and uses to
+//! release synchronous commits (`syncrep::release_waiters`).
+//!
+//! Waiting: with nothing to send, the walsender announces that it sleeps
+//! (`ReplCtl::announce_sleep`), re-checks the flush position and `ppoll`s
+//! its socket with SIGURG unblocked; whoever advances the flush position
+//! sends SIGURG (`walsnd::wake_walsenders`). SIGURG is blocked everywhere
+//! else, so a wake-up between the re-check and `ppoll` stays pending and
+//! ends the `ppoll` at once. The `ppoll` timeout is the keepalive timer
+//! (half of `wal_sender_timeout`: a keepalive asking for a reply), and a
+//! receiver silent for `wal_sender_timeout` is disconnected.
+//!
+//! Invariants: only WAL below the flush position is sent (it never
+//! changes on disk afterwards); a segment read while the checkpointer
+//! removes it is detected (`ReplCtl::removed_below_seg`, published before
+//! removal, checked after each read) and ends the stream with 58P01 rather
+//! than sending recycled bytes; bad client input is an ERROR (commands) or
+//! FATAL 08P01 (stream), never a panic.
+//!
+//! Fast shutdown: the postmaster sends SIGTERM to walsenders only after the
+//! shutdown checkpoint is flushed; the walsender then sends everything up
+//! to the flush position, asks the receiver for a reply, waits (bounded)
+//! for its write or flush report to reach the end, and ends the stream
+//! with CommandComplete "COPY 0", as PostgreSQL's WalSndDone does.
+
+use crate::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
+use crate::walfile::{self, Op};
+use crate::{slots, syncrep};
+use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
+use protocol::{sqlstate, ReplicationMode, SqlError, StartupInfo};
+use shmem::sync::Ordering;
+use shmem::walsnd::{sender_state, WalSnd};
+use shmem::Shmem;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use walformat::{Geometry, Lsn};
+
+/// Most WAL bytes in one XLogData message (PostgreSQL's MAX_SEND_SIZE).
+const MAX_SEND: u64 = 16 * 8192;
+/// How long the shutdown drain waits for the receiver's last report.
+const SHUTDOWN_REPLY_WAIT: Duration = Duration::from_secs(10);
+/// ppoll timeout when no keepalive timer applies.
+const IDLE_POLL: Duration = Duration::from_millis(1000);
+
+extern "C" fn on_sigurg(_: libc::c_int) {}
+
+/// How a session or stream ended.
+enum End {
+    /// The client left (Terminate or EOF): exit 0.
+    ClientGone,
+    /// A FATAL was sent (or could not be): exit with EXIT_FATAL.
+    Fatal,
+    /// Streaming ended at a fast shutdown: exit 0.
+    Shutdown,
+}
+
+/// One walsender's state.
+struct WalSender<'a, S: Read + Write + AsRawFd> {
+    shm: &'a Shmem,
+    datadir: PathBuf,
+    stream: S,
+    me: usize,
+    geo: Geometry,
+    tli: u32,
+    mode: ReplicationMode,
+    database: String,
+    inbuf: Vec<u8>,
+    /// The slot streamed for, if any.
+    slot: Option<usize>,
+    temp_slots: Vec<String>,
+    /// The open segment (segno, file).
+    segment: Option<(u64, File)>,
+    last_reply: Instant,
+    ping_sent: bool,
+}
+
+fn entry(shm: &Shmem, i: usize) -> &WalSnd {
+    &shm.repl().senders[i]
+}
+
+/// A replication connection, authenticated: takes a free WalSnd entry
+/// among the first `max_wal_senders` (an entry whose process is gone
+/// without releasing it counts as free); FATAL 53300 when none is free.
+pub fn claim(shm: &Shmem, application_name: &str) -> Result<usize, SqlError> {
+    claim_entry(shm, application_name).ok_or_else(|| {
+        SqlError::fatal(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            format!(
+                "number of requested standby connections exceeds max_wal_senders (currently {})",
+                shm.settings().max_wal_senders
+            ),
+        )
+    })
+}
+
+/// Gives back an entry taken by `claim` whose connection never streamed.
+pub fn release(shm: &Shmem, me: usize) {
+    free_entry(shm, me);
+}
+
+/// Is process `pid` gone (its entry can be reused)?
+fn is_gone(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+fn claim_entry(shm: &Shmem, application_name: &str) -> Option<usize> {
+    let ctl = shm.repl();
+    let max = (shm.settings().max_wal_senders as usize).min(ctl.senders.len());
+    ctl.lock.lock();
+    let free = ctl.senders[..max].iter().position(|s| {
+        let pid = s.pid.load(Ordering::Relaxed);
+        pid == 0 || is_gone(pid)
+    });
+    if let Some(i) = free {
+        let s = &ctl.senders[i];
+        s.application_name.store(application_name);
+        for pos in [&s.sent, &s.write, &s.flush, &s.apply] {
+            pos.store(0, Ordering::Relaxed);
+        }
+        s.reports_flush.store(0, Ordering::Relaxed);
+        s.reply_time.store(0, Ordering::Relaxed);
+        s.slot.store(0, Ordering::Relaxed);
+        s.state.store(sender_state::STARTUP, Ordering::Relaxed);
+        s.backend_start
+            .store(walformat::pg_now_us(), Ordering::Relaxed);
+        let priority = syncrep::standby_config(shm).map_or(0, |c| c.priority(application_name));
+        s.sync_priority.store(priority, Ordering::Relaxed);
+        s.sync_state.store(0, Ordering::Relaxed);
+        // Release (under the lock too): monitors that see the pid see the
+        // fields above (pairs with their Acquire load of pid).
+        s.pid.store(std::process::id() as i32, Ordering::Release);
+    }
+    ctl.lock.unlock();
+    free
+}
+
+fn free_entry(shm: &Shmem, i: usize) {
+    let ctl = shm.repl();
+    ctl.cancel_sleep(i);
+    ctl.lock.lock();
+    ctl.senders[i].pid.store(0, Ordering::Release);
+    ctl.lock.unlock();
+}
+
+/// Blocks SIGURG (it is only unblocked inside `ppoll`) and installs a
+/// handler so that its delivery interrupts `ppoll`.
+fn prepare_wakeup_signal() {
+    set_handler(libc::SIGURG, on_sigurg as *const () as libc::sighandler_t);
+    // SAFETY: a zeroed sigset is filled by sigemptyset/sigaddset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGURG);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The signal mask `ppoll` runs with: the current one without SIGURG.
+fn mask_without_sigurg() -> libc::sigset_t {
+    // SAFETY: sigprocmask fills `cur`; sigdelset edits a valid set.
+    unsafe {
+        let mut cur: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+        libc::sigdelset(&mut cur, libc::SIGURG);
+        cur
+    }
+}
+
+/// With synchronous replication on: how many commits the walsenders
+/// released so far and in how many passes (one pass per status update
+/// that released any), for the benchmark's "commits per status update".
+fn log_release_totals(shm: &Shmem) {
+    if syncrep::standby_config(shm).is_none() {
+        return;
+    }
+    let ctl = shm.repl();
+    let commits = ctl.released_commits.load(Ordering::Relaxed);
+    let passes = ctl.release_passes.load(Ordering::Relaxed);
+    let per = commits as f64 / passes.max(1) as f64;
+    log(
+        "LOG",
+        &format!("synchronous replication: {commits} commits released in {passes} status updates ({per:.1} per update)"),
+    );
+}
+
+/// A connection's life as a walsender; returns the exit code.
+/// Entry `me` comes from [`claim`].
+pub fn run<S: Read + Write + AsRawFd>(
+    shm: &Shmem,
+    datadir: &Path,
+    stream: S,
+    info: &StartupInfo,
+    me: usize,
+) -> i32 {
+    let mode = info.replication.unwrap_or(ReplicationMode::Physical);
+    process::set_comm("walsender");
+    prepare_wakeup_signal();
+    let geo = match Geometry::new(shm.xlog().facts.seg_size) {
+        Ok(g) => g,
+        Err(e) => {
+            log("FATAL", &format!("bad WAL segment size: {e}"));
+            free_entry(shm, me);
+            return EXIT_FATAL;
+        }
+    };
+    let mut ws = WalSender {
+        shm,
+        datadir: datadir.to_path_buf(),
+        stream,
+        me,
+        geo,
+        tli: shm.xlog().facts.timeline,
+        mode,
+        database: info.database.clone(),
+        inbuf: Vec::new(),
+        slot: None,
+        temp_slots: Vec::new(),
+        segment: None,
+        last_reply: Instant::now(),
+        ping_sent: false,
+    };
+    let end = ws.command_loop();
+    ws.cleanup();
+    log_release_totals(shm);
+    free_entry(shm, me);
+    match end {
+        End::ClientGone | End::Shutdown => 0,
+        End::Fatal => EXIT_FATAL,
+    }
+}
+
+impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
+    fn entry(&self) -> &WalSnd {
+        entry(self.shm, self.me)
+    }
+
+    fn flush_lsn(&self) -> Lsn {
+        // Acquire pairs with the Release fetch_max of flush_result in
+        // xlog_write: the WAL below it is in the segment files.
+        self.shm.xlog().write.flush_result.load(Ordering::Acquire)
+    }
+
+    fn cleanup(&mut self) {
+        if let Some(idx) = self.slot.take() {
+            slots::release(self.shm, idx);
+        }
+        for name in std::mem::take(&mut self.temp_slots) {
+            let _ = slots::drop_slot(self.shm, &self.datadir, &name, false);
+        }
+    }
+
+    // ---- socket I/O ----
+
+    /// Writes all of `bytes`; false if the client is gone or the write
+    /// could not finish within `wal_sender_timeout`.
+    fn send(&mut self, bytes: &[u8]) -> bool {
+        let started = Instant::now();
+        let limit = self.timeout().unwrap_or(Duration::from_secs(3600));
+        let mut off = 0;
+        while off < bytes.len() {
+            match self.stream.write(&bytes[off..]) {
+                Ok(0) => return false,
+                Ok(n) => off += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted
+                            | std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if started.elapsed() > limit {
+                        log(
+                            "LOG",
+                            "terminating walsender process: client stopped reading",
+                        );
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn send_fatal(&mut self, e: &SqlError) -> End {
+        let mut e = e.clone();
+        e.severity = "FATAL";
+        let bytes = repl::error_response(&e);
+        self.send(&bytes);
+        End::Fatal
+    }
+
+    /// Reads what the client sent without blocking; false at EOF or error.
+    fn read_available(&mut self) -> bool {
+        let mut buf = [0u8; 16384];
+        loop {
+            // SAFETY: `buf` is a writable buffer of the given length.
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            match n {
+                0 => return false,
+                n if n > 0 => {
+                    self.inbuf.extend_from_slice(&buf[..n as usize]);
+                    if self.inbuf.len() > 4 * repl::MAX_CLIENT_MESSAGE {
+                        return true;
+                    }
+                }
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    return matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits until the socket is readable, SIGURG or SIGTERM arrives, or
+    /// `timeout` passes.
+    fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let mask = mask_without_sigurg();
+        // SAFETY: one valid pollfd, a valid timespec and sigset.
+        unsafe { libc::ppoll(&mut pfd, 1, &ts, &mask) };
+    }
+
+    /// The next complete message, waiting for it (command mode).
+    fn next_message(&mut self) -> Result<Option<(u8, Vec<u8>)>, End> {
+        loop {
+            match repl::take_message(&mut self.inbuf) {
+                Ok(Some(m)) => return Ok(Some(m)),
+                Ok(None) => {}
+                Err(e) => return Err(self.send_fatal(&e)),
+            }
+            if shutdown_requested() {
+                let e = SqlError::fatal(
+                    sqlstate::ADMIN_SHUTDOWN,
+                    "terminating connection due to administrator command",
+                );
+                return Err(self.send_fatal(&e));
+            }
+            let had = self.inbuf.len();
+            if !self.read_available() {
+                return Ok(None);
+            }
+            if self.inbuf.len() == had {
+                self.wait(Duration::from_millis(200));
+            }
+        }
+    }
+
+    // ---- commands ----
+
+    fn command_loop(&mut self) -> End {
+        loop {
+            let (tag, body) = match self.next_message() {
+                Ok(Some(m)) => m,
+                Ok(None) => return End::ClientGone,
+                Err(end) => return end,
+            };
+            match tag {
+                b'Q' => {}
+                b'X' => return End::ClientGone,
+                other => {
+                    let e = SqlError::fatal(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        format!("invalid frontend message type {other}"),
+                    );
+                    return self.send_fatal(&e);
+                }
+            }
+            let outcome = repl::query_text(&body)
+                .and_then(|text| repl::parse_command(&text))
+                .map(|cmd| self.execute(cmd));
+            let reply = match outcome {
+                Ok(Ok(Reply::Bytes(b))) => b,
+                Ok(Ok(Reply::Ended(end))) => return end,
+                Ok(Err(e)) | Err(e) if e.is_fatal() => return self.send_fatal(&e),
+                Ok(Err(e)) | Err(e) => repl::error_response(&e),
+            };
+            let mut out = reply;
+            out.extend_from_slice(&repl::ready_for_query());
+            if !self.send(&out) {
+                return End::ClientGone;
+            }
+        }
+    }
+
+    fn execute(&mut self, cmd: Command) -> Result<Reply, SqlError> {
+        let bytes = match cmd {
+            Command::Empty => repl::empty_query_response(),
+            Command::IdentifySystem => self.identify_system()?,
+            Command::Show(name) => self.show(&name)?,
+            Command::ReadReplicationSlot(name) => self.read_slot(&name)?,
+            Command::TimelineHistory(tli) => self.timeline_history(tli)?,
+            Command::CreatePhysicalSlot {
+                name,
+                temporary,
+                reserve_wal,
+            } => self.create_slot(&name, temporary, reserve_wal)?,
+            Command::DropSlot { name, wait } => {
+                slots::drop_slot(self.shm, &self.datadir, &name, wait)?;
+                repl::command_complete("DROP_REPLICATION_SLOT")
+            }
+            Command::StartReplication {
+                slot,
+                start,
+                timeline,
+            } => return self.start_replication(slot, start, timeline),
+        };
+        Ok(Reply::Bytes(bytes))
+    }
+
+    fn identify_system(&self) -> Result<Vec<u8>, SqlError> {
+        let facts = &self.shm.xlog().facts;
+        let dbname = match self.mode {
+            ReplicationMode::Database => Some(self.database.clone()),
+            ReplicationMode::Physical => None,
+        };
+        repl::result_set(
+            &[
+                ("systemid", ColumnType::Text),
+                ("timeline", ColumnType::Int4),
+                ("xlogpos", ColumnType::Text),
+                ("dbname", ColumnType::Text),
+            ],
+            &[vec![
+                Some(facts.system_identifier.to_string()),
+                Some(self.tli.to_string()),
+                Some(repl::format_lsn(self.flush_lsn())),
+                dbname,
+            ]],
+            "IDENTIFY_SYSTEM",
+        )
+    }
+
+    fn show(&self, name: &str) -> Result<Vec<u8>, SqlError> {
+        let seg_mb = self.geo.seg_size >> 20;
+        let value = match name {
+            "data_directory_mode" => Some("0700".to_string()),
+            "wal_segment_size" if seg_mb >= 1024 && seg_mb.is_multiple_of(1024) => {
+                Some(format!("{}GB", seg_mb / 1024))
+            }
+            "wal_segment_size" => Some(format!("{seg_mb}MB")),
+            "server_version" => Some(protocol::DEFAULT_SERVER_VERSION.to_string()),
+            "server_version_num" => Some("150000".to_string()),
+            "integer_datetimes" => Some("on".to_string()),
+            "wal_block_size" | "block_size" => Some("8192".to_string()),
+            other => self.shm.settings().show(other),
+        };
+        let Some(value) = value else {
+            return Err(SqlError::error(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("unrecognized configuration parameter \"{name}\""),
+            ));
+        };
+        repl::result_set(&[(name, ColumnType::Text)], &[vec![Some(value)]], "SHOW")
+    }
+
+    fn read_slot(&self, name: &str) -> Result<Vec<u8>, SqlError> {
+        slots::validate_name(name)?;
+        let row = match slots::row(self.shm, &self.datadir, name) {
+            None => vec![None, None, None],
+            Some(r) => {
+                let reserved = r.restart_lsn != 0;
+                vec![
+                    Some("physical".to_string()),
+                    reserved.then(|| repl::format_lsn(r.restart_lsn)),
+                    reserved.then(|| self.tli.to_string()),
+                ]
+            }
+        };
+        repl::result_set(
+            &[
+                ("slot_type", ColumnType::Text),
+                ("restart_lsn", ColumnType::Text),
+                ("restart_tli", ColumnType::Int8),
+            ],
+            &[row],
+            "READ_REPLICATION_SLOT",
+        )
+    }
+
+    fn timeline_history(&self, tli: u32) -> Result<Vec<u8>, SqlError> {
+        let file = format!("{tli:08X}.history");
+        let path = self.datadir.join("pg_wal").join(&file);
+        let content = walfile::read_file(Op::WalRead, &path).map_err(|e| {
+            SqlError::error(
+                "58P01",
+                format!("could not open file \"pg_wal/{file}\": {e}"),
+            )
+        })?;
+        let content = String::from_utf8_lossy(&content).into_owned();
+        repl::result_set(
+            &[
+                ("filename", ColumnType::Text),
+                ("content", ColumnType::Text),
+            ],
+            &[vec![Some(file), Some(content)]],
+            "TIMELINE_HISTORY",
+        )
+    }
+
+    fn create_slot(
+        &mut self,
+        name: &str,
+        temporary: bool,
+        reserve: bool,
+    ) -> Result<Vec<u8>, SqlError> {
+        let fsync = self.shm.settings().fsync;
+        let lsn = slots::create(self.shm, &self.datadir, name, temporary, reserve, fsync)?;
+        if temporary {
+            self.temp_slots.push(name.to_string());
+        }
+        repl::result_set(
+            &[
+                ("slot_name", ColumnType::Text),
+                ("consistent_point", ColumnType::Text),
+                ("snapshot_name", ColumnType::Text),
+                ("output_plugin", ColumnType::Text),
+            ],
+            &[vec![
+                Some(name.to_string()),
+                Some(repl::format_lsn(lsn)),
+                None,
+                None,
+            ]],
+            "CREATE_REPLICATION_SLOT",
+        )
+    }
+
+    // ---- streaming ----
+
+    /// START_REPLICATION: checks, CopyBothResponse, the stream; then the
+    /// end of the command (or of the connection).
+    fn start_replication(
+        &mut self,
+        slot: Option<String>,
+        start: Lsn,
+        timeline: Option<u32>,
+    ) -> Result<Reply, SqlError> {
+        if let Some(t) = timeline.filter(|&t| t != self.tli) {
+            return Err(SqlError::error(
+                "XX000",
+                format!("requested timeline {t} is not in this server's history"),
+            ));
+        }
+        let flush = self.flush_lsn();
+        if start > flush {
+            return Err(SqlError::error(
+                "XX000",
+                format!(
+                    "requested starting point {} is ahead of the WAL flush position of this server {}",
+                    repl::format_lsn(start),
+                    repl::format_lsn(flush)
+                ),
+            ));
+        }
+        self.open_segment(self.geo.seg_no(start))?;
+        if let Some(name) = slot {
+            slots::validate_name(&name)?;
+            let idx = slots::acquire(self.shm, &self.datadir, &name)?;
+            self.slot = Some(idx);
+            self.entry().slot.store(idx as u32 + 1, Ordering::Relaxed);
+        }
+        if !self.send(&repl::copy_both_response()) {
+            return Ok(Reply::Ended(End::ClientGone));
+        }
+        self.entry().sent.store(start, Ordering::Relaxed);
+        self.entry()
+            .state
+            .store(sender_state::CATCHUP, Ordering::Relaxed);
+        self.last_reply = Instant::now();
+        self.ping_sent = false;
+        let end = self.stream_wal(start);
+        if let Some(idx) = self.slot.take() {
+            slots::release(self.shm, idx);
+            self.entry().slot.store(0, Ordering::Relaxed);
+        }
+        self.entry()
+            .state
+            .store(sender_state::STARTUP, Ordering::Relaxed);
+        self.segment = None;
+        match end {
+            StreamEnd::ClientCopyDone => {
+                let mut out = repl::copy_done();
+                out.extend_from_slice(&repl::command_complete("START_REPLICATION"));
+                Ok(Reply::Bytes(out))
+            }
+            StreamEnd::Ended(end) => Ok(Reply::Ended(end)),
+            StreamEnd::Error(e) => Ok(Reply::Ended(self.send_fatal(&e))),
+        }
+    }
+
+    fn segment_path(&self, segno: u64) -> PathBuf {
+        self.datadir
+            .join("pg_wal")
+            .join(self.geo.file_name(self.tli, segno))
+    }
+
+    fn removed_error(&self, segno: u64) -> SqlError {
+        SqlError::error(
+            "58P01",
+            format!(
+                "requested WAL segment {} has already been removed",
+                self.geo.file_name(self.tli, segno)
+            ),
+        )
+    }
+
+    /// Opens segment `segno` read-only (58P01 when it is gone).
+    fn open_segment(&mut self, segno: u64) -> Result<(), SqlError> {
+        if matches!(&self.segment, Some((n, _)) if *n == segno) {
+            return Ok(());
+        }
+        if self.is_removed(segno) {
+            return Err(self.removed_error(segno));
+        }
+        match walfile::open_read(Op::WalRead, &self.segment_path(segno)) {
+            Ok(f) => {
+                self.segment = Some((segno, f));
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.removed_error(segno)),
+            Err(e) => Err(SqlError::error(
+                "58030",
+                format!(
+                    "could not open file \"{}\": {e}",
+                    self.segment_path(segno).display()
+                ),
+            )),
+        }
+    }
+
+    fn is_removed(&self, segno: u64) -> bool {
+        // SeqCst: pairs with the checkpointer's store in
+        // slots::removal_cutoff, made before it removes anything.
+        self.shm.repl().removed_below_seg.load(Ordering::SeqCst) > segno
+    }
+
+    /// Sends WAL from `from` up to at most `upto` (one message, within one
+    /// segment); returns the new sent position.
+    fn send_wal(&mut self, from: Lsn, upto: Lsn) -> Result<Lsn, SqlError> {
+        let segno = self.geo.seg_no(from);
+        let seg_end = self.geo.seg_start(segno + 1);
+        let end = upto.min(from + MAX_SEND).min(seg_end);
+        let len = (end - from) as usize;
+        self.open_segment(segno)?;
+        let mut msg = Vec::with_capacity(repl::XLOG_DATA_HEADER + len);
+        let flush = self.flush_lsn();
+        repl::xlog_data_header(&mut msg, from, flush, walformat::pg_now_us(), len)
+            .ok_or_else(|| SqlError::error("54000", "WAL message too large"))?;
+        msg.resize(repl::XLOG_DATA_HEADER + len, 0);
+        let offset = self.geo.seg_offset(from);
+        if let Some((_, f)) = &self.segment {
+            walfile::read_at(Op::WalRead, f, &mut msg[repl::XLOG_DATA_HEADER..], offset).map_err(
+                |e| {
+                    SqlError::error(
+                        "58030",
+                        format!(
+                            "could not read from WAL segment {}, offset {offset}: {e}",
+                            self.geo.file_name(self.tli, segno)
+                        ),
+                    )
+                },
+            )?;
+        }
+        if self.is_removed(segno) {
+            return Err(self.removed_error(segno));
+        }
+        if !self.send(&msg) {
+            return Err(SqlError::fatal(sqlstate::PROTOCOL_VIOLATION, "client gone"));
+        }
+        if end == seg_end {
+            self.segment = None;
+        }
+        Ok(end)
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        match self.shm.settings().wal_sender_timeout_ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms as u64)),
+        }
+    }
+
+    /// Handles every complete client message in the buffer.
+    fn handle_client_messages(&mut self) -> Option<StreamEnd> {
+        loop {
+            let (tag, body) = match repl::take_message(&mut self.inbuf) {
+                Ok(Some(m)) => m,
+                Ok(None) => return None,
+                Err(e) => return Some(StreamEnd::Error(e)),
+            };
+            match tag {
+                b'd' => match repl::parse_stream_message(&body) {
+                    Ok(StreamMessage::Status(st)) => self.status_update(st),
+                    Ok(StreamMessage::HotStandbyFeedback) => {
+                        self.last_reply = Instant::now();
+                    }
+                    Err(e) => return Some(StreamEnd::Error(e)),
+                },
+                b'c' => return Some(StreamEnd::ClientCopyDone),
+                b'X' => return Some(StreamEnd::Ended(End::ClientGone)),
+                other => {
+                    return Some(StreamEnd::Error(SqlError::fatal(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        format!("invalid standby message type \"{}\"", other as char),
+                    )))
+                }
+            }
+        }
+    }
+
+    /// A standby status update: publish, advance the slot, release
+    /// synchronous commits, answer a reply request.
+    fn status_update(&mut self, st: repl::StandbyStatus) {
+        self.last_reply = Instant::now();
+        self.ping_sent = false;
+        let e = self.entry();
+        // Relaxed: each is a position read by monitors and by
+        // syncrep::release_waiters, which needs no order between them.
+        e.write.store(st.write, Ordering::Relaxed);
+        e.flush.store(st.flush, Ordering::Relaxed);
+        e.apply.store(st.apply, Ordering::Relaxed);
+        e.reply_time.store(st.send_time, Ordering::Relaxed);
+        e.reports_flush
+            .store((st.flush != 0) as u32, Ordering::Relaxed);
+        if let Some(idx) = self.slot {
+            slots::advance(self.shm, idx, st.flush);
+        }
+        if e.sync_priority.load(Ordering::Relaxed) > 0 {
+            syncrep::release_waiters(self.shm);
+        }
+        if st.reply_requested {
+            let ka = repl::keepalive(self.flush_lsn(), walformat::pg_now_us(), false);
+            self.send(&ka);
+        }
+    }
+
+    /// The CopyBoth phase; `sent` is where streaming starts.
+    fn stream_wal(&mut self, mut sent: Lsn) -> StreamEnd {
+        let mut drain_started: Option<Instant> = None;
+        loop {
+            if !self.read_available() {
+                return StreamEnd::Ended(End::ClientGone);
+            }
+            if let Some(end) = self.handle_client_messages() {
+                return end;
+            }
+            let flush = self.flush_lsn();
+            if sent < flush {
+                match self.send_wal(sent, flush) {
+                    Ok(s) => sent = s,
+                    Err(e) => return StreamEnd::Error(e),
+                }
+                self.entry().sent.store(sent, Ordering::Relaxed);
+                continue;
+            }
+            self.entry()
+                .state
+                .store(sender_state::STREAMING, Ordering::Relaxed);
+            if shutdown_requested() {
+                let started = *drain_started.get_or_insert_with(Instant::now);
+                if self.drained(sent) || started.elapsed() > SHUTDOWN_REPLY_WAIT {
+                    self.send(&repl::command_complete("COPY 0"));
+                    return StreamEnd::Ended(End::Shutdown);
+                }
+                if !self.ping_sent {
+                    self.entry()
+                        .state
+                        .store(sender_state::STOPPING, Ordering::Relaxed);
+                    self.ping(sent);
+                }
+                self.wait(Duration::from_millis(100));
+                continue;
+            }
+            if let Some(end) = self.keepalive_timer(sent) {
+                return end;
+            }
+            self.sleep_until_flush_or_message(sent);
+        }
+    }
+
+    /// At shutdown: has the receiver reported (flush, or write when it
+    /// reports no flush) everything we sent?
+    fn drained(&self, sent: Lsn) -> bool {
+        let e = self.entry();
+        let flush = e.flush.load(Ordering::Relaxed);
+        let done = if flush != 0 {
+            flush
+        } else {
+            e.write.load(Ordering::Relaxed)
+        };
+        done >= sent
+    }
+
+    fn ping(&mut self, sent: Lsn) {
+        let ka = repl::keepalive(sent, walformat::pg_now_us(), true);
+        self.send(&ka);
+        self.ping_sent = true;
+    }
+
+    /// Half of wal_sender_timeout without a reply: ask for one; all of
+    /// it: give up on the receiver.
+    fn keepalive_timer(&mut self, sent: Lsn) -> Option<StreamEnd> {
+        let timeout = self.timeout()?;
+        let silent = self.last_reply.elapsed();
+        if silent >= timeout {
+            log(
+                "LOG",
+                "terminating walsender process due to replication timeout",
+            );
+            return Some(StreamEnd::Ended(End::Fatal));
+        }
+        if silent >= timeout / 2 && !self.ping_sent {
+            self.ping(sent);
+        }
+        None
+    }
+
+    /// Sleeps until the flush position passes `sent`, a client message
+    /// arrives, a signal, or the keepalive timer is due.
+    fn sleep_until_flush_or_message(&self, sent: Lsn) {
+        let ctl = self.shm.repl();
+        ctl.announce_sleep(self.me);
+        if self.flush_lsn() > sent || shutdown_requested() {
+            ctl.cancel_sleep(self.me);
+            return;
+        }
+        let nap = match self.timeout() {
+            Some(t) => {
+                let due = if self.ping_sent { t } else { t / 2 };
+                due.saturating_sub(self.last_reply.elapsed())
+                    .max(Duration::from_millis(1))
+            }
+            None => IDLE_POLL,
+        };
+        self.wait(nap.min(IDLE_POLL));
+        ctl.cancel_sleep(self.me);
+    }
+}
+
+/// What a command produced.
+enum Reply {
+    Bytes(Vec<u8>),
+    /// The connection is over (after streaming).
+    Ended(End),
+}
+
+/// How the CopyBoth phase ended.
+enum StreamEnd {
+    /// The client sent CopyDone: finish the command, back to commands.
+    ClientCopyDone,
+    Ended(End),
+    /// A FATAL to send, then exit.
+    Error(SqlError),
+}

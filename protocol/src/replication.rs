@@ -1,0 +1,772 @@
+//! The physical streaming replication protocol, server side: the commands
+//! a replication connection (`replication=true` in the StartupMessage)
+//! sends as simple Query messages, and the messages of the CopyBoth stream
+//! (PostgreSQL's repl_gram.y, walsender.c and the frontend's receivelog.c).
+//!
+//! Commands understood (keywords in any case, identifiers unquoted — folded
+//! to lower case — or double-quoted, an optional trailing `;`):
+//!
+//! ```text
+//! IDENTIFY_SYSTEM
+//! SHOW name
+//! READ_REPLICATION_SLOT slot
+//! TIMELINE_HISTORY tli
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL]
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
+//! DROP_REPLICATION_SLOT slot [WAIT]
+//! START_REPLICATION [SLOT slot] [PHYSICAL] X/Y [TIMELINE tli]
+//! ```
+//!
+//! Anything else is ERROR 42601 "syntax error", as PostgreSQL's replication
+//! grammar answers; logical slots and BASE_BACKUP are 0A000.
+//!
+//! Stream messages (all inside CopyData, integers big-endian, times in
+//! microseconds since 2000-01-01):
+//!
+//! ```text
+//! server: 'w' | dataStart u64 | walEnd u64 | sendTime i64 | WAL bytes...
+//! server: 'k' | walEnd u64 | sendTime i64 | replyRequested u8
+//! client: 'r' | write u64 | flush u64 | apply u64 | sendTime i64 | replyRequested u8
+//! client: 'h' | sendTime i64 | xmin u32 | epoch u32 | catalog_xmin u32 | epoch u32
+//! ```
+//!
+//! Invariants: nothing a client sends can panic this module; every
+//! malformed stream message is a [`SqlError`] with SQLSTATE 08P01 (FATAL,
+//! as PostgreSQL ends the walsender), never a guess.
+
+use crate::codec::{FieldDescription, Out};
+use crate::error::{sqlstate, SqlError};
+
+/// Type OIDs of the result columns replication commands send.
+const TEXT_OID: u32 = 25;
+const INT4_OID: u32 = 23;
+const INT8_OID: u32 = 20;
+const BYTEA_OID: u32 = 17;
+
+/// A parsed replication command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// An empty query string (EmptyQueryResponse).
+    Empty,
+    IdentifySystem,
+    Show(String),
+    ReadReplicationSlot(String),
+    TimelineHistory(u32),
+    CreatePhysicalSlot {
+        name: String,
+        temporary: bool,
+        reserve_wal: bool,
+    },
+    DropSlot {
+        name: String,
+        wait: bool,
+    },
+    StartReplication {
+        slot: Option<String>,
+        start: u64,
+        timeline: Option<u32>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// A keyword or an unquoted identifier, folded to lower case.
+    Word(String),
+    /// A double-quoted identifier, exactly as written.
+    Quoted(String),
+    /// A string literal ('...').
+    Str(String),
+    Number(u64),
+    Lsn(u64),
+    Punct(char),
+}
+
+fn syntax_error() -> SqlError {
+    SqlError::error(sqlstate::SYNTAX_ERROR, "syntax error")
+}
+
+/// Parses `X/Y` (both hexadecimal, as `%X/%X`).
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.split_once('/')?;
+    let valid = |s: &str| !s.is_empty() && s.len() <= 8 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !valid(hi) || !valid(lo) {
+        return None;
+    }
+    let hi = u64::from_str_radix(hi, 16).ok()?;
+    let lo = u64::from_str_radix(lo, 16).ok()?;
+    Some((hi << 32) | lo)
+}
+
+/// PostgreSQL's `%X/%X` form of an LSN.
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn as u32)
+}
+
+fn tokenize(text: &str) -> Result<Vec<Token>, SqlError> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c == b'"' || c == b'\'' {
+            let (s, next) = quoted(text, i, c).ok_or_else(syntax_error)?;
+            out.push(if c == b'"' {
+                Token::Quoted(s)
+            } else {
+                Token::Str(s)
+            });
+            i = next;
+        } else if matches!(c, b'(' | b')' | b',' | b';') {
+            out.push(Token::Punct(c as char));
+            i += 1;
+        } else if c.is_ascii_alphanumeric() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'/') {
+                i += 1;
+            }
+            out.push(word_token(&text[start..i])?);
+        } else {
+            return Err(syntax_error());
+        }
+    }
+    Ok(out)
+}
+
+/// A bare word: an LSN (`X/Y`), a decimal number, or a keyword/identifier.
+fn word_token(w: &str) -> Result<Token, SqlError> {
+    if w.contains('/') {
+        return parse_lsn(w).map(Token::Lsn).ok_or_else(syntax_error);
+    }
+    if w.bytes().all(|b| b.is_ascii_digit()) {
+        return w.parse().map(Token::Number).map_err(|_| syntax_error());
+    }
+    Ok(Token::Word(w.to_ascii_lowercase()))
+}
+
+/// The quoted text starting at `at` (a `q` quote; a doubled quote is one
+/// quote character) and the index after its closing quote.
+fn quoted(text: &str, at: usize, q: u8) -> Option<(String, usize)> {
+    let b = text.as_bytes();
+    let mut s = Vec::new();
+    let mut i = at + 1;
+    while i < b.len() {
+        if b[i] == q {
+            if b.get(i + 1) == Some(&q) {
+                s.push(q);
+                i += 2;
+                continue;
+            }
+            return Some((String::from_utf8(s).ok()?, i + 1));
+        }
+        s.push(b[i]);
+        i += 1;
+    }
+    None
+}
+
+/// A cursor over the tokens of one command.
+struct Tokens {
+    toks: Vec<Token>,
+    at: usize,
+}
+
+impl Tokens {
+    fn peek(&self) -> Option<&Token> {
+        self.toks.get(self.at)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.toks.get(self.at).cloned();
+        self.at += 1;
+        t
+    }
+
+    /// Consumes keyword `kw` if it comes next.
+    fn keyword(&mut self, kw: &str) -> bool {
+        if matches!(self.peek(), Some(Token::Word(w)) if w == kw) {
+            self.at += 1;
+            return true;
+        }
+        false
+    }
+
+    fn punct(&mut self, p: char) -> bool {
+        if self.peek() == Some(&Token::Punct(p)) {
+            self.at += 1;
+            return true;
+        }
+        false
+    }
+
+    fn ident(&mut self) -> Result<String, SqlError> {
+        match self.next() {
+            Some(Token::Word(w)) | Some(Token::Quoted(w)) => Ok(w),
+            _ => Err(syntax_error()),
+        }
+    }
+
+    fn number(&mut self) -> Result<u64, SqlError> {
+        match self.next() {
+            Some(Token::Number(n)) => Ok(n),
+            _ => Err(syntax_error()),
+        }
+    }
+
+    /// The end of the command (an optional `;`, then nothing).
+    fn end(&mut self) -> Result<(), SqlError> {
+        self.punct(';');
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(syntax_error()),
+        }
+    }
+}
+
+/// Parses one replication command.
+pub fn parse_command(text: &str) -> Result<Command, SqlError> {
+    let mut t = Tokens {
+        toks: tokenize(text)?,
+        at: 0,
+    };
+    let Some(first) = t.next() else {
+        return Ok(Command::Empty);
+    };
+    let Token::Word(first) = first else {
+        return Err(syntax_error());
+    };
+    let cmd = match first.as_str() {
+        "identify_system" => Command::IdentifySystem,
+        "show" => Command::Show(show_name(&mut t)?),
+        "read_replication_slot" => Command::ReadReplicationSlot(t.ident()?),
+        "timeline_history" => {
+            let tli = t.number()?;
+            Command::TimelineHistory(u32::try_from(tli).map_err(|_| syntax_error())?)
+        }
+        "create_replication_slot" => create_slot(&mut t)?,
+        "drop_replication_slot" => {
+            let name = t.ident()?;
+            let wait = t.keyword("wait");
+            Command::DropSlot { name, wait }
+        }
+        "start_replication" => start_replication(&mut t)?,
+        "base_backup" | "alter_replication_slot" | "upload_manifest" => {
+            return Err(SqlError::not_supported(format!(
+                "{} is not supported by walshm",
+                first.to_ascii_uppercase()
+            )))
+        }
+        _ => return Err(syntax_error()),
+    };
+    t.end()?;
+    Ok(cmd)
+}
+
+/// `SHOW name` (a dotted name is one word here too).
+fn show_name(t: &mut Tokens) -> Result<String, SqlError> {
+    t.ident()
+}
+
+fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
+    let name = t.ident()?;
+    let temporary = t.keyword("temporary");
+    if t.keyword("logical") {
+        return Err(SqlError::not_supported(
+            "logical replication slots are not supported by walshm",
+        ));
+    }
+    if !t.keyword("physical") {
+        return Err(syntax_error());
+    }
+    let reserve_wal = if t.punct('(') {
+        slot_options(t)?
+    } else {
+        t.keyword("reserve_wal")
+    };
+    Ok(Command::CreatePhysicalSlot {
+        name,
+        temporary,
+        reserve_wal,
+    })
+}
+
+/// PostgreSQL 15's parenthesized options after `(`: RESERVE_WAL [bool];
+/// returns whether WAL is reserved.
+fn slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
+    let mut reserve;
+    loop {
+        let option = t.ident()?;
+        let value = match t.peek() {
+            Some(Token::Word(w)) if w != "," => {
+                let w = w.clone();
+                t.at += 1;
+                Some(w)
+            }
+            Some(Token::Str(s)) => {
+                let s = s.clone();
+                t.at += 1;
+                Some(s.to_ascii_lowercase())
+            }
+            Some(Token::Number(n)) => {
+                let n = *n;
+                t.at += 1;
+                Some(n.to_string())
+            }
+            _ => None,
+        };
+        match option.as_str() {
+            "reserve_wal" => reserve = parse_bool_option(&option, value.as_deref())?,
+            _ => {
+                return Err(SqlError::error(
+                    sqlstate::SYNTAX_ERROR,
+                    format!("unrecognized option: {option}"),
+                ))
+            }
+        }
+        if t.punct(')') {
+            return Ok(reserve);
+        }
+        if !t.punct(',') {
+            return Err(syntax_error());
+        }
+    }
+}
+
+fn parse_bool_option(option: &str, value: Option<&str>) -> Result<bool, SqlError> {
+    match value {
+        None | Some("true" | "on" | "1" | "yes") => Ok(true),
+        Some("false" | "off" | "0" | "no") => Ok(false),
+        Some(v) => Err(SqlError::error(
+            sqlstate::SYNTAX_ERROR,
+            format!("{option} requires a Boolean value, not \"{v}\""),
+        )),
+    }
+}
+
+fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
+    let slot = if t.keyword("slot") {
+        Some(t.ident()?)
+    } else {
+        None
+    };
+    if t.keyword("logical") {
+        return Err(SqlError::not_supported(
+            "logical replication is not supported by walshm",
+        ));
+    }
+    t.keyword("physical");
+    let start = match t.next() {
+        Some(Token::Lsn(l)) => l,
+        _ => return Err(syntax_error()),
+    };
+    let timeline = if t.keyword("timeline") {
+        let n = t.number()?;
+        Some(u32::try_from(n).map_err(|_| syntax_error())?)
+    } else {
+        None
+    };
+    Ok(Command::StartReplication {
+        slot,
+        start,
+        timeline,
+    })
+}
+
+// ---- replies ----
+
+/// The type of a result column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Text,
+    Int4,
+    Int8,
+    Bytea,
+}
+
+impl ColumnType {
+    fn oid_len(self) -> (u32, i16) {
+        match self {
+            ColumnType::Text => (TEXT_OID, -1),
+            ColumnType::Int4 => (INT4_OID, 4),
+            ColumnType::Int8 => (INT8_OID, 8),
+            ColumnType::Bytea => (BYTEA_OID, -1),
+        }
+    }
+}
+
+/// A whole result set in text format: RowDescription, DataRows and
+/// CommandComplete `tag` (no ReadyForQuery).
+pub fn result_set(
+    columns: &[(&str, ColumnType)],
+    rows: &[Vec<Option<String>>],
+    tag: &str,
+) -> Result<Vec<u8>, SqlError> {
+    let mut out = Out::new();
+    let fields: Vec<FieldDescription> = columns
+        .iter()
+        .map(|(name, ty)| {
+            let (type_oid, type_len) = ty.oid_len();
+            FieldDescription {
+                name: name.to_string(),
+                type_oid,
+                type_len,
+                format: 0,
+            }
+        })
+        .collect();
+    out.row_description(&fields)?;
+    for row in rows {
+        let lens: Vec<Option<usize>> = row.iter().map(|c| c.as_ref().map(String::len)).collect();
+        out.data_row_header(&lens)?;
+        for c in row {
+            out.column_len(c.as_ref().map(String::len));
+            if let Some(v) = c {
+                out.raw(v.as_bytes());
+            }
+        }
+    }
+    out.command_complete(tag);
+    Ok(out.bytes().to_vec())
+}
+
+/// CommandComplete `tag`.
+pub fn command_complete(tag: &str) -> Vec<u8> {
+    let mut out = Out::new();
+    out.command_complete(tag);
+    out.bytes().to_vec()
+}
+
+/// EmptyQueryResponse.
+pub fn empty_query_response() -> Vec<u8> {
+    let mut out = Out::new();
+    out.empty_query_response();
+    out.bytes().to_vec()
+}
+
+/// ReadyForQuery, idle.
+pub fn ready_for_query() -> Vec<u8> {
+    let mut out = Out::new();
+    out.ready_for_query(b'I');
+    out.bytes().to_vec()
+}
+
+/// ErrorResponse (or NoticeResponse) for `e`.
+pub fn error_response(e: &SqlError) -> Vec<u8> {
+    let mut out = Out::new();
+    out.error_or_notice(e);
+    out.bytes().to_vec()
+}
+
+/// CopyBothResponse: binary, no columns (what START_REPLICATION answers).
+pub fn copy_both_response() -> Vec<u8> {
+    let mut v = vec![b'W'];
+    v.extend_from_slice(&7i32.to_be_bytes());
+    v.push(0); // overall format: text (as PostgreSQL's walsender sends)
+    v.extend_from_slice(&0i16.to_be_bytes());
+    v
+}
+
+/// CopyDone.
+pub fn copy_done() -> Vec<u8> {
+    vec![b'c', 0, 0, 0, 4]
+}
+
+/// Bytes of the CopyData + 'w' header before the WAL bytes of an XLogData
+/// message.
+pub const XLOG_DATA_HEADER: usize = 1 + 4 + 1 + 8 + 8 + 8;
+
+/// Appends the header of a CopyData XLogData message carrying `len` WAL
+/// bytes from `start`; the caller appends the bytes. None if `len` does not
+/// fit a message.
+pub fn xlog_data_header(
+    out: &mut Vec<u8>,
+    start: u64,
+    wal_end: u64,
+    send_time: i64,
+    len: usize,
+) -> Option<()> {
+    let total = i32::try_from(4 + 1 + 8 + 8 + 8 + len).ok()?;
+    out.push(b'd');
+    out.extend_from_slice(&total.to_be_bytes());
+    out.push(b'w');
+    out.extend_from_slice(&start.to_be_bytes());
+    out.extend_from_slice(&wal_end.to_be_bytes());
+    out.extend_from_slice(&send_time.to_be_bytes());
+    Some(())
+}
+
+/// A CopyData primary keepalive message.
+pub fn keepalive(wal_end: u64, send_time: i64, reply_requested: bool) -> Vec<u8> {
+    let mut v = Vec::with_capacity(23);
+    v.push(b'd');
+    v.extend_from_slice(&(4i32 + 18).to_be_bytes());
+    v.push(b'k');
+    v.extend_from_slice(&wal_end.to_be_bytes());
+    v.extend_from_slice(&send_time.to_be_bytes());
+    v.push(reply_requested as u8);
+    v
+}
+
+/// A standby status update ('r'): what the receiver wrote, flushed and
+/// applied (0 = not reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StandbyStatus {
+    pub write: u64,
+    pub flush: u64,
+    pub apply: u64,
+    pub send_time: i64,
+    pub reply_requested: bool,
+}
+
+/// A message the client sent inside the CopyBoth stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamMessage {
+    Status(StandbyStatus),
+    /// Hot-standby feedback ('h'): accepted, nothing to hold back here.
+    HotStandbyFeedback,
+}
+
+fn be_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+/// Decodes the body of a CopyData message from the client.
+pub fn parse_stream_message(body: &[u8]) -> Result<StreamMessage, SqlError> {
+    let insufficient = || SqlError::protocol_violation("insufficient data left in message");
+    match body.first() {
+        Some(b'r') => {
+            if body.len() != 34 {
+                return Err(if body.len() < 34 {
+                    insufficient()
+                } else {
+                    SqlError::protocol_violation("invalid message format")
+                });
+            }
+            Ok(StreamMessage::Status(StandbyStatus {
+                write: be_u64(&body[1..]),
+                flush: be_u64(&body[9..]),
+                apply: be_u64(&body[17..]),
+                send_time: be_u64(&body[25..]) as i64,
+                reply_requested: body[33] != 0,
+            }))
+        }
+        Some(b'h') if body.len() >= 9 => Ok(StreamMessage::HotStandbyFeedback),
+        Some(b'h') => Err(insufficient()),
+        Some(&t) => Err(SqlError::protocol_violation(format!(
+            "unexpected message type \"{}\"",
+            t as char
+        ))),
+        None => Err(insufficient()),
+    }
+}
+
+/// The view a `SELECT * FROM pg_replication_slots` or `... FROM
+/// pg_stat_replication` query names (any case and spacing, optional `;`).
+pub fn system_view_name(sql: &str) -> Option<&'static str> {
+    let words: Vec<String> = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["select", "*", "from", "pg_replication_slots"] => Some("pg_replication_slots"),
+        ["select", "*", "from", "pg_stat_replication"] => Some("pg_stat_replication"),
+        _ => None,
+    }
+}
+
+/// Largest frontend message a replication connection accepts.
+pub const MAX_CLIENT_MESSAGE: usize = 1 << 20;
+
+/// Takes one complete frontend message (tag, body) from the front of
+/// `buf`, if there is one; a bad length is a protocol violation.
+pub fn take_message(buf: &mut Vec<u8>) -> Result<Option<(u8, Vec<u8>)>, SqlError> {
+    if buf.len() < 5 {
+        return Ok(None);
+    }
+    let len = i32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    if len < 4 || len as usize > MAX_CLIENT_MESSAGE {
+        return Err(SqlError::protocol_violation(format!(
+            "invalid message length {len}"
+        )));
+    }
+    let total = 1 + len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let tag = buf[0];
+    let body = buf[5..total].to_vec();
+    buf.drain(..total);
+    Ok(Some((tag, body)))
+}
+
+/// The text of a simple Query message body.
+pub fn query_text(body: &[u8]) -> Result<String, SqlError> {
+    let text = match body.split_last() {
+        Some((0, text)) => text,
+        _ => return Err(SqlError::protocol_violation("invalid string in message")),
+    };
+    String::from_utf8(text.to_vec())
+        .map_err(|_| SqlError::protocol_violation("invalid byte sequence for encoding \"UTF8\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_pg_receivewal_sends() {
+        assert_eq!(
+            parse_command("IDENTIFY_SYSTEM").unwrap(),
+            Command::IdentifySystem
+        );
+        assert_eq!(
+            parse_command("SHOW wal_segment_size").unwrap(),
+            Command::Show("wal_segment_size".into())
+        );
+        assert_eq!(
+            parse_command("READ_REPLICATION_SLOT \"s1\"").unwrap(),
+            Command::ReadReplicationSlot("s1".into())
+        );
+        assert_eq!(
+            parse_command("START_REPLICATION SLOT \"s1\" 0/3000000 TIMELINE 1").unwrap(),
+            Command::StartReplication {
+                slot: Some("s1".into()),
+                start: 0x300_0000,
+                timeline: Some(1)
+            }
+        );
+        assert_eq!(
+            parse_command("start_replication physical 1A/FF000000;").unwrap(),
+            Command::StartReplication {
+                slot: None,
+                start: (0x1a << 32) | 0xff00_0000,
+                timeline: None
+            }
+        );
+        assert_eq!(parse_command("  ").unwrap(), Command::Empty);
+    }
+
+    #[test]
+    fn slot_commands_in_both_syntaxes() {
+        let reserve = |r| Command::CreatePhysicalSlot {
+            name: "s".into(),
+            temporary: false,
+            reserve_wal: r,
+        };
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL").unwrap(),
+            reserve(true)
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)").unwrap(),
+            reserve(true)
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)").unwrap(),
+            reserve(false)
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL").unwrap(),
+            reserve(false)
+        );
+        assert_eq!(
+            parse_command("DROP_REPLICATION_SLOT \"S\" WAIT").unwrap(),
+            Command::DropSlot {
+                name: "S".into(),
+                wait: true
+            }
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT s LOGICAL pgoutput")
+                .unwrap_err()
+                .code,
+            "0A000"
+        );
+    }
+
+    #[test]
+    fn unknown_or_malformed_commands_are_syntax_errors() {
+        for bad in [
+            "SELECT 1",
+            "START_REPLICATION",
+            "START_REPLICATION 0/ZZ",
+            "START_REPLICATION 0/1 TIMELINE x",
+            "IDENTIFY_SYSTEM extra",
+            "TIMELINE_HISTORY 99999999999",
+            "CREATE_REPLICATION_SLOT \"unterminated",
+            "DROP_REPLICATION_SLOT",
+            "\u{1}",
+        ] {
+            assert_eq!(parse_command(bad).unwrap_err().code, "42601", "{bad}");
+        }
+    }
+
+    #[test]
+    fn temporary_system_view_queries() {
+        assert_eq!(
+            system_view_name(" select *  FROM Pg_Stat_Replication ;"),
+            Some("pg_stat_replication")
+        );
+        assert_eq!(
+            system_view_name("SELECT * FROM pg_replication_slots"),
+            Some("pg_replication_slots")
+        );
+        assert_eq!(
+            system_view_name("SELECT slot_name FROM pg_replication_slots"),
+            None
+        );
+        assert_eq!(
+            system_view_name("SELECT * FROM pg_replication_slots x"),
+            None
+        );
+    }
+
+    #[test]
+    fn lsn_text_round_trips() {
+        for lsn in [0u64, 0x1_0000_0000, 0xDEAD_BEEF_0000_0001] {
+            assert_eq!(parse_lsn(&format_lsn(lsn)), Some(lsn));
+        }
+        assert_eq!(parse_lsn("1/"), None);
+        assert_eq!(parse_lsn("123456789/0"), None);
+    }
+
+    #[test]
+    fn standby_status_decodes_and_rejects_malformed() {
+        let mut m = vec![b'r'];
+        for v in [10u64, 9, 0, 77] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        m.push(1);
+        assert_eq!(
+            parse_stream_message(&m).unwrap(),
+            StreamMessage::Status(StandbyStatus {
+                write: 10,
+                flush: 9,
+                apply: 0,
+                send_time: 77,
+                reply_requested: true
+            })
+        );
+        assert_eq!(parse_stream_message(&m[..20]).unwrap_err().code, "08P01");
+        assert_eq!(parse_stream_message(b"zzz").unwrap_err().code, "08P01");
+        assert_eq!(parse_stream_message(b"").unwrap_err().code, "08P01");
+    }
+
+    #[test]
+    fn framing_takes_whole_messages_only() {
+        let mut buf = vec![b'Q', 0, 0, 0, 6, b'x'];
+        assert_eq!(take_message(&mut buf).unwrap(), None);
+        buf.push(0);
+        buf.push(b'X');
+        assert_eq!(take_message(&mut buf).unwrap(), Some((b'Q', vec![b'x', 0])));
+        assert_eq!(buf, vec![b'X']);
+        let mut bad = vec![b'Q', 0xff, 0, 0, 0];
+        assert_eq!(take_message(&mut bad).unwrap_err().code, "08P01");
+        assert_eq!(query_text(b"IDENTIFY_SYSTEM\0").unwrap(), "IDENTIFY_SYSTEM");
+    }
+}

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+#! replication-bench.sh: streaming replication to PostgreSQL 15's own
+#! pg_receivewal, walshm against PostgreSQL 15 on this machine (issue 13).
+#!
+#! 1. Durable commits/s (pgbench -M prepared, BEGIN; 64-byte transactional
+#!    message; COMMIT; fsync = on, synchronous_commit = on) at N clients,
+#!    for each server: local only, and with synchronous replication to a
+#!    local `pg_receivewal --synchronous` (synchronous_standby_names =
+#!    'pg_receivewal'). For walshm also the commits released per status
+#!    update (from its walsender's exit log line).
+#! 2. Asynchronous streaming: walshm running `--workers 16 --workload
+#!    emit:1024` (fsync = off) for S seconds with a plain pg_receivewal
+#!    attached: MB/s of WAL generated against MB/s received, and the lag
+#!    (flush position minus what was received) at the end.
+#!
+#! Everything runs on Unix sockets in a temporary directory, removed on
+#! exit (trap); PostgreSQL runs as `postgres` when this runs as root.
+#!
+#! Usage: scripts/replication-bench.sh [--seconds S] [--clients N]
+#!   --seconds S   length of each point (default 5)
+#!   --clients N   pgbench clients for part 1 (default 64)
+#! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
+#! (default target/release/postmaster, built with cargo if missing).
+set -euo pipefail
+
+SECS=5
+CLIENTS=64
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seconds) SECS="$2"; shift 2 ;;
+        --clients) CLIENTS="$2"; shift 2 ;;
+        -h|--help) sed -n 's/^#! \{0,1\}//p' "$0"; exit 0 ;;
+        *) echo "unknown option: $1" >&2; exit 2 ;;
+    esac
+done
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PG_BINDIR="${PG_BINDIR:-/usr/lib/postgresql/15/bin}"
+for p in initdb postgres pgbench pg_isready pg_receivewal psql; do
+    [ -x "$PG_BINDIR/$p" ] || { echo "error: $PG_BINDIR/$p not found (apt-get install postgresql-15)" >&2; exit 1; }
+done
+WALSHM_BIN="${WALSHM_BIN:-$ROOT/target/release/postmaster}"
+if [ ! -x "$WALSHM_BIN" ]; then
+    echo "building walshm (cargo build --release) ..." >&2
+    (cd "$ROOT" && cargo build --release --bin postmaster >&2)
+    WALSHM_BIN="$ROOT/target/release/postmaster"
+fi
+
+WORK="$(mktemp -d /tmp/replication-bench.XXXXXX)"
+chmod 755 "$WORK"
+PG_PID="" PG_LAUNCHER="" W_PID="" RX_PID=""
+
+if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || { echo "error: no 'postgres' user to run PostgreSQL as" >&2; exit 1; }
+    as_pg() { runuser -u postgres -- "$@"; }
+    PG_USER=postgres
+else
+    as_pg() { "$@"; }
+    PG_USER="$(id -un)"
+fi
+
+stop_rx() {
+    if [ -n "$RX_PID" ]; then
+        kill -KILL -- "-$RX_PID" 2>/dev/null || true
+        wait "$RX_PID" 2>/dev/null || true
+    fi
+    RX_PID=""
+}
+
+stop_pg() {
+    if [ -n "$PG_PID" ] && kill -0 "$PG_PID" 2>/dev/null; then
+        kill -INT "$PG_PID" 2>/dev/null || true
+        for _ in $(seq 1 300); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$PG_PID" 2>/dev/null || true
+    fi
+    if [ -n "$PG_LAUNCHER" ]; then
+        kill -KILL "$PG_LAUNCHER" 2>/dev/null || true
+        wait "$PG_LAUNCHER" 2>/dev/null || true
+    fi
+    PG_PID="" PG_LAUNCHER=""
+}
+
+stop_walshm() {
+    if [ -n "$W_PID" ] && kill -0 "$W_PID" 2>/dev/null; then
+        kill -TERM "$W_PID" 2>/dev/null || true
+        for _ in $(seq 1 300); do kill -0 "$W_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL -- "-$W_PID" 2>/dev/null || true
+        wait "$W_PID" 2>/dev/null || true
+    fi
+    W_PID=""
+}
+
+cleanup() {
+    stop_rx
+    stop_pg
+    stop_walshm
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rand_port() { echo $(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 )); }
+PG_PORT=$(rand_port)
+W_PORT=$(rand_port)
+while [ "$W_PORT" = "$PG_PORT" ]; do W_PORT=$(rand_port); done
+MAX_CONN=$(( CLIENTS + 20 ))
+
+PGDATA="$WORK/pgdata"
+PGSOCK="$WORK/pgsock"
+mkdir -p "$PGDATA" "$PGSOCK"
+[ "$(id -u)" = 0 ] && chown "$PG_USER" "$PGDATA" "$PGSOCK"
+as_pg "$PG_BINDIR/initdb" -D "$PGDATA" -U "$PG_USER" --auth-local=trust --auth-host=reject \
+    -E UTF8 --no-sync >"$WORK/initdb.log" 2>&1 \
+    || { cat "$WORK/initdb.log" >&2; exit 1; }
+
+start_pg() { # synchronous_standby_names
+    : >"$WORK/pg.log"
+    [ "$(id -u)" = 0 ] && chown "$PG_USER" "$WORK/pg.log"
+    as_pg "$PG_BINDIR/postgres" -D "$PGDATA" -c port="$PG_PORT" -c listen_addresses='' \
+        -c unix_socket_directories="$PGSOCK" -c max_connections="$MAX_CONN" \
+        -c fsync=on -c synchronous_commit=on -c synchronous_standby_names="$1" \
+        >>"$WORK/pg.log" 2>&1 &
+    PG_LAUNCHER=$!
+    for _ in $(seq 1 300); do
+        [ -z "$PG_PID" ] && [ -s "$PGDATA/postmaster.pid" ] && PG_PID=$(head -n1 "$PGDATA/postmaster.pid")
+        [ -n "$PG_PID" ] && "$PG_BINDIR/pg_isready" -q -h "$PGSOCK" -p "$PG_PORT" && return 0
+        kill -0 "$PG_LAUNCHER" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "error: PostgreSQL did not start" >&2; cat "$WORK/pg.log" >&2; exit 1
+}
+
+WDATA="$WORK/walshm"
+"$WALSHM_BIN" init -D "$WDATA" >"$WORK/walshm-init.log" 2>&1 \
+    || { cat "$WORK/walshm-init.log" >&2; exit 1; }
+
+start_walshm() { # extra args...
+    : >"$WORK/walshm.log"
+    setsid "$WALSHM_BIN" start -D "$WDATA" --set port="$W_PORT" --set max_connections="$MAX_CONN" \
+        "$@" >>"$WORK/walshm.log" 2>&1 &
+    W_PID=$!
+    for _ in $(seq 1 300); do
+        [ -S "$WDATA/.s.PGSQL.$W_PORT" ] && "$PG_BINDIR/pg_isready" -q -h "$WDATA" -p "$W_PORT" && return 0
+        kill -0 "$W_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "error: walshm did not start" >&2; cat "$WORK/walshm.log" >&2; exit 1
+}
+
+start_rx() { # host port dir [--synchronous]
+    rm -rf "$3"; mkdir -p "$3"
+    local host=$1 port=$2 dir=$3; shift 3
+    setsid "$PG_BINDIR/pg_receivewal" -h "$host" -p "$port" -U "$PG_USER" -w -D "$dir" "$@" \
+        >"$dir.log" 2>&1 &
+    RX_PID=$!
+    sleep 1
+}
+
+printf '%s\n' "BEGIN;" "SELECT pg_logical_emit_message(true, 'test', repeat('x', 64));" "COMMIT;" \
+    >"$WORK/commit64.sql"
+chmod 644 "$WORK/commit64.sql"
+NPROC=$(nproc)
+
+bench() { # host port user -> tps
+    local out tps j=$(( CLIENTS < NPROC ? CLIENTS : NPROC ))
+    out=$("$PG_BINDIR/pgbench" -n -h "$1" -p "$2" -U "$3" -M prepared -f "$WORK/commit64.sql" \
+        -c "$CLIENTS" -j "$j" -T "$SECS" postgres 2>&1) || { echo "$out" >&2; echo fail; return; }
+    tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' <<<"$out")
+    echo "${tps:-fail}"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+echo "replication-bench: $(uname -srm), nproc=$NPROC; $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN"
+echo "part 1: pgbench -M prepared -c $CLIENTS -T $SECS, BEGIN; emit(true, 64 B); COMMIT; fsync=on, synchronous_commit=on"
+
+start_pg ""
+pg_local=$(bench "$PGSOCK" "$PG_PORT" "$PG_USER")
+stop_pg
+start_pg "pg_receivewal"
+start_rx "$PGSOCK" "$PG_PORT" "$WORK/rx-pg" --synchronous
+pg_sync=$(bench "$PGSOCK" "$PG_PORT" "$PG_USER")
+stop_rx
+stop_pg
+
+start_walshm --set fsync=on --set synchronous_commit=on
+w_local=$(bench "$WDATA" "$W_PORT" walshm)
+stop_walshm
+start_walshm --set fsync=on --set synchronous_commit=on --set synchronous_standby_names=pg_receivewal
+start_rx "$WDATA" "$W_PORT" "$WORK/rx-w" --synchronous
+w_sync=$(bench "$WDATA" "$W_PORT" walshm)
+stop_rx
+sleep 0.5
+per_update=$(sed -n 's/.*synchronous replication: .*(\([0-9.]*\) per update).*/\1/p' "$WORK/walshm.log" | tail -n1)
+stop_walshm
+
+printf '%-10s %14s %14s %10s\n' server "local tps" "sync-rep tps" "sync/local"
+printf '%-10s %14s %14s %10s\n' PostgreSQL "$pg_local" "$pg_sync" "$(ratio "$pg_sync" "$pg_local")"
+printf '%-10s %14s %14s %10s\n' walshm "$w_local" "$w_sync" "$(ratio "$w_sync" "$w_local")"
+echo "walshm sync-rep / PostgreSQL sync-rep: $(ratio "$w_sync" "$pg_sync"); commits released per status update: ${per_update:-?}"
+
+echo
+echo "part 2: walshm --workers 16 --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached"
+sql() { "$PG_BINDIR/psql" -X -A -t -h "$WDATA" -p "$W_PORT" -U walshm -d postgres -c "$1"; }
+lsn_bytes() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) + 16#$lo )); }
+# A slot keeps the WAL the receiver has not got yet (bounded), so that a
+# receiver that falls behind shows as lag instead of losing its segments.
+start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB
+sql "SELECT pg_create_physical_replication_slot('bench', true)" >/dev/null
+stop_walshm
+start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --workers 16 --workload emit:1024
+start_rx "$WDATA" "$W_PORT" "$WORK/rx-async" --slot bench
+t0=$(date +%s.%N)
+start_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
+sent0=$(sql "SELECT * FROM pg_stat_replication" | cut -d'|' -f11)
+sleep "$SECS"
+row=$(sql "SELECT * FROM pg_stat_replication")
+flush_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
+t1=$(date +%s.%N)
+sent1=$(cut -d'|' -f11 <<<"$row")
+stop_rx
+stop_walshm
+if [ -z "$sent0" ] || [ -z "$sent1" ]; then
+    echo "pg_receivewal was not streaming at the start or the end of the run (see $WORK/rx-async.log)"
+    cat "$WORK/rx-async.log" >&2
+    exit 1
+fi
+sent_start=$(lsn_bytes "$sent0")
+sent_lsn=$(lsn_bytes "$sent1")
+awk -v s="$start_lsn" -v f="$flush_lsn" -v q="$sent_start" -v r="$sent_lsn" -v t0="$t0" -v t1="$t1" 'BEGIN {
+    t = t1 - t0; gen = (f - s) / t / 1e6; sent = (r - q) / t / 1e6;
+    printf "generated %.1f MB/s, sent %.1f MB/s (%.0f%%), lag at the end %.1f MB\n", gen, sent, 100 * sent / gen, (f - r) / 1e6 }'
+echo "(one run; the machine's cores are shared by the servers, pgbench and pg_receivewal)"

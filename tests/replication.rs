@@ -1,0 +1,800 @@
+//! Streaming replication to PostgreSQL 15's unmodified `pg_receivewal`
+//! (issue 13): the walsender, replication slots, synchronous replication,
+//! and PostgreSQL's errors for bad replication input.
+//!
+//! Every test needs /usr/lib/postgresql/15/bin/pg_receivewal (and some
+//! pg_waldump); without them it is skipped loudly, unless
+//! WALSHM_REQUIRE_PG=1. pg_receivewal runs in its own process group, which
+//! is SIGKILLed when the test ends (also when it fails). pg_receivewal
+//! waits 5 s before it reconnects after losing its connection, which
+//! bounds how many kills one test can afford.
+//!
+//! Checks read bytes and records, never log wording: received segments are
+//! compared byte for byte with the server's, acknowledged commits are
+//! looked up in the received WAL with walformat's reader, errors are
+//! matched by SQLSTATE.
+
+mod common;
+
+use common::wire::{
+    cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
+    read_to_close, socket_path, start_on_free_port, startup_packet,
+};
+use common::*;
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SEG: u64 = 1 << 20;
+/// For tests that kill processes but never lose power: fsync only slows
+/// them down on a shared disk (a CHECKPOINT of several fsyncs then takes
+/// seconds).
+const UNSYNCED: [&str; 2] = ["--set", "fsync=off"];
+
+/// pg_receivewal, or None (loud skip).
+fn pg_receivewal() -> Option<PathBuf> {
+    common::wire::pg_client("pg_receivewal")
+}
+
+/// A running pg_receivewal in its own process group, killed on drop.
+struct Receiver {
+    child: Option<Child>,
+}
+
+impl Receiver {
+    fn start(bin: &Path, d: &DataDir, port: u16, out: &Path, extra: &[&str]) -> Receiver {
+        fs::create_dir_all(out).unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out.with_extension("log"))
+            .unwrap();
+        let child = Command::new(bin)
+            .arg("-h")
+            .arg(&d.path)
+            .args(["-p", &port.to_string(), "-w", "-v", "-s", "1", "-D"])
+            .arg(out)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("spawn pg_receivewal");
+        Receiver { child: Some(child) }
+    }
+
+    /// SIGKILL of its whole group, and wait.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(-(c.id() as i32), libc::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Segment numbers of the complete files in `out`, and the partial one.
+fn received(out: &Path) -> (Vec<u64>, Option<u64>) {
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let mut complete = Vec::new();
+    let mut partial = None;
+    for e in fs::read_dir(out).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(base) = name.strip_suffix(".partial") {
+            partial = geo.parse_file_name(base).map(|(_, n)| n);
+        } else if let Some((_, n)) = geo.parse_file_name(&name) {
+            complete.push(n);
+        }
+    }
+    complete.sort_unstable();
+    (complete, partial)
+}
+
+/// How far the received WAL reaches: the end of the last complete
+/// segment, or into the partial one up to its last non-zero byte
+/// (pg_receivewal pads a partial segment with zeros).
+fn received_upto(out: &Path) -> u64 {
+    let (complete, partial) = received(out);
+    let full = complete.last().map_or(0, |n| (n + 1) * SEG);
+    let Some(p) = partial else { return full };
+    let bytes = fs::read(out.join(format!("{}.partial", seg_name(p)))).unwrap_or_default();
+    let used = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |i| i as u64 + 1);
+    full.max(p * SEG + used)
+}
+
+/// Waits until the received WAL reaches at least 16 kB past `from`.
+fn progressed(out: &Path, from: u64) -> bool {
+    wait_until(Duration::from_secs(12), || {
+        received_upto(out) >= from + 16384
+    })
+}
+
+fn seg_name(n: u64) -> String {
+    walformat::Geometry::new(SEG).unwrap().file_name(1, n)
+}
+
+/// Every complete received segment equals the server's byte for byte, the
+/// complete ones follow each other without a gap and the partial one
+/// follows them; the partial one equals the server's up to `end` (its
+/// end of WAL) when `end` lies in it. Returns the number of complete ones.
+fn assert_matches_server(out: &Path, d: &DataDir, end: u64) -> usize {
+    let (complete, partial) = received(out);
+    assert!(!complete.is_empty(), "no complete segment received");
+    for w in complete.windows(2) {
+        assert_eq!(w[1], w[0] + 1, "gap in the received segments: {complete:?}");
+    }
+    if let Some(p) = partial {
+        assert_eq!(
+            p,
+            complete.last().unwrap() + 1,
+            "partial segment does not follow"
+        );
+    }
+    for &n in &complete {
+        let name = seg_name(n);
+        let got = fs::read(out.join(&name)).unwrap();
+        let want = fs::read(d.path.join("pg_wal").join(&name))
+            .unwrap_or_else(|e| panic!("server segment {name}: {e}"));
+        assert!(
+            got == want,
+            "received segment {name} differs from the server's"
+        );
+    }
+    if let Some(p) = partial.filter(|&p| end / SEG == p) {
+        let name = seg_name(p);
+        let got = fs::read(out.join(format!("{name}.partial"))).unwrap();
+        let want = fs::read(d.path.join("pg_wal").join(&name)).unwrap();
+        let upto = (end % SEG) as usize;
+        assert!(
+            got[..upto] == want[..upto],
+            "partial segment {name} differs from the server's below the end of WAL"
+        );
+    }
+    complete.len()
+}
+
+/// Waits until the receiver holds WAL up to `end` (in a complete segment,
+/// or in the partial one's bytes, compared with the server's).
+fn wait_received_upto(out: &Path, d: &DataDir, end: u64, timeout: Duration) -> bool {
+    wait_until(timeout, || {
+        let (complete, partial) = received(out);
+        let seg = end / SEG;
+        if complete.contains(&seg) || (end.is_multiple_of(SEG) && complete.contains(&(seg - 1))) {
+            return true;
+        }
+        if partial != Some(seg) {
+            return false;
+        }
+        let name = seg_name(seg);
+        let (Ok(got), Ok(want)) = (
+            fs::read(out.join(format!("{name}.partial"))),
+            fs::read(d.path.join("pg_wal").join(&name)),
+        ) else {
+            return false;
+        };
+        let upto = (end % SEG) as usize;
+        got.len() >= upto && got[..upto] == want[..upto]
+    })
+}
+
+/// The received WAL as a pg_wal directory (partial segment under its full
+/// name) in `scratch`.
+fn as_pg_wal(out: &Path, scratch: &Path) -> PathBuf {
+    let dir = scratch.join("pg_wal");
+    fs::create_dir_all(&dir).unwrap();
+    for e in fs::read_dir(out).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let base = name.strip_suffix(".partial").unwrap_or(&name);
+        if base.len() == 24 {
+            fs::copy(e.path(), dir.join(base)).unwrap();
+        }
+    }
+    dir
+}
+
+/// A server on a fixed port (to restart it where pg_receivewal looks).
+fn start_on(d: &DataDir, logdir: &Path, port: u16, args: &[&str]) -> Server {
+    let p = format!("port={port}");
+    let mut all = vec!["--set", p.as_str()];
+    all.extend_from_slice(args);
+    let mut s = start_with_env(&d.path, logdir, &all, &[]);
+    s.wait_ready(TIMEOUT);
+    let sock = socket_path(&d.path, port);
+    assert!(wait_until(TIMEOUT, || sock.exists()), "no socket");
+    s
+}
+
+fn pid_of(srv: &Server, comm: &str) -> Option<i32> {
+    srv.children()
+        .into_iter()
+        .find(|(_, c)| c == comm)
+        .map(|(p, _)| p)
+}
+
+// ---- a raw replication connection ----
+
+fn repl_connect(path: &Path, app: &str) -> Result<UnixStream, String> {
+    let mut s = raw_connect(path);
+    s.write_all(&startup_packet(&[
+        ("user", "x"),
+        ("database", "replication"),
+        ("replication", "true"),
+        ("application_name", app),
+    ]))
+    .map_err(|e| format!("write: {e}"))?;
+    loop {
+        match read_msg(&mut s) {
+            None => return Err("closed during start-up".into()),
+            Some((b'E', b)) => return Err(fields(&b).get(&b'C').cloned().unwrap_or_default()),
+            Some((b'Z', _)) => return Ok(s),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Sends one simple query; every message up to ReadyForQuery.
+fn query(s: &mut UnixStream, q: &str) -> Vec<(u8, Vec<u8>)> {
+    exchange(s, &msg(b'Q', &cstr(q)))
+}
+
+fn one_value(msgs: &[(u8, Vec<u8>)], col: usize) -> Option<String> {
+    assert_eq!(error_code(msgs), None, "unexpected error: {msgs:?}");
+    data_rows(msgs).first().and_then(|r| r[col].clone())
+}
+
+fn sql(d: &DataDir, port: u16, q: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut s = handshake(&socket_path(&d.path, port)).expect("SQL connection");
+    query(&mut s, q)
+}
+
+fn slot_restart_lsn(d: &DataDir, port: u16, name: &str) -> Option<u64> {
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").expect("replication connection");
+    let rows = query(&mut s, &format!("READ_REPLICATION_SLOT {name}"));
+    one_value(&rows, 1).map(|v| walformat::parse_lsn(&v).unwrap())
+}
+
+fn flush_lsn(d: &DataDir, port: u16) -> u64 {
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").expect("replication connection");
+    let rows = query(&mut s, "IDENTIFY_SYSTEM");
+    walformat::parse_lsn(&one_value(&rows, 2).unwrap()).unwrap()
+}
+
+/// Writes about `segments` segments of WAL, each ended by a switch.
+fn write_segments(d: &DataDir, port: u16, segments: usize) {
+    for _ in 0..segments {
+        let r = sql(
+            d,
+            port,
+            "SELECT pg_logical_emit_message(false, 'x', repeat('x', 100000)); SELECT pg_switch_wal()",
+        );
+        assert_eq!(error_code(&r), None, "{r:?}");
+    }
+}
+
+fn checkpoint(d: &DataDir, port: u16) {
+    assert_eq!(error_code(&sql(d, port, "CHECKPOINT")), None);
+}
+
+fn server_has_segment(d: &DataDir, seg: u64) -> bool {
+    d.path.join("pg_wal").join(seg_name(seg)).exists()
+}
+
+// ---- tests ----
+
+/// Streams under an emit-tx load; after a clean stop (the walsender sends
+/// everything flushed, the shutdown checkpoint included, before it ends
+/// the stream) every received byte equals the server's and pg_waldump
+/// reads the received directory to the server's end of WAL.
+#[test]
+fn streams_under_load_and_matches_the_server_after_a_clean_stop() {
+    let Some(bin) = pg_receivewal() else { return };
+    let Some(waldump) = pg_waldump_path() else {
+        return;
+    };
+    let t = TempDir::new("rep-stream");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let args = ["--workers", "2", "--workload", "emit-tx:100"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    assert!(
+        wait_until(Duration::from_secs(15), || received(&out).0.len() >= 3),
+        "pg_receivewal did not complete 3 segments"
+    );
+    assert!(pid_of(&srv, "walsender").is_some(), "no walsender child");
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(
+        wait_received_upto(&out, &d, end, Duration::from_secs(10)),
+        "the receiver did not get the WAL up to the end of the server's WAL ({})",
+        walformat::format_lsn(end)
+    );
+    rx.kill();
+    assert_matches_server(&out, &d, end);
+    let (complete, _) = received(&out);
+    let dir = as_pg_wal(&out, &t.join("scratch"));
+    let o = run_cmd(
+        Command::new(waldump)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-s")
+            .arg(walformat::format_lsn(complete[0] * SEG))
+            .arg("-q"),
+        Duration::from_secs(60),
+    );
+    match pg_normal_end(&o) {
+        Ok(e) => assert_eq!(
+            e.end_lsn,
+            end,
+            "pg_waldump ended elsewhere\n{}",
+            o.describe()
+        ),
+        Err(e) => assert!(e.starts_with("PAGE-BOUNDARY"), "{e}\n{}", o.describe()),
+    }
+}
+
+/// kill -9 of the walsender, twice: the server restarts, pg_receivewal
+/// reconnects and resumes from its partial segment: no gap, no diverging
+/// byte.
+#[test]
+fn kill_9_of_the_walsender_resumes_without_gap() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-kill-ws");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    let (mut srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
+    let out = t.join("recv");
+    let _rx = Receiver::start(&bin, &d, port, &out, &[]);
+    for round in 0..2 {
+        let have = received_upto(&out);
+        assert!(
+            progressed(&out, have),
+            "round {round}: no streaming progress"
+        );
+        let ws = pid_of(&srv, "walsender").expect("a walsender while streaming");
+        kill(ws, libc::SIGKILL);
+        srv.wait_ready_n(round + 2, TIMEOUT);
+    }
+    let have = received_upto(&out);
+    assert!(
+        progressed(&out, have),
+        "streaming did not resume after the last kill"
+    );
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
+    assert_matches_server(&out, &d, end);
+}
+
+/// kill -9 of the postmaster (whole server) and, twice, of pg_receivewal:
+/// after each, streaming resumes where the receiver's files end.
+#[test]
+fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-kill-pm");
+    let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
+    let port = common::wire::free_port();
+    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    let mut srv = start_on(&d, t.path(), port, &args);
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    assert!(progressed(&out, 0), "no streaming");
+    for _ in 0..2 {
+        rx.kill();
+        let have = received_upto(&out);
+        rx = Receiver::start(&bin, &d, port, &out, &[]);
+        assert!(
+            progressed(&out, have),
+            "no progress after restarting pg_receivewal"
+        );
+    }
+    kill_group(srv);
+    let have = received_upto(&out);
+    srv = start_on(&d, t.path(), port, &args);
+    assert!(
+        progressed(&out, have),
+        "no progress after the server's restart"
+    );
+    srv.stop_ok();
+    let end = own_waldump(&d.path).end_lsn;
+    assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
+    rx.kill();
+    assert_matches_server(&out, &d, end);
+}
+
+/// synchronous_standby_names = 'pg_receivewal' and `pg_receivewal
+/// --synchronous`: no commit is acknowledged before the receiver connects,
+/// and after kill -9 of the primary every acknowledged commit is in the
+/// receiver's directory.
+#[test]
+fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-sync");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["synchronous_standby_names=pg_receivewal"];
+    let args = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &args, &[]);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        parse_acks(&srv.stdout()).is_empty(),
+        "commits were acknowledged with no synchronous standby connected"
+    );
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &["--synchronous"]);
+    assert!(
+        wait_until(Duration::from_secs(15), || parse_acks(&srv.stdout()).len()
+            >= 300),
+        "fewer than 300 commits acknowledged with the receiver connected"
+    );
+    let stat = sql(&d, port, "SELECT * FROM pg_stat_replication");
+    let rows = data_rows(&stat);
+    assert_eq!(rows.len(), 1, "{stat:?}");
+    // application_name, state, sync_priority, sync_state
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row[3].as_deref(),
+            row[9].as_deref(),
+            row[17].as_deref(),
+            row[18].as_deref()
+        ),
+        (
+            Some("pg_receivewal"),
+            Some("streaming"),
+            Some("1"),
+            Some("sync")
+        )
+    );
+    let o = kill_group(srv);
+    rx.kill();
+    let acks = parse_acks(&o.stdout);
+    let dir = as_pg_wal(&out, &t.join("scratch"));
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let first = *acks.iter().min().unwrap();
+    let mut reader = walformat::WalReader::open(&dir, geo, 1, None, first).unwrap();
+    let mut commits = HashSet::new();
+    while let Ok(Some(r)) = reader.next_record() {
+        if r.is_commit() {
+            commits.insert(r.lsn);
+        }
+    }
+    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged commits are not in the receiver's WAL (first {})",
+        missing.len(),
+        acks.len(),
+        walformat::format_lsn(*missing[0])
+    );
+}
+
+/// A SQL session that knows its BackendKeyData (pid, secret key).
+fn keyed_session(path: &Path) -> (UnixStream, i32, i32) {
+    let mut s = raw_connect(path);
+    s.write_all(&startup_packet(&[("user", "x"), ("database", "x")]))
+        .unwrap();
+    let mut key = (0, 0);
+    loop {
+        match read_msg(&mut s).expect("start-up") {
+            (b'K', b) => {
+                key = (
+                    i32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+                    i32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+                )
+            }
+            (b'Z', _) => return (s, key.0, key.1),
+            (b'E', b) => panic!("refused: {:?}", fields(&b)),
+            _ => {}
+        }
+    }
+}
+
+/// Sends a CancelRequest for backend `pid` with `key`.
+fn cancel(path: &Path, pid: i32, key: i32) {
+    let mut c = raw_connect(path);
+    let mut p = 16i32.to_be_bytes().to_vec();
+    p.extend_from_slice(&((1234 << 16) | 5678i32).to_be_bytes());
+    p.extend_from_slice(&pid.to_be_bytes());
+    p.extend_from_slice(&key.to_be_bytes());
+    c.write_all(&p).unwrap();
+}
+
+/// True if nothing arrives on `s` within `d`.
+fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    std::thread::sleep(d);
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte peek into a live buffer of our own socket.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr() as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}
+
+/// With no synchronous standby connected a commit waits; a cancel ends
+/// the wait (the commit is durable locally and returns, as PostgreSQL
+/// says), and a fast shutdown is not held up by a waiting commit, which
+/// is then not acknowledged to its client.
+#[test]
+fn a_synchronous_commit_wait_yields_to_cancel_and_to_fast_shutdown() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-cancel");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["synchronous_standby_names=nobody", "fsync=off"];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &[], &[]);
+    let sock = socket_path(&d.path, port);
+    let emit = msg(
+        b'Q',
+        &cstr("SELECT pg_logical_emit_message(true, 'p', 'x')"),
+    );
+    let (mut s1, pid, key) = keyed_session(&sock);
+    s1.write_all(&emit).unwrap();
+    assert!(
+        silent_for(&mut s1, Duration::from_millis(1000)),
+        "the commit did not wait"
+    );
+    cancel(&sock, pid, key);
+    let mut reply = Vec::new();
+    while reply.last().map(|m: &(u8, Vec<u8>)| m.0) != Some(b'Z') {
+        reply.push(read_msg(&mut s1).expect("reply after the cancel"));
+    }
+    assert_eq!(error_code(&reply), None, "{reply:?}");
+    assert!(
+        reply.iter().any(|m| m.0 == b'C'),
+        "the commit did not complete: {reply:?}"
+    );
+    let (mut s2, _, _) = keyed_session(&sock);
+    s2.write_all(&emit).unwrap();
+    assert!(
+        silent_for(&mut s2, Duration::from_millis(500)),
+        "the commit did not wait"
+    );
+    srv.stop_ok();
+    let rest = read_to_close(&mut s2);
+    assert!(
+        !rest.iter().any(|m| m.0 == b'C' || m.0 == b'D'),
+        "a commit whose wait the shutdown ended was acknowledged: {rest:?}"
+    );
+}
+
+/// A slot keeps WAL while it lags and releases it once its receiver
+/// reported the flush; it survives a crash restart; dropping it releases
+/// what it held.
+#[test]
+fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-slot");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let port = common::wire::free_port();
+    let srv = start_on(&d, t.path(), port, &UNSYNCED);
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let created = query(
+        &mut s,
+        "CREATE_REPLICATION_SLOT \"s1\" PHYSICAL (RESERVE_WAL)",
+    );
+    let l0 = walformat::parse_lsn(&one_value(&created, 1).unwrap()).unwrap();
+    assert!(l0 > 0, "no WAL reserved");
+    write_segments(&d, port, 4);
+    checkpoint(&d, port);
+    assert!(
+        server_has_segment(&d, l0 / SEG),
+        "a lagging slot's WAL was removed"
+    );
+
+    let out = t.join("recv");
+    let mut rx = Receiver::start(&bin, &d, port, &out, &["--slot", "s1"]);
+    let flushed = flush_lsn(&d, port);
+    assert!(
+        wait_until(Duration::from_secs(15), || slot_restart_lsn(&d, port, "s1")
+            .is_some_and(|l| l / SEG >= flushed / SEG)),
+        "the slot did not advance with the receiver's flush reports"
+    );
+    rx.kill();
+    checkpoint(&d, port);
+    assert!(!server_has_segment(&d, l0 / SEG), "consumed WAL was kept");
+    let saved = slot_restart_lsn(&d, port, "s1").unwrap();
+
+    kill_group(srv);
+    let srv = start_on(&d, t.path(), port, &UNSYNCED);
+    assert_eq!(
+        slot_restart_lsn(&d, port, "s1"),
+        Some(saved),
+        "the slot did not survive the crash with its position"
+    );
+    write_segments(&d, port, 3);
+    checkpoint(&d, port);
+    assert!(
+        server_has_segment(&d, saved / SEG),
+        "a lagging slot's WAL was removed"
+    );
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    assert_eq!(error_code(&query(&mut s, "DROP_REPLICATION_SLOT s1")), None);
+    checkpoint(&d, port);
+    assert!(
+        !server_has_segment(&d, saved / SEG),
+        "a dropped slot still holds WAL"
+    );
+    assert!(!d.path.join("pg_replslot/s1").exists());
+    // The SQL functions and the view.
+    let made = sql(
+        &d,
+        port,
+        "SELECT pg_create_physical_replication_slot('s2', true)",
+    );
+    assert!(one_value(&made, 0).unwrap().starts_with("(s2,"), "{made:?}");
+    let again = sql(&d, port, "SELECT pg_create_physical_replication_slot('s2')");
+    assert_eq!(error_code(&again).as_deref(), Some("42710"));
+    let view = data_rows(&sql(&d, port, "SELECT * FROM pg_replication_slots"));
+    assert_eq!(view.len(), 1);
+    // slot_name, slot_type, active, wal_status
+    assert_eq!(
+        (
+            view[0][0].as_deref(),
+            view[0][2].as_deref(),
+            view[0][6].as_deref(),
+            view[0][12].as_deref()
+        ),
+        (Some("s2"), Some("physical"), Some("f"), Some("reserved"))
+    );
+    assert!(d.path.join("pg_replslot/s2/state").exists());
+    let dropped = sql(&d, port, "SELECT pg_drop_replication_slot('s2')");
+    assert_eq!(error_code(&dropped), None);
+    assert!(data_rows(&sql(&d, port, "SELECT * FROM pg_replication_slots")).is_empty());
+    srv.stop_ok();
+}
+
+/// max_slot_wal_keep_size bounds what a lagging slot holds: beyond it the
+/// checkpointer removes the WAL anyway and the slot shows wal_status
+/// 'lost'; streaming from it then gets 58P01.
+#[test]
+fn max_slot_wal_keep_size_invalidates_a_slot_that_lags_too_far() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-lost");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (srv, port) = start_on_free_port(
+        &d,
+        t.path(),
+        &["max_slot_wal_keep_size=2MB", "fsync=off"],
+        &[],
+        &[],
+    );
+    let made = sql(
+        &d,
+        port,
+        "SELECT pg_create_physical_replication_slot('lag', true)",
+    );
+    assert_eq!(error_code(&made), None, "{made:?}");
+    let l0 = slot_restart_lsn(&d, port, "lag").unwrap();
+    write_segments(&d, port, 2);
+    checkpoint(&d, port);
+    let status =
+        |d: &DataDir| data_rows(&sql(d, port, "SELECT * FROM pg_replication_slots"))[0][12].clone();
+    assert_eq!(status(&d).as_deref(), Some("reserved"));
+    assert!(
+        server_has_segment(&d, l0 / SEG),
+        "WAL within the limit was removed"
+    );
+    write_segments(&d, port, 5);
+    checkpoint(&d, port);
+    assert_eq!(status(&d).as_deref(), Some("lost"));
+    assert!(
+        !server_has_segment(&d, l0 / SEG),
+        "a lost slot still holds WAL"
+    );
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let start = format!(
+        "START_REPLICATION SLOT lag {}",
+        walformat::format_lsn(l0 - l0 % SEG)
+    );
+    assert_eq!(error_code(&query(&mut s, &start)).as_deref(), Some("58P01"));
+    srv.stop_ok();
+}
+
+/// Bad replication input gets PostgreSQL's SQLSTATEs and the server keeps
+/// running (no crash restart): unknown command, start ahead of the flush
+/// position, before the oldest segment, wrong timeline, bad slot names,
+/// too many walsenders, a malformed status update mid-stream.
+#[test]
+fn bad_replication_input_gets_postgresql_errors() {
+    if pg_receivewal().is_none() {
+        return;
+    }
+    let t = TempDir::new("rep-bad");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (mut srv, port) =
+        start_on_free_port(&d, t.path(), &["max_wal_senders=1", "fsync=off"], &[], &[]);
+    let sock = socket_path(&d.path, port);
+    let walwriter = pid_of(&srv, "walwriter").expect("walwriter");
+    let mut s = repl_connect(&sock, "t").unwrap();
+    let code = |s: &mut UnixStream, q: &str| error_code(&query(s, q));
+    assert_eq!(code(&mut s, "SELECT 1").as_deref(), Some("42601"));
+    assert_eq!(code(&mut s, "START_REPLICATION").as_deref(), Some("42601"));
+    let flush =
+        walformat::parse_lsn(&one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 2).unwrap()).unwrap();
+    let ahead = format!(
+        "START_REPLICATION {}",
+        walformat::format_lsn(flush + 16 * SEG)
+    );
+    assert_eq!(code(&mut s, &ahead).as_deref(), Some("XX000"));
+    assert_eq!(
+        code(&mut s, "START_REPLICATION 0/10").as_deref(),
+        Some("58P01")
+    );
+    let seg_start = flush - flush % SEG;
+    let wrong_tli = format!(
+        "START_REPLICATION {} TIMELINE 7",
+        walformat::format_lsn(seg_start)
+    );
+    assert_eq!(code(&mut s, &wrong_tli).as_deref(), Some("XX000"));
+    assert_eq!(
+        code(&mut s, "CREATE_REPLICATION_SLOT \"Bad\" PHYSICAL").as_deref(),
+        Some("42602")
+    );
+    assert_eq!(
+        code(&mut s, "DROP_REPLICATION_SLOT nosuch").as_deref(),
+        Some("42704")
+    );
+    assert_eq!(
+        data_rows(&query(&mut s, "READ_REPLICATION_SLOT nosuch")),
+        vec![vec![None, None, None]]
+    );
+    // A walsender beyond max_wal_senders: FATAL 53300 instead of the
+    // greeting, as PostgreSQL answers.
+    assert_eq!(
+        repl_connect(&sock, "second").err().as_deref(),
+        Some("53300"),
+        "a walsender beyond max_wal_senders"
+    );
+    // Streaming, then a status update of 10 bytes instead of 34.
+    let start = format!(
+        "START_REPLICATION {} TIMELINE 1",
+        walformat::format_lsn(seg_start)
+    );
+    s.write_all(&msg(b'Q', &cstr(&start))).unwrap();
+    let (tag, _) = read_msg(&mut s).expect("CopyBothResponse");
+    assert_eq!(tag, b'W');
+    let (tag, body) = read_msg(&mut s).expect("XLogData");
+    assert_eq!((tag, body[0]), (b'd', b'w'));
+    s.write_all(&msg(b'd', b"r123456789")).unwrap();
+    let rest = read_to_close(&mut s);
+    assert_eq!(error_code(&rest).as_deref(), Some("08P01"), "{rest:?}");
+    // The server is still the same one, and serves replication again.
+    let mut again = Err(String::new());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while again.is_err() && Instant::now() < deadline {
+        again = repl_connect(&sock, "t");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut s = again.expect("replication after the bad status update");
+    assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
+    assert!(srv.try_wait().is_none());
+    assert_eq!(
+        pid_of(&srv, "walwriter"),
+        Some(walwriter),
+        "the server went through a crash restart"
+    );
+    srv.stop_ok();
+}
