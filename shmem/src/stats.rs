@@ -139,8 +139,9 @@ counter_structs!(FlatCounters, FlatTotals, "Mechanism and WAL counters of one pr
     pages_init_walwriter,
     /// fdatasync calls on WAL.
     fdatasyncs,
-    /// Commits that waited for their flush.
-    commits_flushed,
+    /// XLogFlush calls: one per synchronous commit (checkpoints and WAL
+    /// switches add a few), the numerator of "commits per fdatasync".
+    flush_requests,
     /// pg_stat_wal: records, full-page images (always 0), bytes (record
     /// lengths), writes forced by full buffers, write calls, sync calls,
     /// and their times in microseconds (with track_wal_io_timing).
@@ -246,10 +247,7 @@ impl MechanismTotals {
                 "group_clear_size",
                 div(f.group_clear_members, f.group_clear_groups),
             ),
-            (
-                "commits_per_fdatasync",
-                div(f.commits_flushed, f.fdatasyncs),
-            ),
+            ("commits_per_fdatasync", div(f.flush_requests, f.fdatasyncs)),
         ]
     }
 }
@@ -561,6 +559,29 @@ mod reader {
         ProcEntry {
             _events: waitevent::install(&p.wait_event_info),
             _counters: install_counters(&st.counters),
+        }
+    }
+
+    /// The type a slot's process has unless it says otherwise: the
+    /// auxiliary process of an auxiliary slot, a client backend in a
+    /// backend slot (workload workers then call [`set_backend_type`]).
+    pub fn slot_backend_type(shm: &Shmem, procno: u32) -> BackendType {
+        use crate::segment::AuxProc;
+        match procno.checked_sub(shm.layout().max_backends) {
+            None => BackendType::ClientBackend,
+            Some(a) if a == AuxProc::Startup as u32 => BackendType::Startup,
+            Some(a) if a == AuxProc::Walwriter as u32 => BackendType::Walwriter,
+            Some(_) => BackendType::Checkpointer,
+        }
+    }
+
+    /// The owner's correction of its type (a workload worker).
+    pub fn set_backend_type(shm: &Shmem, procno: u32, ty: BackendType) {
+        shm.proc_stats(procno)
+            .backend_type
+            .store(ty as u32, Ordering::Relaxed);
+        if ty == BackendType::Worker {
+            activity_writer(shm, procno).set_state(ActivityState::Active);
         }
     }
 

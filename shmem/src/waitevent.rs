@@ -142,12 +142,8 @@ wait_events! {
     PROCARRAY_GROUP_UPDATE = (PG_WAIT_IPC, 1, "ProcArrayGroupUpdate");
     /// Reserved for synchronous replication's commit wait.
     SYNC_REP = (PG_WAIT_IPC, 2, "SyncRep");
-    /// walshm's own: a backend waiting for the walwriter to write a WAL
-    /// buffer page out, or to pre-initialize the page it needs (PostgreSQL
-    /// writes the page itself under WALWriteLock instead).
-    WAL_BUFFER_WAIT = (PG_WAIT_IPC, 3, "WALBufferWait");
     /// A backend waiting for a checkpoint it requested (PostgreSQL's name).
-    CHECKPOINT_DONE = (PG_WAIT_IPC, 4, "CheckpointDone");
+    CHECKPOINT_DONE = (PG_WAIT_IPC, 3, "CheckpointDone");
     /// Sleeping in a spin delay (PostgreSQL's Timeout:SpinDelay).
     SPIN_DELAY = (PG_WAIT_TIMEOUT, 1, "SpinDelay");
     /// write(2) of WAL pages.
