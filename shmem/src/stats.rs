@@ -433,10 +433,24 @@ fn clip_utf8(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The `ProcStats::backend_type` word of the `entries`-th entry into a
+/// slot, by a process of type `ty`. The count tells a leaving process
+/// whether the slot is still its own (a connection's slot may already
+/// serve the next connection when the old one's context drops).
+pub const fn entry_word(entries: u32, ty: BackendType) -> u32 {
+    (entries << 8) | ty as u32
+}
+
+/// The type in a `backend_type` word.
+pub fn entry_type(word: u32) -> BackendType {
+    BackendType::from_u32(word & 0xFF)
+}
+
 /// Statistics of one proc slot (its own region; see the module header).
 #[repr(C, align(128))]
 pub struct ProcStats {
-    /// BackendType as u32 (0 = never entered).
+    /// Who uses the slot: the entry count in the high 24 bits, the
+    /// BackendType in the low 8 (type 0: nobody; see [`entry_word`]).
     pub backend_type: AtomicU32,
     /// ActivityState as u32.
     pub state: AtomicU32,
@@ -521,6 +535,25 @@ mod reader {
     pub struct ProcEntry<'a> {
         _events: waitevent::Installed<'a, AtomicU32>,
         _counters: InstalledCounters<'a>,
+        st: &'a ProcStats,
+        /// Our `backend_type` word's entry count.
+        entries: u32,
+    }
+
+    /// Leaving: the slot shows nobody, unless another process has entered
+    /// it since (then the compare-exchange fails and changes nothing).
+    impl Drop for ProcEntry<'_> {
+        fn drop(&mut self) {
+            let word = self.st.backend_type.load(Ordering::Relaxed);
+            if word >> 8 == self.entries {
+                let _ = self.st.backend_type.compare_exchange(
+                    word,
+                    entry_word(self.entries, BackendType::None),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
     }
 
     /// Marks proc `procno` as used by this process, of type `ty`, started
@@ -546,7 +579,9 @@ mod reader {
         ] {
             st.text.set(f, "");
         }
-        st.backend_type.store(ty as u32, Ordering::Relaxed);
+        let entries = ((st.backend_type.load(Ordering::Relaxed) >> 8) + 1) & 0x00FF_FFFF;
+        st.backend_type
+            .store(entry_word(entries, ty), Ordering::Relaxed);
         let p = &shm.procs()[procno as usize];
         p.wait_event_info.store(0, Ordering::Relaxed);
         // The first process of a segment dates pg_stat_wal's stats_reset.
@@ -559,6 +594,8 @@ mod reader {
         ProcEntry {
             _events: waitevent::install(&p.wait_event_info),
             _counters: install_counters(&st.counters),
+            st,
+            entries,
         }
     }
 
@@ -577,9 +614,9 @@ mod reader {
 
     /// The owner's correction of its type (a workload worker).
     pub fn set_backend_type(shm: &Shmem, procno: u32, ty: BackendType) {
-        shm.proc_stats(procno)
-            .backend_type
-            .store(ty as u32, Ordering::Relaxed);
+        let word = &shm.proc_stats(procno).backend_type;
+        let entries = word.load(Ordering::Relaxed) >> 8;
+        word.store(entry_word(entries, ty), Ordering::Relaxed);
         if ty == BackendType::Worker {
             activity_writer(shm, procno).set_state(ActivityState::Active);
         }
@@ -655,7 +692,7 @@ mod reader {
         if p.pid.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        match BackendType::from_u32(st.backend_type.load(Ordering::Relaxed)) {
+        match entry_type(st.backend_type.load(Ordering::Relaxed)) {
             BackendType::None => None,
             t => Some(t),
         }
@@ -909,7 +946,15 @@ mod tests {
             samples.shares(),
             vec![("Client:ClientRead".to_string(), 0.5)]
         );
+        // The thread-local slot follows the latest entry; restore ours.
+        let next = enter_proc(shm, 1, BackendType::ClientBackend);
         drop(entry);
+        assert_eq!(activity(shm).len(), 1, "a later owner keeps the slot");
+        drop(next);
+        assert!(
+            activity(shm).is_empty(),
+            "nobody shown after its owner left"
+        );
         assert_eq!(
             waitevent::report(waitevent::WAL_SYNC),
             waitevent::WaitEvent::NONE

@@ -168,21 +168,23 @@ thread_local! {
 }
 
 /// A thread-local pointer to something in shared memory, installed for
-/// as long as this guard lives (it borrows the target) and put back as it
-/// was when the guard drops.
+/// as long as this guard lives (it borrows the target). Dropping the guard
+/// clears the pointer if it is still this guard's, so the pointer only
+/// ever names the target of a live guard (whatever the drop order).
 pub struct Installed<'a, T: 'static> {
     key: &'static std::thread::LocalKey<Cell<*const T>>,
-    previous: *const T,
+    target: *const T,
     _target: std::marker::PhantomData<&'a T>,
 }
 
 impl<'a, T: 'static> Installed<'a, T> {
     /// Points `key` at `target` until the guard drops.
     pub fn in_key(key: &'static std::thread::LocalKey<Cell<*const T>>, target: &'a T) -> Self {
-        let previous = key.with(|c| c.replace(target as *const T));
+        let target = target as *const T;
+        key.with(|c| c.set(target));
         Installed {
             key,
-            previous,
+            target,
             _target: std::marker::PhantomData,
         }
     }
@@ -190,7 +192,11 @@ impl<'a, T: 'static> Installed<'a, T> {
 
 impl<T: 'static> Drop for Installed<'_, T> {
     fn drop(&mut self) {
-        self.key.with(|c| c.set(self.previous));
+        self.key.with(|c| {
+            if c.get() == self.target {
+                c.set(std::ptr::null());
+            }
+        });
     }
 }
 
