@@ -132,6 +132,16 @@ fn mechanism_value(o: &Options, x: &Summary) -> Option<f64> {
         .value(o.experiment.mechanism.counter, x.transactions_of(m))
 }
 
+/// `v` with four significant digits (a ratio near 1 shows its change in
+/// the fourth decimal on a small machine).
+fn four_digits(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// The mechanism counter in the seed table's shape: one row per variant
 /// and client count, one column per size.
 fn mechanism_table(o: &Options, s: &[Summary]) -> String {
@@ -145,7 +155,7 @@ fn mechanism_table(o: &Options, s: &[Summary]) -> String {
                 .map(|&z| {
                     find(s, v.name, z, c)
                         .and_then(|x| mechanism_value(o, x))
-                        .map_or("-".into(), |m| format!("{m:.3}"))
+                        .map_or("-".into(), four_digits)
                 })
                 .collect();
             rows.push((format!("{}_{c}_clients", v.name), cells));
