@@ -112,7 +112,7 @@ fn status_shows_the_workers_and_their_waits_and_pg_ctl_exit_codes() {
 fn a_backend_blocked_on_a_held_lwlock_shows_that_lock() {
     let tmp = TempDir::new("observe-lwlock");
     let (d, s) = start_workload(&tmp, "d", 3, "lwlock", &[]);
-    let shm = postmaster::status::observe(&d.path, "").expect("observe the segment");
+    let shm = postmaster::status::observe(&d.path).expect("observe the segment");
     let me = shm.alloc_backend_proc().expect("a free proc slot");
     let env = shm.lock_env(me);
     let lock = shm.named_lock(NamedLock::Test);
@@ -181,7 +181,7 @@ fn pg_stat_wal_counts_what_the_window_wrote() {
     let d = init(&tmp.join("d"), &[]);
     let (srv, port) = start_on_free_port(&d, tmp.path(), &["track_wal_io_timing=on"], &[], &[]);
     let mut sock = handshake_retrying(&socket_path(&d.path, port));
-    let shm = postmaster::status::observe(&d.path, "").expect("observe the segment");
+    let shm = postmaster::status::observe(&d.path).expect("observe the segment");
     shmem::stats::reset_wal_stats(&shm);
     let w0 = shmem::stats::wal_stats(&shm);
     assert_eq!((w0.wal_records, w0.wal_bytes), (0, 0), "reset: {w0:?}");

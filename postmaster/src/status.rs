@@ -28,7 +28,8 @@ pub struct StatusOptions {
     pub json: bool,
 }
 
-/// What `postmaster.pid` says.
+/// What `postmaster.pid` says (lines: PID, directory, start time,
+/// segment name).
 struct PidFileInfo {
     pid: i32,
     start_unix_s: u64,
@@ -57,17 +58,20 @@ fn is_live_postmaster(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postmaster")
 }
 
-/// Attaches the running server's shared memory for reading (the observer
-/// attach; `segment` is the name the pid file records, empty for "derive
-/// it from the directory").
-pub fn observe(datadir: &Path, segment: &str) -> Result<Shmem, String> {
-    let name = if segment.is_empty() {
-        let canon = datadir
-            .canonicalize()
-            .map_err(|e| format!("could not resolve \"{}\": {e}", datadir.display()))?;
-        shmem::segment::segment_name_for(&canon)
-    } else {
-        segment.to_string()
+/// Attaches the shared memory of the server running on `datadir` for
+/// reading: the observer attach, the one function to change when the way
+/// an observer finds the segment changes. The segment is the one the pid
+/// file names (or, without one, the name derived from the directory).
+pub fn observe(datadir: &Path) -> Result<Shmem, String> {
+    let recorded = read_pid_file(datadir).map(|i| i.segment);
+    let name = match recorded.filter(|s| !s.is_empty()) {
+        Some(s) => s,
+        None => {
+            let canon = datadir
+                .canonicalize()
+                .map_err(|e| format!("could not resolve \"{}\": {e}", datadir.display()))?;
+            shmem::segment::segment_name_for(&canon)
+        }
     };
     Shmem::attach(&name, None).map_err(|e| e.to_string())
 }
@@ -179,7 +183,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
     let Some(info) = read_pid_file(dir).filter(|i| is_live_postmaster(i.pid)) else {
         return not_running();
     };
-    let shm = match observe(dir, &info.segment) {
+    let shm = match observe(dir) {
         Ok(s) => s,
         Err(e) => {
             // While it starts or restarts after a crash the segment may be
