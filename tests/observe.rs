@@ -112,8 +112,10 @@ fn status_shows_the_workers_and_their_waits_and_pg_ctl_exit_codes() {
 fn a_backend_blocked_on_a_held_lwlock_shows_that_lock() {
     let tmp = TempDir::new("observe-lwlock");
     let (d, s) = start_workload(&tmp, "d", 3, "lwlock", &[]);
-    let shm = postmaster::status::observe(&d.path).expect("observe the segment");
-    let me = shm.alloc_backend_proc().expect("a free proc slot");
+    // A registered worker: a proc slot of its own to queue on the lock.
+    let reg = shmem::register::connect(&d.path, shmem::register::Kind::Worker)
+        .expect("register as a worker");
+    let (shm, me) = (&reg.shm, reg.procno.expect("a worker's proc slot"));
     let env = shm.lock_env(me);
     let lock = shm.named_lock(NamedLock::Test);
     lock.acquire(&env, LWLockMode::Exclusive);
@@ -130,7 +132,7 @@ fn a_backend_blocked_on_a_held_lwlock_shows_that_lock() {
     });
     lock.release(&env);
     drop(env);
-    shm.free_backend_proc(me);
+    reg.detach().expect("detach");
     assert!(
         all_blocked,
         "workers not all waiting on the held lock: {last}"
@@ -143,7 +145,6 @@ fn a_backend_blocked_on_a_held_lwlock_shows_that_lock() {
             .any(|p| wait_of(p).as_deref() != Some("LWLock:Test"))
     });
     assert!(moving, "workers still blocked after the release");
-    drop(shm);
     let out = s.stop_ok();
     let lw = parse_summary(&out.stdout);
     assert!(lw.total.transactions > 0, "{}", out.describe());

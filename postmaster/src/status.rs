@@ -12,6 +12,7 @@
 
 use crate::datadir::PID_FILE;
 use crate::report::json_string;
+use shmem::register::{self, Kind};
 use shmem::stats::{self, ProcActivity};
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -28,12 +29,10 @@ pub struct StatusOptions {
     pub json: bool,
 }
 
-/// What `postmaster.pid` says (lines: PID, directory, start time,
-/// segment name).
+/// What `postmaster.pid` says (its first and third lines).
 struct PidFileInfo {
     pid: i32,
     start_unix_s: u64,
-    segment: String,
 }
 
 fn read_pid_file(dir: &Path) -> Option<PidFileInfo> {
@@ -45,12 +44,7 @@ fn read_pid_file(dir: &Path) -> Option<PidFileInfo> {
         .next()
         .and_then(|l| l.trim().parse().ok())
         .unwrap_or(0);
-    let segment = lines.next().unwrap_or_default().trim().to_string();
-    Some(PidFileInfo {
-        pid,
-        start_unix_s,
-        segment,
-    })
+    Some(PidFileInfo { pid, start_unix_s })
 }
 
 /// Is `pid` alive and a postmaster?
@@ -59,21 +53,13 @@ fn is_live_postmaster(pid: i32) -> bool {
 }
 
 /// Attaches the shared memory of the server running on `datadir` for
-/// reading: the observer attach, the one function to change when the way
-/// an observer finds the segment changes. The segment is the one the pid
-/// file names (or, without one, the name derived from the directory).
+/// reading: the observer registration (`shmem::register`, no proc slot;
+/// an observer may leave at any time, so the channel is not kept). The one
+/// function to change when the way an observer finds the segment changes.
 pub fn observe(datadir: &Path) -> Result<Shmem, String> {
-    let recorded = read_pid_file(datadir).map(|i| i.segment);
-    let name = match recorded.filter(|s| !s.is_empty()) {
-        Some(s) => s,
-        None => {
-            let canon = datadir
-                .canonicalize()
-                .map_err(|e| format!("could not resolve \"{}\": {e}", datadir.display()))?;
-            shmem::segment::segment_name_for(&canon)
-        }
-    };
-    Shmem::attach(&name, None).map_err(|e| e.to_string())
+    register::connect(datadir, Kind::Observer)
+        .map(|r| r.shm)
+        .map_err(|e| e.to_string())
 }
 
 /// Where the server's WAL stands: (insert, write, flush) LSNs.
