@@ -25,6 +25,7 @@ pub mod password;
 mod registry;
 mod report;
 pub mod restore;
+pub mod status;
 pub mod supervised;
 pub mod supervisor;
 pub mod waldump;
@@ -51,6 +52,7 @@ pub fn main() -> i32 {
             }
         },
         Ok(cli::Command::Waldump(opts)) => report(waldump::run(&opts)),
+        Ok(cli::Command::Status(opts)) => status::run(&opts),
         Err(e) => {
             eprintln!("postmaster: error: {e}");
             eprintln!("Try \"postmaster --help\" for more information.");

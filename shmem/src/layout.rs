@@ -32,6 +32,7 @@
 //!   Histograms        LatencyHistogram x max_procs       align 128
 //!   Replication       ReplCtl x 1                        align 128
 //!   SyncRepWaiters    SyncRepWaiter x max_procs          align 128
+//!   ProcStats         ProcStats x max_procs              align 128
 //!   WalPages          WalPage x n_buffers                align 4096
 //! test-only:
 //!   LockTest          LockTestArea x 1                   align 128
@@ -53,6 +54,7 @@ use crate::proc::Proc;
 use crate::procarray::{ProcArrayShared, XidState};
 use crate::segment::{PaddedLWLock, ProcGlobal, ShmemHeader, NUM_AUX_PROCS, NUM_NAMED_LOCKS};
 use crate::settings::Settings;
+use crate::stats::ProcStats;
 use crate::sync::{AtomicU32, AtomicU64};
 use crate::variants::{LockLayout, Reservation};
 use crate::walsnd::{ReplCtl, SyncRepWaiter};
@@ -194,6 +196,8 @@ declare_regions! {
         Replication: ReplCtl, x 1;
         /// Each proc's sync-rep wait (issue 13).
         SyncRepWaiters: SyncRepWaiter, x max_procs;
+        /// Per-process activity and mechanism counters (`stats`).
+        ProcStats: ProcStats, x max_procs;
         /// The WAL buffer pages.
         WalPages: WalPage, x n_buffers;
     }

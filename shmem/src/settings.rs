@@ -234,6 +234,10 @@ declare_settings! {
         "max_slot_wal_keep_size",
         Kind::Text { valid: "-1 (no limit) or a size such as 1024MB or 2GB", check: keep_size_syntax },
         "WAL replication slots may keep (-1 = unlimited; beyond it a slot is lost)";
+    // ---- issue 14: statistics ----
+    /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
+    track_wal_io_timing: bool = false =>
+        "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
