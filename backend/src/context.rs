@@ -9,6 +9,16 @@
 //! LWLocks this process holds), so it is never shared between processes
 //! or threads; `settings` is the copy of the shared settings taken when
 //! the context was built (they do not change while a process runs).
+//!
+//! I/O mode (issue 12): a process forked by the postmaster writes and
+//! fsyncs WAL itself ([`IoMode::Direct`]). A library worker runs in
+//! [`IoMode::ViaWalwriter`]: it never opens a WAL file; a flush, or a
+//! buffer page whose old content is not yet written, is asked of the
+//! walwriter (`Proc::flush_wanted` + the walwriter latch) and waited for on
+//! the proc's semaphore, with bounded waits that re-check whether the
+//! server generation it mapped has ended. Reason: after a crash restart an
+//! external process may still map the old segment; it must not be able to
+//! write that generation's stale pages into pg_wal.
 
 use shmem::lwlock::LockEnv;
 use shmem::proc::Proc;
@@ -28,6 +38,21 @@ pub struct ProcContext<'a> {
     pub env: LockEnv<'a>,
     pub settings: Settings,
     pub datadir: PathBuf,
+    /// Who writes WAL for this process (see the module header).
+    pub io: IoMode,
+}
+
+/// Who writes and flushes WAL for a process (see the module header).
+#[derive(Clone, Copy)]
+pub enum IoMode {
+    /// The process writes and fsyncs WAL files itself.
+    Direct,
+    /// The walwriter writes for it; `generation_ended` tells whether the
+    /// server generation of the mapped segment is over (crash restart or
+    /// shutdown), which ends every wait with an error.
+    ViaWalwriter {
+        generation_ended: fn(&Shmem) -> bool,
+    },
 }
 
 impl<'a> ProcContext<'a> {
@@ -40,6 +65,30 @@ impl<'a> ProcContext<'a> {
             env: shm.lock_env(procno),
             settings: *shm.settings(),
             datadir: datadir.to_path_buf(),
+            io: IoMode::Direct,
+        }
+    }
+
+    /// The context of a library worker on proc `procno`: no WAL file I/O
+    /// (see the module header).
+    pub fn without_io(
+        shm: &'a Shmem,
+        procno: u32,
+        datadir: &Path,
+        generation_ended: fn(&Shmem) -> bool,
+    ) -> ProcContext<'a> {
+        ProcContext {
+            io: IoMode::ViaWalwriter { generation_ended },
+            ..ProcContext::new(shm, procno, datadir)
+        }
+    }
+
+    /// Whether the server generation this process mapped has ended (always
+    /// false for a process the postmaster forked: it dies with it).
+    pub fn generation_ended(&self) -> bool {
+        match self.io {
+            IoMode::Direct => false,
+            IoMode::ViaWalwriter { generation_ended } => generation_ended(self.shm),
         }
     }
 

@@ -105,6 +105,11 @@ pub struct Proc {
     /// Secret key a CancelRequest for this backend must present.
     pub cancel_key: AtomicU32,
     pub counters: ProcCounters,
+    /// Flush on behalf (issue 12): the LSN a no-I/O process (a library
+    /// worker) waits to see flushed, 0 when it waits for nothing. Set by the
+    /// proc itself; the walwriter swaps it to 0 and posts `sem` once the
+    /// flush result covers it (see walwriter's notifier).
+    pub flush_wanted: AtomicU64,
 }
 
 impl Proc {
@@ -124,6 +129,7 @@ impl Proc {
             group_clear_xid: AtomicU32::new(0),
             cancel_key: AtomicU32::new(0),
             counters: ProcCounters::default(),
+            flush_wanted: AtomicU64::new(0),
         }
     }
 
