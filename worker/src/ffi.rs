@@ -267,6 +267,42 @@ unsafe fn put(out: *mut u64, v: u64) {
     }
 }
 
+/// `walshm_emit` and `walshm_emit_tx`: validates the message arguments,
+/// calls `f`, stores the LSN.
+///
+/// # Safety
+/// `prefix` NULL or NUL-terminated, `data` NULL or `len` readable bytes,
+/// `lsn` NULL or writable.
+unsafe fn message_call(
+    w: *mut walshm_worker,
+    prefix: *const c_char,
+    data: *const u8,
+    len: usize,
+    lsn: *mut u64,
+    f: fn(&mut Worker, &str, &[u8]) -> Result<u64, Error>,
+) -> c_int {
+    with_worker(w, |wk| {
+        // SAFETY: the caller's promises for prefix and data/len.
+        let (prefix, data) = unsafe { (str_arg(prefix, "prefix")?, bytes_arg(data, len)?) };
+        let at = f(wk, prefix, data)?;
+        // SAFETY: lsn is NULL or writable.
+        unsafe { put(lsn, at) };
+        Ok(())
+    })
+}
+
+/// `walshm_insert_lsn` and `walshm_flush_lsn`.
+///
+/// # Safety
+/// `lsn` NULL or writable.
+unsafe fn position_call(w: *mut walshm_worker, lsn: *mut u64, f: fn(&Worker) -> u64) -> c_int {
+    with_worker(w, |wk| {
+        // SAFETY: lsn is NULL or writable.
+        unsafe { put(lsn, f(wk)) };
+        Ok(())
+    })
+}
+
 /// Attaches; NULL on failure with the message in `errbuf`.
 ///
 /// # Safety
@@ -321,14 +357,8 @@ pub unsafe extern "C" fn walshm_emit(
     len: usize,
     lsn: *mut u64,
 ) -> c_int {
-    with_worker(w, |wk| {
-        // SAFETY: the caller's promises for prefix and data/len.
-        let (prefix, data) = unsafe { (str_arg(prefix, "prefix")?, bytes_arg(data, len)?) };
-        let at = wk.emit(prefix, data)?;
-        // SAFETY: lsn is NULL or writable.
-        unsafe { put(lsn, at) };
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { message_call(w, prefix, data, len, lsn, Worker::emit) }
 }
 
 /// # Safety
@@ -348,14 +378,8 @@ pub unsafe extern "C" fn walshm_emit_tx(
     len: usize,
     lsn: *mut u64,
 ) -> c_int {
-    with_worker(w, |wk| {
-        // SAFETY: the caller's promises for prefix and data/len.
-        let (prefix, data) = unsafe { (str_arg(prefix, "prefix")?, bytes_arg(data, len)?) };
-        let at = wk.emit_tx(prefix, data)?;
-        // SAFETY: lsn is NULL or writable.
-        unsafe { put(lsn, at) };
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { message_call(w, prefix, data, len, lsn, Worker::emit_tx) }
 }
 
 /// # Safety
@@ -388,22 +412,16 @@ pub unsafe extern "C" fn walshm_flush(w: *mut walshm_worker, lsn: u64) -> c_int 
 /// Pointer arguments as `walshm.h` documents them.
 #[no_mangle]
 pub unsafe extern "C" fn walshm_insert_lsn(w: *mut walshm_worker, lsn: *mut u64) -> c_int {
-    with_worker(w, |wk| {
-        // SAFETY: lsn is NULL or writable.
-        unsafe { put(lsn, wk.insert_lsn()) };
-        Ok(())
-    })
+    // SAFETY: lsn is NULL or writable, passed on.
+    unsafe { position_call(w, lsn, Worker::insert_lsn) }
 }
 
 /// # Safety
 /// Pointer arguments as `walshm.h` documents them.
 #[no_mangle]
 pub unsafe extern "C" fn walshm_flush_lsn(w: *mut walshm_worker, lsn: *mut u64) -> c_int {
-    with_worker(w, |wk| {
-        // SAFETY: lsn is NULL or writable.
-        unsafe { put(lsn, wk.flush_lsn()) };
-        Ok(())
-    })
+    // SAFETY: lsn is NULL or writable, passed on.
+    unsafe { position_call(w, lsn, Worker::flush_lsn) }
 }
 
 /// 1 if the server asked this supervised worker to stop, 0 if not, -1 for
