@@ -11,7 +11,7 @@
 
 use crate::procstat::{self, TreeSample};
 use shmem::histogram::{quantile, BUCKETS};
-use shmem::segment::segment_name_for;
+use shmem::register::{self, Kind};
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
@@ -200,14 +200,15 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     // Start-up of thousands of backends takes a while on a small machine.
     let ready_timeout = Duration::from_secs(60 + u64::from(p.clients) / 20);
     wait_ready(&log_path, ready_timeout).map_err(fail)?;
-    let canon = dir.canonicalize().map_err(|e| e.to_string())?;
-    let shm = Shmem::attach(&segment_name_for(&canon), None).map_err(|e| fail(e.to_string()))?;
+    // An observer: the segment's descriptor without a proc slot.
+    let reg = register::connect(&dir, Kind::Observer).map_err(|e| fail(e.to_string()))?;
+    let shm = &reg.shm;
     std::thread::sleep(Duration::from_secs_f64((p.seconds / 4.0).min(0.5)));
     let c0 = procstat::sample_group(pgid);
     let t0 = Instant::now();
-    let s0 = sample(&shm, p.clients);
+    let s0 = sample(shm, p.clients);
     std::thread::sleep(Duration::from_secs_f64(p.seconds));
-    let s1 = sample(&shm, p.clients);
+    let s1 = sample(shm, p.clients);
     let dt = t0.elapsed().as_secs_f64();
     let c1 = procstat::sample_group(pgid);
 
@@ -216,10 +217,10 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     unsafe { libc::kill(pgid, libc::SIGTERM) };
     let mut child = child;
     let status = child.wait().map_err(|e| e.to_string())?;
-    // The segment is unlinked at exit but stays mapped here: the final
-    // counters are the whole run's.
-    let records_at_exit = sample(&shm, p.clients).records;
-    drop(shm);
+    // The segment has no name and stays mapped here after the server is
+    // gone: the final counters are the whole run's.
+    let records_at_exit = sample(shm, p.clients).records;
+    drop(reg);
     let log_text = server_log();
     let _ = std::fs::remove_file(&log_path);
     if !status.success() {
