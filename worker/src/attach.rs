@@ -10,12 +10,12 @@
 //! returns `Error::ShuttingDown`.
 
 use crate::error::{Error, Result};
+use shmem::register::{self, Kind, Registration};
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The environment variable holding a supervised worker's descriptor.
-pub const WORKER_FD_ENV: &str = "WALSHM_WORKER_FD";
+const WORKER_FD_ENV: &str = register::ENV_WORKER_FD;
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
@@ -52,52 +52,39 @@ fn install_sigterm_handler() {
     }
 }
 
-/// Our attachment: the mapping and our proc slot.
-///
-/// Interim (until the registration socket of issue 12's server part is
-/// merged): the named segment of the data directory is mapped directly and
-/// a backend slot taken off the free list; there is no liveness channel.
+/// Our registration: the mapping, our proc slot, the liveness channel.
 pub(crate) struct Link {
-    shm: Shmem,
+    registration: Registration,
     procno: u32,
     data_dir: PathBuf,
-    attached: bool,
 }
 
 impl Link {
-    /// Attaches to the server of `data_dir` (None: the one that started
+    /// Registers with the server of `data_dir` (None: the one that started
     /// us, through `WALSHM_WORKER_FD`).
     pub fn connect(data_dir: Option<&Path>) -> Result<Link> {
-        let Some(dir) = data_dir else {
-            let _ = inherited_fd()?;
-            install_sigterm_handler();
-            return Err(Error::Attach(
-                "supervised attach needs the registration socket".into(),
-            ));
-        };
-        let dir = std::fs::canonicalize(dir)
-            .map_err(|e| Error::Attach(format!("data directory {}: {e}", dir.display())))?;
-        let name = shmem::segment::segment_name_for(&dir);
-        let shm = Shmem::attach(&name, None)
-            .map_err(|e| Error::Attach(format!("no running server in {}: {e}", dir.display())))?;
-        // Recovery sets the flush position; before that the insert position
-        // is not valid yet.
-        if shm.xlog().write.flush_result.load(Ordering::Acquire) == 0 {
-            return Err(Error::Attach("the server is still starting up".into()));
+        let registration = match data_dir {
+            Some(dir) => register::connect(dir, Kind::Worker),
+            None => {
+                let fd = inherited_fd()?;
+                install_sigterm_handler();
+                register::from_inherited_fd(fd, Kind::Worker)
+            }
         }
-        let procno = shm
-            .alloc_backend_proc()
-            .ok_or_else(|| Error::Attach("too many workers: every proc slot is in use".into()))?;
+        .map_err(|e| Error::Attach(e.to_string()))?;
+        let procno = registration
+            .procno
+            .ok_or_else(|| Error::Attach("the server assigned no proc slot".into()))?;
+        let data_dir = registration_data_dir(&registration, data_dir)?;
         Ok(Link {
-            shm,
+            registration,
             procno,
-            data_dir: dir,
-            attached: true,
+            data_dir,
         })
     }
 
     pub fn shm(&self) -> &Shmem {
-        &self.shm
+        &self.registration.shm
     }
 
     pub fn procno(&self) -> u32 {
@@ -108,14 +95,27 @@ impl Link {
         &self.data_dir
     }
 
-    /// Gives the slot back (once); the mapping stays until the `Link` is
-    /// dropped.
-    pub fn detach(&mut self) -> Result<()> {
-        if std::mem::take(&mut self.attached) {
-            self.shm.free_backend_proc(self.procno);
-        }
-        Ok(())
+    /// Tells the postmaster we detach cleanly and unmaps the segment.
+    pub fn detach(self) -> Result<()> {
+        self.registration
+            .detach()
+            .map_err(|e| Error::Attach(format!("detach: {e}")))
     }
+}
+
+/// The data directory: the one given, or the one the postmaster put in
+/// our environment (the reader needs it to find pg_wal).
+fn registration_data_dir(r: &Registration, given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(d) = given {
+        return Ok(d.to_path_buf());
+    }
+    if r.data_dir.as_os_str().is_empty() {
+        return Err(Error::Attach(format!(
+            "{} is not set: the data directory is unknown",
+            register::ENV_DATA_DIR
+        )));
+    }
+    Ok(r.data_dir.clone())
 }
 
 /// The descriptor named by `WALSHM_WORKER_FD`.
@@ -133,6 +133,6 @@ fn inherited_fd() -> Result<i32> {
 }
 
 /// Whether `shm`'s server generation has ended (crash restart, shutdown).
-pub(crate) fn generation_ended(_shm: &Shmem) -> bool {
-    false
+pub(crate) fn generation_ended(shm: &Shmem) -> bool {
+    shm.has_ended()
 }

@@ -45,6 +45,7 @@ pub use walformat::{format_lsn, parse_lsn, Lsn};
 
 use backend::api::Session;
 use backend::context::ProcContext;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 
 /// Largest message payload (64 MiB).
@@ -52,12 +53,14 @@ pub const MAX_PAYLOAD: usize = backend::api::MAX_PAYLOAD;
 
 /// A process attached to a walshm server (see the crate header).
 pub struct Worker {
-    // Field order is drop order: `session` borrows `*ctx`, `ctx` borrows
-    // the mapping owned by `*link`; both are boxed so their addresses do
-    // not move with the `Worker`.
-    session: Session<'static>,
-    ctx: Box<ProcContext<'static>>,
-    link: Box<attach::Link>,
+    // `session` borrows `*ctx`, `ctx` borrows the mapping owned by
+    // `*link`; both are boxed so their addresses do not move with the
+    // `Worker`. They are dropped explicitly, in that order, by
+    // `detach_inner` (the only place that drops them), before the link
+    // unmaps the segment.
+    session: ManuallyDrop<Session<'static>>,
+    ctx: ManuallyDrop<Box<ProcContext<'static>>>,
+    link: ManuallyDrop<Box<attach::Link>>,
     data_dir: PathBuf,
     detached: bool,
 }
@@ -70,8 +73,8 @@ impl Worker {
         let link = Box::new(attach::Link::connect(data_dir)?);
         let data_dir = link.data_dir().to_path_buf();
         // SAFETY: the mapping lives in `*link`, a box the `Worker` owns and
-        // drops after `ctx` and `session` (field order), and never moves or
-        // replaces while they exist; the 'static lifetime never leaves
+        // drops only after `ctx` and `session` (`detach_inner`), and never
+        // moves or replaces while they exist; the 'static lifetime never leaves
         // this struct (no method hands out a reference with it).
         let shm: &'static shmem::Shmem = unsafe { &*(link.shm() as *const shmem::Shmem) };
         let ctx = Box::new(ProcContext::without_io(
@@ -89,9 +92,9 @@ impl Worker {
             unsafe { &*(&*ctx as *const ProcContext<'static>) };
         let session = Session::new(ctx_ref);
         Ok(Worker {
-            session,
-            ctx,
-            link,
+            session: ManuallyDrop::new(session),
+            ctx: ManuallyDrop::new(ctx),
+            link: ManuallyDrop::new(link),
             data_dir,
             detached: false,
         })
@@ -203,7 +206,16 @@ impl Worker {
         if !self.session.generation_ended() {
             self.ctx.me.pid.store(0, shmem::sync::Ordering::Relaxed);
         }
-        self.link.detach()
+        // SAFETY: `detached` was false, so these were never dropped, and
+        // nothing uses them after this (every later call of detach_inner
+        // returns above; `detach` and `drop` are the only callers and end
+        // the Worker). Order: the borrowers first, then the mapping.
+        let link = unsafe {
+            ManuallyDrop::drop(&mut self.session);
+            ManuallyDrop::drop(&mut self.ctx);
+            ManuallyDrop::take(&mut self.link)
+        };
+        link.detach()
     }
 
     #[inline]
