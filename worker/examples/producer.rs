@@ -34,7 +34,7 @@ struct Args {
     summary: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(args: Vec<String>) -> Result<Args, String> {
     let mut a = Args {
         dir: None,
         size: 16,
@@ -47,7 +47,7 @@ fn parse_args() -> Result<Args, String> {
         reattach: false,
         summary: false,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
@@ -192,11 +192,16 @@ fn reattach_pause(a: &Args) -> Result<(), Error> {
 }
 
 fn main() {
-    let a = match parse_args() {
+    std::process::exit(run_with(std::env::args().skip(1).collect()));
+}
+
+/// The whole program on `args`; returns the exit code.
+pub fn run_with(args: Vec<String>) -> i32 {
+    let a = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("producer: {e}");
-            std::process::exit(2);
+            return 2;
         }
     };
     let started = Instant::now();
@@ -209,10 +214,11 @@ fn main() {
                     t.records, t.commits, t.aborts
                 );
             }
+            0
         }
         Err(e) => {
             eprintln!("producer: {e}");
-            std::process::exit(1);
+            1
         }
     }
 }
