@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Output (stdout, one line each, for programs): `attached generation=G
-//! procno=P|none pid=PID`, `cycles=N`, `ended generation=G`, or
+//! procno=P|none pid=PID t_ms=UNIX_MS`, `cycles=N`, `ended generation=G`, or
 //! `error=KIND` (KIND: no_server, full, starting_up, shutting_down,
 //! refused, other) with the message on stderr. Exit status: 0 or --exit,
 //! 2 no server, 3 full, 4 starting up or shutting down, 5 any other error.
@@ -134,10 +134,13 @@ fn attach(o: &Options) -> Result<Registration, RegisterError> {
             .store(std::process::id() as i32, Ordering::Relaxed);
     }
     let procno = reg.procno.map_or("none".into(), |p| p.to_string());
+    let t_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     say(
         o,
         &format!(
-            "attached generation={} procno={procno} pid={}",
+            "attached generation={} procno={procno} pid={} t_ms={t_ms}",
             reg.generation,
             std::process::id()
         ),

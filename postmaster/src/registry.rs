@@ -9,11 +9,19 @@
 //!    effective uid; another user gets `Refused` and the connection closes.
 //!    A supervised worker's channel is one end of a socketpair made before
 //!    its fork, added here directly ([`Registry::add_supervised`]).
-//! 2. Read the 16-byte hello (it may arrive in pieces; a channel that sends
-//!    nothing for `HELLO_TIMEOUT` is dropped). A Worker gets a free slot
-//!    only while the server runs normally (else `StartingUp` or
-//!    `ShuttingDown`), or `Full`; an Observer gets the segment whenever one
-//!    exists. The answer carries the memfd (SCM_RIGHTS).
+//! 2. Read the 16-byte hello (it may arrive in pieces; a connection that
+//!    sends nothing for `HELLO_TIMEOUT` is dropped; a supervised worker
+//!    may take its time, it is our child and supervised as such). An
+//!    external Worker gets a free slot only while the server runs normally
+//!    (else `StartingUp` or `ShuttingDown`), or `Full`; an Observer gets
+//!    the segment whenever one exists. The answer carries the memfd
+//!    (SCM_RIGHTS).
+//!
+//! Slots: supervised worker `i` always gets worker slot `i` (reserved for
+//! it, as PostgreSQL's background workers have theirs), also during a
+//! shutdown (it is told to stop and will detach), so that external
+//! workers can never crowd a supervised worker out into a crash-restart
+//! loop; external workers share the slots after those.
 //! 3. Keep the channel and poll it: Detach -> free the slot, ack, close;
 //!    EOF, an error or garbage from a Worker without a Detach -> [`Event::Lost`]:
 //!    the supervisor treats it as the crash of a shared-memory process.
@@ -27,7 +35,8 @@
 //! postmaster's own memory (never a lock in shared memory); a slot is in use
 //! exactly while its channel is open in state Attached; the postmaster
 //! never blocks on a channel (all non-blocking, replies are small enough to
-//! fit a fresh socket buffer); a PID sent in a hello is only ever printed.
+//! fit a fresh socket buffer); a PID (the peer's at connect time) is only
+//! ever printed.
 
 use crate::log;
 use shmem::register::{self, Kind, Reply, Request, Status, REQUEST_LEN};
@@ -71,8 +80,14 @@ pub(crate) enum Phase {
 }
 
 enum State {
-    AwaitHello { deadline: Instant },
-    Attached { kind: Kind, slot: Option<u32> },
+    /// No hello yet; external connections must send it by `deadline`.
+    AwaitHello {
+        deadline: Option<Instant>,
+    },
+    Attached {
+        kind: Kind,
+        slot: Option<u32>,
+    },
 }
 
 struct Channel {
@@ -86,7 +101,7 @@ struct Channel {
 /// What one read from a channel gave.
 enum Input {
     Nothing,
-    Request(Request, i32),
+    Request(Request),
     Closed(String),
     Garbage(String),
 }
@@ -97,6 +112,8 @@ pub(crate) struct Registry {
     euid: u32,
     /// Worker slot `i` in use (index into the segment's worker slots).
     slots: Vec<bool>,
+    /// Slots `0..reserved` belong to the supervised workers.
+    reserved: usize,
     channels: Vec<Channel>,
 }
 
@@ -104,7 +121,8 @@ impl Registry {
     /// Creates the registration socket (a stale one is replaced: we own the
     /// pid file). A path too long for a socket name leaves external attach
     /// unavailable (a warning), not the server.
-    pub fn open(datadir: &Path, max_workers: u32) -> Registry {
+    /// `reserved`: the number of supervised workers (each has its slot).
+    pub fn open(datadir: &Path, max_workers: u32, reserved: usize) -> Registry {
         let path = register::socket_path(datadir);
         let listener = match bind_socket(&path) {
             Ok(l) => Some(l),
@@ -122,6 +140,7 @@ impl Registry {
             // SAFETY: geteuid has no preconditions.
             euid: unsafe { libc::geteuid() },
             slots: vec![false; max_workers as usize],
+            reserved,
             channels: Vec::new(),
         }
     }
@@ -138,7 +157,7 @@ impl Registry {
         self.channels
             .iter()
             .filter_map(|c| match c.state {
-                State::AwaitHello { deadline } => Some(deadline),
+                State::AwaitHello { deadline } => deadline,
                 State::Attached { .. } => None,
             })
             .min()
@@ -192,16 +211,17 @@ impl Registry {
         let Some(l) = &self.listener else { return };
         while let Ok((stream, _)) = l.accept() {
             match self.admit(&stream) {
-                Ok(()) => self
+                Ok(pid) => self
                     .channels
-                    .push(Channel::new(stream, Origin::External { pid: 0 })),
+                    .push(Channel::new(stream, Origin::External { pid })),
                 Err(why) => log("LOG", &why),
             }
         }
     }
 
     /// The peer check of a new connection; a refused peer is told so.
-    fn admit(&self, stream: &UnixStream) -> Result<(), String> {
+    /// Returns the peer's pid.
+    fn admit(&self, stream: &UnixStream) -> Result<i32, String> {
         let (uid, pid) =
             register::peer_credentials(stream).map_err(|e| format!("registration: {e}"))?;
         if uid != self.euid {
@@ -211,7 +231,8 @@ impl Registry {
                 self.euid
             ));
         }
-        stream.set_nonblocking(true).map_err(|e| e.to_string())
+        stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(pid)
     }
 
     fn reply(&self, status: Status, procno: Option<u32>, generation: u64) -> Reply {
@@ -232,7 +253,9 @@ impl Registry {
     ) -> Step {
         let input = self.channels[i].read_request();
         let attached = match self.channels[i].state {
-            State::AwaitHello { deadline } if now > deadline => {
+            State::AwaitHello {
+                deadline: Some(deadline),
+            } if now > deadline => {
                 if let Input::Nothing = input {
                     return self.await_hello_failed(i, "sent no hello in time");
                 }
@@ -243,15 +266,13 @@ impl Registry {
         };
         match (attached, input) {
             (_, Input::Nothing) => Step::Keep(None),
-            (None, Input::Request(Request::Hello(kind), pid)) => {
-                self.hello(i, kind, pid, shm, phase)
-            }
-            (None, Input::Request(Request::Detach, _)) => {
+            (None, Input::Request(Request::Hello(kind))) => self.hello(i, kind, shm, phase),
+            (None, Input::Request(Request::Detach)) => {
                 self.await_hello_failed(i, "sent a detach before a hello")
             }
             (None, Input::Closed(why) | Input::Garbage(why)) => self.await_hello_failed(i, &why),
-            (Some(_), Input::Request(Request::Detach, _)) => self.detach(i),
-            (Some(kind), Input::Request(Request::Hello(_), _)) => {
+            (Some(_), Input::Request(Request::Detach)) => self.detach(i),
+            (Some(kind), Input::Request(Request::Hello(_))) => {
                 self.attached_channel_ended(i, kind, "sent a second hello".into())
             }
             (Some(kind), Input::Closed(why) | Input::Garbage(why)) => {
@@ -285,10 +306,7 @@ impl Registry {
         }
     }
 
-    fn hello(&mut self, i: usize, kind: Kind, pid: i32, shm: Option<&Shmem>, phase: Phase) -> Step {
-        if let Origin::External { pid: p } = &mut self.channels[i].origin {
-            *p = pid;
-        }
+    fn hello(&mut self, i: usize, kind: Kind, shm: Option<&Shmem>, phase: Phase) -> Step {
         let Some(shm) = shm else {
             return self.refuse(i, Status::StartingUp, 0);
         };
@@ -298,14 +316,19 @@ impl Registry {
             Phase::StartingUp => Some(Status::StartingUp),
             Phase::ShuttingDown => Some(Status::ShuttingDown),
         };
-        let slot = match kind {
-            Kind::Observer => None,
-            Kind::Worker => {
+        let slot = match (kind, self.channels[i].origin) {
+            (Kind::Observer, _) => None,
+            (Kind::Worker, Origin::Supervised(id)) => match self.slots.get(id) {
+                Some(false) => Some(id as u32),
+                _ => return self.refuse(i, Status::Full, generation),
+            },
+            (Kind::Worker, Origin::External { .. }) => {
                 if let Some(s) = status_now {
                     return self.refuse(i, s, generation);
                 }
-                match self.slots.iter().position(|u| !*u) {
-                    Some(s) => Some(s as u32),
+                let free = self.slots.iter().skip(self.reserved).position(|u| !*u);
+                match free {
+                    Some(s) => Some((self.reserved + s) as u32),
                     None => return self.refuse(i, Status::Full, generation),
                 }
             }
@@ -381,12 +404,14 @@ enum Step {
 
 impl Channel {
     fn new(stream: UnixStream, origin: Origin) -> Channel {
+        let deadline = match origin {
+            Origin::External { .. } => Some(Instant::now() + HELLO_TIMEOUT),
+            Origin::Supervised(_) => None,
+        };
         Channel {
             stream,
             origin,
-            state: State::AwaitHello {
-                deadline: Instant::now() + HELLO_TIMEOUT,
-            },
+            state: State::AwaitHello { deadline },
             buf: [0; REQUEST_LEN],
             got: 0,
         }
@@ -405,7 +430,7 @@ impl Channel {
                     }
                     self.got = 0;
                     return match Request::decode(&self.buf) {
-                        Ok((r, pid)) => Input::Request(r, pid),
+                        Ok((r, _)) => Input::Request(r),
                         Err(e) => Input::Garbage(format!("sent an invalid message: {e}")),
                     };
                 }
@@ -447,5 +472,171 @@ impl Origin {
             Origin::External { .. } => "external worker".into(),
             Origin::Supervised(id) => supervised_name(id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmem::register::RegisterError;
+    use shmem::Settings;
+
+    /// A registry on a fresh segment in a temporary directory.
+    struct Fixture {
+        dir: PathBuf,
+        shm: Shmem,
+        reg: Registry,
+    }
+
+    impl Fixture {
+        fn new(tag: &str, max_workers: u32, reserved: usize) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("walshm-registry-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let settings = Settings {
+                max_worker_processes: max_workers,
+                ..Settings::default()
+            };
+            let shm = Shmem::create(&settings, 1, 4).unwrap();
+            let reg = Registry::open(&dir, max_workers, reserved);
+            Fixture { dir, shm, reg }
+        }
+
+        /// Runs `client` in a thread while servicing the registry in
+        /// `phase`; returns what the client got and the events.
+        fn exchange<T: Send + 'static>(
+            &mut self,
+            phase: Phase,
+            client: impl FnOnce(PathBuf) -> T + Send + 'static,
+        ) -> (T, Vec<Event>) {
+            let dir = self.dir.clone();
+            let t = std::thread::spawn(move || client(dir));
+            let mut events = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !t.is_finished() && Instant::now() < deadline {
+                events.extend(self.reg.service(Some(&self.shm), phase));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let got = t.join().unwrap();
+            events.extend(self.reg.service(Some(&self.shm), phase));
+            (got, events)
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn workers_get_slots_only_while_running_observers_always() {
+        let mut f = Fixture::new("phases", 2, 0);
+        for (phase, want) in [
+            (Phase::StartingUp, "StartingUp"),
+            (Phase::ShuttingDown, "ShuttingDown"),
+        ] {
+            let (got, events) = f.exchange(phase, |d| {
+                register::connect(&d, Kind::Worker)
+                    .err()
+                    .map(|e| format!("{e:?}"))
+            });
+            assert!(got.unwrap_or_default().starts_with(want), "{phase:?}");
+            assert!(events.is_empty(), "{events:?}");
+        }
+        let (got, _) = f.exchange(Phase::StartingUp, |d| {
+            let r = register::connect(&d, Kind::Observer).map_err(|e| e.to_string())?;
+            Ok::<_, String>((r.procno, r.generation))
+        });
+        assert_eq!(got, Ok((None, 4)));
+        // Attach, then detach: one Attached, one Detached, slot free again.
+        let (got, events) = f.exchange(Phase::Running, |d| {
+            let r = register::connect(&d, Kind::Worker).map_err(|e| e.to_string())?;
+            let procno = r.procno;
+            r.detach().map_err(|e| e.to_string())?;
+            Ok::<_, String>(procno)
+        });
+        let first = f.shm.worker_procno(0);
+        assert_eq!(got, Ok(Some(first)));
+        let origin = Origin::External {
+            pid: std::process::id() as i32,
+        };
+        assert_eq!(
+            events,
+            vec![
+                Event::Attached {
+                    origin,
+                    procno: first
+                },
+                Event::Detached { origin }
+            ]
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+    }
+
+    #[test]
+    fn a_worker_channel_closed_without_detach_is_lost_and_full_is_refused() {
+        let mut f = Fixture::new("lost", 1, 0);
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        let (full, events) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(
+            matches!(full, Err(RegisterError::Full { limit: 1 })),
+            "{full:?}"
+        );
+        assert!(events.is_empty());
+        drop(held);
+        let (_, events) = f.exchange(Phase::Running, |_| ());
+        assert!(
+            matches!(
+                events.as_slice(),
+                [Event::Lost {
+                    origin: Origin::External { .. },
+                    ..
+                }]
+            ),
+            "{events:?}"
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+        // close_all frees slots and closes channels (the client sees EOF).
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        f.reg.close_all();
+        let mut b = [0u8; 1];
+        assert_eq!((&held.channel).read(&mut b).unwrap(), 0, "channel closed");
+        assert!(f.reg.slots.iter().all(|u| !*u));
+    }
+
+    #[test]
+    fn reserved_slots_are_kept_for_supervised_workers() {
+        let mut f = Fixture::new("reserved", 2, 1);
+        let (a, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let a = a.unwrap();
+        assert_eq!(a.procno, Some(f.shm.worker_procno(1)));
+        let (b, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(matches!(b, Err(RegisterError::Full { .. })), "{b:?}");
+        // The supervised worker's own slot, even while shutting down.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        f.reg.add_supervised(ours, 0).unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(theirs);
+        let (got, events) = f.exchange(Phase::ShuttingDown, move |_| {
+            register::from_inherited_fd(fd, Kind::Worker).map(|r| r.procno)
+        });
+        assert_eq!(got.unwrap(), Some(f.shm.worker_procno(0)));
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    Event::Attached {
+                        origin: Origin::Supervised(0),
+                        ..
+                    },
+                    ..
+                ]
+            ),
+            "{events:?}"
+        );
+        drop(a);
     }
 }

@@ -22,11 +22,17 @@
 //! program is looked up in PATH and exec'd directly (no shell), so its
 //! `comm` is its own name (`children::spawn_worker`).
 //!
+//! Starting one ([`Supervised::launch`]): a socketpair whose other end
+//! the child inherits as its channel, then `children::spawn_worker`.
+//!
 //! Invariants: a worker has at most one process at a time (`pid`); the
 //! restart time is always in the future when set; the back-off of a
 //! command that cannot be executed never goes below 1 s nor above 60 s.
 
-use crate::children::ChildExit;
+use crate::children::{spawn_worker, ChildExit, ExecPlan, SpawnError};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -236,6 +242,54 @@ impl Supervised {
         self.pid = None;
         self.attached = false;
         self.detached = false;
+    }
+
+    /// Starts its process: a socketpair (our end is returned with the pid;
+    /// the other is the child's `WALSHM_WORKER_FD`), then fork and exec.
+    /// A failure is logged with its reason and the retry scheduled.
+    pub fn launch(&mut self, datadir: &Path) -> Option<(i32, UnixStream)> {
+        let (ours, theirs) = match UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                self.start_failed(&format!("could not create its channel: {e}"));
+                return None;
+            }
+        };
+        let plan = ExecPlan::new(
+            &self.spec.argv,
+            theirs.as_raw_fd(),
+            datadir,
+            &self.spec.name,
+        );
+        let spawned = plan.and_then(|p| spawn_worker(&p, std::process::id() as i32));
+        drop(theirs);
+        match spawned {
+            Ok(pid) => {
+                self.started(pid);
+                Some((pid, ours))
+            }
+            Err(SpawnError::Exec(e)) => {
+                let cmd = self.spec.command_line();
+                self.start_failed(&format!("could not execute command \"{cmd}\": {e}"));
+                None
+            }
+            Err(SpawnError::Fork(e)) => {
+                self.start_failed(&format!("could not fork: {e}"));
+                None
+            }
+        }
+    }
+
+    fn start_failed(&mut self, why: &str) {
+        let wait = self.exec_failed(Instant::now());
+        crate::log(
+            "LOG",
+            &format!(
+                "{}: {why}; trying again in {} s",
+                self.describe(),
+                wait.as_secs()
+            ),
+        );
     }
 
     /// "worker NAME" as log lines name it.

@@ -127,20 +127,38 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     if opts.ack && !settings.synchronous_commit {
         return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
     }
+    let workers = supervised_workers(conf_workers, &opts, &settings)?;
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
     // The segment is unnamed (a memfd): nothing of a dead postmaster's is
     // left to clean up but its pid file and sockets.
     let (_pidfile, _stale) = PidFile::create(&datadir)?;
     let wake_rd = install_signal_handlers()?;
-    let workers: Vec<WorkerSpec> = conf_workers
-        .into_iter()
-        .chain(opts.worker_commands.iter().cloned())
-        .collect();
     let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
     pm.supervised = workers.into_iter().map(Supervised::new).collect();
     let code = pm.run();
     pm.release_segment(false);
     Ok(code)
+}
+
+/// The supervised workers: walshm.conf's `worker` lines, then --worker;
+/// each needs a worker slot of its own.
+fn supervised_workers(
+    conf: Vec<WorkerSpec>,
+    opts: &StartOptions,
+    settings: &Settings,
+) -> Result<Vec<WorkerSpec>, String> {
+    let workers: Vec<WorkerSpec> = conf
+        .into_iter()
+        .chain(opts.worker_commands.iter().cloned())
+        .collect();
+    let max = settings.max_worker_processes as usize;
+    if workers.len() > max {
+        return Err(format!(
+            "{n} supervised worker(s) (--worker, worker lines in walshm.conf) need max_worker_processes >= {n} (it is {max})",
+            n = workers.len()
+        ));
+    }
+    Ok(workers)
 }
 
 fn install_signal_handlers() -> Result<i32, String> {
@@ -214,6 +232,7 @@ impl Postmaster {
         self.registry = Some(Registry::open(
             &self.datadir,
             self.settings.max_worker_processes,
+            self.supervised.len(),
         ));
         self.fork_server_child(ServerChild::Startup);
         loop {
@@ -229,11 +248,17 @@ impl Postmaster {
         }
     }
 
-    /// Until the next thing the loop must do on its own: a worker start, a
-    /// registration's hello deadline, or the usual half second.
+    /// Until the next thing the loop must do on its own: a worker start
+    /// (only while running: otherwise a start that is due would spin the
+    /// loop), a registration's hello deadline, or the usual half second.
     fn poll_timeout(&self) -> Duration {
         let now = Instant::now();
-        let starts = self.supervised.iter().filter_map(|w| w.next_start);
+        let running = self.state == State::Run && !self.shutting_down;
+        let starts = self
+            .supervised
+            .iter()
+            .filter(|_| running)
+            .filter_map(|w| w.next_start);
         let hellos = self.registry.as_ref().and_then(Registry::next_deadline);
         starts
             .chain(hellos)
@@ -637,9 +662,9 @@ impl Postmaster {
             self.fork_server_child(ServerChild::Backend(i));
         }
         self.state = State::Run;
-        self.start_due_workers();
         self.run_started.get_or_insert_with(Instant::now);
         log("LOG", "database system is ready to accept connections");
+        self.start_due_workers();
     }
 
     /// Moves the state machine on; Some(code) when the postmaster is done.
@@ -784,6 +809,10 @@ impl Postmaster {
             } => self.supervised[id].detached = true,
             Event::Attached { .. } | Event::Detached { .. } => {}
             Event::Lost { .. } if self.state == State::CrashWait => {}
+            Event::Lost {
+                origin: Origin::Supervised(id),
+                ..
+            } if self.reap_first(id) => {}
             Event::Lost { origin, why } => {
                 let who = origin.describe(|id| {
                     let w = &self.supervised[id];
@@ -796,6 +825,24 @@ impl Postmaster {
                     "{who} lost its registration without detaching ({why})"
                 ));
             }
+        }
+    }
+
+    /// A supervised worker's channel usually closes because the worker is
+    /// exiting: its exit status names the crash better than the closed
+    /// channel, so reap for a moment (bounded: the crash handling waits
+    /// anyway); true if that started a crash wait.
+    fn reap_first(&mut self, id: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        loop {
+            self.reap_children();
+            if self.state == State::CrashWait || self.supervised[id].pid.is_none() {
+                return self.state == State::CrashWait;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -813,59 +860,20 @@ impl Postmaster {
         }
     }
 
-    /// Forks and execs supervised worker `id` with a fresh channel.
+    /// Forks and execs supervised worker `id`; its channel joins the
+    /// registry.
     fn start_worker(&mut self, id: usize) {
-        let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
-            Ok(p) => p,
-            Err(e) => {
-                log("LOG", &format!("could not create a worker channel: {e}"));
-                self.supervised[id].exec_failed(Instant::now());
-                return;
-            }
+        let Some((pid, channel)) = self.supervised[id].launch(&self.datadir) else {
+            return;
         };
-        let w = &self.supervised[id];
-        let plan = children::ExecPlan::new(
-            &w.spec.argv,
-            std::os::fd::AsRawFd::as_raw_fd(&theirs),
-            &self.datadir,
-            &w.spec.name,
-        );
-        let spawned = plan.and_then(|p| children::spawn_worker(&p, std::process::id() as i32));
-        drop(theirs);
-        match spawned {
-            Ok(pid) => {
-                self.supervised[id].started(pid);
-                self.children.push(Child {
-                    pid,
-                    kind: Kind::Supervised(id),
-                });
-                if let Some(r) = &mut self.registry {
-                    if let Err(e) = r.add_supervised(ours, id) {
-                        log("LOG", &format!("worker channel: {e}"));
-                    }
-                }
+        self.children.push(Child {
+            pid,
+            kind: Kind::Supervised(id),
+        });
+        if let Some(r) = &mut self.registry {
+            if let Err(e) = r.add_supervised(channel, id) {
+                log("LOG", &format!("worker channel: {e}"));
             }
-            Err(e) => self.worker_start_failed(id, e),
         }
-    }
-
-    fn worker_start_failed(&mut self, id: usize, e: children::SpawnError) {
-        let w = &mut self.supervised[id];
-        let wait = w.exec_failed(Instant::now());
-        let why = match e {
-            children::SpawnError::Exec(e) => format!(
-                "could not execute command \"{}\": {e}",
-                w.spec.command_line()
-            ),
-            children::SpawnError::Fork(e) => format!("could not fork: {e}"),
-        };
-        log(
-            "LOG",
-            &format!(
-                "{}: {why}; trying again in {} s",
-                w.describe(),
-                wait.as_secs()
-            ),
-        );
     }
 }

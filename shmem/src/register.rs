@@ -280,6 +280,17 @@ pub struct Registration {
     pub channel: UnixStream,
 }
 
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("procno", &self.procno)
+            .field("generation", &self.generation)
+            .field("data_dir", &self.data_dir)
+            .field("ended", &self.shm.has_ended())
+            .finish()
+    }
+}
+
 /// Path of the registration socket of `data_dir`.
 pub fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join(SOCKET_NAME)
@@ -656,7 +667,7 @@ mod tests {
     #[test]
     fn no_server_is_a_clear_error() {
         let dir = std::env::temp_dir().join(format!("walshm-reg-none-{}", std::process::id()));
-        let e = connect(&dir, Kind::Worker).err().expect("no server");
+        let e = connect(&dir, Kind::Worker).expect_err("no server");
         assert!(matches!(e, RegisterError::NoServer { .. }), "{e:?}");
         assert!(e.to_string().contains(SOCKET_NAME), "{e}");
     }
