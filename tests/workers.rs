@@ -140,6 +140,21 @@ fn build_c(tmp: &TempDir, src: &str, name: &str) -> PathBuf {
     out
 }
 
+/// The `{"walshm_producer":1,...}` lines (`producer --summary`, printed
+/// after a clean detach) in a text: (records, commits) each.
+fn producer_summaries(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter(|l| l.starts_with("{\"walshm_producer\":1"))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("producer summary JSON");
+            (
+                v["records"].as_u64().unwrap(),
+                v["commits"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// Waits until `cond`, failing with `what` after `timeout`.
 fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
     assert!(wait_until(timeout, cond), "timed out waiting for {what}");
@@ -333,7 +348,7 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
         ],
         &[(
             "WALSHM_TEST_ARGS_rw",
-            "--tx --ack --count 100 --prefix rworker",
+            "--tx --ack --count 100 --prefix rworker --summary",
         )],
     );
     wait_for("200 acks from the two workers", TIMEOUT, || {
@@ -351,7 +366,9 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
         200,
         "each worker acknowledges its 100 commits once"
     );
-    s.stop_ok();
+    let o = s.stop_ok();
+    // The Rust worker detached cleanly once (its summary line).
+    assert_eq!(producer_summaries(&o.stdout), vec![(100, 100)]);
     assert_acks_committed(&d.path, &acked);
     let recs = all_records(&d.path);
     for prefix in ["cworker", "rworker"] {
@@ -399,7 +416,10 @@ fn kill9_of_a_supervised_worker_restarts_everything_and_loses_no_ack() {
         &d.path,
         tmp.path(),
         &["--worker", &r_worker],
-        &[("WALSHM_TEST_ARGS_rw", "--tx --ack --prefix killed")],
+        &[(
+            "WALSHM_TEST_ARGS_rw",
+            "--tx --ack --prefix killed --summary",
+        )],
     );
     wait_for("50 acks", TIMEOUT, || acks(&s.stdout()).len() >= 50);
     let victim = rust_worker_pid(&s).expect("the worker runs");
@@ -413,8 +433,13 @@ fn kill9_of_a_supervised_worker_restarts_everything_and_loses_no_ack() {
         acks(&s.stdout()).len() >= before + 20
     });
     let acked = acks(&s.stdout());
-    s.stop_ok();
+    let o = s.stop_ok();
     assert_acks_committed(&d.path, &acked);
+    // The killed worker printed no summary; the restarted one got SIGTERM
+    // at the shutdown, detached and printed its summary.
+    let sums = producer_summaries(&o.stdout);
+    assert_eq!(sums.len(), 1, "one clean detach: {sums:?}");
+    assert!(sums[0].1 >= 20, "the restarted worker committed: {sums:?}");
 }
 
 #[test]
