@@ -289,8 +289,17 @@ fn rust_worker_writes_commits_aborts_and_reads_back() {
         a.1
     );
     assert_eq!(seen.iter().filter(|r| r.3 == "rustw-big").count(), 200);
+    // Detaching inside a transaction aborts it.
+    w.begin().unwrap();
+    let open = w.emit_tx("rustw", b"open at detach").unwrap();
     w.detach().unwrap();
     s.stop_ok();
+    let after = all_records(&d.path);
+    let xid = after.iter().find(|r| r.0 == open).expect("open message").1;
+    assert!(
+        after.iter().any(|r| r.2 == RecordKind::Abort && r.1 == xid),
+        "detach wrote an ABORT for XID {xid}"
+    );
 
     // pg_waldump decodes the prefixes and the abort.
     if let Some(lines) = pg_waldump(&d, d.first_lsn, None) {
