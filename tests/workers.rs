@@ -589,3 +589,43 @@ fn attach_detach_1000_times_leaks_no_slot_and_a_full_server_refuses() {
     Worker::attach(Some(&d.path)).unwrap().detach().unwrap();
     s.stop_ok();
 }
+
+#[test]
+fn a_killed_postmaster_gives_errors_not_hangs() {
+    let tmp = TempDir::new("wk-pm-killed");
+    let (d, mut s) = server(&tmp, &["--set", "fsync=off"]);
+    let r = attach_when_ready(&d.path);
+    let out = tmp.join("orphan.out");
+    let mut child = spawn_external(
+        &format!("-D {} --tx --ack --prefix orphan", d.path.display()),
+        &out,
+    );
+    wait_for("acks", TIMEOUT, || read_acks(&out).len() >= 10);
+    // SIGKILL: the postmaster cannot mark the segment ended; its children
+    // die with it, so nobody will flush for anyone any more.
+    s.signal(libc::SIGKILL);
+    wait_for("the postmaster to die", TIMEOUT, || s.try_wait().is_some());
+    // The producer's next commit fails (server restarted): it exits 1.
+    let mut status = None;
+    wait_until(Duration::from_secs(10), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    kill_child(&mut child);
+    let status = status.expect("the orphaned producer hangs instead of failing");
+    assert_eq!(status.code(), Some(1), "orphaned producer's exit");
+    // A tail reader bounded by the dead server's flush position says so
+    // too (well before its own timeout).
+    let t = Instant::now();
+    {
+        let mut tail = r.reader(r.flush_lsn()).unwrap();
+        let next = tail.next_wait(Duration::from_secs(10)).map(|x| x.is_some());
+        assert_eq!(next, Err(Error::ServerRestarted));
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    r.detach().unwrap();
+}

@@ -89,7 +89,7 @@ impl<'a> Session<'a> {
             rec: RecordBuf::default(),
             in_transaction: false,
             ended: false,
-            no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter { .. }),
+            no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
         }
     }
 

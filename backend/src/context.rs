@@ -16,7 +16,8 @@
 //! buffer page whose old content is not yet written, is asked of the
 //! walwriter (`Proc::flush_wanted` + the walwriter latch) and waited for on
 //! the proc's semaphore, with bounded waits that re-check whether the
-//! server generation it mapped has ended. Reason: after a crash restart an
+//! server generation it mapped has ended, and — after each timeout —
+//! whether the server is gone altogether ([`ServerWatch`]). Reason: after a crash restart an
 //! external process may still map the old segment; it must not be able to
 //! write that generation's stale pages into pg_wal.
 
@@ -39,20 +40,29 @@ pub struct ProcContext<'a> {
     pub settings: Settings,
     pub datadir: PathBuf,
     /// Who writes WAL for this process (see the module header).
-    pub io: IoMode,
+    pub io: IoMode<'a>,
 }
 
 /// Who writes and flushes WAL for a process (see the module header).
 #[derive(Clone, Copy)]
-pub enum IoMode {
+pub enum IoMode<'a> {
     /// The process writes and fsyncs WAL files itself.
     Direct,
-    /// The walwriter writes for it; `generation_ended` tells whether the
-    /// server generation of the mapped segment is over (crash restart or
-    /// shutdown), which ends every wait with an error.
-    ViaWalwriter {
-        generation_ended: fn(&Shmem) -> bool,
-    },
+    /// The walwriter writes for it; the watch tells when the server
+    /// generation of the mapped segment is over, which ends every wait
+    /// with an error.
+    ViaWalwriter(&'a dyn ServerWatch),
+}
+
+/// How a no-I/O process learns that its server generation is over.
+pub trait ServerWatch {
+    /// The generation ended (crash restart or shutdown): cheap, checked on
+    /// every call.
+    fn generation_ended(&self) -> bool;
+    /// The server is gone (its postmaster died, or dropped us): may cost a
+    /// system call, checked only after a wait timed out; when true, the
+    /// generation counts as ended from then on.
+    fn server_gone(&self) -> bool;
 }
 
 impl<'a> ProcContext<'a> {
@@ -75,10 +85,10 @@ impl<'a> ProcContext<'a> {
         shm: &'a Shmem,
         procno: u32,
         datadir: &Path,
-        generation_ended: fn(&Shmem) -> bool,
+        watch: &'a dyn ServerWatch,
     ) -> ProcContext<'a> {
         ProcContext {
-            io: IoMode::ViaWalwriter { generation_ended },
+            io: IoMode::ViaWalwriter(watch),
             ..ProcContext::new(shm, procno, datadir)
         }
     }
@@ -88,7 +98,15 @@ impl<'a> ProcContext<'a> {
     pub fn generation_ended(&self) -> bool {
         match self.io {
             IoMode::Direct => false,
-            IoMode::ViaWalwriter { generation_ended } => generation_ended(self.shm),
+            IoMode::ViaWalwriter(w) => w.generation_ended(),
+        }
+    }
+
+    /// Whether the server is gone (see [`ServerWatch::server_gone`]).
+    pub fn server_gone(&self) -> bool {
+        match self.io {
+            IoMode::Direct => false,
+            IoMode::ViaWalwriter(w) => w.server_gone(),
         }
     }
 

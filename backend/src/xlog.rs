@@ -170,7 +170,7 @@ impl<'a> Xlog<'a> {
             reservation: s.wal_reservation,
             pg_wal: ctx.pg_wal(),
             open_seg: None,
-            no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter { .. }),
+            no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
             stale: false,
             scratch: Vec::new(),
         }
@@ -621,6 +621,10 @@ impl<'a> Xlog<'a> {
                 break false;
             }
             if !self.me.sem.wait_timeout(nap) {
+                if self.ctx.server_gone() {
+                    self.stale = true;
+                    break false;
+                }
                 // Timed out: maybe the walwriter missed us; ask again.
                 self.me.flush_wanted.store(lsn, Ordering::SeqCst);
                 latch.set();

@@ -10,6 +10,7 @@
 //! returns `Error::ShuttingDown`.
 
 use crate::error::{Error, Result};
+use backend::context::ServerWatch;
 use shmem::register::{self, Kind, Registration};
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
@@ -132,7 +133,37 @@ fn inherited_fd() -> Result<i32> {
         .ok_or_else(|| Error::Attach(format!("{WORKER_FD_ENV}={v:?} is not a file descriptor")))
 }
 
-/// Whether `shm`'s server generation has ended (crash restart, shutdown).
-pub(crate) fn generation_ended(shm: &Shmem) -> bool {
-    shm.has_ended()
+impl ServerWatch for Link {
+    fn generation_ended(&self) -> bool {
+        self.registration.shm.has_ended()
+    }
+
+    /// The postmaster closed our channel (it does at a crash restart and a
+    /// shutdown), or died without marking the segment (SIGKILL): either
+    /// way nobody will ever flush for us again. Marks the generation ended
+    /// so that every later call fails at once.
+    fn server_gone(&self) -> bool {
+        if self.generation_ended() {
+            return true;
+        }
+        if !channel_hung_up(&self.registration.channel) {
+            return false;
+        }
+        self.registration.shm.mark_ended();
+        true
+    }
+}
+
+/// Whether the peer of `channel` has closed it.
+fn channel_hung_up(channel: &std::os::unix::net::UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: channel.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for an open descriptor we own; a zero
+    // timeout never blocks.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }

@@ -77,11 +77,13 @@ impl Worker {
         // moves or replaces while they exist; the 'static lifetime never leaves
         // this struct (no method hands out a reference with it).
         let shm: &'static shmem::Shmem = unsafe { &*(link.shm() as *const shmem::Shmem) };
+        // SAFETY: as for `shm`: `*link` is boxed and outlives `ctx`.
+        let watch: &'static attach::Link = unsafe { &*(&*link as *const attach::Link) };
         let ctx = Box::new(ProcContext::without_io(
             shm,
             link.procno(),
             &data_dir,
-            attach::generation_ended,
+            watch,
         ));
         ctx.me
             .pid
@@ -182,12 +184,7 @@ impl Worker {
     /// server's flush position; it reports [`Error::ServerRestarted`] once
     /// this generation ends.
     pub fn reader(&self, from: Lsn) -> Result<Reader<'_>> {
-        Reader::flushed(
-            &self.data_dir,
-            from,
-            self.link.shm(),
-            attach::generation_ended,
-        )
+        Reader::flushed(&self.data_dir, from, self.link.shm(), &**self.link)
     }
 
     /// Detaches: aborts an open transaction, leaves the ProcArray, frees

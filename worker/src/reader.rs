@@ -26,6 +26,7 @@
 //! transaction's messages in LSN order.
 
 use crate::error::{Error, Result};
+use backend::context::ServerWatch;
 use backend::control::ControlFile;
 use shmem::Shmem;
 use std::collections::{HashMap, VecDeque};
@@ -80,7 +81,7 @@ enum Bound<'w> {
     /// The flush position of an attached server generation.
     Flushed {
         shm: &'w Shmem,
-        ended: fn(&Shmem) -> bool,
+        watch: &'w dyn ServerWatch,
     },
 }
 
@@ -114,9 +115,9 @@ impl<'w> Reader<'w> {
         data_dir: &Path,
         from: Lsn,
         shm: &'w Shmem,
-        ended: fn(&Shmem) -> bool,
+        watch: &'w dyn ServerWatch,
     ) -> Result<Reader<'w>> {
-        Reader::with_bound(data_dir, from, Bound::Flushed { shm, ended })
+        Reader::with_bound(data_dir, from, Bound::Flushed { shm, watch })
     }
 
     fn with_bound(data_dir: &Path, from: Lsn, bound: Bound<'w>) -> Result<Reader<'w>> {
@@ -176,6 +177,11 @@ impl<'w> Reader<'w> {
             if self.advance()? {
                 return Ok(true);
             }
+            if let Bound::Flushed { watch, .. } = self.bound {
+                if watch.server_gone() {
+                    return Err(Error::ServerRestarted);
+                }
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(false);
@@ -194,8 +200,8 @@ impl<'w> Reader<'w> {
     fn bound_lsn(&self) -> Result<Option<Lsn>> {
         match self.bound {
             Bound::Files => Ok(None),
-            Bound::Flushed { shm, ended } => {
-                if ended(shm) {
+            Bound::Flushed { shm, watch } => {
+                if watch.generation_ended() {
                     return Err(Error::ServerRestarted);
                 }
                 // Acquire pairs with the Release fetch_max of the flush
