@@ -405,7 +405,10 @@ fn exit_2_after_detaching_is_a_crash_restart() {
     let tmp = TempDir::new("w-exit2");
     let status = tmp.join("e.status");
     let w = worker_arg("two", &status, "--hold-ms 300 --exit 2");
-    let (d, s) = start(&tmp, &["--worker", &w]);
+    // No workload: the summary is printed for the supervised worker alone.
+    let d = init_keep(&tmp.join("data"), &[]);
+    let mut s = Server::start(&d.path, tmp.path(), &["--set", "fsync=off", "--worker", &w]);
+    s.wait_ready(TIMEOUT);
     let runs = wait_attaches(&s, &status, 2, TIMEOUT);
     assert_eq!(
         (runs[0].generation, runs[1].generation),
@@ -413,7 +416,10 @@ fn exit_2_after_detaching_is_a_crash_restart() {
         "started again in the next generation: {runs:?}"
     );
     let o = s.stop_ok();
-    assert!(parse_summary(&o.stdout).crash_restarts >= 1, "{}", o.stderr);
+    let sum = parse_summary(&o.stdout);
+    assert!(sum.crash_restarts >= 1, "{}", o.stderr);
+    assert!(sum.backends.is_empty());
+    assert!(count(&supervised_entry(&o.stdout, "two"), "starts") >= 2);
     assert_cleaned_up(&d.path);
 }
 
@@ -435,6 +441,23 @@ fn kill9_of_a_supervised_worker_is_a_crash_restart_then_it_runs_again() {
         mapped_segments(first.pid).0,
         1,
         "the worker maps the segment"
+    );
+    // It inherited nothing but stdin/stdout/stderr and its channel.
+    let fds: Vec<String> = fs::read_dir(format!("/proc/{}/fd", first.pid))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .unwrap()
+                > 2
+        })
+        .map(|e| fs::read_link(e.path()).unwrap().display().to_string())
+        .collect();
+    assert!(
+        fds.len() == 1 && fds[0].starts_with("socket:"),
+        "descriptors above 2: {fds:?}"
     );
     let backends_before = server_children(&s);
     kill(first.pid, libc::SIGKILL);
@@ -524,4 +547,38 @@ fn a_worker_that_dies_without_detaching_during_shutdown_stops_the_server_crash_s
     let mut s = Server::start(&d.path, tmp.path(), &unsynced_args("1", "emit:16"));
     s.wait_ready(TIMEOUT);
     s.stop_ok();
+}
+
+#[test]
+fn bad_worker_specs_are_refused_before_anything_starts() {
+    let tmp = TempDir::new("w-badspec");
+    let d = init_keep(&tmp.join("data"), &[]);
+    let dir = d.path.to_str().unwrap();
+    for bad in [
+        "noequals",
+        "=prog",
+        "w=",
+        "bad name=prog",
+        "w='unterminated",
+    ] {
+        let o = postmaster(&["start", "-D", dir, "--worker", bad]);
+        assert_eq!(o.code(), Some(2), "--worker {bad:?}\n{}", o.describe());
+        assert_no_panic("bad --worker", &o);
+    }
+    let conf = d.path.join("walshm.conf");
+    let text = fs::read_to_string(&conf).unwrap();
+    assert!(
+        text.contains("#worker = "),
+        "init documents the worker line"
+    );
+    fs::write(&conf, format!("{text}worker = 'x'\n")).unwrap();
+    let o = postmaster(&["start", "-D", dir]);
+    assert_eq!(o.code(), Some(1), "{}", o.describe());
+    assert!(
+        o.stderr.contains("walshm.conf:"),
+        "names the file and line: {}",
+        o.stderr
+    );
+    assert_no_panic("bad worker line", &o);
+    assert_cleaned_up(&d.path);
 }

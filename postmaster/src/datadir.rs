@@ -140,6 +140,9 @@ fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
             row.what()
         ));
     }
+    text.push_str(
+        "#worker = 'NAME=COMMAND [ARGS]'\t\t# repeatable: a supervised worker (as start --worker)\n",
+    );
     for s in sets {
         text.push_str(s);
         text.push('\n');

@@ -308,7 +308,12 @@ impl Registry {
 
     fn hello(&mut self, i: usize, kind: Kind, shm: Option<&Shmem>, phase: Phase) -> Step {
         let Some(shm) = shm else {
-            return self.refuse(i, Status::StartingUp, 0);
+            // Between generations (crash wait) or after the last one.
+            let status = match phase {
+                Phase::ShuttingDown => Status::ShuttingDown,
+                Phase::Running | Phase::StartingUp => Status::StartingUp,
+            };
+            return self.refuse(i, status, 0);
         };
         let generation = shm.header().generation;
         let status_now = match phase {

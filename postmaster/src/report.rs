@@ -35,6 +35,8 @@
 //!  "worker_slots":{"records":..,"bytes":..,"transactions":..}}
 //! ```
 //!
+//! The summary is printed after a workload run, and after any run with
+//! supervised workers (then `"workload":null`, no backends).
 //! `supervised_workers` lists the `--worker` commands: processes started,
 //! attempts whose exec failed, restarts after an exit 1, and whether it is
 //! done (exited 0 after detaching). `worker_slots` sums the counters of
@@ -287,22 +289,26 @@ impl Report {
     /// the English lines, then the JSON line. Returns Some(1) if the run
     /// failed a check that is reported here (snapshot violations).
     pub fn print_summary(&self, run: RunFacts) -> Option<i32> {
-        for w in &self.supervised {
-            say!("{}", w.describe());
+        if self.workload.is_none() && self.supervised.is_empty() {
+            return None;
         }
-        let w = self.workload?;
         let sum = self.total();
         say!(
-            "walshm summary: workload {w}, {} backend(s), {:.2} s, {} crash restart(s)",
+            "walshm summary: workload {}, {} backend(s), {:.2} s, {} crash restart(s)",
+            self.workload.map_or("none".into(), |w| w.to_string()),
             self.workers.len(),
             run.elapsed_s,
             run.crash_restarts
         );
+        for w in &self.supervised {
+            say!("{}", w.describe());
+        }
+        let transactional = self.workload.is_some_and(|w| w.is_transactional());
         for (i, t) in self.workers.iter().enumerate() {
             say!("backend {i}: {}", t.describe());
         }
         say!("total: {}", sum.describe());
-        if w.is_transactional() {
+        if transactional {
             let per_sync = self
                 .commits_per_fdatasync(&sum)
                 .map_or("-".into(), |r| format!("{r:.1}"));
@@ -311,8 +317,8 @@ impl Report {
                 sum.sync_commits, self.wal_syncs, sum.snapshot_violations
             );
         }
-        say!("{}", self.summary_json(w, run));
-        if w.is_transactional() && sum.snapshot_violations > 0 {
+        say!("{}", self.summary_json(self.workload, run));
+        if transactional && sum.snapshot_violations > 0 {
             crate::log(
                 "FATAL",
                 "a snapshot showed an already committed XID as running",
@@ -334,11 +340,11 @@ impl Report {
     }
 
     /// The summary as one JSON object on one line (format: module header).
-    fn summary_json(&self, w: Workload, run: RunFacts) -> String {
+    fn summary_json(&self, w: Option<Workload>, run: RunFacts) -> String {
         let sum = self.total();
         let mut o = format!(
             "{{\"walshm_summary\":{SUMMARY_VERSION},\"workload\":{},\"backends\":{},\"elapsed_s\":{},\"crash_restarts\":{}",
-            json_string(&w.to_string()),
+            w.map_or("null".into(), |w| json_string(&w.to_string())),
             self.workers.len(),
             json_number(run.elapsed_s),
             run.crash_restarts
@@ -450,7 +456,7 @@ mod tests {
         let mut r = Report::new(Some(Workload::EmitTx(16)), 2);
         r.workers = vec![worker(10, 5), worker(4, 2)];
         r.wal_syncs = 2;
-        let line = r.summary_json(Workload::EmitTx(16), RUN);
+        let line = r.summary_json(Some(Workload::EmitTx(16)), RUN);
         assert!(!line.contains('\n'));
         let j = parse(&line);
         assert_eq!(j["walshm_summary"], 1);
@@ -470,9 +476,36 @@ mod tests {
     }
 
     #[test]
+    fn supervised_workers_and_worker_slots_are_in_the_summary_even_without_a_workload() {
+        let mut r = Report::new(None, 0);
+        r.set_supervised(vec![SupervisedFacts {
+            name: "ingest \"1\"".into(),
+            starts: 3,
+            exec_failures: 1,
+            restarts: 2,
+            done: true,
+        }]);
+        r.worker_slots = worker(8, 0);
+        let j = parse(&r.summary_json(None, RUN));
+        assert!(j["workload"].is_null());
+        assert_eq!(j["backends"], 0);
+        let w = &j["supervised_workers"][0];
+        assert_eq!(w["name"], "ingest \"1\"");
+        assert_eq!(
+            (w["starts"].as_u64(), w["exec_failures"].as_u64()),
+            (Some(3), Some(1))
+        );
+        assert_eq!(
+            (w["restarts"].as_u64(), w["done"].as_bool()),
+            (Some(2), Some(true))
+        );
+        assert_eq!(j["worker_slots"]["records"], 8);
+    }
+
+    #[test]
     fn no_fdatasync_gives_null_ratio() {
         let r = Report::new(Some(Workload::Txid), 1);
-        let j = parse(&r.summary_json(Workload::Txid, RUN));
+        let j = parse(&r.summary_json(Some(Workload::Txid), RUN));
         assert!(j["commits_per_fdatasync"].is_null());
         assert_eq!(j["per_backend"].as_array().unwrap().len(), 1);
     }
@@ -488,7 +521,7 @@ mod tests {
             torn: 0,
         });
         r.lwlock_mismatch = Some("x".into());
-        let j = parse(&r.summary_json(Workload::Lwlock, RUN));
+        let j = parse(&r.summary_json(Some(Workload::Lwlock), RUN));
         let l = &j["lwlock"];
         assert_eq!(l["ok"], false);
         assert_eq!(l["checks"][0]["generation"], 2);

@@ -30,6 +30,7 @@
 //! command that cannot be executed never goes below 1 s nor above 60 s.
 
 use crate::children::{spawn_worker, ChildExit, ExecPlan, SpawnError};
+use crate::report::SupervisedFacts;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -290,6 +291,17 @@ impl Supervised {
                 wait.as_secs()
             ),
         );
+    }
+
+    /// What the summary reports about it.
+    pub fn facts(&self) -> SupervisedFacts {
+        SupervisedFacts {
+            name: self.spec.name.clone(),
+            starts: self.starts,
+            exec_failures: self.exec_failures,
+            restarts: self.restarts,
+            done: self.done,
+        }
     }
 
     /// "worker NAME" as log lines name it.

@@ -40,7 +40,7 @@ use crate::cli::StartOptions;
 use crate::datadir::{self, PidFile};
 use crate::log;
 use crate::registry::{self, Event, Origin, Registry};
-use crate::report::{Report, RunFacts, SupervisedFacts};
+use crate::report::{Report, RunFacts};
 use crate::supervised::{self, Supervised, WorkerSpec};
 use backend::control::ControlFile;
 use backend::workload::Workload;
@@ -751,17 +751,7 @@ impl Postmaster {
     fn finish(&mut self) -> i32 {
         let clean = self.state == State::StopWalwriter;
         self.release_segment(clean);
-        let workers: Vec<SupervisedFacts> = self
-            .supervised
-            .iter()
-            .map(|w| SupervisedFacts {
-                name: w.spec.name.clone(),
-                starts: w.starts,
-                exec_failures: w.exec_failures,
-                restarts: w.restarts,
-                done: w.done,
-            })
-            .collect();
+        let workers = self.supervised.iter().map(Supervised::facts).collect();
         self.report.set_supervised(workers);
         let run = RunFacts {
             elapsed_s: self
@@ -787,10 +777,9 @@ impl Postmaster {
             State::Run => registry::Phase::Running,
             _ => registry::Phase::StartingUp,
         };
-        let shm = match self.state {
-            State::CrashWait => None,
-            _ => self.shm.as_ref(),
-        };
+        // An abandoned generation (crash wait, end of a shutdown) is
+        // handed to nobody.
+        let shm = self.shm.as_ref().filter(|shm| !shm.has_ended());
         let Some(r) = &mut self.registry else { return };
         let events = r.service(shm, phase);
         for ev in events {

@@ -266,7 +266,11 @@ impl fmt::Display for RegisterError {
 
 impl std::error::Error for RegisterError {}
 
-/// An attached process's hold on the server.
+/// An attached process's hold on the server. Leave with [`detach`]:
+/// dropping it closes the channel, which for a Worker the postmaster takes
+/// as the crash of a shared-memory process (a crash restart).
+///
+/// [`detach`]: Registration::detach
 pub struct Registration {
     /// The segment, mapped in this process.
     pub shm: Shmem,
@@ -416,6 +420,9 @@ impl Registration {
     /// the generation has already ended, the postmaster holds nothing for
     /// this registration any more and detaching succeeds at once.
     pub fn detach(self) -> Result<(), RegisterError> {
+        // The postmaster sets `ended` before it closes the channels of an
+        // abandoned generation, so a channel that fails after `ended` is
+        // set was closed by it, not lost.
         if self.shm.has_ended() {
             return Ok(());
         }
