@@ -155,6 +155,24 @@ fn producer_summaries(text: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The postmaster summary on supervised worker `name`: ((starts, done),
+/// crash restarts of the run).
+fn supervised_facts(o: &Out, name: &str) -> ((u64, bool), u64) {
+    let v = summary_json(&o.stdout).unwrap_or_else(|| panic!("no summary\n{}", o.describe()));
+    let w = v["supervised_workers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|w| w["name"] == name))
+        .unwrap_or_else(|| panic!("no supervised worker {name} in the summary\n{}", o.stdout))
+        .clone();
+    (
+        (
+            w["starts"].as_u64().expect("starts"),
+            w["done"].as_bool().expect("done"),
+        ),
+        v["crash_restarts"].as_u64().expect("crash_restarts"),
+    )
+}
+
 /// Waits until `cond`, failing with `what` after `timeout`.
 fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
     assert!(wait_until(timeout, cond), "timed out waiting for {what}");
@@ -378,6 +396,10 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
     let o = s.stop_ok();
     // The Rust worker detached cleanly once (its summary line).
     assert_eq!(producer_summaries(&o.stdout), vec![(100, 100)]);
+    for name in ["cw", "rw"] {
+        // Exit 0 after detaching: done after one start, no crash.
+        assert_eq!(supervised_facts(&o, name), ((1, true), 0), "worker {name}");
+    }
     assert_acks_committed(&d.path, &acked);
     let recs = all_records(&d.path);
     for prefix in ["cworker", "rworker"] {
@@ -449,6 +471,11 @@ fn kill9_of_a_supervised_worker_restarts_everything_and_loses_no_ack() {
     let sums = producer_summaries(&o.stdout);
     assert_eq!(sums.len(), 1, "one clean detach: {sums:?}");
     assert!(sums[0].1 >= 20, "the restarted worker committed: {sums:?}");
+    assert_eq!(
+        supervised_facts(&o, "rw"),
+        ((2, true), 1),
+        "started twice, one crash restart"
+    );
 }
 
 #[test]
