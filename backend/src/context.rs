@@ -9,6 +9,17 @@
 //! LWLocks this process holds), so it is never shared between processes
 //! or threads; `settings` is the copy of the shared settings taken when
 //! the context was built (they do not change while a process runs).
+//!
+//! I/O mode (issue 12): a process forked by the postmaster writes and
+//! fsyncs WAL itself ([`IoMode::Direct`]). A library worker runs in
+//! [`IoMode::ViaWalwriter`]: it never opens a WAL file; a flush, or a
+//! buffer page whose old content is not yet written, is asked of the
+//! walwriter (`Proc::flush_wanted` + the walwriter latch) and waited for on
+//! the proc's semaphore, with bounded waits that re-check whether the
+//! server generation it mapped has ended, and — after each timeout —
+//! whether the server is gone altogether ([`ServerWatch`]). Reason: after a crash restart an
+//! external process may still map the old segment; it must not be able to
+//! write that generation's stale pages into pg_wal.
 
 use shmem::lwlock::LockEnv;
 use shmem::proc::Proc;
@@ -32,6 +43,30 @@ pub struct ProcContext<'a> {
     /// Our statistics slot: our wait events and counters go there while
     /// the context lives (`shmem::stats`).
     pub stats: ProcEntry<'a>,
+    /// Who writes WAL for this process (see the module header).
+    pub io: IoMode<'a>,
+}
+
+/// Who writes and flushes WAL for a process (see the module header).
+#[derive(Clone, Copy)]
+pub enum IoMode<'a> {
+    /// The process writes and fsyncs WAL files itself.
+    Direct,
+    /// The walwriter writes for it; the watch tells when the server
+    /// generation of the mapped segment is over, which ends every wait
+    /// with an error.
+    ViaWalwriter(&'a dyn ServerWatch),
+}
+
+/// How a no-I/O process learns that its server generation is over.
+pub trait ServerWatch {
+    /// The generation ended (crash restart or shutdown): cheap, checked on
+    /// every call.
+    fn generation_ended(&self) -> bool;
+    /// The server is gone (its postmaster died, or dropped us): may cost a
+    /// system call, checked only after a wait timed out; when true, the
+    /// generation counts as ended from then on.
+    fn server_gone(&self) -> bool;
 }
 
 impl<'a> ProcContext<'a> {
@@ -45,6 +80,38 @@ impl<'a> ProcContext<'a> {
             settings: *shm.settings(),
             datadir: datadir.to_path_buf(),
             stats: stats::enter_proc(shm, procno, stats::slot_backend_type(shm, procno)),
+            io: IoMode::Direct,
+        }
+    }
+
+    /// The context of a library worker on proc `procno`: no WAL file I/O
+    /// (see the module header).
+    pub fn without_io(
+        shm: &'a Shmem,
+        procno: u32,
+        datadir: &Path,
+        watch: &'a dyn ServerWatch,
+    ) -> ProcContext<'a> {
+        ProcContext {
+            io: IoMode::ViaWalwriter(watch),
+            ..ProcContext::new(shm, procno, datadir)
+        }
+    }
+
+    /// Whether the server generation this process mapped has ended (always
+    /// false for a process the postmaster forked: it dies with it).
+    pub fn generation_ended(&self) -> bool {
+        match self.io {
+            IoMode::Direct => false,
+            IoMode::ViaWalwriter(w) => w.generation_ended(),
+        }
+    }
+
+    /// Whether the server is gone (see [`ServerWatch::server_gone`]).
+    pub fn server_gone(&self) -> bool {
+        match self.io {
+            IoMode::Direct => false,
+            IoMode::ViaWalwriter(w) => w.server_gone(),
         }
     }
 

@@ -7,7 +7,8 @@
 //! - library parts borrowed by those bodies through their per-process
 //!   [`context::ProcContext`]: `xlog` (WAL insertion, buffers, write and
 //!   flush), `xact` (transactions), `procarray` (XIDs and snapshots),
-//!   `control` (the control file), `walfile` (the I/O seam, fail points);
+//!   `api` (the one insertion API: [`api::Session`], used by the built-in
+//!   workloads and the `worker/` library), `control` (the control file), `walfile` (the I/O seam, fail points);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
 //!   (the connection's polling reads).
 //!
@@ -16,6 +17,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod archive;
+pub mod api;
 pub mod client_poll;
 pub mod context;
 pub mod control;

@@ -46,6 +46,19 @@
 //! predecessor through `shmem::prevlink` (its header states the bound the
 //! table is sized from: we reserve inside an insertion lock).
 //!
+//! No-I/O mode (`IoMode::ViaWalwriter`, library workers; issue 12): this
+//! process never writes or syncs a WAL file. `flush` and a buffer page
+//! whose old content is unwritten publish the wanted LSN in our proc slot's
+//! `flush_wanted`, set the walwriter's latch and sleep on our semaphore in
+//! bounded waits (`wait_for_walwriter`); the walwriter writes, flushes and
+//! posts every waiter it covered. The walwriter never sleeps on an
+//! insertion that advertised its progress (`finished_insertions_nowait`),
+//! because such an inserter may be one of its waiters: waiting for it
+//! would be a deadlock. If the server generation ends during a wait, the
+//! insertion is finished into a process-local scratch page (nothing of the
+//! dead generation is touched any more) and the handle is marked `stale`:
+//! its caller must report the operation as failed.
+//!
 //! Crash invariants: WAL reaches a file only after every insertion below the
 //! written position finished; `flush_result` never passes what was
 //! fdatasynced (or, with `fsync = off`, written); a failed fdatasync is a
@@ -60,7 +73,7 @@ use shmem::proc::ProcCounters;
 use shmem::segment::NamedLock;
 use shmem::settings::Settings;
 use shmem::stats::{bump, FlatCounters};
-use shmem::sync::{AtomicU64, Ordering};
+use shmem::sync::{fence, AtomicU64, Ordering};
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
@@ -108,7 +121,28 @@ pub struct Xlog<'a> {
     pg_wal: PathBuf,
     /// The segment file this process last wrote: (segment number, file).
     open_seg: Option<(u64, File)>,
+    /// No-I/O mode (see the module header).
+    no_io: bool,
+    /// No-I/O mode: the generation ended during a wait, so an insertion or
+    /// flush since the last `take_stale` did not really happen.
+    stale: bool,
+    /// No-I/O mode: where an insertion finishes once the generation ended.
+    scratch: Vec<u8>,
 }
+
+/// What a no-I/O process waits for the walwriter to do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WalwriterWait {
+    /// The write result reaches the LSN (a buffer page to recycle).
+    Written,
+    /// The flush result reaches the LSN.
+    Flushed,
+}
+
+/// First and longest bounded sleep of a no-I/O wait: each timeout re-checks
+/// the positions and the generation, and sets the walwriter latch again.
+const WALWRITER_WAIT_FIRST: std::time::Duration = std::time::Duration::from_micros(500);
+const WALWRITER_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Reads the current insert position (end of reserved WAL) in usable bytes.
 fn reserved_bytepos(shm: &Shmem) -> u64 {
@@ -143,7 +177,16 @@ impl<'a> Xlog<'a> {
             reservation: s.wal_reservation,
             pg_wal: ctx.pg_wal(),
             open_seg: None,
+            no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
+            stale: false,
+            scratch: Vec::new(),
         }
+    }
+
+    /// No-I/O mode: whether an operation since the last call did not
+    /// complete because the server generation ended; clears the mark.
+    pub fn take_stale(&mut self) -> bool {
+        std::mem::take(&mut self.stale)
     }
 
     /// The process context this handle borrows.
@@ -401,6 +444,9 @@ impl<'a> Xlog<'a> {
             self.advance_buffers(ptr, false);
             // Acquire: same partner as above.
             let got = xlblocks[idx].load(Ordering::Acquire);
+            if got != expected_end && self.no_io && self.ctx.generation_ended() {
+                return self.scratch_page();
+            }
             if got != expected_end {
                 panic!(
                     "could not find WAL buffer for {}: buffer {idx} holds page ending at {}",
@@ -410,6 +456,15 @@ impl<'a> Xlog<'a> {
             }
         }
         self.shm.wal_page(idx)
+    }
+
+    /// No-I/O mode, generation ended: the rest of the insertion goes to a
+    /// local page, and the handle is stale (see the module header).
+    #[cold]
+    fn scratch_page(&mut self) -> *mut u8 {
+        self.stale = true;
+        self.scratch.resize(XLOG_BLCKSZ, 0);
+        self.scratch.as_mut_ptr()
     }
 
     /// After a record crossed into a new page: ask for that WAL to be
@@ -453,12 +508,17 @@ impl<'a> Xlog<'a> {
                     break;
                 }
                 // The buffer still holds WAL that is not written: write it
-                // out, without holding the mapping lock.
+                // out (or have the walwriter write it), without holding the
+                // mapping lock.
                 map.release(&self.ctx.env);
                 bufmap.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
                 bump(&self.stats.insert_buffer_waits, 1);
                 bump(&self.stats.wal_buffers_full, 1);
-                self.write_upto(old_end);
+                if !self.no_io {
+                    self.write_upto(old_end);
+                } else if !self.wait_for_walwriter(old_end, WalwriterWait::Written) {
+                    return pages;
+                }
                 map.acquire(&self.ctx.env, LWLockMode::Exclusive);
                 continue;
             }
@@ -539,6 +599,63 @@ impl<'a> Xlog<'a> {
         finished
     }
 
+    /// Walwriter: the position below which every insertion has finished,
+    /// sleeping only on insertion locks whose holder has not advertised a
+    /// position yet (a short copy). An inserter that advertised one may be
+    /// waiting for the walwriter itself (no-I/O mode), so its advertised
+    /// position is taken as it is.
+    pub fn finished_insertions_nowait(&self) -> Lsn {
+        let mut finished = self.insert_lsn();
+        for i in 0..self.shm.n_insert_locks() {
+            let l = self.shm.insert_lock(i);
+            if let VarWait::Changed(at) = l.lock.wait_for_var(&self.ctx.env, &l.inserting_at, 0) {
+                finished = finished.min(at);
+            }
+        }
+        finished
+    }
+
+    /// No-I/O mode: asks the walwriter to write (`Written`) or flush
+    /// (`Flushed`) up to `lsn` and waits for it; false if the server
+    /// generation ended first (the handle is then stale).
+    fn wait_for_walwriter(&mut self, lsn: Lsn, what: WalwriterWait) -> bool {
+        let done = |x: &Self| match what {
+            WalwriterWait::Written => x.write_lsn() >= lsn,
+            WalwriterWait::Flushed => x.flush_lsn() >= lsn,
+        };
+        let latch = &self.shm.xlog().walwriter_latch;
+        // SeqCst: pairs with the SeqCst fence in the walwriter's notifier
+        // (between its flush-result update and its scan of `flush_wanted`):
+        // either it sees our request, or we see its flush below.
+        self.me.flush_wanted.store(lsn, Ordering::SeqCst);
+        latch.set();
+        let mut nap = WALWRITER_WAIT_FIRST;
+        let ok = loop {
+            fence(Ordering::SeqCst);
+            if done(self) {
+                break true;
+            }
+            if self.ctx.generation_ended() {
+                self.stale = true;
+                break false;
+            }
+            if !self.me.sem.wait_timeout(nap) {
+                if self.ctx.server_gone() {
+                    self.stale = true;
+                    break false;
+                }
+                // Timed out: maybe the walwriter missed us; ask again.
+                self.me.flush_wanted.store(lsn, Ordering::SeqCst);
+                latch.set();
+                nap = (nap * 2).min(WALWRITER_WAIT_MAX);
+            }
+        };
+        // A post may still come for this wait; the LWLock waits absorb and
+        // re-post unrelated wake-ups (PGSemaphore semantics).
+        self.me.flush_wanted.store(0, Ordering::Relaxed);
+        ok
+    }
+
     /// Writes (not syncs) WAL up to at least `upto` (a page end), or waits
     /// for whoever is writing to get past it.
     fn write_upto(&mut self, upto: Lsn) {
@@ -570,6 +687,10 @@ impl<'a> Xlog<'a> {
         if record <= self.flush_lsn() {
             return;
         }
+        if self.no_io {
+            self.wait_for_walwriter(record, WalwriterWait::Flushed);
+            return;
+        }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
         w.req_flush.fetch_max(record, Ordering::Relaxed);
         loop {
@@ -597,7 +718,7 @@ impl<'a> Xlog<'a> {
         if reserved <= self.flush_lsn() {
             return false;
         }
-        let finished = self.wait_insertions_to_finish(reserved);
+        let finished = self.finished_insertions_nowait();
         if finished <= self.flush_lsn() {
             return false;
         }

@@ -108,6 +108,11 @@ pub struct Proc {
     /// written by the owner only, around its waits.
     pub wait_event_info: AtomicU32,
     pub counters: ProcCounters,
+    /// Flush on behalf (issue 12): the LSN a no-I/O process (a library
+    /// worker) waits to see flushed, 0 when it waits for nothing. Set by the
+    /// proc itself; the walwriter swaps it to 0 and posts `sem` once the
+    /// flush result covers it (see walwriter's notifier).
+    pub flush_wanted: AtomicU64,
 }
 
 impl Proc {
@@ -128,6 +133,7 @@ impl Proc {
             cancel_key: AtomicU32::new(0),
             wait_event_info: AtomicU32::new(0),
             counters: ProcCounters::default(),
+            flush_wanted: AtomicU64::new(0),
         }
     }
 

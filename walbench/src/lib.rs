@@ -14,6 +14,10 @@
 //! client count at a time, because the machines this runs on are small and
 //! noisy.
 //!
+//! `walbench worker-vs-builtin --worker-cmd CMD` (module `workercmp`)
+//! compares a worker program using the library with the built-in
+//! workloads (issue 12).
+//!
 //! `walbench reproduce NAME` (module `reproduce`) reruns one seed's table
 //! with its own grid, old and new algorithm side by side, and writes JSON,
 //! CSV and an SVG chart. The plain mode's JSON keys are a contract.
@@ -38,6 +42,7 @@ pub mod report;
 pub mod reproduce;
 pub mod sweep;
 pub mod variants;
+pub mod workercmp;
 
 use std::path::{Path, PathBuf};
 pub use sweep::{json, run_all, table, Options, Run};
@@ -53,6 +58,7 @@ pub fn main() -> i32 {
 pub fn main_with(args: &[String]) -> i32 {
     match args.split_first() {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
+        Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
         _ => sweep::MODE.main(args),
     }
 }

@@ -36,6 +36,10 @@ pub struct PointSpec {
     pub temp_base: PathBuf,
     /// Keep the data directory at this path (must not exist yet).
     pub keep_at: Option<PathBuf>,
+    /// Instead of the built-in workload, run `clients` supervised workers
+    /// with this command (`postmaster start --worker`), given `--size SIZE`
+    /// and, for `emit-tx:SIZE`, `--tx`; their worker slots are sampled.
+    pub worker_cmd: Option<String>,
 }
 
 /// The counters of one point.
@@ -112,20 +116,60 @@ struct Sample {
     hist: Vec<u64>,
 }
 
-fn sample(shm: &Shmem, clients: u32) -> Sample {
+/// The proc slots a point samples: the first `clients` backends, or the
+/// first `clients` worker slots when the point runs worker commands.
+fn sampled_procnos(shm: &Shmem, p: &PointSpec) -> Vec<u32> {
+    match p.worker_cmd {
+        None => (0..p.clients).collect(),
+        Some(_) => (0..p.clients.min(shm.max_workers()))
+            .map(|i| shm.worker_procno(i))
+            .collect(),
+    }
+}
+
+/// `postmaster start` arguments running the point's load: the built-in
+/// workload, or `clients` supervised workers (see `PointSpec::worker_cmd`).
+fn load_args(p: &PointSpec) -> Result<Vec<String>, String> {
+    let Some(cmd) = &p.worker_cmd else {
+        return Ok(vec![
+            "--workers".into(),
+            p.clients.to_string(),
+            "--workload".into(),
+            p.workload.clone(),
+        ]);
+    };
+    let (tx, size) = match p.workload.split_once(':') {
+        Some(("emit", size)) => ("", size),
+        Some(("emit-tx", size)) => (" --tx", size),
+        _ => {
+            return Err(format!(
+                "a worker command runs emit:SIZE or emit-tx:SIZE, not {}",
+                p.workload
+            ))
+        }
+    };
+    let mut args = vec![
+        "--set".into(),
+        format!("max_worker_processes={}", p.clients),
+    ];
+    for i in 0..p.clients {
+        args.push("--worker".into());
+        args.push(format!("w{i}={cmd} --size {size}{tx}"));
+    }
+    Ok(args)
+}
+
+fn sample(shm: &Shmem, procnos: &[u32]) -> Sample {
     let mut s = Sample {
         hist: vec![0; BUCKETS],
         ..Sample::default()
     };
-    for (i, p) in shm.procs()[..clients as usize].iter().enumerate() {
+    for &i in procnos {
+        let p = &shm.procs()[i as usize];
         s.transactions += p.counters.transactions.load(Ordering::Relaxed);
         s.records += p.counters.records.load(Ordering::Relaxed);
         s.bytes += p.counters.bytes.load(Ordering::Relaxed);
-        for (acc, v) in s
-            .hist
-            .iter_mut()
-            .zip(shm.latency_histogram(i as u32).snapshot())
-        {
+        for (acc, v) in s.hist.iter_mut().zip(shm.latency_histogram(i).snapshot()) {
             *acc += v;
         }
     }
@@ -185,15 +229,10 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     for s in &p.sets {
         cmd.args(["--set", s]);
     }
-    cmd.args([
-        "--workers",
-        &p.clients.to_string(),
-        "--workload",
-        &p.workload,
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(log);
+    cmd.args(load_args(p)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let child = cmd
         .spawn()
@@ -209,14 +248,15 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     // An observer: the segment's descriptor without a proc slot.
     let reg = register::connect(&dir, Kind::Observer).map_err(|e| fail(e.to_string()))?;
     let shm = &reg.shm;
+    let procnos = sampled_procnos(shm, p);
     std::thread::sleep(Duration::from_secs_f64((p.seconds / 4.0).min(0.5)));
     let c0 = procstat::sample_group(pgid);
     let t0 = Instant::now();
-    let s0 = sample(shm, p.clients);
+    let s0 = sample(shm, &procnos);
     let m0 = stats::mechanism_totals(shm);
     let waits = observe::sample_window(shm, p.seconds);
     let m1 = stats::mechanism_totals(shm);
-    let s1 = sample(shm, p.clients);
+    let s1 = sample(shm, &procnos);
     let dt = t0.elapsed().as_secs_f64();
     let c1 = procstat::sample_group(pgid);
 
@@ -227,7 +267,7 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     let status = child.wait().map_err(|e| e.to_string())?;
     // The segment has no name and stays mapped here after the server is
     // gone: the final counters are the whole run's.
-    let records_at_exit = sample(shm, p.clients).records;
+    let records_at_exit = sample(shm, &procnos).records;
     drop(reg);
     let log_text = server_log();
     let _ = std::fs::remove_file(&log_path);

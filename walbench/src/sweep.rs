@@ -263,6 +263,7 @@ fn run_point(postmaster: &Path, o: &Options, p: &Point, seconds: f64) -> Result<
         datadir: o.datadir.clone(),
         temp_base: std::env::temp_dir(),
         keep_at: None,
+        worker_cmd: None,
     };
     let m = point::measure(postmaster, &spec).map_err(|e| {
         format!(

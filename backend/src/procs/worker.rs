@@ -20,10 +20,9 @@
 //! A backend loops until SIGTERM, finishing the iteration it is in. Every
 //! iteration bumps the proc's `transactions` counter, which walbench samples.
 
+use crate::api::Session;
 use crate::context::ProcContext;
 use crate::process::{shutdown_requested, write_all_fd};
-use crate::xact::Xact;
-use crate::xlog::Xlog;
 use shmem::histogram::LatencyHistogram;
 use shmem::lwlock::LWLockMode;
 use shmem::proc::ProcCounters;
@@ -33,8 +32,8 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
-/// Largest payload a workload may ask for.
-pub const MAX_PAYLOAD: usize = 64 << 20;
+/// Largest payload a workload may ask for (the insertion API's limit).
+pub const MAX_PAYLOAD: usize = crate::api::MAX_PAYLOAD;
 /// Prefix of the logical messages the workloads write.
 pub const MESSAGE_PREFIX: &str = "walshm";
 
@@ -134,23 +133,26 @@ fn run_emit_tx(
     ack: bool,
     pace: Option<std::time::Duration>,
 ) {
-    let mut xact = Xact::new(ctx);
+    let mut session = Session::new(ctx);
     let payload = payload_of(message.unwrap_or(0));
-    let mut rec = walformat::RecordBuf::default();
     let mut line = String::with_capacity(32);
     let hist = ctx.shm.latency_histogram(ctx.procno);
     let mut n = 0u64;
     while !shutdown_requested() {
         n += 1;
-        let commit = timed(hist, n, || {
-            xact.begin();
-            let xid = xact.xid();
-            if message.is_some() {
-                walformat::logical_message_into(&mut rec, xid, true, MESSAGE_PREFIX, &payload);
-                xact.insert(&mut rec);
+        let committed = timed(hist, n, || {
+            session.begin()?;
+            match message {
+                Some(_) => session.emit_tx(MESSAGE_PREFIX, &payload).map(drop)?,
+                None => session.xid().map(drop)?,
             }
-            xact.commit().expect("an XID was assigned")
+            session.commit()
         });
+        // A forked backend's session cannot fail (no generation end, the
+        // payload was checked at parsing); an XID was assigned above.
+        let Ok(Some(commit)) = committed else {
+            break;
+        };
         if ack {
             line.clear();
             line.push_str("ack ");
@@ -165,7 +167,7 @@ fn run_emit_tx(
             std::thread::sleep(p);
         }
     }
-    xact.shutdown();
+    session.shutdown();
 }
 
 /// One transaction in `SAMPLE_EVERY` is timed into the proc's latency
@@ -190,25 +192,28 @@ fn payload_of(size: usize) -> Vec<u8> {
 
 /// `n` messages of `size` bytes per transaction.
 fn run_emit(ctx: &ProcContext, size: usize, n_per_tx: usize) {
-    let mut xlog = Xlog::new(ctx);
+    let mut session = Session::new(ctx);
     let me = ctx.me;
     let hist = ctx.shm.latency_histogram(ctx.procno);
     let payload = payload_of(size);
-    let mut rec = walformat::RecordBuf::default();
     let mut n = 0u64;
     while !shutdown_requested() {
         n += 1;
-        timed(hist, n, || {
+        let done = timed(hist, n, || -> Result<(), crate::api::ApiError> {
             for _ in 0..n_per_tx {
-                walformat::logical_message_into(&mut rec, 0, false, MESSAGE_PREFIX, &payload);
-                xlog.insert(&mut rec);
+                session.emit(MESSAGE_PREFIX, &payload)?;
                 if n_per_tx > 1 && shutdown_requested() {
                     break;
                 }
             }
+            Ok(())
         });
+        if done.is_err() {
+            break;
+        }
         ProcCounters::bump(&me.counters.transactions, 1);
     }
+    session.shutdown();
 }
 
 fn run_lwlock(ctx: &ProcContext) {

@@ -570,6 +570,7 @@ impl Bench<'_> {
             datadir: None,
             temp_base: self.base.clone(),
             keep_at,
+            worker_cmd: None,
         })
     }
 

@@ -1,0 +1,200 @@
+//! `walbench worker-vs-builtin --worker-cmd CMD`: the library against the
+//! built-in workloads in one command (issue 12). For each client count it
+//! measures the built-in `emit:SIZE` and then CMD run as that many
+//! supervised workers (`postmaster start --worker`, given `--size SIZE`),
+//! records/s each; then the built-in `emit-tx:SIZE` and CMD with `--tx`,
+//! durable commits/s each (fsync on). It prints a table with the ratio
+//! worker / built-in per row, measured in the same run.
+//!
+//! CMD is typically the worker crate's example:
+//! `cargo build --release -p walshm-worker --example producer` then
+//! `walbench worker-vs-builtin --worker-cmd target/release/examples/producer`.
+//!
+//! Invariants: both sides of a row use the same settings and window; the
+//! worker side samples only the worker slots' counters (records inserted,
+//! commits), the built-in side only the backends', so start-up and shutdown
+//! never count; emit rows run with `fsync = off` (no flush is involved),
+//! commit rows with the data directory's `fsync` (on by default).
+
+use crate::cli::{self, Opt};
+use crate::point::{self, Measured, PointSpec};
+use crate::postmaster_path;
+
+pub struct Options {
+    pub worker_cmd: String,
+    pub clients: Vec<u32>,
+    pub seconds: f64,
+    pub size: usize,
+    pub sets: Vec<String>,
+}
+
+#[derive(Clone, Copy)]
+enum Key {
+    WorkerCmd,
+    Clients,
+    Seconds,
+    Size,
+    Set,
+}
+
+fn options() -> Vec<Opt<Key>> {
+    vec![
+        Opt::new(
+            Key::WorkerCmd,
+            "--worker-cmd CMD",
+            "the worker program (and arguments); it gets --size SIZE [--tx]",
+        ),
+        Opt::new(
+            Key::Clients,
+            "--clients LIST",
+            "comma-separated worker counts (default 2,16)",
+        ),
+        Opt::new(Key::Seconds, "--seconds S", cli::SECONDS_HELP),
+        Opt::new(Key::Size, "--size N", "message payload bytes (default 16)"),
+        Opt::new(Key::Set, "--set NAME=VALUE", cli::SET_HELP)
+            .alias("-c")
+            .many(),
+    ]
+}
+
+pub fn help() -> String {
+    cli::help(
+        "walbench worker-vs-builtin: records/s and durable commits/s of a worker program \
+         against the built-in emit and emit-tx workloads",
+        &[],
+        "walbench worker-vs-builtin",
+        &options(),
+        "",
+    )
+}
+
+fn parse(args: &[String]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        worker_cmd: String::new(),
+        clients: vec![2, 16],
+        seconds: 2.0,
+        size: 16,
+        sets: Vec::new(),
+    };
+    let spec = options();
+    let applied = cli::parse_with(&spec, 0, args, |k, v| {
+        match k {
+            Key::WorkerCmd => o.worker_cmd = v.to_string(),
+            Key::Clients => o.clients = cli::clients(v)?,
+            Key::Seconds => o.seconds = cli::seconds(v)?,
+            Key::Size => {
+                o.size = v
+                    .parse()
+                    .map_err(|_| format!("--size: \"{v}\" is not a byte count"))?
+            }
+            Key::Set => o.sets.push(v.to_string()),
+        }
+        Ok(())
+    })?;
+    if applied.is_none() {
+        return Ok(None);
+    }
+    if o.worker_cmd.is_empty() {
+        return Err("--worker-cmd CMD is required".into());
+    }
+    cli::check_sets(&o.sets)?;
+    Ok(Some(o))
+}
+
+pub const MODE: cli::Mode<Options> =
+    cli::Mode::new("walbench worker-vs-builtin --help", parse, help, run_mode);
+
+fn run_mode(o: &Options) -> Result<(), String> {
+    let rows = run(o)?;
+    print!("{}", table(&rows));
+    Ok(())
+}
+
+/// One row: what was compared, at how many clients, both rates.
+pub struct Row {
+    pub what: &'static str,
+    pub clients: u32,
+    pub builtin: f64,
+    pub worker: f64,
+}
+
+impl Row {
+    pub fn ratio(&self) -> f64 {
+        self.worker / self.builtin
+    }
+}
+
+/// Measures every row.
+pub fn run(o: &Options) -> Result<Vec<Row>, String> {
+    let postmaster = postmaster_path()?;
+    let mut rows = Vec::new();
+    let kinds: [(&'static str, String, Vec<String>); 2] = [
+        (
+            "records/s emit",
+            format!("emit:{}", o.size),
+            vec!["fsync=off".to_string()],
+        ),
+        ("commits/s emit-tx", format!("emit-tx:{}", o.size), vec![]),
+    ];
+    for (what, workload, extra) in &kinds {
+        for &clients in &o.clients {
+            let spec = |worker_cmd: Option<String>| PointSpec {
+                workload: workload.clone(),
+                clients,
+                seconds: o.seconds,
+                sets: extra.iter().chain(&o.sets).cloned().collect(),
+                datadir: None,
+                temp_base: std::env::temp_dir(),
+                keep_at: None,
+                worker_cmd,
+            };
+            let rate = |m: &Measured| {
+                let n = if what.starts_with("records") {
+                    m.records
+                } else {
+                    m.transactions
+                };
+                n as f64 / m.seconds
+            };
+            let b = point::measure(&postmaster, &spec(None))
+                .map_err(|e| format!("built-in {workload} x{clients}: {e}"))?;
+            let w = point::measure(&postmaster, &spec(Some(o.worker_cmd.clone())))
+                .map_err(|e| format!("worker {workload} x{clients}: {e}"))?;
+            let row = Row {
+                what,
+                clients,
+                builtin: rate(&b),
+                worker: rate(&w),
+            };
+            eprintln!(
+                "{} x{}: built-in {:.0}, worker {:.0} ({:.2})",
+                row.what,
+                row.clients,
+                row.builtin,
+                row.worker,
+                row.ratio()
+            );
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// The comparison table.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<20} {:>8} {:>14} {:>14} {:>8}\n",
+        "rate", "clients", "built-in", "worker", "ratio"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<20} {:>8} {:>14.0} {:>14.0} {:>8.2}\n",
+            r.what,
+            r.clients,
+            r.builtin,
+            r.worker,
+            r.ratio()
+        ));
+    }
+    s
+}

@@ -1,0 +1,57 @@
+//! Reader throughput: decodes every record of a data directory's WAL files
+//! (no server needed) and prints records, bytes of WAL covered and GB/s.
+//!
+//! ```text
+//! decode_bench -D DIR
+//! ```
+//!
+//! Make WAL to read with, for example, `postmaster start -D DIR --workers 2
+//! --workload emit:1024 --set fsync=off --set wal_keep_size=100000` for a
+//! few seconds.
+
+use std::time::Instant;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = match (args.next().as_deref(), args.next()) {
+        (Some("-D"), Some(d)) => std::path::PathBuf::from(d),
+        _ => {
+            eprintln!("usage: decode_bench -D DIR");
+            std::process::exit(2);
+        }
+    };
+    let mut r = match walshm::Reader::open(&dir, 0) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("decode_bench: {e}");
+            std::process::exit(1);
+        }
+    };
+    let t = Instant::now();
+    let (mut records, mut payload) = (0u64, 0u64);
+    let mut first = None;
+    let mut last = 0;
+    loop {
+        match r.next_record() {
+            Ok(Some(rec)) => {
+                records += 1;
+                payload += rec.payload.len() as u64;
+                first.get_or_insert(rec.lsn);
+                last = rec.end;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("decode_bench: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let wal = last - first.unwrap_or(last);
+    println!(
+        "{records} records, {:.1} MB of WAL ({:.1} MB payload) in {secs:.3} s: {:.2} GB/s",
+        wal as f64 / 1e6,
+        payload as f64 / 1e6,
+        wal as f64 / secs / 1e9
+    );
+}
