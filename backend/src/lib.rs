@@ -7,7 +7,8 @@
 //! - library parts borrowed by those bodies through their per-process
 //!   [`context::ProcContext`]: `xlog` (WAL insertion, buffers, write and
 //!   flush), `xact` (transactions), `procarray` (XIDs and snapshots),
-//!   `control` (the control file), `walfile` (the I/O seam, fail points);
+//!   `control` (the control file), `walfile` (the I/O seam, fail points)
+//!   and `powerloss` (its power-loss journal);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
 //!   (the connection's polling reads).
 //!
@@ -18,6 +19,7 @@
 pub mod client_poll;
 pub mod context;
 pub mod control;
+pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;

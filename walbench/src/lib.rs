@@ -14,6 +14,10 @@
 //! client count at a time, because the machines this runs on are small and
 //! noisy.
 //!
+//! `walbench torture -D DIR` (module `torture`) kills server processes or
+//! simulates power losses in a loop and checks that no acknowledged commit
+//! was lost.
+//!
 //! `walbench reproduce NAME` (module `reproduce`) reruns one seed's table
 //! with its own grid, old and new algorithm side by side, and writes JSON,
 //! CSV and an SVG chart. The plain mode's JSON keys are a contract.
@@ -35,6 +39,7 @@ pub mod procstat;
 pub mod report;
 pub mod reproduce;
 pub mod sweep;
+pub mod torture;
 pub mod variants;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +56,7 @@ pub fn main() -> i32 {
 pub fn main_with(args: &[String]) -> i32 {
     match args.split_first() {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
+        Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
         _ => sweep::MODE.main(args),
     }
 }
