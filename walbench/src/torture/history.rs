@@ -90,11 +90,19 @@ fn oldest_segment_start(f: &Facts) -> Result<Lsn, String> {
 
 /// Reads every record from `start` to the end of valid WAL.
 fn scan(f: &Facts, start: Lsn) -> Result<WalScan, String> {
-    let mut reader = WalReader::open(&f.pg_wal, f.geo, f.tli, Some(f.sysid), start)
-        .map_err(|e| format!("could not open WAL at {}: {e}", format_lsn(start)))?;
     let mut s = WalScan {
         start,
+        end: start,
         ..WalScan::default()
+    };
+    let mut reader = match WalReader::open(&f.pg_wal, f.geo, f.tli, Some(f.sysid), start) {
+        Ok(r) => r,
+        // The segment is gone (an undone creation): WAL ends before it.
+        Err(e @ walformat::WalError::MissingSegment { .. }) => {
+            s.end_error = Some(e.to_string());
+            return Ok(s);
+        }
+        Err(e) => return Err(format!("could not open WAL at {}: {e}", format_lsn(start))),
     };
     let mut first_commit: HashMap<u32, Lsn> = HashMap::new();
     loop {
