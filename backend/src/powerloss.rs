@@ -53,6 +53,7 @@ use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// The environment variable naming the journal file.
@@ -204,10 +205,25 @@ pub fn decode_all(b: &[u8]) -> (Vec<Record>, usize) {
     (out, skipped)
 }
 
+/// [`STATE`]: not yet known (the environment not read yet).
+const UNKNOWN: u8 = 0;
+/// [`STATE`]: no journal in this process.
+const OFF: u8 = 1;
+/// [`STATE`]: journaling.
+const ON: u8 = 2;
+
+/// Whether this process journals, cached beside the `OnceLock` so that the
+/// check of a process without a journal is one load and one branch.
+/// Relaxed: it is only a hint; a reader that sees UNKNOWN or ON goes
+/// through the `OnceLock`, whose own Acquire publishes the `File`.
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
 /// The journal of this process, if the environment asked for one.
 fn journal() -> Option<&'static File> {
     static JOURNAL: OnceLock<Option<File>> = OnceLock::new();
-    JOURNAL.get_or_init(open_from_env).as_ref()
+    let j = JOURNAL.get_or_init(open_from_env).as_ref();
+    STATE.store(if j.is_some() { ON } else { OFF }, Ordering::Relaxed);
+    j
 }
 
 fn open_from_env() -> Option<File> {
@@ -232,11 +248,11 @@ fn open_from_env() -> Option<File> {
     }
 }
 
-/// Is the journal on? One load and branch: the only cost of the journal
-/// when it is off.
+/// Is the journal on? One load and one predictable branch: the only cost
+/// of the journal when it is off.
 #[inline(always)]
 pub fn active() -> bool {
-    journal().is_some()
+    STATE.load(Ordering::Relaxed) != OFF && journal().is_some()
 }
 
 #[cold]

@@ -35,6 +35,7 @@ pub mod victims;
 use crate::cli::{self, Mode, Opt};
 use report::{Event, Summary};
 use server::{Server, StartSpec, START_TIMEOUT};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use victims::{How, VICTIMS};
@@ -302,8 +303,10 @@ struct Run<'a> {
     t0: Instant,
     /// (LSN, seconds since start, cycle) of every ack read.
     acks: Vec<(u64, f64, u64)>,
-    /// Acks before this index were checked right after a power loss.
+    /// Acks before this index were checked right after a power loss...
     checked_upto: usize,
+    /// ...except these, in segments checkpoints had removed.
+    not_on_disk: HashSet<u64>,
     sum: Summary,
     cycle: u64,
 }
@@ -356,6 +359,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         t0: Instant::now(),
         acks: vec![],
         checked_upto: 0,
+        not_on_disk: HashSet::new(),
         sum: Summary {
             power_loss: o.power_loss,
             seed: o.seed,
@@ -368,7 +372,8 @@ pub fn run(o: &Options) -> Result<(), String> {
     r.torture();
     r.sum.cycles = r.cycle;
     r.sum.seconds = r.t0.elapsed().as_secs_f64();
-    r.sum.acknowledged = r.acks.len() as u64;
+    r.sum.acknowledged = (r.acks.len() as u64).saturating_sub(r.sum.unverifiable);
+    r.sum.pg_waldump_installed = history::pg_waldump_installed();
     eprintln!();
     let evidence = report::history(&r.sum.events, &r.acks);
     let _ = std::fs::write(datadir.join(HISTORY_FILE), evidence);
@@ -625,8 +630,9 @@ impl Run<'_> {
     /// COMMIT record in the WAL as it is now, before recovery runs.
     fn check_acks_on_disk(&mut self) -> Result<(), String> {
         let new: Vec<u64> = self.acks[self.checked_upto..].iter().map(|a| a.0).collect();
-        let lost = history::acks_present(&self.spec.datadir, &new)?;
+        let (lost, removed) = history::acks_present(&self.spec.datadir, &new)?;
         self.checked_upto = self.acks.len();
+        self.not_on_disk.extend(removed);
         for l in lost {
             if !self.sum.lost.contains(&l) {
                 self.sum.lost.push(l);
@@ -662,6 +668,14 @@ impl Run<'_> {
                 }
                 self.sum.violations.extend(v.violations);
                 self.sum.records_checked = v.records;
+                // Acks checked on disk after a power loss were checked.
+                let on_disk: HashSet<u64> = self.acks[..self.checked_upto]
+                    .iter()
+                    .map(|a| a.0)
+                    .filter(|a| !self.not_on_disk.contains(a))
+                    .collect();
+                let never = |a: &&u64| !on_disk.contains(*a);
+                self.sum.unverifiable = v.unverifiable.iter().filter(never).count() as u64;
                 self.sum.pg_waldump = v.pg_waldump;
                 true
             }

@@ -6,7 +6,8 @@
 //! JSON keys: `mode` ("kill" | "power-loss"), `cycles`, `acknowledged`
 //! (acks checked), `lost`, `lost_lsns` (up to 100), `violations` (strings),
 //! `passed`, `victims` (name -> kills), `recovery_ms` {`min`, `median`,
-//! `max`}, `records_checked`, `pg_waldump` ("agreed" | "disagreed" |
+//! `max`}, `unverifiable` (acks in WAL checkpoints removed),
+//! `records_checked`, `pg_waldump` ("agreed" | "disagreed" | "not run" |
 //! "not installed"), `seconds`, `seed`, `workload`, `settings`, and in
 //! power-loss mode `power_loss` {the rewriter's counts and
 //! `refused_starts`}.
@@ -39,7 +40,10 @@ pub struct Summary {
     pub violations: Vec<String>,
     pub events: Vec<Event>,
     pub records_checked: u64,
+    /// Acks in WAL segments removed by checkpoints (not checked at the end).
+    pub unverifiable: u64,
     pub pg_waldump: Option<bool>,
+    pub pg_waldump_installed: bool,
     pub seconds: f64,
     pub seed: u64,
     pub workload: String,
@@ -83,10 +87,11 @@ impl Summary {
     }
 
     fn pg_waldump_word(&self) -> &'static str {
-        match self.pg_waldump {
-            Some(true) => "agreed",
-            Some(false) => "disagreed",
-            None => "not installed",
+        match (self.pg_waldump, self.pg_waldump_installed) {
+            (Some(true), _) => "agreed",
+            (Some(false), _) => "disagreed",
+            (None, true) => "not run",
+            (None, false) => "not installed",
         }
     }
 
@@ -110,9 +115,10 @@ impl Summary {
         let _ = writeln!(s, "  kills by victim:  {}", victims.join(", "));
         let _ = writeln!(
             s,
-            "  acknowledged commits checked: {}, lost: {}; {} WAL records read, pg_waldump {}",
+            "  acknowledged commits checked: {}, lost: {}, in removed WAL (unchecked): {}; {} WAL records read, pg_waldump {}",
             self.acknowledged,
             self.lost.len(),
+            self.unverifiable,
             self.records_checked,
             self.pg_waldump_word()
         );
@@ -178,6 +184,7 @@ impl Summary {
             ("passed", Value::Bool(self.passed())),
             ("victims", Value::Obj(victims)),
             ("recovery_ms", recovery),
+            ("unverifiable", Value::Int(self.unverifiable)),
             ("records_checked", Value::Int(self.records_checked)),
             ("pg_waldump", Value::str(self.pg_waldump_word())),
             ("seconds", Value::Fixed(self.seconds, 1)),
