@@ -436,8 +436,13 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// Recycles segment `old` as `new` (a future segment name); false if
 /// `new` exists already. Never replaces an existing file: link, then
 /// unlink, so a segment another process created (and may be writing WAL
-/// into) under that name cannot be swapped for a stale one.
-pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
+/// into) under that name cannot be swapped for a stale one. The new name
+/// is made durable at once with `fsync` (directory fsync, as PostgreSQL's
+/// durable_rename does): WAL written into the segment under its new name
+/// would otherwise vanish with the rename at a power loss, and with it the
+/// checkpoint record recovery starts from (found by `walbench torture
+/// --power-loss` with `wal_keep_size = 0`).
+pub fn recycle_segment(old: &Path, new: &Path, fsync: bool) -> std::io::Result<bool> {
     fail(Op::WalRemove)?;
     let linked = crate::powerloss::rename_with(old, new, || {
         std::fs::hard_link(old, new)?;
@@ -447,6 +452,9 @@ pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
         Ok(()) => {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(new, std::fs::Permissions::from_mode(0o600))?;
+            if fsync {
+                sync_dir(new.parent().unwrap_or(Path::new(".")))?;
+            }
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
@@ -508,7 +516,7 @@ mod tests {
         std::fs::write(&old, b"x").unwrap();
         std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
         let new = dir.join("000000010000000000000005");
-        assert!(recycle_segment(&old, &new).unwrap());
+        assert!(recycle_segment(&old, &new, true).unwrap());
         assert_eq!(mode(&new), 0o600, "a recycled segment keeps a loose mode");
         // A leftover temporary file of a loose mode is replaced, not reused.
         let tmp = dir.join("pg_control.tmp");
