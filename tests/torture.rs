@@ -167,6 +167,33 @@ fn power_loss_mode_catches_ack_before_fsync() {
     );
 }
 
+/// A segment linked into pg_wal without the directory fsync: the journal's
+/// order shows WAL fdatasynced into a file whose name is not durable.
+#[test]
+fn power_loss_mode_catches_skip_dir_fsync() {
+    let tmp = TempDir::new("torture-dirsync");
+    let (o, v, data) = torture(
+        &tmp,
+        &[
+            "--power-loss",
+            "--cycles",
+            "3",
+            "--seed",
+            "6",
+            "--workload",
+            "emit-tx+txid:2000",
+        ],
+        &[("WALSHM_TEST_BREAK", "skip-dir-fsync")],
+    );
+    assert_eq!(o.code(), Some(1), "{}\n{v}", o.describe());
+    assert!(
+        int(&v["power_loss"], "synced_without_entry") > 0,
+        "the missing directory fsync was not caught: {v}"
+    );
+    assert_eq!(v["passed"], false, "{v}");
+    assert!(data.join("torture-history.txt").is_file());
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let tmp = TempDir::new("torture-usage");

@@ -606,6 +606,14 @@ impl Run<'_> {
         drop(s);
         let journal = self.journal.clone().expect("power-loss mode has a journal");
         let o = powerloss::simulate(&journal, &mut self.rng)?;
+        for f in &o.synced_without_entry {
+            if !self.sum.rewrites.synced_without_entry.contains(f) {
+                self.violation(format!(
+                    "\"{}\" was fdatasynced before its directory entry was durable (no directory fsync after its creation or rename)",
+                    f.display()
+                ));
+            }
+        }
         self.sum.rewrites.add(&o);
         self.check_acks_on_disk()?;
         let (s, started, refused) = self.start_after_power_loss()?;

@@ -43,6 +43,9 @@ pub struct Outcome {
     pub renames_undone: u64,
     /// Unsynced creations and renames left in place.
     pub entries_kept: u64,
+    /// Files fdatasynced before their directory entry was durable
+    /// ([`synced_before_entry`]).
+    pub synced_without_entry: Vec<PathBuf>,
 }
 
 impl Outcome {
@@ -56,6 +59,11 @@ impl Outcome {
         self.creates_undone += o.creates_undone;
         self.renames_undone += o.renames_undone;
         self.entries_kept += o.entries_kept;
+        for p in &o.synced_without_entry {
+            if !self.synced_without_entry.contains(p) {
+                self.synced_without_entry.push(p.clone());
+            }
+        }
     }
 }
 
@@ -72,12 +80,38 @@ pub fn simulate(journal: &Path, rng: &mut Rng) -> Result<Outcome, String> {
     let (records, skipped) = decode_all(&bytes);
     let mut out = rewrite(&records, rng)?;
     out.skipped_bytes = skipped as u64;
+    out.synced_without_entry = synced_before_entry(&records);
     // Kept for a bug report: the journal of the last power loss.
     let last = journal.with_extension("last");
     std::fs::rename(journal, &last)
         .or_else(|_| std::fs::write(journal, b""))
         .map_err(|e| format!("could not empty \"{}\": {e}", journal.display()))?;
     Ok(out)
+}
+
+/// Files fdatasynced while their directory entry (a CREATE or RENAME)
+/// was not yet durable: such an fdatasync promises data that a power loss
+/// takes away with the name (a missing directory fsync). Found from the
+/// journal's order alone, whatever the rewriter draws.
+pub fn synced_before_entry(records: &[Record]) -> Vec<PathBuf> {
+    let mut pending: HashSet<&Path> = HashSet::new();
+    let mut found: Vec<PathBuf> = Vec::new();
+    for r in records {
+        match r.kind {
+            Kind::Create => {
+                pending.insert(&r.path);
+            }
+            Kind::Rename => {
+                pending.insert(r.to.as_deref().unwrap_or(&r.path));
+            }
+            Kind::DirSync => pending.retain(|p| parent(p) != r.path),
+            Kind::Sync if pending.contains(r.path.as_path()) && !found.contains(&r.path) => {
+                found.push(r.path.clone())
+            }
+            Kind::Sync | Kind::Write => {}
+        }
+    }
+    found
 }
 
 /// Indices of the records whose effect is not durable, in journal order.
@@ -400,6 +434,33 @@ mod tests {
         let mut synced = recs.clone();
         synced.push(rec(Kind::DirSync, &d.0));
         assert!(unsynced(&synced).is_empty());
+    }
+
+    #[test]
+    fn a_sync_before_the_directory_fsync_is_found() {
+        let (dir, seg) = (Path::new("/d/pg_wal"), Path::new("/d/pg_wal/seg"));
+        let durable = vec![
+            rec(Kind::Create, seg),
+            rec(Kind::DirSync, dir),
+            rec(Kind::Sync, seg),
+        ];
+        assert!(synced_before_entry(&durable).is_empty());
+        let early = vec![
+            rec(Kind::Create, seg),
+            rec(Kind::Sync, seg),
+            rec(Kind::DirSync, dir),
+            rec(Kind::Sync, seg),
+        ];
+        assert_eq!(synced_before_entry(&early), vec![seg.to_path_buf()]);
+        let renamed = vec![
+            Record {
+                to: Some(seg.to_path_buf()),
+                ..rec(Kind::Rename, Path::new("/d/pg_wal/old"))
+            },
+            rec(Kind::DirSync, Path::new("/d/global")),
+            rec(Kind::Sync, seg),
+        ];
+        assert_eq!(synced_before_entry(&renamed), vec![seg.to_path_buf()]);
     }
 
     #[test]

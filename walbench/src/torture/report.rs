@@ -9,8 +9,9 @@
 //! `max`}, `unverifiable` (acks in WAL checkpoints removed),
 //! `records_checked`, `pg_waldump` ("agreed" | "disagreed" | "not run" |
 //! "not installed"), `seconds`, `seed`, `workload`, `settings`, and in
-//! power-loss mode `power_loss` {the rewriter's counts and
-//! `refused_starts`}.
+//! power-loss mode `power_loss` {the rewriter's counts, `refused_starts`
+//! and `synced_without_entry` (files fdatasynced before their directory
+//! entry was durable)}.
 
 use super::powerloss::Outcome;
 use crate::report::{json_document, Value};
@@ -206,6 +207,10 @@ impl Summary {
                     ("renames_undone", Value::Int(r.renames_undone)),
                     ("entries_kept", Value::Int(r.entries_kept)),
                     ("refused_starts", Value::Int(self.refused_starts)),
+                    (
+                        "synced_without_entry",
+                        Value::Int(r.synced_without_entry.len() as u64),
+                    ),
                 ]),
             ));
         }
