@@ -149,7 +149,15 @@ fn power_loss_mode_catches_ack_before_fsync() {
     let tmp = TempDir::new("torture-broken");
     let (o, v, data) = torture(
         &tmp,
-        &["--power-loss", "--cycles", "2", "--seed", "5"],
+        &[
+            "--power-loss",
+            "--cycles",
+            "1",
+            "--seed",
+            "5",
+            "--workers",
+            "1",
+        ],
         &[("WALSHM_TEST_BREAK", "ack-before-fsync")],
     );
     assert_eq!(o.code(), Some(1), "{}\n{v}", o.describe());
