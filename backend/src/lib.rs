@@ -8,7 +8,9 @@
 //!   [`context::ProcContext`]: `xlog` (WAL insertion, buffers, write and
 //!   flush), `xact` (transactions), `procarray` (XIDs and snapshots),
 //!   `api` (the one insertion API: [`api::Session`], used by the built-in
-//!   workloads and the `worker/` library), `control` (the control file), `walfile` (the I/O seam, fail points);
+//!   workloads and the `worker/` library), `control` (the control file),
+//!   `walfile` (the I/O seam, fail points) and `powerloss` (its power-loss
+//!   journal);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
 //!   (the connection's polling reads).
 //!
@@ -21,6 +23,7 @@ pub mod api;
 pub mod client_poll;
 pub mod context;
 pub mod control;
+pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;

@@ -32,6 +32,16 @@
 //! `once=PATH`: fire at most once across all processes (the first to create
 //! PATH fires).
 //!
+//! Power-loss journal: with `WALSHM_POWERLOSS_JOURNAL` set, every write,
+//! fdatasync, segment link, rename and directory fsync here is also
+//! recorded by [`crate::powerloss`] (one call per operation, each a single
+//! predictable branch when the journal is off), for `walbench torture
+//! --power-loss`.
+//!
+//! Test-only breakage (with `failpoints`): `WALSHM_TEST_BREAK` holds
+//! comma-separated names of deliberate bugs, see [`test_break`], so the
+//! torture checker can be shown to catch them.
+//!
 //! Callers' policy: a failed WAL write or fdatasync is a PANIC (the process
 //! aborts, the postmaster restarts everything, recovery runs): after a failed
 //! fdatasync the kernel may have dropped the dirty pages, so retrying could
@@ -254,7 +264,7 @@ pub fn remove_file(op: Op, path: &Path) -> std::io::Result<()> {
 /// Renames `from` to `to` (replacing `to`).
 pub fn rename(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
     fail(op)?;
-    std::fs::rename(from, to)
+    crate::powerloss::rename_with(from, to, || std::fs::rename(from, to))
 }
 
 /// Copies file `from` to `to` (its permissions with it).
@@ -315,6 +325,7 @@ pub fn write_at(op: Op, file: &File, bytes: &[u8], offset: u64) -> std::io::Resu
         }
         return Err(err);
     }
+    crate::powerloss::before_write(file, offset, bytes.len());
     io(op, || file.write_all_at(bytes, offset))
 }
 
@@ -323,7 +334,9 @@ pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
     if let Some((err, _)) = injected(op) {
         return Err(err);
     }
-    io(op, || file.sync_data())
+    io(op, || file.sync_data())?;
+    crate::powerloss::after_sync(file);
+    Ok(())
 }
 
 /// Opens segment `path` for writing, creating it zero-filled if absent.
@@ -402,7 +415,8 @@ pub fn create_segment(
     let _ = std::fs::remove_file(&tmp);
     match linked {
         Ok(()) => {
-            if fsync {
+            crate::powerloss::after_create(path);
+            if fsync && !test_break(Break::SkipDirFsync) {
                 sync_dir(dir)?;
             }
             Ok(())
@@ -431,12 +445,12 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io:
     f.write_all(bytes)?;
     if !fsync {
         drop(f);
-        return std::fs::rename(&tmp, path);
+        return crate::powerloss::rename_with(&tmp, path, || std::fs::rename(&tmp, path));
     }
     fail(Op::ControlFsync)?;
     f.sync_all()?;
     drop(f);
-    std::fs::rename(&tmp, path)?;
+    crate::powerloss::rename_with(&tmp, path, || std::fs::rename(&tmp, path))?;
     sync_dir(dir)
 }
 
@@ -458,25 +472,75 @@ fn create_private_new(path: &Path) -> std::io::Result<File> {
 /// fsyncs a directory (after creating or renaming entries in it).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fail(Op::DirFsync)?;
-    File::open(dir)?.sync_all()
+    File::open(dir)?.sync_all()?;
+    crate::powerloss::after_dir_sync(dir);
+    Ok(())
 }
 
 /// Recycles segment `old` as `new` (a future segment name); false if
 /// `new` exists already. Never replaces an existing file: link, then
 /// unlink, so a segment another process created (and may be writing WAL
-/// into) under that name cannot be swapped for a stale one.
-pub fn recycle_segment(old: &Path, new: &Path) -> std::io::Result<bool> {
+/// into) under that name cannot be swapped for a stale one. The new name
+/// is made durable at once with `fsync` (directory fsync, as PostgreSQL's
+/// durable_rename does): WAL written into the segment under its new name
+/// would otherwise vanish with the rename at a power loss, and with it the
+/// checkpoint record recovery starts from (found by `walbench torture
+/// --power-loss` with `wal_keep_size = 0`).
+pub fn recycle_segment(old: &Path, new: &Path, fsync: bool) -> std::io::Result<bool> {
     fail(Op::WalRemove)?;
-    match std::fs::hard_link(old, new) {
+    let linked = crate::powerloss::rename_with(old, new, || {
+        std::fs::hard_link(old, new)?;
+        std::fs::remove_file(old)
+    });
+    match linked {
         Ok(()) => {
-            std::fs::remove_file(old)?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(new, std::fs::Permissions::from_mode(0o600))?;
+            if fsync {
+                sync_dir(new.parent().unwrap_or(Path::new(".")))?;
+            }
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A deliberate bug for the torture checker to catch (test builds only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Break {
+    /// `ack-before-fsync`: emit-tx prints its ack without waiting for the
+    /// commit's flush (the walwriter flushes it later).
+    AckBeforeFsync,
+    /// `skip-dir-fsync`: a new segment is linked into `pg_wal` without the
+    /// directory fsync.
+    SkipDirFsync,
+}
+
+impl Break {
+    pub fn name(self) -> &'static str {
+        match self {
+            Break::AckBeforeFsync => "ack-before-fsync",
+            Break::SkipDirFsync => "skip-dir-fsync",
+        }
+    }
+}
+
+/// Is deliberate bug `b` switched on (`WALSHM_TEST_BREAK=NAME[,NAME]`)?
+/// Always false without the `failpoints` feature.
+#[cfg(feature = "failpoints")]
+pub fn test_break(b: Break) -> bool {
+    static BREAKS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BREAKS
+        .get_or_init(|| std::env::var("WALSHM_TEST_BREAK").unwrap_or_default())
+        .split(',')
+        .any(|n| n.trim() == b.name())
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn test_break(_b: Break) -> bool {
+    false
 }
 
 #[cfg(test)]
@@ -496,7 +560,7 @@ mod tests {
         std::fs::write(&old, b"x").unwrap();
         std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
         let new = dir.join("000000010000000000000005");
-        assert!(recycle_segment(&old, &new).unwrap());
+        assert!(recycle_segment(&old, &new, true).unwrap());
         assert_eq!(mode(&new), 0o600, "a recycled segment keeps a loose mode");
         // A leftover temporary file of a loose mode is replaced, not reused.
         let tmp = dir.join("pg_control.tmp");

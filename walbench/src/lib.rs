@@ -18,6 +18,10 @@
 //! compares a worker program using the library with the built-in
 //! workloads (issue 12).
 //!
+//! `walbench torture -D DIR` (module `torture`) kills server processes or
+//! simulates power losses in a loop and checks that no acknowledged commit
+//! was lost.
+//!
 //! `walbench reproduce NAME` (module `reproduce`) reruns one seed's table
 //! with its own grid, old and new algorithm side by side, and writes JSON,
 //! CSV and an SVG chart. The plain mode's JSON keys are a contract.
@@ -41,6 +45,7 @@ pub mod procstat;
 pub mod report;
 pub mod reproduce;
 pub mod sweep;
+pub mod torture;
 pub mod variants;
 pub mod workercmp;
 
@@ -59,6 +64,7 @@ pub fn main_with(args: &[String]) -> i32 {
     match args.split_first() {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
         Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
+        Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
         _ => sweep::MODE.main(args),
     }
 }

@@ -108,7 +108,10 @@ pub fn help() -> String {
     }
     cli::help(
         "walbench: measure walshm's WAL throughput per variant, workload and client count",
-        &["walbench reproduce NAME [...]   (see walbench reproduce --help)"],
+        &[
+            "walbench reproduce NAME [...]   (see walbench reproduce --help)",
+            "walbench torture -D DIR [...]   (see walbench torture --help)",
+        ],
         "walbench",
         &options(),
         &variants,

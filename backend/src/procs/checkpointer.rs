@@ -161,7 +161,7 @@ impl<'a> Checkpointer<'a> {
             let old = pg_wal.join(self.geo.file_name(tli, n));
             if future < keep_future {
                 let new = pg_wal.join(self.geo.file_name(tli, last + 1));
-                if walfile::recycle_segment(&old, &new).unwrap_or(false) {
+                if walfile::recycle_segment(&old, &new, s.fsync).unwrap_or(false) {
                     last += 1;
                     future += 1;
                     recycled += 1;

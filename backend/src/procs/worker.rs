@@ -134,6 +134,10 @@ fn run_emit_tx(
     pace: Option<std::time::Duration>,
 ) {
     let mut session = Session::new(ctx);
+    // Test-only bug for walbench torture to catch: ack without the flush.
+    if crate::walfile::test_break(crate::walfile::Break::AckBeforeFsync) {
+        session.set_synchronous(false);
+    }
     let payload = payload_of(message.unwrap_or(0));
     let mut line = String::with_capacity(32);
     let hist = ctx.shm.latency_histogram(ctx.procno);
