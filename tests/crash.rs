@@ -848,7 +848,11 @@ fn long_run_checkpoints_remove_old_wal() {
 fn long_run_disk_use_bounded() {
     let (max, _, o) = long_emit_run("disk-bound");
     let rate = parse_summary(&o.stdout).total.bytes as f64 / 4.0;
-    let bound = ((4 * 8) << 20) + (rate * 0.25) as u64;
+    // Four times max_wal_size plus one second of WAL: a checkpointer that
+    // keeps up (even starved of CPU by a parallel test suite on 2 cores)
+    // stays far below it, while WAL that is never removed reaches about
+    // four seconds of WAL, four times the slack.
+    let bound = ((4 * 8) << 20) + rate as u64;
     eprintln!(
         "disk bound: pg_wal peaked at {} MB; WAL rate {:.0} MB/s; bound {} MB",
         max >> 20,
