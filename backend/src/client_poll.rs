@@ -12,10 +12,12 @@
 //! backends hold at most half the CPUs (`sessions * 2 <= cpus`), so a
 //! polling backend never takes a CPU another session or its client
 //! needs; the blocking read after the poll is the caller's ordinary read,
-//! with its timeout and signal behaviour unchanged. Writes pass straight
-//! through, so SO_SNDTIMEO's EAGAIN and a signal's EINTR reach the
+//! with its timeout and signal behaviour unchanged. A read publishes the
+//! `Client:ClientRead` wait event for its whole duration (poll and block),
+//! a write `Client:ClientWrite`. Writes pass straight through, so SO_SNDTIMEO's EAGAIN and a signal's EINTR reach the
 //! protocol's send loop, which then checks for a fast shutdown.
 
+use shmem::waitevent;
 use shmem::Shmem;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -45,6 +47,16 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
     /// Whether polling would leave a CPU for every session and its client.
     fn cpus_to_spare(&self) -> bool {
         self.shm.sessions().saturating_mul(2) <= self.cpus
+    }
+
+    /// Polls, then blocks (see the module header).
+    fn read_polling_first(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.budget.is_zero() && !buf.is_empty() && self.cpus_to_spare() {
+            if let Some(r) = self.poll_read(buf) {
+                return r;
+            }
+        }
+        self.inner.read(buf)
     }
 
     /// Non-blocking reads until data, an error, or the budget is spent
@@ -79,22 +91,20 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
 
 impl<S: Read + AsRawFd> Read for PollingStream<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if !self.budget.is_zero() && !buf.is_empty() && self.cpus_to_spare() {
-            if let Some(r) = self.poll_read(buf) {
-                return r;
-            }
-        }
-        self.inner.read(buf)
+        let prev = waitevent::report(waitevent::CLIENT_READ);
+        let r = self.read_polling_first(buf);
+        waitevent::restore(prev);
+        r
     }
 }
 
 impl<S: Write> Write for PollingStream<'_, S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf)
+        waitevent::during(waitevent::CLIENT_WRITE, || self.inner.write(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        waitevent::during(waitevent::CLIENT_WRITE, || self.inner.flush())
     }
 }
 

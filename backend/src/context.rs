@@ -14,6 +14,7 @@ use shmem::lwlock::LockEnv;
 use shmem::proc::Proc;
 use shmem::segment::AuxProc;
 use shmem::settings::Settings;
+use shmem::stats::{self, ProcEntry};
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,9 @@ pub struct ProcContext<'a> {
     pub env: LockEnv<'a>,
     pub settings: Settings,
     pub datadir: PathBuf,
+    /// Our statistics slot: our wait events and counters go there while
+    /// the context lives (`shmem::stats`).
+    pub stats: ProcEntry<'a>,
 }
 
 impl<'a> ProcContext<'a> {
@@ -40,6 +44,7 @@ impl<'a> ProcContext<'a> {
             env: shm.lock_env(procno),
             settings: *shm.settings(),
             datadir: datadir.to_path_buf(),
+            stats: stats::enter_proc(shm, procno, stats::slot_backend_type(shm, procno)),
         }
     }
 

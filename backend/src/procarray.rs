@@ -23,10 +23,11 @@
 //! exclusive, which a snapshot's shared acquisition orders after).
 
 use crate::context::ProcContext;
-use shmem::groupclear::group_clear;
+use shmem::groupclear::{group_clear, GroupRole};
 use shmem::lwlock::LWLockMode;
 use shmem::proc::Proc;
 use shmem::segment::NamedLock;
+use shmem::stats::bump;
 use shmem::sync::Ordering;
 use shmem::variants::XidClear;
 use shmem::Shmem;
@@ -158,18 +159,24 @@ impl<'a> ProcArray<'a> {
     pub fn end_transaction(&self, xid: u32) {
         let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
+        let c = &self.shm.proc_stats(self.me).counters.flat;
+        bump(&c.xid_clears, 1);
         match self.clear {
             XidClear::Exclusive => {
                 lock.acquire(env, LWLockMode::Exclusive);
+                bump(&c.procarray_lock_acquisitions, 1);
                 self.clear_locked(self.proc, xid);
                 lock.release(env);
             }
             XidClear::Group => {
                 if lock.conditional_acquire(env, LWLockMode::Exclusive) {
+                    bump(&c.procarray_lock_acquisitions, 1);
                     self.clear_locked(self.proc, xid);
                     lock.release(env);
-                } else {
-                    self.group_clear(xid);
+                } else if let GroupRole::Leader(n) = self.group_clear(xid) {
+                    bump(&c.procarray_lock_acquisitions, 1);
+                    bump(&c.group_clear_groups, 1);
+                    bump(&c.group_clear_members, n as u64);
                 }
             }
         }
@@ -187,13 +194,13 @@ impl<'a> ProcArray<'a> {
 
     /// ProcArrayGroupClearXid (the protocol lives in shmem::groupclear,
     /// where loom checks it).
-    fn group_clear(&self, xid: u32) {
+    fn group_clear(&self, xid: u32) -> GroupRole {
         let env = &self.ctx.env;
         let pa = self.shm.proc_array();
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         group_clear(env, lock, &pa.group_first, xid, |p, x| {
             self.clear_locked(p, x)
-        });
+        })
     }
 }
 

@@ -37,6 +37,7 @@
 //! fdatasync the kernel may have dropped the dirty pages, so retrying could
 //! acknowledge WAL that is not on disk.
 
+use shmem::waitevent::{self, WaitEvent};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -194,10 +195,31 @@ pub fn open_read_write(op: Op, path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).write(true).open(path)
 }
 
+/// The wait event published while `op`'s system call runs (PostgreSQL's
+/// IO:* names), none for the operations PostgreSQL does not report.
+fn io_wait_event(op: Op) -> WaitEvent {
+    match op {
+        Op::WalWrite => waitevent::WAL_WRITE,
+        Op::WalFsync => waitevent::WAL_SYNC,
+        Op::WalRead => waitevent::WAL_READ,
+        Op::ControlWrite => waitevent::CONTROL_FILE_WRITE_UPDATE,
+        Op::ControlFsync => waitevent::CONTROL_FILE_SYNC_UPDATE,
+        _ => WaitEvent::NONE,
+    }
+}
+
+/// Runs the system call `f` of `op` with its wait event published.
+fn io<R>(op: Op, f: impl FnOnce() -> R) -> R {
+    match io_wait_event(op) {
+        WaitEvent::NONE => f(),
+        ev => waitevent::during(ev, f),
+    }
+}
+
 /// Fills `buf` from `offset` (a short file is an error).
 pub fn read_at(op: Op, file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     fail(op)?;
-    file.read_exact_at(buf, offset)
+    io(op, || file.read_exact_at(buf, offset))
 }
 
 /// The whole file at `path` (the control file).
@@ -273,7 +295,7 @@ pub fn write_at(op: Op, file: &File, bytes: &[u8], offset: u64) -> std::io::Resu
         }
         return Err(err);
     }
-    file.write_all_at(bytes, offset)
+    io(op, || file.write_all_at(bytes, offset))
 }
 
 /// fdatasync.
@@ -281,7 +303,7 @@ pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
     if let Some((err, _)) = injected(op) {
         return Err(err);
     }
-    file.sync_data()
+    io(op, || file.sync_data())
 }
 
 /// Opens segment `path` for writing, creating it zero-filled if absent.
@@ -342,13 +364,15 @@ pub fn create_segment(
         if fsync {
             let zeros = vec![0u8; ZERO_CHUNK];
             let mut left = seg_size as usize;
-            while left > 0 {
-                let n = left.min(ZERO_CHUNK);
-                f.write_all(&zeros[..n])?;
-                left -= n;
-            }
-            f.write_all_at(first_page, 0)?;
-            f.sync_all()?;
+            waitevent::during(waitevent::WAL_INIT_WRITE, || {
+                while left > 0 {
+                    let n = left.min(ZERO_CHUNK);
+                    f.write_all(&zeros[..n])?;
+                    left -= n;
+                }
+                f.write_all_at(first_page, 0)
+            })?;
+            waitevent::during(waitevent::WAL_INIT_SYNC, || f.sync_all())?;
         } else {
             f.set_len(seg_size)?;
             f.write_all_at(first_page, 0)?;

@@ -59,7 +59,8 @@ use shmem::prevlink;
 use shmem::proc::ProcCounters;
 use shmem::segment::NamedLock;
 use shmem::settings::Settings;
-use shmem::sync::Ordering;
+use shmem::stats::{bump, FlatCounters};
+use shmem::sync::{AtomicU64, Ordering};
 use shmem::variants::{Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
@@ -89,6 +90,10 @@ pub struct Xlog<'a> {
     /// `ctx.shm` and `ctx.me`, copied for the insert path.
     shm: &'a Shmem,
     me: &'a Proc,
+    /// Our mechanism and pg_stat_wal counters (`shmem::stats`).
+    stats: &'a FlatCounters,
+    /// track_wal_io_timing: time writes and syncs.
+    io_timing: bool,
     geo: Geometry,
     tli: u32,
     sysid: u64,
@@ -125,6 +130,8 @@ impl<'a> Xlog<'a> {
             ctx,
             shm,
             me: ctx.me,
+            stats: &shm.proc_stats(ctx.procno).counters.flat,
+            io_timing: s.track_wal_io_timing,
             geo,
             tli: facts.timeline,
             sysid: facts.system_identifier,
@@ -199,6 +206,8 @@ impl<'a> Xlog<'a> {
         let c = &self.me.counters;
         ProcCounters::bump(&c.records, 1);
         ProcCounters::bump(&c.bytes, rec.total_len() as u64);
+        bump(&self.stats.wal_records, 1);
+        bump(&self.stats.wal_bytes, rec.total_len() as u64);
         if start / BLCKSZ != end / BLCKSZ {
             self.note_page_completed(end);
         }
@@ -429,7 +438,9 @@ impl<'a> Xlog<'a> {
         let bufmap = &self.shm.xlog().bufmap;
         let xlblocks = self.shm.xlblocks();
         let mut pages = 0;
-        map.acquire(&self.ctx.env, LWLockMode::Exclusive);
+        if !map.acquire(&self.ctx.env, LWLockMode::Exclusive) && !opportunistic {
+            bump(&self.stats.insert_bufmapping_waits, 1);
+        }
         loop {
             let next = bufmap.initialized_up_to.load(Ordering::Relaxed);
             if !opportunistic && upto < next {
@@ -445,6 +456,8 @@ impl<'a> Xlog<'a> {
                 // out, without holding the mapping lock.
                 map.release(&self.ctx.env);
                 bufmap.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+                bump(&self.stats.insert_buffer_waits, 1);
+                bump(&self.stats.wal_buffers_full, 1);
                 self.write_upto(old_end);
                 map.acquire(&self.ctx.env, LWLockMode::Exclusive);
                 continue;
@@ -462,6 +475,12 @@ impl<'a> Xlog<'a> {
             &bufmap.backend_init_pages
         };
         counter.fetch_add(pages, Ordering::Relaxed);
+        let mine = if opportunistic {
+            &self.stats.pages_init_walwriter
+        } else {
+            &self.stats.pages_init_backend
+        };
+        bump(mine, pages);
         pages
     }
 
@@ -546,6 +565,7 @@ impl<'a> Xlog<'a> {
     /// Makes WAL up to `record` durable (XLogFlush). Returns at once when
     /// somebody already flushed past it.
     pub fn flush(&mut self, record: Lsn) {
+        bump(&self.stats.flush_requests, 1);
         let w = &self.shm.xlog().write;
         if record <= self.flush_lsn() {
             return;
@@ -690,6 +710,7 @@ impl<'a> Xlog<'a> {
         // finished (our caller waited), so they are stable while we read.
         let bytes =
             unsafe { std::slice::from_raw_parts(self.shm.wal_page(first), n * XLOG_BLCKSZ) };
+        let timer = self.io_timer();
         let file = self.segment_file(segno);
         if let Err(e) = crate::walfile::write_at(crate::walfile::Op::WalWrite, file, bytes, offset)
         {
@@ -704,12 +725,26 @@ impl<'a> Xlog<'a> {
             .write
             .writes
             .fetch_add(n as u64, Ordering::Relaxed);
+        bump(&self.stats.wal_write, 1);
+        Self::add_elapsed(timer, &self.stats.wal_write_time_us);
+    }
+
+    /// A clock for pg_stat_wal's I/O times (None: track_wal_io_timing off).
+    fn io_timer(&self) -> Option<std::time::Instant> {
+        self.io_timing.then(std::time::Instant::now)
+    }
+
+    fn add_elapsed(timer: Option<std::time::Instant>, into: &AtomicU64) {
+        if let Some(t) = timer {
+            bump(into, t.elapsed().as_micros() as u64);
+        }
     }
 
     fn sync_segment(&mut self, segno: u64) {
         if !self.fsync {
             return;
         }
+        let timer = self.io_timer();
         let file = self.segment_file(segno);
         if let Err(e) = crate::walfile::sync_data(crate::walfile::Op::WalFsync, file) {
             // Never retry: the kernel may have dropped the dirty pages.
@@ -720,6 +755,9 @@ impl<'a> Xlog<'a> {
         }
         self.shm.xlog().write.syncs.fetch_add(1, Ordering::Relaxed);
         ProcCounters::bump(&self.me.counters.wal_syncs, 1);
+        bump(&self.stats.fdatasyncs, 1);
+        bump(&self.stats.wal_sync, 1);
+        Self::add_elapsed(timer, &self.stats.wal_sync_time_us);
     }
 
     /// The open file of segment `segno`, creating the segment if needed.

@@ -44,6 +44,7 @@ pub enum Command {
     Init(InitOptions),
     Start(StartOptions),
     Waldump(WaldumpOptions),
+    Status(crate::status::StatusOptions),
 }
 
 pub fn help_text() -> String {
@@ -76,6 +77,11 @@ Usage:
   postmaster waldump -D DIR [--start LSN] [--stats] [--quiet]
       Print the WAL records of DIR with the project's own reader, and where
       and why WAL ends. --stats: totals per record kind.
+  postmaster status -D DIR [--json]
+      Is a server running on DIR (exit 0; 3 if not, 4 if DIR is no data
+      directory), its PID, uptime, WAL insert/write/flush positions, and one
+      line per process with its type, wait event and state. Reads shared
+      memory without taking any lock. --json: one JSON object.
 
 Settings (--set NAME=VALUE, or NAME = VALUE lines in DIR/walshm.conf):
 ",
@@ -188,6 +194,20 @@ const WALDUMP_FLAGS: &[Flag<WaldumpOptions>] = &[
     flag(&["--stats"], Action::Switch(|p| p.opts.stats = true)),
     flag(&["--quiet"], Action::Switch(|p| p.opts.quiet = true)),
 ];
+
+const STATUS_FLAGS: &[Flag<crate::status::StatusOptions>] = &[
+    flag(DATADIR, Action::Text(datadir)),
+    flag(&["--json"], Action::Switch(|p| p.opts.json = true)),
+];
+
+fn parse_status(args: &[String]) -> Result<crate::status::StatusOptions, String> {
+    let blank = crate::status::StatusOptions {
+        datadir: PathBuf::new(),
+        json: false,
+    };
+    let (datadir, opts) = run_flags("status", args, STATUS_FLAGS, blank)?;
+    Ok(crate::status::StatusOptions { datadir, ..opts })
+}
 
 fn segment_size(v: &str) -> Result<u64, String> {
     let invalid =
@@ -317,8 +337,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "init" => parse_init(rest).map(Command::Init),
         "start" => parse_start(rest).map(Command::Start),
         "waldump" => parse_waldump(rest).map(Command::Waldump),
+        "status" => parse_status(rest).map(Command::Status),
         other => Err(format!(
-            "unknown command \"{other}\" (expected init, start or waldump)"
+            "unknown command \"{other}\" (expected init, start, waldump or status)"
         )),
     }
 }

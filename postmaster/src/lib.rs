@@ -21,6 +21,7 @@ pub mod datadir;
 pub mod listen;
 pub mod password;
 mod report;
+pub mod status;
 pub mod supervisor;
 pub mod waldump;
 
@@ -46,6 +47,7 @@ pub fn main() -> i32 {
             }
         },
         Ok(cli::Command::Waldump(opts)) => report(waldump::run(&opts)),
+        Ok(cli::Command::Status(opts)) => status::run(&opts),
         Err(e) => {
             eprintln!("postmaster: error: {e}");
             eprintln!("Try \"postmaster --help\" for more information.");

@@ -339,7 +339,7 @@ fn json_number(x: f64) -> String {
 
 /// `s` as a JSON string literal: quote, backslash and control characters
 /// escaped, everything else as is (the line is UTF-8).
-fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

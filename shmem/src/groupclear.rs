@@ -24,6 +24,7 @@
 use crate::lwlock::{LWLock, LWLockMode, LockEnv};
 use crate::proc::{Proc, INVALID_PROCNO};
 use crate::sync::{AtomicU32, Ordering};
+use crate::waitevent;
 
 /// What this backend did in a group clear.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +79,7 @@ pub fn group_clear(
 
 fn wait_for_leader(me: &Proc) {
     let mut extra = 0;
+    let prev = waitevent::swap_on(&me.wait_event_info, waitevent::PROCARRAY_GROUP_UPDATE);
     loop {
         me.sem.wait();
         // Acquire pairs with the leader's Release store of 0.
@@ -86,6 +88,7 @@ fn wait_for_leader(me: &Proc) {
         }
         extra += 1;
     }
+    waitevent::swap_on(&me.wait_event_info, prev);
     for _ in 0..extra {
         me.sem.post();
     }

@@ -30,6 +30,7 @@
 //!   ProcArray         ProcArrayShared x 1                align 128
 //!   ProcArrayMembers  AtomicU32 x max_procs              align 128
 //!   Histograms        LatencyHistogram x max_procs       align 128
+//!   ProcStats         ProcStats x max_procs              align 128
 //!   WalPages          WalPage x n_buffers                align 4096
 //! test-only:
 //!   LockTest          LockTestArea x 1                   align 128
@@ -50,6 +51,7 @@ use crate::proc::Proc;
 use crate::procarray::{ProcArrayShared, XidState};
 use crate::segment::{PaddedLWLock, ProcGlobal, ShmemHeader, NUM_AUX_PROCS, NUM_NAMED_LOCKS};
 use crate::settings::Settings;
+use crate::stats::ProcStats;
 use crate::sync::{AtomicU32, AtomicU64};
 use crate::variants::{LockLayout, Reservation};
 use crate::xlogctl::{PaddedWalInsertLock, WalInsertLock, XLogCtl};
@@ -186,6 +188,8 @@ declare_regions! {
         ProcArrayMembers: AtomicU32, x max_procs;
         /// Per-process transaction latency histograms.
         Histograms: LatencyHistogram, x max_procs;
+        /// Per-process activity and mechanism counters (`stats`).
+        ProcStats: ProcStats, x max_procs;
         /// The WAL buffer pages.
         WalPages: WalPage, x n_buffers;
     }

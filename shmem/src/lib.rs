@@ -23,8 +23,10 @@ pub mod procarray;
 pub mod sema;
 pub mod settings;
 pub mod spin;
+pub mod stats;
 pub mod sync;
 pub mod variants;
+pub mod waitevent;
 pub mod xlogctl;
 
 #[cfg(not(loom))]

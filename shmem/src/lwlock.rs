@@ -54,8 +54,10 @@
 
 use crate::proc::{Proc, INVALID_PROCNO, LW_WS_NOT_WAITING, LW_WS_PENDING_WAKEUP, LW_WS_WAITING};
 use crate::spin::SpinDelay;
+use crate::stats::{bump, MechanismCounters, TrancheCounters};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::variants::{VarAccess, WaitQueue};
+use crate::waitevent::{self, WaitEvent};
 use std::cell::RefCell;
 
 pub const LW_SHARED_MASK: u32 = (1 << 24) - 1;
@@ -146,6 +148,8 @@ pub struct LockEnv<'a> {
     pub queue: WaitQueue,
     pub var_access: VarAccess,
     held: RefCell<Vec<(usize, LWLockMode)>>,
+    /// Where this process counts its lock work (`stats`), if anywhere.
+    counters: Option<&'a MechanismCounters>,
 }
 
 impl<'a> LockEnv<'a> {
@@ -156,6 +160,36 @@ impl<'a> LockEnv<'a> {
             queue,
             var_access,
             held: RefCell::new(Vec::with_capacity(16)),
+            counters: None,
+        }
+    }
+
+    /// Counts this context's lock work in `counters` (the owner's own).
+    pub fn with_counters(mut self, counters: &'a MechanismCounters) -> Self {
+        self.counters = Some(counters);
+        self
+    }
+
+    /// The counters of `lock`'s tranche, if counting.
+    #[inline]
+    fn tranche_counters(&self, lock: &LWLock) -> Option<&TrancheCounters> {
+        let c = self.counters?;
+        Some(c.tranche(lock.tranche.load(Ordering::Relaxed)))
+    }
+
+    /// Bumps one counter of `lock`'s tranche.
+    #[inline]
+    fn count(&self, lock: &LWLock, which: impl FnOnce(&TrancheCounters) -> &AtomicU64, n: u64) {
+        if let Some(t) = self.tranche_counters(lock) {
+            bump(which(t), n);
+        }
+    }
+
+    /// Bumps one of this process's flat counters.
+    #[inline]
+    fn count_flat(&self, which: impl FnOnce(&crate::stats::FlatCounters) -> &AtomicU64, n: u64) {
+        if let Some(c) = self.counters {
+            bump(which(&c.flat), n);
         }
     }
 
@@ -168,6 +202,7 @@ impl<'a> LockEnv<'a> {
     }
 
     fn remember(&self, lock: &LWLock, mode: LWLockMode) {
+        self.count(lock, |t| &t.acquisitions, 1);
         self.held
             .borrow_mut()
             .push((lock as *const LWLock as usize, mode));
@@ -214,16 +249,21 @@ impl<'a> LockEnv<'a> {
     }
 
     /// Waits on our semaphore until a waker marks us NOT_WAITING; returns the
-    /// number of unrelated posts absorbed (to re-post later).
-    fn sleep_until_woken(&self) -> u32 {
+    /// number of unrelated posts absorbed (to re-post later). Publishes
+    /// the wait as `LWLock:<tranche of lock>` for its duration.
+    fn sleep_until_woken(&self, lock: &LWLock) -> u32 {
         let me = self.my_proc();
         let mut extra = 0;
         crate::proc::ProcCounters::bump(&me.counters.lock_sleeps, 1);
+        self.count(lock, |t| &t.sleeps, 1);
+        let tranche = lock.tranche.load(Ordering::Relaxed);
+        let prev = waitevent::swap_on(&me.wait_event_info, WaitEvent::lwlock(tranche));
         loop {
             me.sem.wait();
             // Acquire pairs with the Release store of NOT_WAITING in
             // `wake_list`: the waker's changes to our links are visible.
             if me.lw_waiting.load(Ordering::Acquire) == LW_WS_NOT_WAITING {
+                waitevent::swap_on(&me.wait_event_info, prev);
                 return extra;
             }
             extra += 1;
@@ -282,7 +322,7 @@ impl LWLock {
                 extra += self.dequeue_self(env);
                 break;
             }
-            extra += env.sleep_until_woken();
+            extra += env.sleep_until_woken(self);
             self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
             result = false;
         }
@@ -310,7 +350,7 @@ impl LWLock {
             self.queue_self(env, LWLockMode::WaitUntilFree);
             must_wait = self.attempt_lock(mode);
             if must_wait {
-                extra += env.sleep_until_woken();
+                extra += env.sleep_until_woken(self);
             } else {
                 extra += self.dequeue_self(env);
             }
@@ -368,7 +408,8 @@ impl LWLock {
         }
     }
 
-    fn wait_list_lock(&self) {
+    fn wait_list_lock(&self, env: &LockEnv) {
+        env.count(self, |t| &t.waitlist_lock_acquisitions, 1);
         loop {
             // Acquire pairs with the Release in `wait_list_unlock` (and the
             // Release compare-exchange in `wakeup` that also clears the bit).
@@ -380,6 +421,7 @@ impl LWLock {
             while State(self.state.load(Ordering::Relaxed)).is_list_locked() {
                 delay.spin_once("LWLock wait-list lock");
             }
+            env.count(self, |t| &t.waitlist_spin_delays, delay.delays() as u64);
         }
     }
 
@@ -439,17 +481,23 @@ impl LWLock {
         p.lw_prev.store(INVALID_PROCNO, Ordering::Relaxed);
     }
 
-    /// Legacy dequeue: walk the list from the head looking for `n`.
+    /// Legacy dequeue: walk the list from the head looking for `n`
+    /// (counting the entries walked: seed 002's cost).
     fn list_scan_and_delete(&self, env: &LockEnv, n: u32) -> bool {
         let mut cur = self.head.load(Ordering::Relaxed);
+        let mut scanned = 0;
+        let mut found = false;
         while cur != INVALID_PROCNO {
+            scanned += 1;
             if cur == n {
                 self.list_delete(env, n);
-                return true;
+                found = true;
+                break;
             }
             cur = env.proc(cur).lw_next.load(Ordering::Relaxed);
         }
-        false
+        env.count_flat(|f| &f.waitlist_entries_scanned, scanned);
+        found
     }
 
     // --- queueing -------------------------------------------------------
@@ -459,7 +507,7 @@ impl LWLock {
         if me.lw_waiting.load(Ordering::Relaxed) != LW_WS_NOT_WAITING {
             panic!("queueing for lock while waiting on another one");
         }
-        self.wait_list_lock();
+        self.wait_list_lock(env);
         self.state.fetch_or(LW_FLAG_HAS_WAITERS, Ordering::Relaxed);
         me.lw_waiting.store(LW_WS_WAITING, Ordering::Relaxed);
         me.lw_wait_mode.store(mode as u32, Ordering::Relaxed);
@@ -478,7 +526,8 @@ impl LWLock {
     /// Returns the number of posts to re-post.
     fn dequeue_self(&self, env: &LockEnv) -> u32 {
         let me = env.my_proc();
-        self.wait_list_lock();
+        self.wait_list_lock(env);
+        env.count_flat(|f| &f.waitlist_dequeues, 1);
         let on_list = match env.queue {
             WaitQueue::Modern => {
                 let waiting = me.lw_waiting.load(Ordering::Relaxed) == LW_WS_WAITING;
@@ -502,7 +551,7 @@ impl LWLock {
         // Somebody is about to wake us (or did). Absorb that wake-up so it
         // does not confuse a later wait, and let later releasers wake others:
         // the waker cleared RELEASE_OK expecting us to run.
-        let extra = env.sleep_until_woken();
+        let extra = env.sleep_until_woken(self);
         self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
         extra
     }
@@ -545,7 +594,7 @@ impl LWLock {
         let mut new_release_ok = true;
         let mut woke_holder = false;
 
-        self.wait_list_lock();
+        self.wait_list_lock(env);
         let mut cur = self.head.load(Ordering::Relaxed);
         while cur != INVALID_PROCNO {
             let p = env.proc(cur);
@@ -608,7 +657,7 @@ impl LWLock {
             // WAL the holder copied before advertising is visible.
             VarAccess::Atomic => var.load(Ordering::Acquire),
             VarAccess::WaitListLock => {
-                self.wait_list_lock();
+                self.wait_list_lock(env);
                 let v = var.load(Ordering::Relaxed);
                 self.wait_list_unlock();
                 v
@@ -644,7 +693,7 @@ impl LWLock {
                 extra += self.dequeue_self(env);
                 break r;
             }
-            extra += env.sleep_until_woken();
+            extra += env.sleep_until_woken(self);
         };
         env.repost(extra);
         result
@@ -662,7 +711,7 @@ impl LWLock {
             // discussed it separately); page crossings are rare enough.
         }
         let mut wake = (INVALID_PROCNO, INVALID_PROCNO);
-        self.wait_list_lock();
+        self.wait_list_lock(env);
         if env.var_access == VarAccess::WaitListLock {
             var.store(val, Ordering::Relaxed);
         }
@@ -696,7 +745,7 @@ impl LWLock {
                 var.swap(val, Ordering::AcqRel);
             }
             VarAccess::WaitListLock => {
-                self.wait_list_lock();
+                self.wait_list_lock(env);
                 var.store(val, Ordering::Relaxed);
                 self.wait_list_unlock();
             }
@@ -748,5 +797,45 @@ mod tests {
         assert_eq!(l.wait_for_var(&e1, &v, 0), VarWait::Changed(42));
         l.release_clear_var(&e0, &v, 0);
         assert_eq!(l.wait_for_var(&e1, &v, 42), VarWait::Free);
+    }
+
+    #[test]
+    fn counters_show_the_wait_list_lock_and_the_dequeue_scan() {
+        let procs: Vec<Proc> = (0..4).map(Proc::new).collect();
+        let c = MechanismCounters::new();
+        let l = LWLock::new(crate::segment::TRANCHE_WAL_INSERT);
+        let v = AtomicU64::new(0);
+        for access in [VarAccess::Atomic, VarAccess::WaitListLock] {
+            let e = LockEnv::new(&procs, 0, WaitQueue::Modern, access).with_counters(&c);
+            assert!(l.acquire(&e, LWLockMode::Exclusive));
+            l.update_var(&e, &v, 1);
+            l.release_clear_var(&e, &v, 0);
+        }
+        let t = c.tranche(crate::segment::TRANCHE_WAL_INSERT);
+        assert_eq!(t.acquisitions.load(Ordering::Relaxed), 2);
+        // update_var takes the wait-list lock in both variants; the
+        // locked variant also takes it to clear the variable.
+        assert_eq!(t.waitlist_lock_acquisitions.load(Ordering::Relaxed), 3);
+
+        for (queue, scanned) in [(WaitQueue::Modern, 0), (WaitQueue::Legacy, 4)] {
+            let c = MechanismCounters::new();
+            let l = LWLock::new(1);
+            let envs: Vec<LockEnv> = (0..4)
+                .map(|i| LockEnv::new(&procs, i, queue, VarAccess::Atomic).with_counters(&c))
+                .collect();
+            for e in &envs {
+                l.queue_self(e, LWLockMode::Exclusive);
+            }
+            assert_eq!(l.dequeue_self(&envs[3]), 0);
+            assert_eq!(c.flat.waitlist_dequeues.load(Ordering::Relaxed), 1);
+            assert_eq!(
+                c.flat.waitlist_entries_scanned.load(Ordering::Relaxed),
+                scanned,
+                "{queue:?}"
+            );
+            for e in &envs[..3] {
+                l.dequeue_self(e);
+            }
+        }
     }
 }

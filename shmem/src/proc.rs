@@ -104,6 +104,9 @@ pub struct Proc {
     pub group_clear_xid: AtomicU32,
     /// Secret key a CancelRequest for this backend must present.
     pub cancel_key: AtomicU32,
+    /// What this process waits on (`waitevent` encoding, 0 = nothing);
+    /// written by the owner only, around its waits.
+    pub wait_event_info: AtomicU32,
     pub counters: ProcCounters,
 }
 
@@ -123,6 +126,7 @@ impl Proc {
             group_clear_next: AtomicU32::new(INVALID_PROCNO),
             group_clear_xid: AtomicU32::new(0),
             cancel_key: AtomicU32::new(0),
+            wait_event_info: AtomicU32::new(0),
             counters: ProcCounters::default(),
         }
     }

@@ -35,7 +35,7 @@ use std::ptr::NonNull;
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 14;
+pub const LAYOUT_VERSION: u32 = 15;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -531,6 +531,13 @@ impl Shmem {
         unsafe { &*self.element(Region::Histograms, procno as usize) }
     }
 
+    /// Activity and mechanism counters of proc `procno` (`stats`).
+    pub fn proc_stats(&self, procno: u32) -> &crate::stats::ProcStats {
+        assert!(procno < self.layout.max_procs);
+        // SAFETY: zero-initialized ProcStats (atomics), one per proc.
+        unsafe { &*self.element(Region::ProcStats, procno as usize) }
+    }
+
     /// The `lwlock` workload's oracle (a test-only region).
     pub fn lock_test_area(&self) -> &LockTestArea {
         // SAFETY: zero-initialized (a valid LockTestArea).
@@ -550,6 +557,7 @@ impl Shmem {
     pub fn lock_env(&self, me: u32) -> LockEnv<'_> {
         let s = self.settings();
         LockEnv::new(self.procs(), me, s.lwlock_queue, s.inserting_at)
+            .with_counters(&self.proc_stats(me).counters)
     }
 
     /// Sets the constant WAL facts.

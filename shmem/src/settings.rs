@@ -178,6 +178,10 @@ declare_settings! {
     session_memory_limit: u64 = 256 << 20 =>
         "session_memory_limit", Kind::int(Unit::BYTES, Unit::KB, 1 << 20, 1 << 30),
         "largest value or reply message one session may build (53200 beyond)";
+    // ---- issue 14: statistics ----
+    /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
+    track_wal_io_timing: bool = false =>
+        "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
 }
 
 // ---- text checks ----

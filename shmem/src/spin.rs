@@ -11,6 +11,9 @@
 //! waiting) the lock is declared stuck: the process panics, which the
 //! postmaster treats as a crash and answers with a restart.
 //!
+//! Each delay is published as the `Timeout:SpinDelay` wait event and
+//! counted in the process's `spin_delays` (both only on this cold path).
+//!
 //! Invariants: the holder never blocks, sleeps, or takes another spinlock
 //! while holding one; the unlock is a Release store that pairs with the
 //! Acquire swap of the next locker.
@@ -113,6 +116,11 @@ impl SpinDelay {
         }
     }
 
+    /// Delays (sleeps) taken so far.
+    pub fn delays(&self) -> u32 {
+        self.delays
+    }
+
     /// Called once per failed look at the lock word; sleeps when spinning
     /// has gone on long enough, panics when the lock looks stuck.
     #[inline]
@@ -134,7 +142,10 @@ impl SpinDelay {
         if self.cur_delay_us == 0 {
             self.cur_delay_us = MIN_DELAY_US;
         }
+        crate::stats::with_mine(|c| crate::stats::bump(&c.flat.spin_delays, 1));
+        let prev = crate::waitevent::report(crate::waitevent::SPIN_DELAY);
         sleep_us(self.cur_delay_us);
+        crate::waitevent::restore(prev);
         // Grow by a random fraction between 1x and 2x, wrap to the minimum
         // after the maximum (as s_lock.c does).
         let frac = self.next_random() % 1000;

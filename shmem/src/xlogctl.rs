@@ -22,6 +22,10 @@
 //!   (advanced with fetch_max), readable without any lock. The write result
 //!   also advances mid-write, one run at a time, as WALWrite's variable.
 //!
+//! - `wal_stats.lock` (spinlock): the `pg_stat_wal` reset baseline and
+//!   `stats_reset_us` (the counters themselves are per process, in
+//!   `stats`). Never held across anything but those loads and stores.
+//!
 //! Invariants: `flush_result <= write_result <= ` every finished insertion;
 //! a buffer page `i` holds the WAL page ending at `xlblocks[i]` and is never
 //! re-initialized for a later page before `write_result >= xlblocks[i]`.
@@ -111,6 +115,19 @@ pub struct CheckpointerShared {
     pub last_redo: AtomicU64,
 }
 
+/// `pg_stat_wal`'s reset point: the per-process WAL counters' sums at the
+/// last `pg_stat_reset_shared('wal')` (see `stats::wal_stats`).
+#[repr(C, align(128))]
+pub struct WalStatsShared {
+    pub lock: SpinLock,
+    /// wal_records, wal_fpi, wal_bytes, wal_buffers_full, wal_write,
+    /// wal_sync, wal_write_time, wal_sync_time (stats::WalStats order).
+    pub baseline: [AtomicU64; 8],
+    /// Unix microseconds of the last reset; set by the first process that
+    /// enters a slot of a new segment.
+    pub stats_reset_us: AtomicU64,
+}
+
 /// The shared WAL control block.
 #[repr(C)]
 pub struct XLogCtl {
@@ -121,4 +138,5 @@ pub struct XLogCtl {
     /// The walwriter's latch.
     pub walwriter_latch: Latch,
     pub checkpointer: CheckpointerShared,
+    pub wal_stats: WalStatsShared,
 }

@@ -18,6 +18,7 @@ use backend::context::ProcContext;
 use backend::process::shutdown_requested;
 use backend::xlog::Xlog;
 use shmem::segment::AuxProc;
+use shmem::waitevent;
 use shmem::Shmem;
 use std::path::Path;
 use std::time::Duration;
@@ -39,7 +40,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         if shutdown_requested() {
             break;
         }
-        latch.wait(delay);
+        waitevent::during(waitevent::WALWRITER_MAIN, || latch.wait(delay));
     }
     xlog.flush_all();
     0

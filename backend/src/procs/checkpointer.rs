@@ -26,6 +26,7 @@ use crate::xlog::Xlog;
 use shmem::lwlock::LWLockMode;
 use shmem::segment::{AuxProc, NamedLock};
 use shmem::sync::Ordering;
+use shmem::waitevent;
 use shmem::Shmem;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -217,7 +218,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
             last = Instant::now();
             continue;
         }
-        ck.latch.wait(POLL);
+        waitevent::during(waitevent::CHECKPOINTER_MAIN, || ck.latch.wait(POLL));
     }
     c.checkpoint(true);
     0
@@ -233,11 +234,13 @@ pub fn request_checkpoint(shm: &Shmem) {
     // Release pairs with the Acquire loads of `requested` in `run`.
     ck.requested.fetch_add(1, Ordering::Release);
     ck.latch.set();
+    let prev = waitevent::report(waitevent::CHECKPOINT_DONE);
     // Acquire pairs with the Release fetch-add of `done` in `checkpoint`.
     while ck.done.load(Ordering::Acquire) < begun + 1 {
         if shutdown_requested() {
-            return;
+            break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    waitevent::restore(prev);
 }

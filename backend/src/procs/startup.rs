@@ -467,6 +467,8 @@ pub fn install_end_of_wal(
 /// [`EXIT_WAL_DAMAGED`] (refused: WAL damaged before its end, nothing
 /// changed), or `EXIT_FATAL`.
 pub fn run(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> i32 {
+    let procno = shm.aux_procno(shmem::segment::AuxProc::Startup);
+    let _stats = shmem::stats::enter_proc(shm, procno, shmem::stats::BackendType::Startup);
     match recover(shm, datadir, opts) {
         Ok(()) => 0,
         Err(code) => code,

@@ -106,6 +106,7 @@ impl Workload {
 /// `ack LSN` after each durable commit.
 pub fn run(shm: &Shmem, procno: u32, datadir: &Path, w: Workload, ack: bool) -> i32 {
     let ctx = ProcContext::new(shm, procno, datadir);
+    shmem::stats::set_backend_type(shm, procno, shmem::stats::BackendType::Worker);
     match w {
         Workload::Emit(size) => run_emit(&ctx, size, 1),
         Workload::EmitBatch(size, n) => run_emit(&ctx, size, n),
