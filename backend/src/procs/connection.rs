@@ -213,7 +213,7 @@ impl Session for WalSession<'_> {
             wal_sync: count(w.wal_sync),
             wal_write_time: w.wal_write_time_us as f64 / 1000.0,
             wal_sync_time: w.wal_sync_time_us as f64 / 1000.0,
-            stats_reset: (w.stats_reset_us != 0).then(|| w.stats_reset_us as i64),
+            stats_reset: (w.stats_reset_us != 0).then_some(w.stats_reset_us as i64),
         }
     }
 

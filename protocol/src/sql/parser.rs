@@ -732,7 +732,7 @@ impl<'a> Parser<'a> {
             }
         }
         if self.eat_kw("from") {
-            select.from = Some(self.from_clause_item()?);
+            select.from = Some(self.relation_item()?);
             if self.at(&Tok::Comma) || self.at_join() {
                 return Ok(Statement::Unsupported("SELECT ... JOIN".into()));
             }
@@ -847,7 +847,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn from_clause_item(&mut self) -> Result<FromItem, SqlError> {
+    fn relation_item(&mut self) -> Result<FromItem, SqlError> {
         if self.at(&Tok::LParen) {
             return Err(
                 SqlError::not_supported("subqueries in FROM are not supported by walshm")
