@@ -232,3 +232,85 @@ fn unknown_relation_is_42p01_at_its_position() {
     drop(s);
     srv.stop_ok();
 }
+
+/// Waits until pg_stat_activity shows `n` processes (the workers and the
+/// walwriter enter their slots shortly after the server is ready).
+fn wait_for_processes(s: &mut std::os::unix::net::UnixStream, n: usize) {
+    let sql = format!("SELECT count(*) = {n} FROM pg_stat_activity");
+    let done = wait_until(Duration::from_secs(10), || {
+        data_rows(&exchange(s, &msg(b'Q', &cstr(&sql)))) == vec![vec![Some("t".to_string())]]
+    });
+    assert!(done, "pg_stat_activity never showed {n} processes");
+}
+
+/// Execute with a row limit: `n` rows, then PortalSuspended.
+fn execute(max_rows: i32) -> Vec<u8> {
+    let mut e = cstr("");
+    e.extend(max_rows.to_be_bytes());
+    msg(b'E', &e)
+}
+
+#[test]
+fn extended_protocol_streams_rows_with_postgres_types() {
+    let Some(_) = pg_client("psql") else { return };
+    let (_tmp, d, srv, port) = start_under_load("monitoring-extended");
+    let mut s = handshake(&socket_path(&d.path, port)).unwrap();
+    wait_for_processes(&mut s, 5);
+    // RowDescription of pg_stat_wal: int8, numeric, float8, timestamptz OIDs.
+    let mut describe = cstr("");
+    describe.extend(cstr("SELECT * FROM pg_stat_wal"));
+    describe.extend(0i16.to_be_bytes());
+    let mut out = msg(b'P', &describe);
+    let mut what = vec![b'S'];
+    what.extend(cstr(""));
+    out.extend(msg(b'D', &what));
+    out.extend(msg(b'S', &[]));
+    let msgs = exchange(&mut s, &out);
+    let (_, desc) = msgs
+        .iter()
+        .find(|(t, _)| *t == b'T')
+        .expect("RowDescription");
+    let n = i16::from_be_bytes([desc[0], desc[1]]) as usize;
+    let mut oids = Vec::new();
+    let mut at = 2;
+    for _ in 0..n {
+        at += desc[at..].iter().position(|&b| b == 0).unwrap() + 1;
+        oids.push(u32::from_be_bytes(
+            desc[at + 6..at + 10].try_into().unwrap(),
+        ));
+        at += 18;
+    }
+    assert_eq!(oids, [20, 20, 1700, 20, 20, 20, 701, 701, 1184]);
+    // A portal of 5 rows fetched 2 at a time, with a parameter.
+    let rows_of = |msgs: &[(u8, Vec<u8>)]| msgs.iter().filter(|(t, _)| *t == b'D').count();
+    let mut parse = cstr("");
+    parse.extend(cstr(
+        "SELECT pid, backend_type FROM pg_stat_activity WHERE pid > $1 ORDER BY pid",
+    ));
+    parse.extend(0i16.to_be_bytes());
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend(0i16.to_be_bytes());
+    bind.extend(1i16.to_be_bytes());
+    bind.extend(1i32.to_be_bytes());
+    bind.extend(b"0");
+    bind.extend(0i16.to_be_bytes());
+    let mut out = msg(b'P', &parse);
+    out.extend(msg(b'B', &bind));
+    out.extend(execute(2));
+    out.extend(execute(2));
+    out.extend(execute(2));
+    out.extend(msg(b'S', &[]));
+    let msgs = exchange(&mut s, &out);
+    let tags: Vec<u8> = msgs
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| b"DsCE".contains(t))
+        .collect();
+    assert_eq!(tags, b"DDsDDsDC", "{msgs:?}");
+    assert_eq!(rows_of(&msgs), 5);
+    let complete = msgs.iter().find(|(t, _)| *t == b'C').unwrap();
+    assert_eq!(complete.1, b"SELECT 1\0");
+    drop(s);
+    srv.stop_ok();
+}

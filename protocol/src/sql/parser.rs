@@ -963,6 +963,13 @@ impl<'a> Parser<'a> {
             self.unary()?
         };
         loop {
+            // Fast exit where an operand is most often followed by nothing more.
+            if matches!(
+                self.peek().map(|t| &t.tok),
+                None | Some(Tok::Comma | Tok::RParen)
+            ) {
+                return Ok(left);
+            }
             if min <= PREC_IS && self.at_is() {
                 left = self.is_null(left)?;
                 continue;
