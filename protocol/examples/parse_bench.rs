@@ -30,12 +30,6 @@ fn best_ns(n: u32, f: &mut dyn FnMut()) -> f64 {
 }
 
 fn main() {
-    eprintln!(
-        "sizes: Value {} TExpr {} Expr {}",
-        std::mem::size_of::<protocol::sql::Value>(),
-        std::mem::size_of::<protocol::sql::analyze::TExpr>(),
-        std::mem::size_of::<protocol::sql::parser::Expr>()
-    );
     for sql in STATEMENTS {
         let parse = best_ns(400_000, &mut || {
             let _ = black_box(parse_statements(black_box(sql)));

@@ -165,8 +165,12 @@ impl Outcome {
     }
 
     fn rows(rows: Vec<Vec<Value>>) -> Self {
+        let tag = match rows.len() {
+            1 => "SELECT 1".to_string(),
+            n => format!("SELECT {n}"),
+        };
         Outcome {
-            tag: format!("SELECT {}", rows.len()),
+            tag,
             rows: Some(rows),
         }
     }

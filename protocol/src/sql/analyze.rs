@@ -486,11 +486,14 @@ fn analyze_select(select: &Select, params: &mut Params) -> Result<Query, SqlErro
     ctx.place = AggPlace::Allowed;
     let mut columns = Vec::with_capacity(select.items.len());
     let mut targets = Vec::with_capacity(select.items.len());
-    let mut sources: Vec<Option<&Expr>> = Vec::with_capacity(select.items.len());
+    // The parsed target of each output column, for GROUP BY ordinals and aliases.
+    let mut sources: Vec<Option<&Expr>> = Vec::new();
     for item in &select.items {
         if let Expr::Wildcard(pos) = item.expr {
             expand_wildcard(&ctx, pos, &mut columns, &mut targets)?;
-            sources.resize(targets.len(), None);
+            if !select.group_by.is_empty() {
+                sources.resize(targets.len(), None);
+            }
             continue;
         }
         let e = typed(&item.expr, &mut ctx, 0)?;
@@ -501,7 +504,9 @@ fn analyze_select(select: &Select, params: &mut Params) -> Result<Query, SqlErro
             .unwrap_or_else(|| column_name(&item.expr, e.ty()));
         columns.push(Column { name, ty: e.ty() });
         targets.push(e);
-        sources.push(Some(&item.expr));
+        if !select.group_by.is_empty() {
+            sources.push(Some(&item.expr));
+        }
     }
     if targets.len() > MAX_TARGET_LIST {
         return Err(too_many_columns());
@@ -786,7 +791,7 @@ fn typed(expr: &Expr, ctx: &mut Ctx, depth: usize) -> Result<TExpr, SqlError> {
                 TExpr::Const(Value::Int(*i), Int8)
             }
         }
-        Expr::Decimal(d) => TExpr::Const(Value::Numeric(numeric::parse(d)?), SqlType::Numeric),
+        Expr::Decimal(d) => TExpr::Const(Value::numeric(numeric::parse(d)?), SqlType::Numeric),
         Expr::Str(s) => TExpr::Const(Value::Text(s.clone()), SqlType::Unknown),
         Expr::Bool(b) => TExpr::Const(Value::Bool(*b), Bool),
         Expr::Null => TExpr::Const(Value::Null, SqlType::Unknown),

@@ -250,7 +250,7 @@ fn stat_wal(env: &mut Env, _: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
     Ok(vec![vec![
         Value::Int(w.wal_records),
         Value::Int(w.wal_fpi),
-        Value::Numeric(Numeric::from_u64(w.wal_bytes)),
+        Value::numeric(Numeric::from_u64(w.wal_bytes)),
         Value::Int(w.wal_buffers_full),
         Value::Int(w.wal_write),
         Value::Int(w.wal_sync),

@@ -244,7 +244,7 @@ fn int_in_range(v: Option<i64>, ty: SqlType) -> Result<Value, SqlError> {
 
 fn as_numeric(v: &Value) -> Numeric {
     match v {
-        Value::Numeric(n) => *n,
+        Value::Numeric(n) => **n,
         Value::Int(i) => Numeric::from_int(*i),
         Value::U64(u) => Numeric::from_u64(*u),
         _ => Numeric::from_int(0),
@@ -267,7 +267,7 @@ fn operator(op: Op, l: Value, r: Value, ty: SqlType) -> Result<Value, SqlError> 
     Ok(match (op, l, r) {
         (Op::Concat, Value::Text(a), Value::Text(b)) => Value::Text(a + &b),
         (Op::LsnDiff, Value::U64(a), Value::U64(b)) => {
-            Value::Numeric(Numeric::from_u64(a).checked_sub(Numeric::from_u64(b))?)
+            Value::numeric(Numeric::from_u64(a).checked_sub(Numeric::from_u64(b))?)
         }
         (op, Value::Int(a), Value::Int(b)) => {
             let v = match op {
@@ -292,7 +292,7 @@ fn operator(op: Op, l: Value, r: Value, ty: SqlType) -> Result<Value, SqlError> 
         }
         (op, a, b) => {
             let (a, b) = (as_numeric(&a), as_numeric(&b));
-            Value::Numeric(match op {
+            Value::numeric(match op {
                 Op::Add => a.checked_add(b)?,
                 Op::Sub => a.checked_sub(b)?,
                 Op::Mul => a.checked_mul(b)?,
@@ -319,7 +319,7 @@ fn negate(v: Value, ty: SqlType) -> Result<Value, SqlError> {
     Ok(match v {
         Value::Int(i) => int_in_range(i.checked_neg(), ty)?,
         Value::Float(f) => Value::Float(F64(-f.0)),
-        Value::Numeric(n) => Value::Numeric(Numeric::from_int(0).checked_sub(n)?),
+        Value::Numeric(n) => Value::numeric(Numeric::from_int(0).checked_sub(*n)?),
         other => other,
     })
 }
@@ -408,7 +408,7 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
                 (Value::Int((at % seg) as i64), SqlType::Int4),
             ])
         }
-        Func::WalLsnDiff => Value::Numeric(
+        Func::WalLsnDiff => Value::numeric(
             Numeric::from_u64(lsn(arg(0))).checked_sub(Numeric::from_u64(lsn(arg(1))))?,
         ),
         Func::IsInRecovery => Value::Bool(env.session.in_recovery()),

@@ -245,7 +245,7 @@ impl Acc {
             Acc::Exact { sum, n, .. } => {
                 let x = match v {
                     Value::Int(i) => Numeric::from_int(i),
-                    Value::Numeric(x) => x,
+                    Value::Numeric(x) => *x,
                     _ => return Ok(()),
                 };
                 *sum = Some(match sum {
@@ -281,9 +281,9 @@ impl Acc {
                 sum: Some(s),
                 n,
                 avg: true,
-            } => Value::Numeric(s.checked_div(Numeric::from_int(n))?),
+            } => Value::numeric(s.checked_div(Numeric::from_int(n))?),
             Acc::Exact { sum: Some(s), .. } if call.ty == SqlType::Int8 => Value::Int(s.to_i64()?),
-            Acc::Exact { sum: Some(s), .. } => Value::Numeric(s),
+            Acc::Exact { sum: Some(s), .. } => Value::numeric(s),
             Acc::Float {
                 sum: Some(s),
                 n,
