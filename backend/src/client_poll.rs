@@ -121,19 +121,13 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     struct Segment(Shmem);
-    impl Drop for Segment {
-        fn drop(&mut self) {
-            let _ = shmem::segment::unlink_segment(self.0.name());
-        }
-    }
 
-    fn segment(tag: &str, poll_us: u32) -> Segment {
+    fn segment(_tag: &str, poll_us: u32) -> Segment {
         let settings = Settings {
             client_poll_us: poll_us,
             ..Settings::default()
         };
-        let name = format!("/walshm.unit.{}.{tag}", std::process::id());
-        Segment(Shmem::create(&name, &settings, 4, 1).unwrap())
+        Segment(Shmem::create(&settings, 4, 1).unwrap())
     }
 
     #[test]

@@ -160,7 +160,6 @@ impl<'a> ProcArray<'a> {
         let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         let c = &self.shm.proc_stats(self.me).counters.flat;
-        bump(&c.xid_clears, 1);
         match self.clear {
             XidClear::Exclusive => {
                 lock.acquire(env, LWLockMode::Exclusive);
@@ -180,6 +179,9 @@ impl<'a> ProcArray<'a> {
                 }
             }
         }
+        // Counted once cleared, like the acquisitions (so a window's edge
+        // cuts both alike).
+        bump(&c.xid_clears, 1);
     }
 
     /// Caller holds ProcArrayLock exclusively.

@@ -10,7 +10,12 @@
 //!   the shared pool itself once authenticated (or never, for a rejecter);
 //!   their body is `admission::run_client_child`.
 //!
-//! [`Kind`] joins the two for supervision (exit handling and signalling).
+//! - Supervised workers (`--worker NAME=COMMAND`): a user's program,
+//!   forked and exec'd by [`spawn_worker`]; it registers over the
+//!   socketpair end it inherits (`shmem::register`), so it has no fixed
+//!   slot and no body here.
+//!
+//! [`Kind`] joins them for supervision (exit handling and signalling).
 //!
 //! Fork rules ([`fork_process`]): every signal is blocked across `fork`
 //! until the child has installed its own handlers (`become_child` unblocks
@@ -18,13 +23,26 @@
 //! handler running in the child; the child closes every inherited
 //! descriptor but 0, 1, 2 and its own client socket; it leaves with `_exit`
 //! so the parent's destructors (segment, sockets) never run in it.
+//!
+//! Exec rules ([`spawn_worker`], as Rust std's `process_unix.rs`): the
+//! program is looked up in PATH and argv/envp are built before the fork;
+//! the child keeps only 0, 1, 2, its channel (CLOEXEC cleared on it alone)
+//! and a CLOEXEC error pipe, arms PR_SET_PDEATHSIG, resets the signal
+//! dispositions and mask the postmaster changed, and execs. If exec fails
+//! it writes errno to the pipe and `_exit`s 127; the parent reads the pipe
+//! (EOF: the exec happened), so a command that cannot run is known at once
+//! and is not mistaken for a crash.
 
 use backend::process::{become_child, EXIT_FATAL, EXIT_QUIT};
 use backend::workload::Workload;
+use shmem::register::{ENV_DATA_DIR, ENV_WORKER_FD, ENV_WORKER_NAME};
 use shmem::segment::AuxProc;
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::path::Path;
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 /// A server process with a proc slot fixed before the fork.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +68,8 @@ pub(crate) enum ClientChild {
 pub(crate) enum Kind {
     Server(ServerChild),
     Client(ClientChild),
+    /// Supervised worker number `i` (`--worker`, in order).
+    Supervised(usize),
 }
 
 impl ServerChild {
@@ -89,14 +109,18 @@ impl Kind {
             Kind::Server(ServerChild::Backend(i)) => format!("backend {i}"),
             Kind::Client(ClientChild::Connection) => "connection backend".into(),
             Kind::Client(ClientChild::Rejecter) => "connection rejecter".into(),
+            Kind::Supervised(i) => format!("supervised worker {i}"),
         }
     }
 
-    /// A backend of either family (stopped first at a fast shutdown).
+    /// A backend of either family or a supervised worker (stopped first at
+    /// a fast shutdown).
     pub fn is_backend(self) -> bool {
         matches!(
             self,
-            Kind::Server(ServerChild::Backend(_)) | Kind::Client(ClientChild::Connection)
+            Kind::Server(ServerChild::Backend(_))
+                | Kind::Client(ClientChild::Connection)
+                | Kind::Supervised(_)
         )
     }
 }
@@ -159,6 +183,247 @@ pub(crate) fn fork_process(
     Ok(pid)
 }
 
+/// What a supervised worker's exec needs, built before the fork.
+pub(crate) struct ExecPlan {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    /// The child's end of its channel (the same number in the child).
+    channel_fd: RawFd,
+}
+
+/// Why a supervised worker did not start.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The command cannot be executed (not found, not executable, ...).
+    Exec(std::io::Error),
+    /// fork or pipe failed (the system is short of something).
+    Fork(std::io::Error),
+}
+
+impl ExecPlan {
+    /// Resolves `argv[0]` in PATH and builds the environment: ours plus
+    /// the worker's three variables.
+    pub fn new(
+        argv: &[String],
+        channel_fd: RawFd,
+        datadir: &Path,
+        name: &str,
+    ) -> Result<ExecPlan, SpawnError> {
+        let invalid = |what: &str| {
+            SpawnError::Exec(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{what} contains a NUL byte"),
+            ))
+        };
+        let first = argv.first().ok_or_else(|| invalid("an empty command"))?;
+        let program = find_program(first).map_err(SpawnError::Exec)?;
+        let program = CString::new(program.into_os_string().into_vec())
+            .map_err(|_| invalid("the program path"))?;
+        let argv = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()).map_err(|_| invalid("an argument")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ours = [ENV_WORKER_FD, ENV_DATA_DIR, ENV_WORKER_NAME];
+        let mut envp = Vec::new();
+        for (k, v) in std::env::vars_os() {
+            if ours.iter().any(|o| k == *o) {
+                continue;
+            }
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            envp.push(CString::new(kv).map_err(|_| invalid("the environment"))?);
+        }
+        let mut dir = format!("{ENV_DATA_DIR}=").into_bytes();
+        dir.extend(datadir.as_os_str().as_bytes());
+        envp.push(CString::new(dir).map_err(|_| invalid("the data directory"))?);
+        envp.push(
+            CString::new(format!("{ENV_WORKER_FD}={channel_fd}")).map_err(|_| invalid("fd"))?,
+        );
+        envp.push(
+            CString::new(format!("{ENV_WORKER_NAME}={name}"))
+                .map_err(|_| invalid("the worker name"))?,
+        );
+        Ok(ExecPlan {
+            program,
+            argv,
+            envp,
+            channel_fd,
+        })
+    }
+}
+
+/// `cmd` itself when it names a path, else the first PATH entry holding a
+/// file of that name.
+fn find_program(cmd: &str) -> std::io::Result<PathBuf> {
+    if cmd.contains('/') {
+        return Ok(PathBuf::from(cmd));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("\"{cmd}\" not found in PATH"),
+            )
+        })
+}
+
+/// Forks and execs a supervised worker; returns its pid once the exec has
+/// happened, or why it did not.
+pub(crate) fn spawn_worker(plan: &ExecPlan, postmaster_pid: i32) -> Result<i32, SpawnError> {
+    let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let mut pipe = [0i32; 2];
+    // SAFETY: `pipe` has room for the two descriptors.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(SpawnError::Fork(std::io::Error::last_os_error()));
+    }
+    let [err_rd, err_wr] = pipe;
+    let saved = block_all_signals();
+    // SAFETY: the postmaster is single-threaded; the child only makes
+    // async-signal-safe calls on memory prepared before the fork, then
+    // execs or _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: see `exec_child`'s contract: called once, in the child.
+        unsafe { exec_child(plan, &argv, &envp, err_wr, postmaster_pid) };
+    }
+    let fork_err = std::io::Error::last_os_error();
+    restore_signal_mask(&saved);
+    // SAFETY: closing our copy of the write end (the child has its own).
+    unsafe { libc::close(err_wr) };
+    let result = if pid < 0 {
+        Err(SpawnError::Fork(fork_err))
+    } else {
+        match read_exec_errno(err_rd) {
+            None => Ok(pid),
+            Some(errno) => {
+                let mut st = 0;
+                // SAFETY: reaping our own child, which _exits right away.
+                unsafe { libc::waitpid(pid, &mut st, 0) };
+                Err(SpawnError::Exec(std::io::Error::from_raw_os_error(errno)))
+            }
+        }
+    };
+    // SAFETY: closing the read end we own.
+    unsafe { libc::close(err_rd) };
+    result
+}
+
+/// The child side of `spawn_worker`: never returns.
+///
+/// # Safety
+/// Only in the child right after `fork`, with `argv`/`envp` NULL-terminated
+/// arrays of pointers into `plan`.
+unsafe fn exec_child(
+    plan: &ExecPlan,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    err_wr: RawFd,
+    postmaster_pid: i32,
+) -> ! {
+    close_fds_except(&[plan.channel_fd, err_wr]);
+    // SAFETY: fcntl, prctl, getppid, signal, sigprocmask, execve, write
+    // and _exit are async-signal-safe; every pointer refers to memory
+    // built before the fork.
+    unsafe {
+        libc::fcntl(plan.channel_fd, libc::F_SETFD, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != postmaster_pid {
+            libc::_exit(EXIT_QUIT);
+        }
+        for sig in [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGCHLD,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(plan.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        let errno = *libc::__errno_location();
+        let b = errno.to_le_bytes();
+        libc::write(err_wr, b.as_ptr() as *const libc::c_void, b.len());
+        libc::_exit(127)
+    }
+}
+
+/// The errno a failed exec wrote to the pipe; None once the pipe closed
+/// empty (the exec succeeded: CLOEXEC closed it). Waits at most 10 s (a
+/// child stuck before exec is then taken as started; it is supervised).
+fn read_exec_errno(fd: RawFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
+        if r == 0 {
+            return None;
+        }
+        // SAFETY: reading into the unfilled part of a local buffer.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buf[got..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - got,
+            )
+        };
+        match n {
+            0 => return None,
+            n if n > 0 => got += n as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+    Some(i32::from_le_bytes(buf))
+}
+
+/// Closes every descriptor above 2 but those in `keep` (close_range over
+/// the gaps; the /proc walk where the kernel lacks it).
+fn close_fds_except(keep: &[RawFd]) {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter(|fd| **fd > 2)
+        .map(|fd| *fd as u32)
+        .collect();
+    keep.sort_unstable();
+    let mut first = 3u32;
+    let mut ok = true;
+    for k in keep.iter().copied().chain([u32::MAX]) {
+        if k > first {
+            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
+            // SAFETY: close_range only closes descriptors of this process.
+            ok &= unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0;
+        }
+        first = k.saturating_add(1);
+    }
+    if !ok {
+        for fd in 3..1024 {
+            if !keep.contains(&(fd as u32)) {
+                // SAFETY: closing descriptors of our own; failures are harmless.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+}
+
 /// Blocks every signal; returns the previous mask.
 fn block_all_signals() -> libc::sigset_t {
     // SAFETY: zeroed sigsets are filled by sigfillset / sigprocmask before
@@ -200,6 +465,11 @@ impl ChildExit {
                 why: format!("was terminated by signal {sig}: {}", signal_name(sig)),
             }
         }
+    }
+
+    /// The exit code, or None if a signal ended it.
+    pub fn code(&self) -> Option<i32> {
+        self.code
     }
 
     /// Exit code 0.

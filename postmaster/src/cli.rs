@@ -8,6 +8,7 @@
 //! together. A flag not in the subcommand's table is an error naming it.
 //! The settings part of `--help` is generated from `shmem::settings`.
 
+use crate::supervised::WorkerSpec;
 use backend::workload::{Workload, WORKLOAD_HELP};
 use shmem::settings::SETTINGS;
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ pub struct StartOptions {
     pub discard_damaged_wal: bool,
     /// File holding the TCP password (overrides walshm.conf's verifier).
     pub pwfile: Option<PathBuf>,
+    /// `--worker NAME=COMMAND [ARGS]`, in order (walshm.conf's `worker`
+    /// lines come first, added at start).
+    pub worker_commands: Vec<WorkerSpec>,
 }
 
 pub struct WaldumpOptions {
@@ -59,7 +63,7 @@ Usage:
       WALSHM_PASSWORD environment variable: the TCP password, stored in
       walshm.conf only as a SCRAM-SHA-256 verifier.
   postmaster start -D DIR [--pwfile FILE] [--set NAME=VALUE ...] [--workers N --workload KIND]
-                    [--discard-damaged-wal]
+                    [--discard-damaged-wal] [--worker 'NAME=COMMAND [ARGS]' ...]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
       stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. DIR must
       have mode 0700. --pwfile / WALSHM_PASSWORD: as for init, for this run.
@@ -68,6 +72,12 @@ Usage:
       --discard-damaged-wal  accept losing the WAL after the damage: it is
                         moved to DIR/pg_wal_discarded/LSN-TIME/ (never deleted)
                         and the server starts at the damage
+      --worker 'NAME=COMMAND [ARGS]'  run COMMAND (looked up in PATH, no shell)
+                        as a supervised worker that attaches to shared memory
+                        (repeatable; also `worker = '...'` lines in walshm.conf):
+                        exit 0 after detaching: done; exit 1 after detaching:
+                        restarted after worker_restart_delay; any other end:
+                        crash restart of the server, then workers start again
       --workers N       fork N backends running --workload (0..=4096)
       --workload KIND   ",
     );
@@ -183,6 +193,10 @@ const START_FLAGS: &[Flag<StartOptions>] = &[
         &["--discard-damaged-wal"],
         Action::Switch(|p| p.opts.discard_damaged_wal = true),
     ),
+    flag(
+        &["--worker"],
+        Action::Value(|p, v| WorkerSpec::parse(v).map(|w| p.opts.worker_commands.push(w))),
+    ),
 ];
 
 const WALDUMP_FLAGS: &[Flag<WaldumpOptions>] = &[
@@ -286,6 +300,7 @@ fn parse_start(args: &[String]) -> Result<StartOptions, String> {
         ack: false,
         discard_damaged_wal: false,
         pwfile: None,
+        worker_commands: Vec::new(),
     };
     let (datadir, opts) = run_flags("start", args, START_FLAGS, blank)?;
     check_workers(&opts)?;

@@ -1,10 +1,12 @@
 //! The data directory: creation (`init`), configuration, and the
 //! `postmaster.pid` interlock.
 //!
-//! Layout: `walshm.conf` (settings), `global/pg_control` (control file),
-//! `pg_wal/` (WAL segments), `postmaster.pid` while a postmaster runs (its
-//! PID on the first line, then the data directory, start time and the
-//! shared memory segment name).
+//! Layout: `walshm.conf` (settings, and `worker = 'NAME=COMMAND'` lines:
+//! repeatable, so read beside the settings table), `global/pg_control`
+//! (control file), `pg_wal/` (WAL segments), `postmaster.pid` while a
+//! postmaster runs (its PID on the first line, then the data directory,
+//! start time and the registration socket's path: the shared memory
+//! segment has no name), `.s.WALSHM.worker` (the registration socket).
 //!
 //! Modes, as PostgreSQL's: the directory and its subdirectories are 0700,
 //! every file is created 0600 explicitly (and the process umask is 0077,
@@ -12,6 +14,7 @@
 //! directory that group or others can access, saying which chmod to run.
 
 use crate::cli::InitOptions;
+use crate::supervised::WorkerSpec;
 use backend::control::{unix_now, ControlFile, DbState};
 use shmem::settings::{Settings, SETTINGS};
 use std::fs;
@@ -153,12 +156,23 @@ fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
 
 /// Settings for `start`: defaults, then the configuration file, then --set.
 pub fn load_settings(dir: &Path, sets: &[String]) -> Result<Settings, String> {
+    Ok(load_config(dir, sets)?.0)
+}
+
+/// Settings for `start` (as `load_settings`) and the configuration file's
+/// `worker` lines, in order.
+pub fn load_config(dir: &Path, sets: &[String]) -> Result<(Settings, Vec<WorkerSpec>), String> {
     let mut s = Settings::default();
     let p = dir.join(CONFIG_FILE);
+    let mut workers = Vec::new();
     match fs::read_to_string(&p) {
-        Ok(text) => s
-            .apply_config_text(&text, &p.display().to_string())
-            .map_err(|e| e.to_string())?,
+        Ok(text) => {
+            let origin = p.display().to_string();
+            let (settings_text, lines) = split_worker_lines(&text, &origin)?;
+            workers = lines;
+            s.apply_config_text(&settings_text, &origin)
+                .map_err(|e| e.to_string())?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
     }
@@ -166,7 +180,43 @@ pub fn load_settings(dir: &Path, sets: &[String]) -> Result<Settings, String> {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
     crate::password::check_verifier(s.password.as_str())?;
-    Ok(s)
+    Ok((s, workers))
+}
+
+/// Takes the `worker = 'NAME=COMMAND'` lines out of a configuration text
+/// (each replaced by an empty line, so that errors keep their line
+/// numbers) and parses them. The value is one quoted string ('' stands
+/// for a quote, as in postgresql.conf) or the rest of the line.
+fn split_worker_lines(text: &str, origin: &str) -> Result<(String, Vec<WorkerSpec>), String> {
+    let mut rest = String::with_capacity(text.len());
+    let mut workers = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        let value = line
+            .split_once('=')
+            .filter(|(name, _)| name.trim() == "worker")
+            .map(|(_, v)| v.trim());
+        match value {
+            Some(v) => {
+                let at = |e: String| format!("{origin}:{}: {e}", i + 1);
+                let v = unquote_conf_value(v).map_err(at)?;
+                workers.push(WorkerSpec::parse(&v).map_err(at)?);
+            }
+            None => rest.push_str(raw),
+        }
+        rest.push('\n');
+    }
+    Ok((rest, workers))
+}
+
+fn unquote_conf_value(v: &str) -> Result<String, String> {
+    let Some(inner) = v.strip_prefix('\'') else {
+        return Ok(v.to_string());
+    };
+    let inner = inner
+        .strip_suffix('\'')
+        .ok_or_else(|| format!("unterminated quoted string {v}"))?;
+    Ok(inner.replace("''", "'"))
 }
 
 /// Checks that `dir` is a data directory; returns its canonical path.
@@ -221,8 +271,10 @@ pub struct PidFile {
 impl PidFile {
     /// Creates `DIR/postmaster.pid`, refusing if a live postmaster owns the
     /// directory and taking over a stale file. Returns the file and whether
-    /// a stale one was found (its owner died without cleaning up).
-    pub fn create(dir: &Path, segment_name: &str) -> Result<(PidFile, bool), String> {
+    /// a stale one was found (its owner died without cleaning up). Line 4
+    /// names the registration socket (the segment itself has no name).
+    pub fn create(dir: &Path) -> Result<(PidFile, bool), String> {
+        let socket = shmem::register::socket_path(dir);
         let path = dir.join(PID_FILE);
         let mut stale = false;
         for _ in 0..2 {
@@ -234,10 +286,11 @@ impl PidFile {
             match f {
                 Ok(mut f) => {
                     let text = format!(
-                        "{}\n{}\n{}\n{segment_name}\n",
+                        "{}\n{}\n{}\n{}\n",
                         std::process::id(),
                         dir.display(),
-                        unix_now()
+                        unix_now(),
+                        socket.display()
                     );
                     f.write_all(text.as_bytes())
                         .and_then(|_| f.sync_all())

@@ -8,7 +8,9 @@
 //!
 //! Where things live: `supervisor` (the state machine: signals, reaping,
 //! crash restart, shutdown order), `children` (kinds of children, the
-//! fork, the server processes' bodies), `admission` (whether a client gets
+//! fork and exec, the server processes' bodies), `registry` (the
+//! registration socket, worker slots, liveness channels), `supervised`
+//! (`--worker` commands and their restart rules), `admission` (whether a client gets
 //! a backend, refusals, caps), `report` (the workload summary, English and
 //! JSON, and the checks that set the exit code), `listen` (sockets),
 //! `datadir` (init, pid file, settings file), `cli`, `password`, `waldump`.
@@ -20,8 +22,10 @@ pub mod cli;
 pub mod datadir;
 pub mod listen;
 pub mod password;
+mod registry;
 mod report;
 pub mod status;
+pub mod supervised;
 pub mod supervisor;
 pub mod waldump;
 

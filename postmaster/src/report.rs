@@ -30,8 +30,16 @@
 //!  "commits_per_fdatasync":2.5|null,"snapshot_violations":0,
 //!  "lwlock":null|{"ok":true,"checks":[{"generation":1,"protected_counter":..,
 //!  "exclusive_acquisitions":..,"torn_reads":0,"ok":true}],
-//!  "crashed_generations":[{"generation":2,"torn_reads":0}]}}
+//!  "crashed_generations":[{"generation":2,"torn_reads":0}]},
+//!  "supervised_workers":[{"name":"w","starts":2,"exec_failures":0,"restarts":1,"done":false}],
+//!  "worker_slots":{"records":..,"bytes":..,"transactions":..}}
 //! ```
+//!
+//! `supervised_workers` lists the `--worker` commands: processes started,
+//! attempts whose exec failed, restarts after an exit 1, and whether it is
+//! done (exited 0 after detaching). `worker_slots` sums the counters of
+//! the worker proc slots (supervised and external workers) over the
+//! generations.
 //!
 //! (one line in the output). `walshm_summary` is the format's version;
 //! keys are only ever added.
@@ -145,6 +153,43 @@ pub(crate) struct Report {
     lwlock_crashed: Vec<(u64, u64)>,
     /// The last lwlock failure, as the FATAL message names it.
     lwlock_mismatch: Option<String>,
+    supervised: Vec<SupervisedFacts>,
+    /// Counters of the worker proc slots, summed over generations.
+    worker_slots: WorkerTotals,
+}
+
+/// What the summary says about one supervised worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SupervisedFacts {
+    pub name: String,
+    pub starts: u32,
+    pub exec_failures: u32,
+    pub restarts: u32,
+    pub done: bool,
+}
+
+impl SupervisedFacts {
+    fn describe(&self) -> String {
+        format!(
+            "worker \"{}\": started {} time(s), {} failed exec(s), {} restart(s) after exit 1{}",
+            self.name,
+            self.starts,
+            self.exec_failures,
+            self.restarts,
+            if self.done { ", done" } else { "" }
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"name\":{},\"starts\":{},\"exec_failures\":{},\"restarts\":{},\"done\":{}}}",
+            json_string(&self.name),
+            self.starts,
+            self.exec_failures,
+            self.restarts,
+            self.done
+        )
+    }
 }
 
 impl Report {
@@ -156,7 +201,14 @@ impl Report {
             lwlock_checks: Vec::new(),
             lwlock_crashed: Vec::new(),
             lwlock_mismatch: None,
+            supervised: Vec::new(),
+            worker_slots: WorkerTotals::default(),
         }
+    }
+
+    /// The supervised workers' histories, for the summary.
+    pub fn set_supervised(&mut self, workers: Vec<SupervisedFacts>) {
+        self.supervised = workers;
     }
 
     /// Adds generation `generation`'s counters to the totals and runs its
@@ -165,6 +217,10 @@ impl Report {
     pub fn collect_generation(&mut self, shm: &Shmem, generation: u64, clean: bool) {
         for (i, t) in self.workers.iter_mut().enumerate() {
             t.add_counters(&shm.procs()[i].counters);
+        }
+        for i in 0..shm.max_workers() {
+            let p = &shm.procs()[shm.worker_procno(i) as usize];
+            self.worker_slots.add_counters(&p.counters);
         }
         self.wal_syncs += shm.xlog().write.syncs.load(Ordering::Relaxed);
         if self.workload == Some(Workload::Lwlock) {
@@ -231,6 +287,9 @@ impl Report {
     /// the English lines, then the JSON line. Returns Some(1) if the run
     /// failed a check that is reported here (snapshot violations).
     pub fn print_summary(&self, run: RunFacts) -> Option<i32> {
+        for w in &self.supervised {
+            say!("{}", w.describe());
+        }
         let w = self.workload?;
         let sum = self.total();
         say!(
@@ -295,7 +354,14 @@ impl Report {
             self.commits_per_fdatasync(&sum).map_or("null".into(), json_number),
             sum.snapshot_violations
         );
-        let _ = write!(o, ",\"lwlock\":{}}}", self.lwlock_json());
+        let _ = write!(o, ",\"lwlock\":{}", self.lwlock_json());
+        let workers: Vec<String> = self.supervised.iter().map(SupervisedFacts::json).collect();
+        let _ = write!(
+            o,
+            ",\"supervised_workers\":[{}],\"worker_slots\":{}}}",
+            workers.join(","),
+            self.worker_slots.counts_json()
+        );
         o
     }
 

@@ -12,6 +12,7 @@
 
 use crate::datadir::PID_FILE;
 use crate::report::json_string;
+use shmem::register::{self, Kind};
 use shmem::stats::{self, ProcActivity};
 use shmem::sync::Ordering;
 use shmem::Shmem;
@@ -28,11 +29,10 @@ pub struct StatusOptions {
     pub json: bool,
 }
 
-/// What `postmaster.pid` says.
+/// What `postmaster.pid` says (its first and third lines).
 struct PidFileInfo {
     pid: i32,
     start_unix_s: u64,
-    segment: String,
 }
 
 fn read_pid_file(dir: &Path) -> Option<PidFileInfo> {
@@ -44,12 +44,7 @@ fn read_pid_file(dir: &Path) -> Option<PidFileInfo> {
         .next()
         .and_then(|l| l.trim().parse().ok())
         .unwrap_or(0);
-    let segment = lines.next().unwrap_or_default().trim().to_string();
-    Some(PidFileInfo {
-        pid,
-        start_unix_s,
-        segment,
-    })
+    Some(PidFileInfo { pid, start_unix_s })
 }
 
 /// Is `pid` alive and a postmaster?
@@ -57,19 +52,14 @@ fn is_live_postmaster(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postmaster")
 }
 
-/// Attaches the running server's shared memory for reading (the observer
-/// attach; `segment` is the name the pid file records, empty for "derive
-/// it from the directory").
-pub fn observe(datadir: &Path, segment: &str) -> Result<Shmem, String> {
-    let name = if segment.is_empty() {
-        let canon = datadir
-            .canonicalize()
-            .map_err(|e| format!("could not resolve \"{}\": {e}", datadir.display()))?;
-        shmem::segment::segment_name_for(&canon)
-    } else {
-        segment.to_string()
-    };
-    Shmem::attach(&name, None).map_err(|e| e.to_string())
+/// Attaches the shared memory of the server running on `datadir` for
+/// reading: the observer registration (`shmem::register`, no proc slot;
+/// an observer may leave at any time, so the channel is not kept). The one
+/// function to change when the way an observer finds the segment changes.
+pub fn observe(datadir: &Path) -> Result<Shmem, String> {
+    register::connect(datadir, Kind::Observer)
+        .map(|r| r.shm)
+        .map_err(|e| e.to_string())
 }
 
 /// Where the server's WAL stands: (insert, write, flush) LSNs.
@@ -179,7 +169,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
     let Some(info) = read_pid_file(dir).filter(|i| is_live_postmaster(i.pid)) else {
         return not_running();
     };
-    let shm = match observe(dir, &info.segment) {
+    let shm = match observe(dir) {
         Ok(s) => s,
         Err(e) => {
             // While it starts or restarts after a crash the segment may be

@@ -18,20 +18,32 @@
 //! before backends start again. The postmaster itself never takes a lock in
 //! shared memory; it only reads counters.
 //!
+//! Attached workers: processes that register over `DIR/.s.WALSHM.worker`
+//! (`registry`) hold a worker proc slot while their channel is open; a
+//! channel lost without a Detach is a crash like a backend's. Supervised
+//! workers (`--worker`) are children exec'd with a channel of their own and
+//! restarted by the rules in `supervised`. When a generation is abandoned
+//! (crash restart, shutdown) its segment's `ended` flag is set and every
+//! channel closed ([`Postmaster::abandon_generation`]), so an external
+//! process learns it must attach again and cannot reach the next one.
+//!
 //! This module only supervises. Elsewhere: the kinds of children, the fork
 //! and the server processes' bodies (`children`); whether a client gets a
-//! backend (`admission`); the workload summary and its checks (`report`,
-//! which reads each generation's counters before its segment goes).
+//! backend (`admission`); registrations and worker slots (`registry`); the
+//! supervised workers' rules (`supervised`); the workload summary and its
+//! checks (`report`, which reads each generation's counters before its
+//! segment goes).
 
 use crate::admission::{self, Phase, Verdict};
 use crate::children::{self, ChildExit, ClientChild, Kind, ServerChild};
 use crate::cli::StartOptions;
 use crate::datadir::{self, PidFile};
 use crate::log;
-use crate::report::{Report, RunFacts};
+use crate::registry::{self, Event, Origin, Registry};
+use crate::report::{Report, RunFacts, SupervisedFacts};
+use crate::supervised::{self, Supervised, WorkerSpec};
 use backend::control::ControlFile;
 use backend::workload::Workload;
-use shmem::segment::{segment_name_for, unlink_segment};
 use shmem::sync::Ordering;
 use shmem::{Settings, Shmem};
 use std::path::PathBuf;
@@ -86,8 +98,9 @@ struct Postmaster {
     /// Passed to the first startup process only (an operator's decision
     /// about the damage found then, not about a later crash's).
     discard_damaged_wal: bool,
-    segment: String,
     shm: Option<Shmem>,
+    registry: Option<Registry>,
+    supervised: Vec<Supervised>,
     generation: u64,
     children: Vec<Child>,
     state: State,
@@ -106,7 +119,7 @@ struct Postmaster {
 /// Runs the server until shutdown; returns the exit code.
 pub fn start(opts: StartOptions) -> Result<i32, String> {
     let datadir = datadir::check_datadir(&opts.datadir)?;
-    let mut settings = datadir::load_settings(&datadir, &opts.sets)?;
+    let (mut settings, conf_workers) = datadir::load_config(&datadir, &opts.sets)?;
     // Before any fork: the environment variable is gone by then.
     if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
         settings.set("password", &v).map_err(|e| e.to_string())?;
@@ -114,21 +127,38 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     if opts.ack && !settings.synchronous_commit {
         return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
     }
+    let workers = supervised_workers(conf_workers, &opts, &settings)?;
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
-    let segment = segment_name_for(&datadir);
-    let (_pidfile, _stale) = PidFile::create(&datadir, &segment)?;
-    // We own the directory now: any segment under its name is stale.
-    if unlink_segment(&segment).map_err(|e| e.to_string())? {
-        log(
-            "LOG",
-            &format!("removed stale shared memory segment \"{segment}\""),
-        );
-    }
+    // The segment is unnamed (a memfd): nothing of a dead postmaster's is
+    // left to clean up but its pid file and sockets.
+    let (_pidfile, _stale) = PidFile::create(&datadir)?;
     let wake_rd = install_signal_handlers()?;
-    let mut pm = Postmaster::new(opts, datadir, settings, control, segment, wake_rd);
+    let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
+    pm.supervised = workers.into_iter().map(Supervised::new).collect();
     let code = pm.run();
     pm.release_segment(false);
     Ok(code)
+}
+
+/// The supervised workers: walshm.conf's `worker` lines, then --worker;
+/// each needs a worker slot of its own.
+fn supervised_workers(
+    conf: Vec<WorkerSpec>,
+    opts: &StartOptions,
+    settings: &Settings,
+) -> Result<Vec<WorkerSpec>, String> {
+    let workers: Vec<WorkerSpec> = conf
+        .into_iter()
+        .chain(opts.worker_commands.iter().cloned())
+        .collect();
+    let max = settings.max_worker_processes as usize;
+    if workers.len() > max {
+        return Err(format!(
+            "{n} supervised worker(s) (--worker, worker lines in walshm.conf) need max_worker_processes >= {n} (it is {max})",
+            n = workers.len()
+        ));
+    }
+    Ok(workers)
 }
 
 fn install_signal_handlers() -> Result<i32, String> {
@@ -154,7 +184,6 @@ impl Postmaster {
         datadir: PathBuf,
         settings: Settings,
         control: ControlFile,
-        segment: String,
         wake_rd: i32,
     ) -> Postmaster {
         Postmaster {
@@ -165,8 +194,9 @@ impl Postmaster {
             workload: opts.workload,
             ack: opts.ack,
             discard_damaged_wal: opts.discard_damaged_wal,
-            segment,
             shm: None,
+            registry: None,
+            supervised: Vec::new(),
             generation: 0,
             children: Vec::new(),
             state: State::Startup,
@@ -199,16 +229,41 @@ impl Postmaster {
             log("FATAL", &e);
             return 1;
         }
+        self.registry = Some(Registry::open(
+            &self.datadir,
+            self.settings.max_worker_processes,
+            self.supervised.len(),
+        ));
         self.fork_server_child(ServerChild::Startup);
         loop {
-            self.wait_for_event(Duration::from_millis(500));
+            self.wait_for_event(self.poll_timeout());
             self.accept_connections();
+            self.service_registry();
             self.handle_shutdown_signals();
             self.reap_children();
+            self.start_due_workers();
             if let Some(code) = self.advance_state() {
                 return code;
             }
         }
+    }
+
+    /// Until the next thing the loop must do on its own: a worker start
+    /// (only while running: otherwise a start that is due would spin the
+    /// loop), a registration's hello deadline, or the usual half second.
+    fn poll_timeout(&self) -> Duration {
+        let now = Instant::now();
+        let running = self.state == State::Run && !self.shutting_down;
+        let starts = self
+            .supervised
+            .iter()
+            .filter(|_| running)
+            .filter_map(|w| w.next_start);
+        let hellos = self.registry.as_ref().and_then(Registry::next_deadline);
+        starts
+            .chain(hellos)
+            .map(|t| t.saturating_duration_since(now))
+            .fold(Duration::from_millis(500), Duration::min)
     }
 
     /// Opens the client sockets. Without an explicit socket setting, a data
@@ -264,7 +319,7 @@ impl Postmaster {
         self.generation += 1;
         // Workers have fixed slots; client connections share the rest.
         let max_backends = self.settings.max_connections + self.workers;
-        let shm = Shmem::create(&self.segment, &self.settings, max_backends, self.generation)
+        let shm = Shmem::create(&self.settings, max_backends, self.generation)
             .map_err(|e| e.to_string())?;
         // SAFETY: the segment was just created and no other process is
         // attached yet.
@@ -277,20 +332,34 @@ impl Postmaster {
             })
         };
         shm.reserve_fixed_procs(self.workers);
+        if let Some(r) = &mut self.registry {
+            r.reset_slots(shm.max_workers());
+        }
         self.shm = Some(shm);
         Ok(())
     }
 
-    /// Hands this generation's counters to the report, then removes the
-    /// segment. `clean`: the generation ended in a fast shutdown (not a
-    /// crash).
+    /// The current generation is over (crash restart or shutdown): its
+    /// header says so (a plain atomic store; external processes check it)
+    /// and every registration channel closes, freeing every worker slot.
+    /// Idempotent.
+    fn abandon_generation(&mut self) {
+        if let Some(shm) = &self.shm {
+            shm.mark_ended();
+        }
+        if let Some(r) = &mut self.registry {
+            r.close_all();
+        }
+    }
+
+    /// Hands this generation's counters to the report, then lets the
+    /// segment go (unmapped and its descriptor closed: the kernel frees it
+    /// once no process maps it). `clean`: the generation ended in a fast
+    /// shutdown (not a crash).
     fn release_segment(&mut self, clean: bool) {
+        self.abandon_generation();
         if let Some(shm) = self.shm.take() {
             self.report.collect_generation(&shm, self.generation, clean);
-            drop(shm);
-            if let Err(e) = unlink_segment(&self.segment) {
-                log("WARNING", &e.to_string());
-            }
         }
     }
 
@@ -298,6 +367,9 @@ impl Postmaster {
         let mut fds = vec![self.wake_rd];
         if let Some(l) = &self.listeners {
             fds.extend(l.fds());
+        }
+        if let Some(r) = &self.registry {
+            fds.extend(r.fds());
         }
         let mut pfds: Vec<libc::pollfd> = fds
             .iter()
@@ -437,6 +509,7 @@ impl Postmaster {
     }
 
     fn enter_crash_wait(&mut self) {
+        self.abandon_generation();
         self.state = State::CrashWait;
         self.crash_deadline = Some(Instant::now() + CRASH_KILL_AFTER);
     }
@@ -459,9 +532,13 @@ impl Postmaster {
 
     fn child_exited(&mut self, child: Child, exit: ChildExit) {
         if self.state == State::CrashWait {
+            if let Kind::Supervised(id) = child.kind {
+                self.supervised[id].stopped_with_everyone();
+            }
             return; // expected: we told everybody to quit
         }
         match child.kind {
+            Kind::Supervised(id) => self.supervised_exited(id, child.pid, &exit),
             Kind::Server(ServerChild::Startup) => self.startup_exited(child.pid, &exit),
             Kind::Server(ServerChild::Walwriter)
                 if exit.is_clean() && self.state == State::StopWalwriter => {}
@@ -524,11 +601,53 @@ impl Postmaster {
     }
 
     fn handle_crash(&mut self, kind: Kind, pid: i32, why: &str) {
+        let who = match kind {
+            Kind::Supervised(id) => self.supervised[id].describe(),
+            other => other.describe(),
+        };
+        self.crash(&format!("{who} (PID {pid}) {why}"));
+    }
+
+    /// A process that used shared memory ended abnormally (`what`): stop
+    /// everybody, then start a new generation (or, during a shutdown, stop
+    /// without a shutdown checkpoint).
+    fn crash(&mut self, what: &str) {
         self.crashes += 1;
-        log("LOG", &format!("{} (PID {pid}) {why}", kind.describe()));
+        log("LOG", what);
+        if self.shutting_down {
+            log(
+                "LOG",
+                "the shutdown is not clean: no shutdown checkpoint is written; the next start runs crash recovery",
+            );
+        }
         log("LOG", "terminating any other active server processes");
         self.signal_all(libc::SIGQUIT);
         self.enter_crash_wait();
+    }
+
+    /// A supervised worker's process ended (outside a crash wait).
+    fn supervised_exited(&mut self, id: usize, pid: i32, exit: &ChildExit) {
+        let delay = Duration::from_millis(self.settings.worker_restart_delay_ms as u64);
+        let w = &mut self.supervised[id];
+        match w.exited(exit, delay, Instant::now()) {
+            supervised::Verdict::Done => log(
+                "LOG",
+                &format!("{} (PID {pid}) detached and exited 0: done", w.describe()),
+            ),
+            supervised::Verdict::RestartAt(_) if self.shutting_down => {}
+            supervised::Verdict::RestartAt(_) => log(
+                "LOG",
+                &format!(
+                    "{} (PID {pid}) detached and exited 1: restarting it in {:.1} s",
+                    w.describe(),
+                    delay.as_secs_f64()
+                ),
+            ),
+            supervised::Verdict::Crash(why) => {
+                let what = format!("{} (PID {pid}) {why}", w.describe());
+                self.crash(&what);
+            }
+        }
     }
 
     fn enter_run(&mut self) {
@@ -545,6 +664,7 @@ impl Postmaster {
         self.state = State::Run;
         self.run_started.get_or_insert_with(Instant::now);
         log("LOG", "database system is ready to accept connections");
+        self.start_due_workers();
     }
 
     /// Moves the state machine on; Some(code) when the postmaster is done.
@@ -552,8 +672,14 @@ impl Postmaster {
         let overdue = self.crash_deadline.is_some_and(|d| Instant::now() > d);
         match self.state {
             State::StopBackends => {
-                let waiting_for =
-                    |k| matches!(k, Kind::Client(_) | Kind::Server(ServerChild::Backend(_)));
+                let waiting_for = |k| {
+                    matches!(
+                        k,
+                        Kind::Client(_)
+                            | Kind::Server(ServerChild::Backend(_))
+                            | Kind::Supervised(_)
+                    )
+                };
                 let next = (ServerChild::Checkpointer, State::StopCheckpointer);
                 self.stop_step(waiting_for, next, overdue, "backends");
                 None
@@ -581,6 +707,11 @@ impl Postmaster {
         what: &str,
     ) {
         if !self.has_children(waiting_for) {
+            if next_state == State::StopCheckpointer {
+                // Backends and supervised workers are gone: external
+                // workers are told and cut off before the last checkpoint.
+                self.abandon_generation();
+            }
             self.signal_kind(|k| k == Kind::Server(next_child), libc::SIGTERM);
             self.state = next_state;
         } else if overdue {
@@ -620,6 +751,18 @@ impl Postmaster {
     fn finish(&mut self) -> i32 {
         let clean = self.state == State::StopWalwriter;
         self.release_segment(clean);
+        let workers: Vec<SupervisedFacts> = self
+            .supervised
+            .iter()
+            .map(|w| SupervisedFacts {
+                name: w.spec.name.clone(),
+                starts: w.starts,
+                exec_failures: w.exec_failures,
+                restarts: w.restarts,
+                done: w.done,
+            })
+            .collect();
+        self.report.set_supervised(workers);
         let run = RunFacts {
             elapsed_s: self
                 .run_started
@@ -634,5 +777,103 @@ impl Postmaster {
         log("LOG", "database system is shut down");
         self.exit_code_override
             .unwrap_or_else(|| self.report.lwlock_exit_code())
+    }
+
+    /// Accepts registrations and reads every worker channel; acts on what
+    /// happened (attach, detach, a lost channel: a crash).
+    fn service_registry(&mut self) {
+        let phase = match self.state {
+            _ if self.shutting_down => registry::Phase::ShuttingDown,
+            State::Run => registry::Phase::Running,
+            _ => registry::Phase::StartingUp,
+        };
+        let shm = match self.state {
+            State::CrashWait => None,
+            _ => self.shm.as_ref(),
+        };
+        let Some(r) = &mut self.registry else { return };
+        let events = r.service(shm, phase);
+        for ev in events {
+            self.registry_event(ev);
+        }
+    }
+
+    fn registry_event(&mut self, ev: Event) {
+        match ev {
+            Event::Attached {
+                origin: Origin::Supervised(id),
+                ..
+            } => self.supervised[id].attached_now(),
+            Event::Detached {
+                origin: Origin::Supervised(id),
+            } => self.supervised[id].detached = true,
+            Event::Attached { .. } | Event::Detached { .. } => {}
+            Event::Lost { .. } if self.state == State::CrashWait => {}
+            Event::Lost {
+                origin: Origin::Supervised(id),
+                ..
+            } if self.reap_first(id) => {}
+            Event::Lost { origin, why } => {
+                let who = origin.describe(|id| {
+                    let w = &self.supervised[id];
+                    match w.pid {
+                        Some(pid) => format!("{} (PID {pid})", w.describe()),
+                        None => w.describe(),
+                    }
+                });
+                self.crash(&format!(
+                    "{who} lost its registration without detaching ({why})"
+                ));
+            }
+        }
+    }
+
+    /// A supervised worker's channel usually closes because the worker is
+    /// exiting: its exit status names the crash better than the closed
+    /// channel, so reap for a moment (bounded: the crash handling waits
+    /// anyway); true if that started a crash wait.
+    fn reap_first(&mut self, id: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        loop {
+            self.reap_children();
+            if self.state == State::CrashWait || self.supervised[id].pid.is_none() {
+                return self.state == State::CrashWait;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Starts every supervised worker whose time has come, while the
+    /// server runs normally.
+    fn start_due_workers(&mut self) {
+        if self.state != State::Run || self.shutting_down {
+            return;
+        }
+        let now = Instant::now();
+        for id in 0..self.supervised.len() {
+            if self.supervised[id].is_due(now) {
+                self.start_worker(id);
+            }
+        }
+    }
+
+    /// Forks and execs supervised worker `id`; its channel joins the
+    /// registry.
+    fn start_worker(&mut self, id: usize) {
+        let Some((pid, channel)) = self.supervised[id].launch(&self.datadir) else {
+            return;
+        };
+        self.children.push(Child {
+            pid,
+            kind: Kind::Supervised(id),
+        });
+        if let Some(r) = &mut self.registry {
+            if let Err(e) = r.add_supervised(channel, id) {
+                log("LOG", &format!("worker channel: {e}"));
+            }
+        }
     }
 }

@@ -18,7 +18,6 @@ mod anon_map;
 use anon_map::AnonMap;
 use shmem::lwlock::LWLockMode;
 use shmem::proc::ProcCounters;
-use shmem::segment::unlink_segment;
 use shmem::sync::{AtomicU32, Ordering};
 use shmem::variants::WaitQueue;
 use shmem::{NamedLock, Settings, Shmem};
@@ -61,9 +60,9 @@ fn parse_args() -> Options {
     o
 }
 
-/// Kills leftover children and unlinks the segment on every exit path.
+/// Kills leftover children on every exit path (the segment is unnamed:
+/// it goes with the last mapping).
 struct Guard {
-    segment: String,
     children: Vec<libc::pid_t>,
 }
 
@@ -76,7 +75,6 @@ impl Drop for Guard {
             // SAFETY: reaping our own child.
             unsafe { libc::waitpid(pid, &mut st, 0) };
         }
-        let _ = unlink_segment(&self.segment);
     }
 }
 
@@ -102,10 +100,7 @@ impl Control {
 
 /// One measurement: `clients` processes for `seconds`; returns acquisitions/s.
 fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
-    let name = format!("/walshm.lockstress.{}", std::process::id());
-    let _ = unlink_segment(&name);
     let mut guard = Guard {
-        segment: name.clone(),
         children: Vec::new(),
     };
     let settings = Settings {
@@ -113,7 +108,7 @@ fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
         wal_buffers: 4,
         ..Settings::default()
     };
-    let shmem = Shmem::create(&name, &settings, clients.max(4) as u32, 1).expect("create segment");
+    let shmem = Shmem::create(&settings, clients.max(4) as u32, 1).expect("create segment");
     let ctl = Control::new();
     for i in 0..clients {
         let env = shmem.lock_env(i as u32);

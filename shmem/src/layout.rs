@@ -36,7 +36,8 @@
 //!   LockTest          LockTestArea x 1                   align 128
 //! ```
 //!
-//! Dimensions: `max_procs` = backends + auxiliary processes;
+//! Dimensions: `max_procs` = backends + auxiliary processes + worker
+//! slots (`max_worker_processes`, after the auxiliary ones);
 //! `insert_lock_stride` is 128 (one lock per line, seed 001's padded form)
 //! or 32 (packed); `n_prevlinks` is 0 unless `wal_reservation = atomic`,
 //! then sized by `prevlink::slots_for` from its in-flight bound.
@@ -170,7 +171,7 @@ declare_regions! {
         ProcGlobal: ProcGlobal, x 1;
         /// Individually named LWLocks, one per line.
         NamedLocks: PaddedLWLock, x (NUM_NAMED_LOCKS);
-        /// PGPROC slots: backends, then auxiliary processes.
+        /// PGPROC slots: backends, auxiliary processes, then workers.
         Procs: Proc, x max_procs;
         /// WAL insertion locks, padded or packed (seed 001).
         InsertLocks: WalInsertLock, x n_insert_locks, stride insert_lock_stride;
@@ -216,6 +217,8 @@ pub struct Placement {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub max_backends: u32,
+    /// Proc slots for attached workers (`max_worker_processes`).
+    pub max_workers: u32,
     pub max_procs: u32,
     pub n_insert_locks: u32,
     pub insert_lock_stride: usize,
@@ -232,9 +235,11 @@ fn align_up(x: usize, a: usize) -> usize {
 impl Layout {
     /// Computes the layout for `settings` with room for `max_backends`.
     pub fn compute(settings: &Settings, max_backends: u32) -> Layout {
+        let max_workers = settings.max_worker_processes;
         let mut l = Layout {
             max_backends,
-            max_procs: max_backends + NUM_AUX_PROCS,
+            max_workers,
+            max_procs: max_backends + NUM_AUX_PROCS + max_workers,
             n_insert_locks: settings.wal_insert_locks,
             insert_lock_stride: match settings.insert_lock_layout {
                 LockLayout::Padded => size_of::<PaddedWalInsertLock>(),
@@ -263,6 +268,11 @@ impl Layout {
         }
         l.total = align_up(off, 4096);
         l
+    }
+
+    /// The proc number of the first worker slot.
+    pub fn first_worker_procno(&self) -> u32 {
+        self.max_backends + NUM_AUX_PROCS
     }
 
     /// Where `region` lies.
@@ -444,7 +454,11 @@ mod tests {
         assert_eq!(packed.insert_lock_stride, 32);
         assert_eq!(padded.elements(Region::InsertLocks), (8, 128));
         assert!(packed.total <= padded.total);
-        assert_eq!(padded.max_procs, 10 + NUM_AUX_PROCS);
+        assert_eq!(
+            padded.max_procs,
+            10 + NUM_AUX_PROCS + s.max_worker_processes
+        );
+        assert_eq!(padded.first_worker_procno(), 10 + NUM_AUX_PROCS);
         assert_eq!(padded.placement(Region::WalPages).off % 4096, 0);
     }
 }

@@ -1,5 +1,5 @@
-//! walshm's shared memory: one named segment and the primitives that live
-//! in it — spinlocks, per-process semaphores and latches, LWLocks with the
+//! walshm's shared memory: one unnamed segment (a memfd), how another
+//! process attaches to it (`register`), and the primitives that live in it — spinlocks, per-process semaphores and latches, LWLocks with the
 //! variable-wait API, proc slots — plus the settings every process shares.
 //!
 //! Invariants that hold for everything in this crate:
@@ -29,6 +29,8 @@ pub mod variants;
 pub mod waitevent;
 pub mod xlogctl;
 
+#[cfg(not(loom))]
+pub mod register;
 #[cfg(not(loom))]
 pub mod segment;
 

@@ -1,21 +1,44 @@
-//! The one named shared-memory segment: creating, attaching, and finding
-//! each region in it.
+//! The one shared-memory segment: creating, attaching, and finding each
+//! region in it.
 //!
-//! The postmaster creates the segment (`shm_open` with O_CREAT|O_EXCL, mode
-//! 0600, `ftruncate`, `mmap(MAP_SHARED)`), lays out every structure in it,
-//! and only then forks children, which inherit the mapping. Another process
-//! may attach by name; it validates the header (magic, layout version, size,
-//! generation) and refuses a segment that does not match.
+//! The segment has no name. The postmaster creates it with
+//! `memfd_create("walshm", MFD_CLOEXEC)`, sizes it (`ftruncate`), maps it
+//! (`mmap(MAP_SHARED)`), lays out every structure in it, and only then forks
+//! children, which inherit the mapping. A process the postmaster did not
+//! fork gets the descriptor over the registration socket (`register`: peer
+//! uid checked, the fd passed with SCM_RIGHTS) and maps it with
+//! [`Shmem::from_fd`], which validates the header (magic, layout version,
+//! size, generation) and refuses a segment that does not match.
+//!
+//! Why unnamed: a named `/dev/shm` object outlives a postmaster killed with
+//! SIGKILL (holding its RAM until someone removes it), and a predictable
+//! name lets another local user create it first. A memfd is freed by the
+//! kernel when the last descriptor is closed and the last mapping is
+//! unmapped, so nothing is left once the server's processes are gone, and
+//! nobody can open it without being handed the descriptor.
 //!
 //! What lies where is declared in `layout` (one row per region, with its
 //! diagram); the accessors here find a region by name through the
 //! `Layout`, and each checks (in debug builds) that the type it reads has
 //! the region's element size and alignment.
 //!
+//! Generations: each crash restart creates a new segment with the next
+//! generation number. Just before the postmaster abandons a generation (a
+//! crash restart or a shutdown) it sets the header's `ended` flag (a plain
+//! atomic store, no lock); an external process still mapping the old
+//! segment reads it ([`Shmem::has_ended`]) and learns that the server
+//! restarted. The old segment stays valid memory for it until it unmaps.
+//!
+//! Worker slots: `max_worker_processes` proc slots follow the auxiliary
+//! ones. The postmaster alone decides which is in use (in its own memory,
+//! `postmaster::registry`), so it never takes a lock here to hand one out;
+//! it resets a free slot's fields with plain atomic stores
+//! ([`Shmem::reset_worker_slot`]) before giving it to a worker.
+//!
 //! Invariants: the segment holds no pointers, only indices and offsets; a
-//! child never unmaps or unlinks it; the creator removes it at shutdown, and
-//! a segment left by a killed postmaster is removed by the next start (the
-//! name is derived from the data directory, so it is found again).
+//! child never unmaps it; only the creator keeps the descriptor (children
+//! close it with every other inherited descriptor), so the segment's life
+//! is the creator's plus the mappings'.
 
 #[cfg(test)]
 use crate::layout::WAL_PAGE;
@@ -23,19 +46,19 @@ pub use crate::layout::{Layout, Region};
 pub use crate::locktest::LockTestArea;
 use crate::lwlock::{LWLock, LockEnv};
 use crate::prevlink::PrevLink;
-use crate::proc::{Proc, INVALID_PROCNO};
+use crate::proc::{Proc, INVALID_PROCNO, LW_WS_NOT_WAITING};
 use crate::settings::Settings;
 use crate::spin::SpinLock;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::xlogctl::{WalInsertLock, XLogCtl};
-use std::ffi::CString;
 use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 15;
+pub const LAYOUT_VERSION: u32 = 16;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -92,6 +115,10 @@ pub struct ShmemHeader {
     pub n_insert_locks: u32,
     pub n_buffers: u32,
     pub n_prevlinks: u32,
+    /// Nonzero once the postmaster abandoned this generation (crash
+    /// restart or shutdown). Set with a Release store by `mark_ended`,
+    /// read with an Acquire load by `has_ended`.
+    pub ended: AtomicU32,
     pub settings: Settings,
 }
 
@@ -109,11 +136,9 @@ pub struct ProcGlobal {
 pub enum ShmemError {
     Os {
         what: &'static str,
-        name: String,
         err: std::io::Error,
     },
     BadHeader {
-        name: String,
         reason: String,
     },
 }
@@ -121,17 +146,11 @@ pub enum ShmemError {
 impl fmt::Display for ShmemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ShmemError::Os { what, name, err } => {
-                write!(
-                    f,
-                    "could not {what} shared memory segment \"{name}\": {err}"
-                )
+            ShmemError::Os { what, err } => {
+                write!(f, "could not {what} the shared memory segment: {err}")
             }
-            ShmemError::BadHeader { name, reason } => {
-                write!(
-                    f,
-                    "shared memory segment \"{name}\" is not usable: {reason}"
-                )
+            ShmemError::BadHeader { reason } => {
+                write!(f, "the shared memory segment is not usable: {reason}")
             }
         }
     }
@@ -143,7 +162,9 @@ impl std::error::Error for ShmemError {}
 pub struct Shmem {
     base: NonNull<u8>,
     layout: Layout,
-    name: String,
+    /// The memfd, kept by the creator to hand to registering processes;
+    /// None in a process that attached with `from_fd` (it closed its copy).
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: everything reachable through `Shmem` is atomics, or plain data
@@ -152,89 +173,44 @@ unsafe impl Send for Shmem {}
 // SAFETY: as above.
 unsafe impl Sync for Shmem {}
 
-/// Segment name for a data directory: stable across restarts so that a
-/// stale segment is found again.
-pub fn segment_name_for(datadir: &std::path::Path) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in datadir.as_os_str().as_encoded_bytes() {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("/walshm.{h:016x}")
-}
-
-fn os_err(what: &'static str, name: &str) -> ShmemError {
+fn os_err(what: &'static str) -> ShmemError {
     ShmemError::Os {
         what,
-        name: name.to_string(),
         err: std::io::Error::last_os_error(),
     }
 }
 
-/// Removes a segment by name; Ok(false) when there was none.
-pub fn unlink_segment(name: &str) -> Result<bool, ShmemError> {
-    let c = CString::new(name).expect("segment names have no NUL");
-    // SAFETY: `c` is a valid NUL-terminated string.
-    let r = unsafe { libc::shm_unlink(c.as_ptr()) };
-    if r == 0 {
-        return Ok(true);
+/// A new anonymous memory file of `size` zero bytes (close-on-exec).
+fn create_memfd(size: usize) -> Result<OwnedFd, ShmemError> {
+    // SAFETY: the name is a NUL-terminated literal; the flags are valid.
+    let fd = unsafe { libc::memfd_create(c"walshm".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(os_err("create"));
     }
-    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
-        return Ok(false);
+    // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `fd` is a valid memfd; ftruncate has no memory effects.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+        return Err(os_err("size"));
     }
-    Err(os_err("remove", name))
+    Ok(fd)
 }
 
-/// Opens and maps `name` with `flags`; sizes it to `size` when creating.
-fn map_segment(
-    name: &str,
-    flags: libc::c_int,
-    create_size: Option<usize>,
-) -> Result<(NonNull<u8>, usize), ShmemError> {
-    let c = CString::new(name).expect("segment names have no NUL");
-    // SAFETY: `c` is a valid NUL-terminated string; the returned fd is
-    // closed below on every path.
-    let fd = unsafe { libc::shm_open(c.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        return Err(os_err(
-            if create_size.is_some() {
-                "create"
-            } else {
-                "open"
-            },
-            name,
-        ));
+/// The size of the file behind `fd`.
+fn file_size(fd: BorrowedFd<'_>) -> Result<usize, ShmemError> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is valid and `st` is writable.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(os_err("stat"));
     }
-    let close = |fd| {
-        // SAFETY: `fd` is an open descriptor we own.
-        unsafe { libc::close(fd) };
-    };
-    let size = match create_size {
-        Some(size) => {
-            // SAFETY: `fd` is a valid shm descriptor.
-            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-                let e = os_err("size", name);
-                close(fd);
-                return Err(e);
-            }
-            size
-        }
-        None => {
-            // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: `fd` is valid and `st` is writable.
-            if unsafe { libc::fstat(fd, &mut st) } != 0 {
-                let e = os_err("stat", name);
-                close(fd);
-                return Err(e);
-            }
-            st.st_size as usize
-        }
-    };
+    Ok(st.st_size as usize)
+}
+
+/// Maps `size` bytes of `fd` shared, read-write.
+fn map_fd(fd: BorrowedFd<'_>, size: usize) -> Result<NonNull<u8>, ShmemError> {
     if size < std::mem::size_of::<ShmemHeader>() {
-        close(fd);
         return Err(ShmemError::BadHeader {
-            name: name.into(),
             reason: format!("size {size} is smaller than a header"),
         });
     }
@@ -246,40 +222,66 @@ fn map_segment(
             size,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
-            fd,
+            fd.as_raw_fd(),
             0,
         )
     };
-    close(fd);
     if p == libc::MAP_FAILED {
-        return Err(os_err("map", name));
+        return Err(os_err("map"));
     }
-    Ok((
-        NonNull::new(p as *mut u8).expect("mmap returned null"),
-        size,
-    ))
+    NonNull::new(p as *mut u8).ok_or_else(|| ShmemError::BadHeader {
+        reason: "mmap returned address 0".into(),
+    })
+}
+
+/// Why the header at `base` (a mapping of `size` bytes) is not one this
+/// program can use, if it is not.
+fn header_problem(hdr: &ShmemHeader, size: usize, generation: Option<u64>) -> Option<String> {
+    if hdr.magic != SHMEM_MAGIC {
+        return Some(format!("bad magic {:#x}", hdr.magic));
+    }
+    if hdr.layout_version != LAYOUT_VERSION {
+        return Some(format!(
+            "layout version {} (this program uses {LAYOUT_VERSION})",
+            hdr.layout_version
+        ));
+    }
+    if hdr.total_size as usize != size {
+        return Some(format!(
+            "header says {} bytes, segment has {size}",
+            hdr.total_size
+        ));
+    }
+    if let Some(g) = generation {
+        if hdr.generation != g {
+            return Some(format!("generation {} (expected {g})", hdr.generation));
+        }
+    }
+    let layout = Layout::compute(&hdr.settings, hdr.max_backends);
+    if layout.total != size {
+        return Some(format!(
+            "layout of {} bytes does not match size {size}",
+            layout.total
+        ));
+    }
+    None
 }
 
 impl Shmem {
-    /// Creates the segment `name` (which must not exist), lays out and
-    /// initializes every structure. `init_procarray` initializes the
-    /// ProcArray region (zeroed bytes of `procarray_size`).
+    /// Creates a new unnamed segment, lays out and initializes every
+    /// structure.
     pub fn create(
-        name: &str,
         settings: &Settings,
         max_backends: u32,
         generation: u64,
     ) -> Result<Shmem, ShmemError> {
         let layout = Layout::compute(settings, max_backends);
-        let (base, _) = map_segment(
-            name,
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-            Some(layout.total),
-        )?;
+        let fd = create_memfd(layout.total)?;
+        let base = map_fd(fd.as_fd(), layout.total)?;
         let shmem = Shmem {
             base,
             layout,
-            name: name.to_string(),
+            fd: Some(fd),
         };
         // SAFETY: the segment was just created and mapped by us; no other
         // process knows it yet, so plain initializing writes cannot race.
@@ -287,54 +289,48 @@ impl Shmem {
         Ok(shmem)
     }
 
-    /// Attaches an existing segment, validating its header. `generation`:
-    /// refuse any other generation when given.
-    pub fn attach(name: &str, generation: Option<u64>) -> Result<Shmem, ShmemError> {
-        let (base, size) = map_segment(name, libc::O_RDWR, None)?;
-        // SAFETY: the mapping is at least a header long (checked in
-        // map_segment) and headers are plain integers.
+    /// Maps the segment behind `fd` (received from the postmaster) and
+    /// validates its header; takes and closes `fd` (the mapping keeps the
+    /// segment alive). `expected_generation`: refuse any other generation
+    /// when given.
+    pub fn from_fd(fd: OwnedFd, expected_generation: Option<u64>) -> Result<Shmem, ShmemError> {
+        let size = file_size(fd.as_fd())?;
+        let base = map_fd(fd.as_fd(), size)?;
+        drop(fd);
+        // SAFETY: the mapping is at least a header long (checked in map_fd)
+        // and a header's fields are integers, for which any bytes are valid.
         let hdr = unsafe { &*(base.as_ptr() as *const ShmemHeader) };
-        let bad = |reason: String| {
-            // SAFETY: unmapping the region we just mapped.
+        if let Some(reason) = header_problem(hdr, size, expected_generation) {
+            // SAFETY: unmapping the region we just mapped; `hdr` is not
+            // used after this.
             unsafe { libc::munmap(base.as_ptr() as *mut libc::c_void, size) };
-            Err(ShmemError::BadHeader {
-                name: name.into(),
-                reason,
-            })
-        };
-        if hdr.magic != SHMEM_MAGIC {
-            return bad(format!("bad magic {:#x}", hdr.magic));
+            return Err(ShmemError::BadHeader { reason });
         }
-        if hdr.layout_version != LAYOUT_VERSION {
-            return bad(format!(
-                "layout version {} (this program uses {LAYOUT_VERSION})",
-                hdr.layout_version
-            ));
-        }
-        if hdr.total_size as usize != size {
-            return bad(format!(
-                "header says {} bytes, segment has {size}",
-                hdr.total_size
-            ));
-        }
-        if let Some(g) = generation {
-            if hdr.generation != g {
-                return bad(format!("generation {} (expected {g})", hdr.generation));
-            }
-        }
-        let settings = hdr.settings;
-        let layout = Layout::compute(&settings, hdr.max_backends);
-        if layout.total != size {
-            return bad(format!(
-                "layout of {} bytes does not match size {size}",
-                layout.total
-            ));
-        }
+        let layout = Layout::compute(&hdr.settings, hdr.max_backends);
         Ok(Shmem {
             base,
             layout,
-            name: name.to_string(),
+            fd: None,
         })
+    }
+
+    /// The segment's descriptor, in the process that created it.
+    pub fn raw_fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
+    /// Marks this generation as abandoned (the postmaster, just before a
+    /// crash restart or at shutdown). Release: pairs with the Acquire in
+    /// `has_ended`, so a process that sees the flag also sees every store
+    /// the postmaster made before it.
+    pub fn mark_ended(&self) {
+        self.header().ended.store(1, Ordering::Release);
+    }
+
+    /// Has the postmaster abandoned this generation? (Acquire: pairs with
+    /// `mark_ended`.)
+    pub fn has_ended(&self) -> bool {
+        self.header().ended.load(Ordering::Acquire) != 0
     }
 
     /// # Safety
@@ -351,6 +347,7 @@ impl Shmem {
             n_insert_locks: l.n_insert_locks,
             n_buffers: l.n_buffers,
             n_prevlinks: l.n_prevlinks,
+            ended: AtomicU32::new(0),
             settings: *settings,
         };
         // SAFETY: every element pointer comes from the layout, is aligned
@@ -442,10 +439,6 @@ impl Shmem {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(p.off) as *const T, p.count) }
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -472,6 +465,44 @@ impl Shmem {
 
     pub fn aux_procno(&self, aux: AuxProc) -> u32 {
         self.layout.max_backends + aux as u32
+    }
+
+    /// Worker slots (`max_worker_processes`) in this segment.
+    pub fn max_workers(&self) -> u32 {
+        self.layout.max_workers
+    }
+
+    /// The proc number of worker slot `i` (< `max_workers`): after the
+    /// backends' and the auxiliary processes' slots.
+    pub fn worker_procno(&self, i: u32) -> u32 {
+        assert!(i < self.layout.max_workers, "worker slot {i}");
+        self.layout.first_worker_procno() + i
+    }
+
+    /// Makes worker proc slot `procno` ready for a new worker: its pid,
+    /// wait state, links, XID, group-clear state and semaphore back to
+    /// their initial values (counters are kept: the report sums them).
+    /// The caller (the postmaster) knows the slot is unused, so plain
+    /// atomic stores cannot race with an owner; the new worker receives
+    /// the slot only afterwards, over a socket (a happens-before edge).
+    pub fn reset_worker_slot(&self, procno: u32) {
+        assert!(
+            procno >= self.layout.first_worker_procno() && procno < self.layout.max_procs,
+            "{procno} is not a worker slot"
+        );
+        let p = &self.procs()[procno as usize];
+        p.pid.store(0, Ordering::Relaxed);
+        p.sem.reset();
+        p.lw_waiting.store(LW_WS_NOT_WAITING, Ordering::Relaxed);
+        p.lw_wait_mode.store(0, Ordering::Relaxed);
+        p.lw_next.store(INVALID_PROCNO, Ordering::Relaxed);
+        p.lw_prev.store(INVALID_PROCNO, Ordering::Relaxed);
+        p.free_next.store(INVALID_PROCNO, Ordering::Relaxed);
+        p.xid.store(0, Ordering::Relaxed);
+        p.group_clear_member.store(0, Ordering::Relaxed);
+        p.group_clear_next.store(INVALID_PROCNO, Ordering::Relaxed);
+        p.group_clear_xid.store(0, Ordering::Relaxed);
+        p.cancel_key.store(0, Ordering::Relaxed);
     }
 
     pub fn named_lock(&self, which: NamedLock) -> &LWLock {
@@ -660,56 +691,85 @@ impl Drop for Shmem {
 mod tests {
     use super::*;
 
-    /// Removes the test segment however the test ends.
-    struct Unlink(String);
-    impl Drop for Unlink {
-        fn drop(&mut self) {
-            let _ = unlink_segment(&self.0);
-        }
-    }
-
-    fn name(tag: &str) -> String {
-        format!("/walshm.unit.{}.{tag}", std::process::id())
+    /// A descriptor of `shm`'s memfd of our own (as a registering process
+    /// receives one).
+    fn dup_fd(shm: &Shmem) -> OwnedFd {
+        // SAFETY: the creator's descriptor is open while `shm` lives.
+        let fd = unsafe { BorrowedFd::borrow_raw(shm.raw_fd().unwrap()) };
+        fd.try_clone_to_owned().unwrap()
     }
 
     #[test]
-    fn attach_validates_the_header() {
-        let n = name("hdr");
-        let _guard = Unlink(n.clone());
+    fn from_fd_validates_the_header() {
         let s = Settings::default();
-        let shm = Shmem::create(&n, &s, 4, 7).unwrap();
-        assert!(
-            matches!(Shmem::create(&n, &s, 4, 7), Err(ShmemError::Os { .. })),
-            "O_EXCL"
-        );
-        let other = Shmem::attach(&n, Some(7)).unwrap();
+        let shm = Shmem::create(&s, 4, 7).unwrap();
+        let other = Shmem::from_fd(dup_fd(&shm), Some(7)).unwrap();
         assert_eq!(other.layout(), shm.layout());
         assert_eq!(other.settings(), &s);
-        let e = Shmem::attach(&n, Some(8)).err().unwrap().to_string();
+        assert!(other.raw_fd().is_none(), "an attached process keeps no fd");
+        let e = Shmem::from_fd(dup_fd(&shm), Some(8))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("generation 7 (expected 8)"), "{e}");
         // A segment whose magic is wrong is refused with a clear message.
         // SAFETY: test-only write to the header of a segment we created;
         // nothing else uses it.
         unsafe { (*(shm.at::<ShmemHeader>(0))).magic = 0xdead };
-        let e = Shmem::attach(&n, None).err().unwrap().to_string();
+        let e = Shmem::from_fd(dup_fd(&shm), None)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("bad magic"), "{e}");
-        drop(other);
-        drop(shm);
-        assert!(unlink_segment(&n).unwrap());
-        assert!(!unlink_segment(&n).unwrap());
-        let e = Shmem::attach(&n, None).err().unwrap().to_string();
-        assert!(e.contains("could not open shared memory segment"), "{e}");
+        // A file too small for a header, and one that is not a segment.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let e = Shmem::from_fd(f.into(), None).err().unwrap().to_string();
+        assert!(e.contains("smaller than a header"), "{e}");
+    }
+
+    #[test]
+    fn the_segment_is_unnamed_and_the_ended_flag_is_shared() {
+        let shm = Shmem::create(&Settings::default(), 2, 3).unwrap();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", shm.raw_fd().unwrap())).unwrap();
+        assert!(
+            link.to_string_lossy().starts_with("/memfd:walshm"),
+            "{link:?}"
+        );
+        let other = Shmem::from_fd(dup_fd(&shm), Some(3)).unwrap();
+        assert!(!other.has_ended());
+        shm.mark_ended();
+        assert!(other.has_ended());
+    }
+
+    #[test]
+    fn worker_slots_follow_the_auxiliary_slots_and_reset() {
+        let s = Settings {
+            max_worker_processes: 2,
+            ..Settings::default()
+        };
+        let shm = Shmem::create(&s, 3, 1).unwrap();
+        assert_eq!(shm.max_workers(), 2);
+        assert_eq!(shm.worker_procno(0), 3 + NUM_AUX_PROCS);
+        assert_eq!(shm.worker_procno(1), 3 + NUM_AUX_PROCS + 1);
+        assert_eq!(shm.procs().len(), 3 + NUM_AUX_PROCS as usize + 2);
+        let p = &shm.procs()[shm.worker_procno(1) as usize];
+        p.pid.store(1234, Ordering::Relaxed);
+        p.xid.store(99, Ordering::Relaxed);
+        p.sem.post();
+        shm.reset_worker_slot(shm.worker_procno(1));
+        assert_eq!(p.pid.load(Ordering::Relaxed), 0);
+        assert_eq!(p.xid.load(Ordering::Relaxed), 0);
+        assert_eq!(p.sem.count(), 0);
+        assert_eq!(p.procno(), shm.worker_procno(1));
     }
 
     #[test]
     fn accessors_find_their_regions_and_the_prev_links_follow_the_variant() {
-        let n = name("regions");
-        let _guard = Unlink(n.clone());
         let s = Settings {
             wal_reservation: crate::variants::Reservation::Atomic,
             ..Settings::default()
         };
-        let shm = Shmem::create(&n, &s, 3, 1).unwrap();
+        let shm = Shmem::create(&s, 3, 1).unwrap();
         let l = *shm.layout();
         let off = |p: *const u8| p as usize - shm.base.as_ptr() as usize;
         let at = |r: Region| l.placement(r).off;
@@ -752,11 +812,12 @@ mod tests {
             shm.prev_links().len(),
             crate::prevlink::slots_for(s.wal_insert_locks) as usize
         );
-        assert_eq!(shm.procs().len(), 3 + NUM_AUX_PROCS as usize);
+        assert_eq!(
+            shm.procs().len(),
+            3 + NUM_AUX_PROCS as usize + s.max_worker_processes as usize
+        );
         assert_eq!(shm.header().n_prevlinks as usize, shm.prev_links().len());
-        let n2 = name("regions-spin");
-        let _guard2 = Unlink(n2.clone());
-        let spin = Shmem::create(&n2, &Settings::default(), 3, 1).unwrap();
+        let spin = Shmem::create(&Settings::default(), 3, 1).unwrap();
         assert!(spin.prev_links().is_empty(), "no table with the spinlock");
         assert!(spin.layout().total <= shm.layout().total);
     }
@@ -774,9 +835,7 @@ mod tests {
             eprintln!("SKIPPED: MADV_POPULATE_WRITE needs Linux 5.14 or later");
             return;
         }
-        let n = name("prefault");
-        let _guard = Unlink(n.clone());
-        let shm = Shmem::create(&n, &Settings::default(), 3, 1).unwrap();
+        let shm = Shmem::create(&Settings::default(), 3, 1).unwrap();
         let last = shm.layout().n_buffers as usize - 1;
         // SAFETY: the first and last bytes of the WAL buffers lie inside
         // the mapping; nobody else uses this fresh segment.
@@ -798,9 +857,7 @@ mod tests {
 
     #[test]
     fn free_list_hands_out_each_backend_slot_once() {
-        let n = name("free");
-        let _guard = Unlink(n.clone());
-        let shm = Shmem::create(&n, &Settings::default(), 3, 1).unwrap();
+        let shm = Shmem::create(&Settings::default(), 3, 1).unwrap();
         shm.reserve_fixed_procs(1);
         let a = shm.alloc_backend_proc().unwrap();
         let b = shm.alloc_backend_proc().unwrap();

@@ -178,6 +178,17 @@ declare_settings! {
     session_memory_limit: u64 = 256 << 20 =>
         "session_memory_limit", Kind::int(Unit::BYTES, Unit::KB, 1 << 20, 1 << 30),
         "largest value or reply message one session may build (53200 beyond)";
+    // issue 12: attached workers
+    /// Proc slots for worker processes that attach to the segment
+    /// (supervised and external), PostgreSQL's max_worker_processes.
+    max_worker_processes: u32 = 8 =>
+        "max_worker_processes", Kind::count(0, 1024),
+        "worker processes that may attach to shared memory at once";
+    /// Milliseconds before a supervised worker that detached and exited 1
+    /// is started again (PostgreSQL's bgw_restart_time).
+    worker_restart_delay_ms: u32 = 5000 =>
+        "worker_restart_delay", Kind::int(Unit::MS, Unit::S, 0, 3_600_000),
+        "wait before restarting a supervised worker that exited 1";
     // ---- issue 14: statistics ----
     /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
     track_wal_io_timing: bool = false =>

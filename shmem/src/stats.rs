@@ -845,19 +845,11 @@ mod reader {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::segment::{unlink_segment, Shmem};
+    use crate::segment::Shmem;
     use crate::settings::Settings;
 
-    struct Seg(Shmem, String);
-    impl Drop for Seg {
-        fn drop(&mut self) {
-            let _ = unlink_segment(&self.1);
-        }
-    }
-    fn seg(tag: &str) -> Seg {
-        let n = format!("/walshm.unit.{}.stats.{tag}", std::process::id());
-        let _ = unlink_segment(&n);
-        Seg(Shmem::create(&n, &Settings::default(), 4, 1).unwrap(), n)
+    fn seg() -> Shmem {
+        Shmem::create(&Settings::default(), 4, 1).unwrap()
     }
 
     #[test]
@@ -912,8 +904,8 @@ mod tests {
 
     #[test]
     fn activity_shows_entered_slots_with_their_wait_and_text() {
-        let s = seg("act");
-        let shm = &s.0;
+        let s = seg();
+        let shm = &s;
         assert!(activity(shm).is_empty(), "no live slot yet");
         shm.procs()[1].pid.store(4242, Ordering::Relaxed);
         let entry = enter_proc(shm, 1, BackendType::ClientBackend);
@@ -963,8 +955,8 @@ mod tests {
 
     #[test]
     fn wal_stats_reset_restarts_from_zero_and_dates_the_reset() {
-        let s = seg("wal");
-        let shm = &s.0;
+        let s = seg();
+        let shm = &s;
         shm.procs()[0].pid.store(1, Ordering::Relaxed);
         let _e = enter_proc(shm, 0, BackendType::Worker);
         let c = &shm.proc_stats(0).counters.flat;

@@ -19,8 +19,8 @@
 //!
 //! Safety net: a hang is a failure (children are polled with a deadline and
 //! SIGKILLed), a child never returns into the test harness (it `_exit`s,
-//! also on panic), and a guard kills leftover children and unlinks the
-//! segment on every path, failure included.
+//! also on panic), and a guard kills leftover children on every path,
+//! failure included (the segment is unnamed and goes with them).
 #![cfg(not(loom))]
 
 #[path = "common/anon_map.rs"]
@@ -29,7 +29,6 @@ use anon_map::AnonMap;
 
 use shmem::lwlock::{LWLockMode, LockEnv, VarWait, LW_FLAG_LOCKED, LW_FLAG_RELEASE_OK};
 use shmem::proc::{ProcCounters, LW_WS_NOT_WAITING};
-use shmem::segment::unlink_segment;
 use shmem::sync::{AtomicU32, Ordering};
 use shmem::variants::{VarAccess, WaitQueue};
 use shmem::{NamedLock, Settings, Shmem};
@@ -45,26 +44,20 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// The tests fork hundreds of processes each: run them one at a time so that
 /// each gets the machine and its timings mean something.
 static SERIAL: Mutex<()> = Mutex::new(());
-static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Kills and reaps every child still registered and unlinks the segment,
-/// whatever way the test ends.
+/// Kills and reaps every child still registered, whatever way the test
+/// ends (the segment is unnamed: it goes with the last mapping).
 struct Guard {
-    segment: String,
     children: Vec<libc::pid_t>,
 }
 
 impl Guard {
-    fn new(segment: String) -> Guard {
-        // A leftover of a crashed earlier run with the same pid would make
-        // the creation fail; it can only be ours.
-        let _ = unlink_segment(&segment);
+    fn new() -> Guard {
         Guard {
-            segment,
             children: Vec::new(),
         }
     }
@@ -83,7 +76,6 @@ impl Drop for Guard {
             unsafe { libc::waitpid(pid, &mut status, 0) };
         }
         self.children.clear();
-        let _ = unlink_segment(&self.segment);
     }
 }
 
@@ -107,12 +99,7 @@ impl SharedPage {
 }
 
 fn create_segment(queue: WaitQueue, var_access: VarAccess) -> (Guard, Shmem) {
-    let name = format!(
-        "/walshm.test.{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let guard = Guard::new(name.clone());
+    let guard = Guard::new();
     let settings = Settings {
         lwlock_queue: queue,
         inserting_at: var_access,
@@ -120,7 +107,7 @@ fn create_segment(queue: WaitQueue, var_access: VarAccess) -> (Guard, Shmem) {
         wal_insert_locks: 4,
         ..Settings::default()
     };
-    let shmem = Shmem::create(&name, &settings, MAX_BACKENDS, 1).expect("create segment");
+    let shmem = Shmem::create(&settings, MAX_BACKENDS, 1).expect("create segment");
     (guard, shmem)
 }
 

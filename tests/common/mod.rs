@@ -292,8 +292,9 @@ pub fn start_workload(
     (d, s)
 }
 
-/// Name of the /dev/shm file of a data directory (as `shm_open` names it:
-/// FNV-1a of the canonical path, the README's `walshm.<16 hex>`).
+/// Name the /dev/shm file of a data directory had while the segment was
+/// named (FNV-1a of the canonical path, `walshm.<16 hex>`). The segment is
+/// now an unnamed memfd: tests check that no such file appears.
 pub fn segment_name(datadir: &Path) -> String {
     let canon = datadir
         .canonicalize()
@@ -320,10 +321,25 @@ pub fn all_segments() -> Vec<String> {
     v
 }
 
-/// The segments in /dev/shm that belong to `datadir` (zero or one).
+/// The segments in /dev/shm that belong to `datadir` (must be none).
 pub fn segments_for(datadir: &Path) -> Vec<String> {
     let mine = segment_name(datadir);
     all_segments().into_iter().filter(|n| *n == mine).collect()
+}
+
+/// The distinct walshm memfd segments process `pid` maps (from
+/// /proc/PID/maps: "/memfd:walshm (deleted)", by inode), and whether it
+/// maps anything under /dev/shm.
+pub fn mapped_segments(pid: i32) -> (usize, bool) {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut inodes: Vec<&str> = maps
+        .lines()
+        .filter(|l| l.contains("/memfd:walshm"))
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    inodes.sort_unstable();
+    inodes.dedup();
+    (inodes.len(), maps.contains("/dev/shm/"))
 }
 
 // ---------------------------------------------------------------------------
@@ -1059,11 +1075,16 @@ pub fn verify_wal(d: &DataDir, expected_messages: Option<u64>, sizes: &[usize]) 
     }
 }
 
-/// Asserts the data directory has no pid file and no segment.
+/// Asserts the data directory has no pid file, no registration socket
+/// and no named segment.
 pub fn assert_cleaned_up(datadir: &Path) {
     assert!(
         !datadir.join("postmaster.pid").exists(),
         "postmaster.pid still exists after shutdown"
+    );
+    assert!(
+        !datadir.join(".s.WALSHM.worker").exists(),
+        "the registration socket still exists after shutdown"
     );
     let segs = segments_for(datadir);
     assert!(segs.is_empty(), "segment left in /dev/shm: {segs:?}");

@@ -1,6 +1,7 @@
 //! Hand-written SVG charts in the style of the seeds' graphs: TPS against
 //! client count on a log axis, one line per variant with min–max whiskers,
-//! a legend, and one panel per record size.
+//! a legend, and one panel per record size (reproduce adds one per size
+//! for the experiment's mechanism counter).
 //!
 //! Invariants: the output is self-contained SVG 1.1 (no scripts, no external
 //! fonts), every series is exactly one `<polyline>` (tests count them), and

@@ -58,6 +58,17 @@ pub struct Experiment {
     pub ram_disk: bool,
     /// How to read the table.
     pub note: &'static str,
+    /// The counter that carries the seed's mechanism (`observe`).
+    pub mechanism: Mechanism,
+}
+
+/// The counter in which an experiment's mechanism shows on any machine,
+/// even where its throughput effect needs more cores than there are.
+pub struct Mechanism {
+    /// A `per_tx` key or a `mechanism_ratios` key (`observe::Observed::value`).
+    pub counter: &'static str,
+    /// What the seed predicts for it, variant against variant.
+    pub expect: &'static str,
 }
 
 /// The seeds' RAM-disk runs.
@@ -82,6 +93,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[FSYNC_OFF],
         ram_disk: true,
         note: "pg_logical_emit_message(false, ...) per transaction; columns are message sizes in bytes",
+        mechanism: Mechanism {
+            counter: "waitlist_lock_acquisitions",
+            expect: "higher for waitlist: every read and clear of insertingAt takes the insertion lock's wait-list lock",
+        },
     },
     Experiment {
         name: "insert-locks",
@@ -98,6 +113,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[FSYNC_OFF],
         ram_disk: true,
         note: "each transaction is about 100 kB of WAL: emit-batch:SIZE:ceil(100000 / SIZE)",
+        mechanism: Mechanism {
+            counter: "lwlock_sleeps.WALInsert",
+            expect: "sleeps on the insertion locks: one lock queues every inserter; padded vs packed differ only in cache-line traffic, which no counter here sees",
+        },
     },
     Experiment {
         name: "lwlock-queue",
@@ -112,6 +131,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[],
         ram_disk: false,
         note: "txid: snapshot, XID, commit record (no flush wait), XID clear",
+        mechanism: Mechanism {
+            counter: "waitlist_entries_scanned_per_dequeue",
+            expect: "0 for modern (no scan); for legacy it grows with the queue length",
+        },
     },
     Experiment {
         name: "parallel-insert",
@@ -127,6 +150,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[FSYNC_OFF],
         ram_disk: true,
         note: "a transaction is 10,000 small records (INSERT ... generate_series(1, 10000)): emit-batch:16:10000",
+        mechanism: Mechanism {
+            counter: "pages_init_backend",
+            expect: "near 0 with the walwriter's pre-init, about one page per 8 kB of WAL without it",
+        },
     },
     Experiment {
         name: "group-xid-clear",
@@ -141,6 +168,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[],
         ram_disk: false,
         note: "txid: snapshot, XID, commit record (no flush wait), XID clear",
+        mechanism: Mechanism {
+            counter: "procarray_lock_acquisitions_per_commit",
+            expect: "1 for exclusive; below 1 for group once commits overlap (one leader clears many)",
+        },
     },
     Experiment {
         name: "lockfree-reserve",
@@ -155,6 +186,10 @@ pub const EXPERIMENTS: &[Experiment] = &[
         base: &[FSYNC_OFF],
         ram_disk: true,
         note: "pg_logical_emit_message(false, ...) per transaction; columns are message sizes in bytes",
+        mechanism: Mechanism {
+            counter: "spin_delays",
+            expect: "0 for atomic (no spinlock); spinlock delays appear when the holder is descheduled",
+        },
     },
 ];
 

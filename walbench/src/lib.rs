@@ -22,7 +22,8 @@
 //! `reproduce` (its experiments in `experiments`), the variants both compare
 //! as typed settings in `variants`; both modes parse their command line
 //! through `cli` and write every table, JSON, CSV and chart through
-//! `report`; `point` measures one point against a real server, `chart`
+//! `report`; `point` measures one point against a real server (and
+//! `observe` what its backends waited on and did), `chart`
 //! draws, `machine` and `procstat` read the machine and its processes.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -30,6 +31,7 @@ pub mod chart;
 pub mod cli;
 pub mod experiments;
 pub mod machine;
+pub mod observe;
 pub mod point;
 pub mod procstat;
 pub mod report;

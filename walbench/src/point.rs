@@ -4,14 +4,18 @@
 //! Invariants: every number returned comes from the runtime's own counters
 //! (per-proc transaction/record/byte counters, the WAL write counters, the
 //! per-proc latency histograms) read as deltas over the window, so start-up
-//! and shutdown never count; `records_at_exit` is read after the server has
+//! and shutdown never count; the window is also sampled for the backends'
+//! wait events and the mechanism counters' delta (`observe`);
+//! `records_at_exit` is read after the server has
 //! exited, from our still-mapped segment, so it equals what the backends
 //! wrote to WAL in the whole run. The server runs in its own process group
 //! and is killed if the point fails half-way.
 
+use crate::observe::{self, Observed};
 use crate::procstat::{self, TreeSample};
 use shmem::histogram::{quantile, BUCKETS};
-use shmem::segment::segment_name_for;
+use shmem::register::{self, Kind};
+use shmem::stats;
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
@@ -54,6 +58,8 @@ pub struct Measured {
     pub cpu_cores: f64,
     /// Resident memory of the server's processes at the end of the window.
     pub mem_bytes: u64,
+    /// Wait events sampled and mechanism counters over the window.
+    pub observed: Observed,
 }
 
 /// A temporary directory removed on drop.
@@ -200,14 +206,17 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     // Start-up of thousands of backends takes a while on a small machine.
     let ready_timeout = Duration::from_secs(60 + u64::from(p.clients) / 20);
     wait_ready(&log_path, ready_timeout).map_err(fail)?;
-    let canon = dir.canonicalize().map_err(|e| e.to_string())?;
-    let shm = Shmem::attach(&segment_name_for(&canon), None).map_err(|e| fail(e.to_string()))?;
+    // An observer: the segment's descriptor without a proc slot.
+    let reg = register::connect(&dir, Kind::Observer).map_err(|e| fail(e.to_string()))?;
+    let shm = &reg.shm;
     std::thread::sleep(Duration::from_secs_f64((p.seconds / 4.0).min(0.5)));
     let c0 = procstat::sample_group(pgid);
     let t0 = Instant::now();
-    let s0 = sample(&shm, p.clients);
-    std::thread::sleep(Duration::from_secs_f64(p.seconds));
-    let s1 = sample(&shm, p.clients);
+    let s0 = sample(shm, p.clients);
+    let m0 = stats::mechanism_totals(shm);
+    let waits = observe::sample_window(shm, p.seconds);
+    let m1 = stats::mechanism_totals(shm);
+    let s1 = sample(shm, p.clients);
     let dt = t0.elapsed().as_secs_f64();
     let c1 = procstat::sample_group(pgid);
 
@@ -216,10 +225,10 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     unsafe { libc::kill(pgid, libc::SIGTERM) };
     let mut child = child;
     let status = child.wait().map_err(|e| e.to_string())?;
-    // The segment is unlinked at exit but stays mapped here: the final
-    // counters are the whole run's.
-    let records_at_exit = sample(&shm, p.clients).records;
-    drop(shm);
+    // The segment has no name and stays mapped here after the server is
+    // gone: the final counters are the whole run's.
+    let records_at_exit = sample(shm, p.clients).records;
+    drop(reg);
     let log_text = server_log();
     let _ = std::fs::remove_file(&log_path);
     if !status.success() {
@@ -228,7 +237,9 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
             p.workload, p.clients
         ));
     }
-    Ok(combine(&s0, &s1, dt, &c0, &c1, records_at_exit))
+    let mut m = combine(&s0, &s1, dt, &c0, &c1, records_at_exit);
+    m.observed = Observed::new(&waits, &m0, &m1);
+    Ok(m)
 }
 
 fn combine(
@@ -260,6 +271,7 @@ fn combine(
         latency_ns_p99: quantile(&hist, 0.99),
         cpu_cores: procstat::cpu_cores_between(c0, c1, dt),
         mem_bytes: c1.mem_bytes(),
+        observed: Observed::default(),
     }
 }
 

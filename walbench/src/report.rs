@@ -30,6 +30,9 @@ pub enum Value {
     /// `[\n  a,\n  b\n]`: one element per line.
     Lines(Vec<Value>),
     Obj(Record),
+    /// An object whose keys are only known at run time (wait events,
+    /// per-tranche counters).
+    Map(Vec<(String, Value)>),
 }
 
 /// Named fields, in output order.
@@ -53,13 +56,8 @@ impl Value {
     pub fn json(&self) -> String {
         match self {
             Value::Str(s) => json_str(s),
-            Value::Obj(fields) => {
-                let f: Vec<String> = fields
-                    .iter()
-                    .map(|(k, v)| format!("{}:{}", json_str(k), v.json()))
-                    .collect();
-                format!("{{{}}}", f.join(","))
-            }
+            Value::Obj(fields) => json_object(fields.iter().map(|(k, v)| (*k, v))),
+            Value::Map(fields) => json_object(fields.iter().map(|(k, v)| (k.as_str(), v))),
             Value::List(v) => {
                 let items: Vec<String> = v.iter().map(Value::json).collect();
                 format!("[{}]", items.join(","))
@@ -89,6 +87,14 @@ impl Value {
             other => other.json(),
         }
     }
+}
+
+/// `{"k":v,...}`.
+fn json_object<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
+    let f: Vec<String> = fields
+        .map(|(k, v)| format!("{}:{}", json_str(k), v.json()))
+        .collect();
+    format!("{{{}}}", f.join(","))
 }
 
 /// A JSON string literal.

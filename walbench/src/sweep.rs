@@ -42,6 +42,8 @@ pub struct Run {
     pub bytes: u64,
     pub wal_syncs: u64,
     pub tps: f64,
+    /// Wait events and mechanism counters of the window.
+    pub observed: crate::observe::Observed,
 }
 
 #[derive(Clone, Copy)]
@@ -278,6 +280,7 @@ fn run_point(postmaster: &Path, o: &Options, p: &Point, seconds: f64) -> Result<
         bytes: m.bytes,
         wal_syncs: m.wal_syncs,
         tps: m.transactions as f64 / m.seconds,
+        observed: m.observed,
     })
 }
 
@@ -340,7 +343,7 @@ fn panels(runs: &[Run]) -> Vec<chart::Panel> {
         .collect()
 }
 
-const COLUMNS: [Column; 7] = [
+const COLUMNS: [Column; 8] = [
     Column::left("workload", 12),
     Column::right("clients", 7),
     Column::left("variant", 22).gap(2),
@@ -348,6 +351,7 @@ const COLUMNS: [Column; 7] = [
     Column::right("MB/s", 10),
     Column::right("vs modern", 10),
     Column::right("syncs/tx", 12),
+    Column::left("top waits", 36).gap(2),
 ];
 
 /// The ratio of `r` to `modern` at the same workload and client count.
@@ -378,6 +382,7 @@ pub fn table(runs: &[Run]) -> String {
                 format!("{:.1}", r.bytes as f64 / r.seconds / 1e6),
                 vs_modern(runs, r),
                 syncs,
+                r.observed.top_waits(2),
             ]
         })
         .collect();
@@ -385,7 +390,7 @@ pub fn table(runs: &[Run]) -> String {
 }
 
 fn run_record(r: &Run) -> Value {
-    Value::Obj(vec![
+    let mut fields = vec![
         ("variant", Value::str(&r.variant)),
         ("workload", Value::str(&r.workload)),
         ("clients", Value::Int(r.clients.into())),
@@ -396,10 +401,13 @@ fn run_record(r: &Run) -> Value {
         ("bytes", Value::Int(r.bytes)),
         ("wal_syncs", Value::Int(r.wal_syncs)),
         ("cores", Value::Int(machine::cores() as u64)),
-    ])
+    ];
+    fields.extend(r.observed.fields(r.transactions));
+    Value::Obj(fields)
 }
 
-/// `{"runs":[{"variant","workload","clients","seconds","transactions","tps",...}]}`
+/// `{"runs":[{"variant","workload","clients","seconds","transactions","tps",...,
+/// "wait_events":{..},"per_tx":{..}}]}`
 pub fn json(runs: &[Run]) -> String {
     report::json_document(vec![(
         "runs",
@@ -444,6 +452,7 @@ mod tests {
             bytes: 100,
             wal_syncs: 0,
             tps: 10.0 * clients as f64,
+            observed: Default::default(),
         };
         let runs = [
             run("modern", "emit:16", 1),
@@ -478,6 +487,7 @@ mod tests {
             bytes: 560,
             wal_syncs: 0,
             tps: 10.0,
+            observed: Default::default(),
         };
         let j = json(&[r]);
         for k in [
@@ -488,6 +498,13 @@ mod tests {
             "\"seconds\"",
             "\"transactions\"",
             "\"tps\"",
+            "\"wait_events\":{",
+            "\"per_tx\":{",
+            "\"lwlock_sleeps\"",
+            "\"procarray_lock_acquisitions\"",
+            "\"waitlist_lock_acquisitions\"",
+            "\"waitlist_entries_scanned\"",
+            "\"fdatasyncs\"",
         ] {
             assert!(j.contains(k), "{k} missing in {j}");
         }

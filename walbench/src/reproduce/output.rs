@@ -1,6 +1,10 @@
 //! What `walbench reproduce` prints and writes: the seed-style table (rows
-//! variant_N_clients, a column per size, new / old ratio rows), the
-//! per-point details, the JSON document, the CSV and the chart panels.
+//! variant_N_clients, a column per size, new / old ratio rows), the same
+//! table for the experiment's mechanism counter (the one that shows the
+//! seed's mechanism on any machine), the per-point details with the
+//! backends' top wait events, the JSON document (each run with
+//! `wait_events`, `per_tx`, `mechanism_ratios`, `mechanism_counter` and
+//! `mechanism_value`), the CSV and the chart panels.
 //!
 //! Invariants: one record per point (`run_record`) feeds both the JSON
 //! runs and the CSV lines, so a field reads the same in both; the JSON keeps
@@ -78,21 +82,26 @@ fn cell(x: &Summary, repeat: u32) -> String {
     }
 }
 
-/// The seed-style table: rows variant_N_clients, columns sizes, ratio rows.
-pub fn table(o: &Options, s: &[Summary]) -> String {
-    let sizes = sizes_or_none(o);
+/// The first row of a seed-style table: the sizes (or the workload).
+fn header_row(o: &Options) -> (String, Vec<String>) {
     let head = if o.sizes.is_empty() {
         "workload"
     } else {
         "message_size_b"
     };
+    let sizes = sizes_or_none(o);
+    (head.into(), sizes.iter().map(|z| size_label(*z)).collect())
+}
+
+/// The seed-style table: rows variant_N_clients, columns sizes, ratio rows.
+pub fn table(o: &Options, s: &[Summary]) -> String {
+    let sizes = sizes_or_none(o);
     let what = if o.experiment.derived() {
         "transactions/s (derived: records / records per transaction)"
     } else {
         "transactions/s"
     };
-    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
-    rows.push((head.into(), sizes.iter().map(|z| size_label(*z)).collect()));
+    let mut rows = vec![header_row(o)];
     for &c in &o.clients {
         for v in &o.variants {
             let cells = sizes
@@ -109,14 +118,62 @@ pub fn table(o: &Options, s: &[Summary]) -> String {
             rows.push((format!("ratio_{c}_clients ({new}/{old})"), cells));
         }
     }
-    format!("\n{what}\n{}", report::seed_table(&rows))
+    format!(
+        "\n{what}\n{}{}",
+        report::seed_table(&rows),
+        mechanism_table(o, s)
+    )
+}
+
+/// The experiment's mechanism counter at one point (median run).
+fn mechanism_value(o: &Options, x: &Summary) -> Option<f64> {
+    let m = x.median();
+    m.observed
+        .value(o.experiment.mechanism.counter, x.transactions_of(m))
+}
+
+/// `v` with four significant digits (a ratio near 1 shows its change in
+/// the fourth decimal on a small machine).
+fn four_digits(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// The mechanism counter in the seed table's shape: one row per variant
+/// and client count, one column per size.
+fn mechanism_table(o: &Options, s: &[Summary]) -> String {
+    let mech = &o.experiment.mechanism;
+    let sizes = sizes_or_none(o);
+    let mut rows = vec![header_row(o)];
+    for &c in &o.clients {
+        for v in &o.variants {
+            let cells = sizes
+                .iter()
+                .map(|&z| {
+                    find(s, v.name, z, c)
+                        .and_then(|x| mechanism_value(o, x))
+                        .map_or("-".into(), four_digits)
+                })
+                .collect();
+            rows.push((format!("{}_{c}_clients", v.name), cells));
+        }
+    }
+    format!(
+        "\nmechanism: {} (expected: {})\n{}",
+        mech.counter,
+        mech.expect,
+        report::seed_table(&rows)
+    )
 }
 
 fn us(ns: Option<u64>) -> String {
     ns.map_or("-".into(), |n| format!("{:.1}", n as f64 / 1000.0))
 }
 
-const DETAIL_COLUMNS: [Column; 11] = [
+const DETAIL_COLUMNS: [Column; 12] = [
     Column::left("variant", 20),
     Column::right("workload", 11),
     Column::right("clients", 7),
@@ -128,6 +185,7 @@ const DETAIL_COLUMNS: [Column; 11] = [
     Column::right("rec/tx", 9),
     Column::right("cpu", 6),
     Column::right("mem MB", 8),
+    Column::left("top waits (share of backend samples)", 36).gap(2),
 ];
 
 /// Per-point details: records/s, bytes/s, latency, CPU and memory.
@@ -148,26 +206,28 @@ pub fn details(s: &[Summary]) -> String {
                 x.per_tx.to_string(),
                 format!("{:.2}", m.cpu_cores),
                 format!("{:.0}", m.mem_bytes as f64 / 1e6),
+                m.observed.top_waits(3),
             ]
         })
         .collect();
     format!(
         "\n{}latency: one workload iteration (one record for emit, one transaction for txid), \
-         sampled 1 in 8; cpu: cores busy in the server's processes\n",
+         sampled 1 in 8; cpu: cores busy in the server's processes; waits: \
+         backends' wait events sampled every 1 ms\n",
         report::fixed_table(&DETAIL_COLUMNS, &rows)
     )
 }
 
 /// One point's fields, in the JSON's order; the CSV picks its columns
 /// from them.
-fn run_record(x: &Summary) -> Record {
+fn run_record(o: &Options, x: &Summary) -> Record {
     let m = x.median();
     let tps_runs = x
         .runs
         .iter()
         .map(|r| Value::Fixed(x.tps_of(r), 1))
         .collect();
-    vec![
+    let mut r = vec![
         ("variant", Value::str(&x.variant)),
         ("workload", Value::str(&x.workload)),
         ("size", Value::opt_int(x.size.map(|s| s as u64))),
@@ -196,10 +256,20 @@ fn run_record(x: &Summary) -> Record {
         ("buffer_full_waits", Value::Int(m.buffer_full_waits)),
         ("records_at_exit", Value::Int(m.records_at_exit)),
         ("cpu_cores", Value::Fixed(m.cpu_cores, 3)),
+        (
+            "mechanism_counter",
+            Value::str(o.experiment.mechanism.counter),
+        ),
+        (
+            "mechanism_value",
+            mechanism_value(o, x).map_or(Value::Null, |v| Value::Fixed(v, 6)),
+        ),
         ("mem_mb", Value::Fixed(m.mem_bytes as f64 / 1e6, 1)),
         ("repeat", Value::Int(x.runs.len() as u64)),
         ("cores", Value::Int(crate::machine::cores() as u64)),
-    ]
+    ];
+    r.extend(m.observed.fields(x.transactions_of(m)));
+    r
 }
 
 fn machine_record(m: &Machine) -> Value {
@@ -255,40 +325,91 @@ pub fn json(o: &Options, machine: &Machine, s: &[Summary]) -> String {
         ("machine", machine_record(machine)),
         (
             "runs",
-            Value::Lines(s.iter().map(|x| Value::Obj(run_record(x))).collect()),
+            Value::Lines(s.iter().map(|x| Value::Obj(run_record(o, x))).collect()),
         ),
         ("ratios", Value::Lines(ratios(o, s))),
     ])
 }
 
-pub const CSV_HEADER: &str = "experiment,variant,workload,size,clients,repeat,seconds,transactions,tps,tps_min,tps_max,records,records_per_s,bytes_per_s,records_per_transaction,transactions_derived,latency_us_p50,latency_us_p99,cpu_cores,mem_mb,wal_syncs";
+pub const CSV_HEADER: &str = "experiment,variant,workload,size,clients,repeat,seconds,transactions,tps,tps_min,tps_max,records,records_per_s,bytes_per_s,records_per_transaction,transactions_derived,latency_us_p50,latency_us_p99,cpu_cores,mem_mb,wal_syncs,mechanism_counter,mechanism_value,wait_top,per_tx_lwlock_sleeps,per_tx_procarray_lock_acquisitions,per_tx_waitlist_lock_acquisitions,per_tx_waitlist_entries_scanned,per_tx_fdatasyncs";
 
 /// The CSV: `CSV_HEADER`, then one line per point.
 pub fn csv(o: &Options, s: &[Summary]) -> String {
     let mut out = format!("{CSV_HEADER}\n");
     for x in s {
         let mut r = vec![("experiment", Value::str(o.experiment.name))];
-        r.extend(run_record(x));
+        r.extend(run_record(o, x));
         out.push_str(&report::csv_line(CSV_HEADER, &r));
         out.push('\n');
     }
     out
 }
 
-/// Chart panels: one per size, one series per variant.
+/// Chart panels: throughput per size, then the mechanism counter per size;
+/// one series per variant.
 pub fn panels(o: &Options, s: &[Summary]) -> Vec<chart::Panel> {
+    let mut p = tps_panels(o, s);
+    p.extend(mechanism_panels(o, s));
+    p
+}
+
+/// The panel title of a size.
+fn panel_title(z: Option<usize>) -> String {
+    match z {
+        Some(b) => format!("{b}-byte records"),
+        None => "txid".to_string(),
+    }
+}
+
+/// One panel per size with the mechanism counter against clients.
+fn mechanism_panels(o: &Options, s: &[Summary]) -> Vec<chart::Panel> {
+    let counter = o.experiment.mechanism.counter;
+    panels_of(
+        o,
+        s,
+        |z| format!("{}: {counter}", panel_title(z)),
+        counter,
+        |x| {
+            let y = mechanism_value(o, x)?;
+            Some(chart::Point {
+                x: x.clients as f64,
+                y,
+                lo: y,
+                hi: y,
+            })
+        },
+    )
+}
+
+fn tps_panels(o: &Options, s: &[Summary]) -> Vec<chart::Panel> {
     let y_label = if o.experiment.derived() {
         "transactions/s (derived)"
     } else {
         "transactions/s"
     };
+    panels_of(o, s, panel_title, y_label, |x| {
+        Some(chart::Point {
+            x: x.clients as f64,
+            y: x.tps(),
+            lo: x.tps_min(),
+            hi: x.tps_max(),
+        })
+    })
+}
+
+/// One panel per size, one series per variant, a point per client count
+/// where `point` gives one.
+fn panels_of(
+    o: &Options,
+    s: &[Summary],
+    title: impl Fn(Option<usize>) -> String,
+    y_label: &str,
+    point: impl Fn(&Summary) -> Option<chart::Point>,
+) -> Vec<chart::Panel> {
     sizes_or_none(o)
         .into_iter()
         .map(|z| chart::Panel {
-            title: match z {
-                Some(b) => format!("{b}-byte records"),
-                None => "txid".to_string(),
-            },
+            title: title(z),
             y_label: y_label.into(),
             series: o
                 .variants
@@ -299,12 +420,7 @@ pub fn panels(o: &Options, s: &[Summary]) -> Vec<chart::Panel> {
                         .clients
                         .iter()
                         .filter_map(|&c| find(s, v.name, z, c))
-                        .map(|x| chart::Point {
-                            x: x.clients as f64,
-                            y: x.tps(),
-                            lo: x.tps_min(),
-                            hi: x.tps_max(),
-                        })
+                        .filter_map(&point)
                         .collect(),
                 })
                 .collect(),
@@ -330,8 +446,11 @@ mod tests {
                 ..Default::default()
             }],
         };
+        let o = super::super::parse(&["lwlock-queue".to_string()])
+            .unwrap()
+            .unwrap();
         let mut r = vec![("experiment", Value::str("e"))];
-        r.extend(run_record(&x));
+        r.extend(run_record(&o, &x));
         for c in CSV_HEADER.split(',') {
             assert!(r.iter().any(|(k, _)| *k == c), "{c} not in the record");
         }

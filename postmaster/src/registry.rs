@@ -1,0 +1,642 @@
+//! Attached processes, as the postmaster keeps track of them: the
+//! registration socket `DIR/.s.WALSHM.worker`, the worker proc slots, and
+//! each attached process's liveness channel. The wire format and the
+//! client side are in `shmem::register`; the supervision of the workers
+//! the postmaster starts itself is in `supervised`.
+//!
+//! Protocol on the server side:
+//! 1. Accept (non-blocking), check the peer's uid (SO_PEERCRED) against our
+//!    effective uid; another user gets `Refused` and the connection closes.
+//!    A supervised worker's channel is one end of a socketpair made before
+//!    its fork, added here directly ([`Registry::add_supervised`]).
+//! 2. Read the 16-byte hello (it may arrive in pieces; a connection that
+//!    sends nothing for `HELLO_TIMEOUT` is dropped; a supervised worker
+//!    may take its time, it is our child and supervised as such). An
+//!    external Worker gets a free slot only while the server runs normally
+//!    (else `StartingUp` or `ShuttingDown`), or `Full`; an Observer gets
+//!    the segment whenever one exists. The answer carries the memfd
+//!    (SCM_RIGHTS).
+//!
+//! Slots: supervised worker `i` always gets worker slot `i` (reserved for
+//! it, as PostgreSQL's background workers have theirs), also during a
+//! shutdown (it is told to stop and will detach), so that external
+//! workers can never crowd a supervised worker out into a crash-restart
+//! loop; external workers share the slots after those.
+//! 3. Keep the channel and poll it: Detach -> free the slot, ack, close;
+//!    EOF, an error or garbage from a Worker without a Detach -> [`Event::Lost`]:
+//!    the supervisor treats it as the crash of a shared-memory process.
+//!    An Observer's channel closing means nothing.
+//! 4. When a generation is abandoned (crash restart, shutdown) the
+//!    supervisor sets the segment's `ended` flag and calls
+//!    [`Registry::close_all`]: every channel closes and every slot is free
+//!    for the next generation.
+//!
+//! Invariants: which worker slots are in use is known only here, in the
+//! postmaster's own memory (never a lock in shared memory); a slot is in use
+//! exactly while its channel is open in state Attached; the postmaster
+//! never blocks on a channel (all non-blocking, replies are small enough to
+//! fit a fresh socket buffer); a PID (the peer's at connect time) is only
+//! ever printed.
+
+use crate::log;
+use shmem::register::{self, Kind, Reply, Request, Status, REQUEST_LEN};
+use shmem::Shmem;
+use std::io::Read;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long an accepted connection may take to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who is at the other end of a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A process that connected to the socket (its stated pid, unchecked).
+    External { pid: i32 },
+    /// Supervised worker number `id` (`--worker`).
+    Supervised(usize),
+}
+
+/// Something the supervisor must act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A worker got a slot.
+    Attached { origin: Origin, procno: u32 },
+    /// A registration ended with a Detach (slot freed, ack sent).
+    Detached { origin: Origin },
+    /// A worker's channel ended without a Detach: a crash.
+    Lost { origin: Origin, why: String },
+}
+
+/// What the registry needs to know about the server, now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    StartingUp,
+    ShuttingDown,
+}
+
+enum State {
+    /// No hello yet; external connections must send it by `deadline`.
+    AwaitHello {
+        deadline: Option<Instant>,
+    },
+    Attached {
+        kind: Kind,
+        slot: Option<u32>,
+    },
+}
+
+struct Channel {
+    stream: UnixStream,
+    origin: Origin,
+    state: State,
+    buf: [u8; REQUEST_LEN],
+    got: usize,
+}
+
+/// What one read from a channel gave.
+enum Input {
+    Nothing,
+    Request(Request),
+    Closed(String),
+    Garbage(String),
+}
+
+pub(crate) struct Registry {
+    listener: Option<UnixListener>,
+    path: PathBuf,
+    euid: u32,
+    /// Worker slot `i` in use (index into the segment's worker slots).
+    slots: Vec<bool>,
+    /// Slots `0..reserved` belong to the supervised workers.
+    reserved: usize,
+    channels: Vec<Channel>,
+}
+
+impl Registry {
+    /// Creates the registration socket (a stale one is replaced: we own the
+    /// pid file). A path too long for a socket name leaves external attach
+    /// unavailable (a warning), not the server.
+    /// `reserved`: the number of supervised workers (each has its slot).
+    pub fn open(datadir: &Path, max_workers: u32, reserved: usize) -> Registry {
+        let path = register::socket_path(datadir);
+        let listener = match bind_socket(&path) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                log(
+                    "WARNING",
+                    &format!("{e}; external processes cannot attach (supervised workers can)"),
+                );
+                None
+            }
+        };
+        Registry {
+            listener,
+            path,
+            // SAFETY: geteuid has no preconditions.
+            euid: unsafe { libc::geteuid() },
+            slots: vec![false; max_workers as usize],
+            reserved,
+            channels: Vec::new(),
+        }
+    }
+
+    /// Descriptors the main loop polls for input.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut v: Vec<RawFd> = self.listener.iter().map(|l| l.as_raw_fd()).collect();
+        v.extend(self.channels.iter().map(|c| c.stream.as_raw_fd()));
+        v
+    }
+
+    /// The earliest hello deadline (the main loop's poll timeout).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.channels
+            .iter()
+            .filter_map(|c| match c.state {
+                State::AwaitHello { deadline } => deadline,
+                State::Attached { .. } => None,
+            })
+            .min()
+    }
+
+    /// Takes the postmaster's end of a supervised worker's socketpair.
+    pub fn add_supervised(&mut self, stream: UnixStream, id: usize) -> Result<(), String> {
+        stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        self.channels
+            .push(Channel::new(stream, Origin::Supervised(id)));
+        Ok(())
+    }
+
+    /// Accepts new connections, reads every channel, answers what can be
+    /// answered; returns what the supervisor must act on.
+    pub fn service(&mut self, shm: Option<&Shmem>, phase: Phase) -> Vec<Event> {
+        self.accept_new();
+        let mut events = Vec::new();
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.channels.len() {
+            match self.service_channel(i, shm, phase, now) {
+                Step::Keep(ev) => {
+                    events.extend(ev);
+                    i += 1;
+                }
+                Step::Drop(ev) => {
+                    events.extend(ev);
+                    let c = self.channels.swap_remove(i);
+                    self.free_slot_of(&c);
+                }
+            }
+        }
+        events
+    }
+
+    /// Closes every channel and frees every slot: the generation they
+    /// belonged to is over (the caller has set its `ended` flag).
+    pub fn close_all(&mut self) {
+        self.channels.clear();
+        self.slots.iter_mut().for_each(|u| *u = false);
+    }
+
+    /// Resizes the slot table for a new segment (a restart keeps the
+    /// setting, so this only guards against a mismatch).
+    pub fn reset_slots(&mut self, max_workers: u32) {
+        self.slots = vec![false; max_workers as usize];
+    }
+
+    fn accept_new(&mut self) {
+        let Some(l) = &self.listener else { return };
+        while let Ok((stream, _)) = l.accept() {
+            match self.admit(&stream) {
+                Ok(pid) => self
+                    .channels
+                    .push(Channel::new(stream, Origin::External { pid })),
+                Err(why) => log("LOG", &why),
+            }
+        }
+    }
+
+    /// The peer check of a new connection; a refused peer is told so.
+    /// Returns the peer's pid.
+    fn admit(&self, stream: &UnixStream) -> Result<i32, String> {
+        let (uid, pid) =
+            register::peer_credentials(stream).map_err(|e| format!("registration: {e}"))?;
+        if uid != self.euid {
+            let _ = register::send_reply(stream, &self.reply(Status::Refused, None, 0), None);
+            return Err(format!(
+                "refused a registration from uid {uid} (PID {pid}): only uid {} may attach",
+                self.euid
+            ));
+        }
+        stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(pid)
+    }
+
+    fn reply(&self, status: Status, procno: Option<u32>, generation: u64) -> Reply {
+        Reply {
+            status,
+            procno,
+            limit: self.slots.len() as u32,
+            generation,
+        }
+    }
+
+    fn service_channel(
+        &mut self,
+        i: usize,
+        shm: Option<&Shmem>,
+        phase: Phase,
+        now: Instant,
+    ) -> Step {
+        let input = self.channels[i].read_request();
+        let attached = match self.channels[i].state {
+            State::AwaitHello {
+                deadline: Some(deadline),
+            } if now > deadline => {
+                if let Input::Nothing = input {
+                    return self.await_hello_failed(i, "sent no hello in time");
+                }
+                None
+            }
+            State::AwaitHello { .. } => None,
+            State::Attached { kind, .. } => Some(kind),
+        };
+        match (attached, input) {
+            (_, Input::Nothing) => Step::Keep(None),
+            (None, Input::Request(Request::Hello(kind))) => self.hello(i, kind, shm, phase),
+            (None, Input::Request(Request::Detach)) => {
+                self.await_hello_failed(i, "sent a detach before a hello")
+            }
+            (None, Input::Closed(why) | Input::Garbage(why)) => self.await_hello_failed(i, &why),
+            (Some(_), Input::Request(Request::Detach)) => self.detach(i),
+            (Some(kind), Input::Request(Request::Hello(_))) => {
+                self.attached_channel_ended(i, kind, "sent a second hello".into())
+            }
+            (Some(kind), Input::Closed(why) | Input::Garbage(why)) => {
+                self.attached_channel_ended(i, kind, why)
+            }
+        }
+    }
+
+    /// A channel that never registered goes away. A supervised worker's
+    /// channel is its only one, so that is a lost worker (it had no slot,
+    /// but it was told to attach and did not).
+    fn await_hello_failed(&self, i: usize, why: &str) -> Step {
+        let c = &self.channels[i];
+        match c.origin {
+            Origin::External { .. } => {
+                log("LOG", &format!("registration connection dropped: {why}"));
+                Step::Drop(None)
+            }
+            Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
+                origin: c.origin,
+                why: format!("registration channel: {why}"),
+            })),
+        }
+    }
+
+    fn attached_channel_ended(&self, i: usize, kind: Kind, why: String) -> Step {
+        let origin = self.channels[i].origin;
+        match kind {
+            Kind::Observer => Step::Drop(None),
+            Kind::Worker => Step::Drop(Some(Event::Lost { origin, why })),
+        }
+    }
+
+    fn hello(&mut self, i: usize, kind: Kind, shm: Option<&Shmem>, phase: Phase) -> Step {
+        let Some(shm) = shm else {
+            return self.refuse(i, Status::StartingUp, 0);
+        };
+        let generation = shm.header().generation;
+        let status_now = match phase {
+            Phase::Running => None,
+            Phase::StartingUp => Some(Status::StartingUp),
+            Phase::ShuttingDown => Some(Status::ShuttingDown),
+        };
+        let slot = match (kind, self.channels[i].origin) {
+            (Kind::Observer, _) => None,
+            (Kind::Worker, Origin::Supervised(id)) => match self.slots.get(id) {
+                Some(false) => Some(id as u32),
+                _ => return self.refuse(i, Status::Full, generation),
+            },
+            (Kind::Worker, Origin::External { .. }) => {
+                if let Some(s) = status_now {
+                    return self.refuse(i, s, generation);
+                }
+                let free = self.slots.iter().skip(self.reserved).position(|u| !*u);
+                match free {
+                    Some(s) => Some((self.reserved + s) as u32),
+                    None => return self.refuse(i, Status::Full, generation),
+                }
+            }
+        };
+        let procno = slot.map(|s| shm.worker_procno(s));
+        if let Some(p) = procno {
+            shm.reset_worker_slot(p);
+        }
+        let Some(raw) = shm.raw_fd() else {
+            return self.refuse(i, Status::StartingUp, generation);
+        };
+        // SAFETY: the creator's descriptor stays open while `shm` lives,
+        // which outlasts this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        let reply = self.reply(Status::Ok, procno, generation);
+        let c = &mut self.channels[i];
+        if let Err(e) = register::send_reply(&c.stream, &reply, Some(fd)) {
+            log("LOG", &format!("could not answer a registration: {e}"));
+            return self.await_hello_failed(i, "went away before its answer");
+        }
+        c.state = State::Attached { kind, slot };
+        let origin = c.origin;
+        if let Some(s) = slot {
+            self.slots[s as usize] = true;
+        }
+        Step::Keep(procno.map(|procno| Event::Attached { origin, procno }))
+    }
+
+    /// Answers a hello with a refusal and drops the channel; a supervised
+    /// worker refused has failed to attach.
+    fn refuse(&self, i: usize, status: Status, generation: u64) -> Step {
+        let c = &self.channels[i];
+        let _ = register::send_reply(&c.stream, &self.reply(status, None, generation), None);
+        match c.origin {
+            Origin::External { .. } => Step::Drop(None),
+            Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
+                origin: c.origin,
+                why: format!("its registration was refused ({status:?})"),
+            })),
+        }
+    }
+
+    /// Detach: the slot is free again, the ack sent, the channel done.
+    fn detach(&mut self, i: usize) -> Step {
+        let freed = std::mem::replace(
+            &mut self.channels[i].state,
+            State::Attached {
+                kind: Kind::Observer,
+                slot: None,
+            },
+        );
+        if let State::Attached { slot: Some(s), .. } = freed {
+            self.slots[s as usize] = false;
+        }
+        let ack = self.reply(Status::Detached, None, 0);
+        let c = &self.channels[i];
+        let _ = register::send_reply(&c.stream, &ack, None);
+        Step::Drop(Some(Event::Detached { origin: c.origin }))
+    }
+
+    fn free_slot_of(&mut self, c: &Channel) {
+        if let State::Attached { slot: Some(s), .. } = c.state {
+            self.slots[s as usize] = false;
+        }
+    }
+}
+
+/// What to do with a channel after servicing it.
+enum Step {
+    Keep(Option<Event>),
+    Drop(Option<Event>),
+}
+
+impl Channel {
+    fn new(stream: UnixStream, origin: Origin) -> Channel {
+        let deadline = match origin {
+            Origin::External { .. } => Some(Instant::now() + HELLO_TIMEOUT),
+            Origin::Supervised(_) => None,
+        };
+        Channel {
+            stream,
+            origin,
+            state: State::AwaitHello { deadline },
+            buf: [0; REQUEST_LEN],
+            got: 0,
+        }
+    }
+
+    /// Reads what is there without blocking; a whole request once its 16
+    /// bytes are in.
+    fn read_request(&mut self) -> Input {
+        loop {
+            match (&self.stream).read(&mut self.buf[self.got..]) {
+                Ok(0) => return Input::Closed("closed its channel".into()),
+                Ok(n) => {
+                    self.got += n;
+                    if self.got < REQUEST_LEN {
+                        continue;
+                    }
+                    self.got = 0;
+                    return match Request::decode(&self.buf) {
+                        Ok((r, _)) => Input::Request(r),
+                        Err(e) => Input::Garbage(format!("sent an invalid message: {e}")),
+                    };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Input::Nothing,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Input::Closed(format!("channel error: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        if self.listener.take().is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds the registration socket, mode 0600, non-blocking.
+fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+    if path.exists() {
+        std::fs::remove_file(path)
+            .map_err(|e| format!("could not remove stale socket \"{}\": {e}", path.display()))?;
+    }
+    let l = UnixListener::bind(path)
+        .map_err(|e| format!("could not create socket \"{}\": {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("could not set permissions of \"{}\": {e}", path.display()))?;
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(l)
+}
+
+impl Origin {
+    /// The origin as log lines name it.
+    pub fn describe(self, supervised_name: impl Fn(usize) -> String) -> String {
+        match self {
+            Origin::External { pid } if pid > 0 => format!("external worker (PID {pid})"),
+            Origin::External { .. } => "external worker".into(),
+            Origin::Supervised(id) => supervised_name(id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmem::register::RegisterError;
+    use shmem::Settings;
+
+    /// A registry on a fresh segment in a temporary directory.
+    struct Fixture {
+        dir: PathBuf,
+        shm: Shmem,
+        reg: Registry,
+    }
+
+    impl Fixture {
+        fn new(tag: &str, max_workers: u32, reserved: usize) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("walshm-registry-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let settings = Settings {
+                max_worker_processes: max_workers,
+                ..Settings::default()
+            };
+            let shm = Shmem::create(&settings, 1, 4).unwrap();
+            let reg = Registry::open(&dir, max_workers, reserved);
+            Fixture { dir, shm, reg }
+        }
+
+        /// Runs `client` in a thread while servicing the registry in
+        /// `phase`; returns what the client got and the events.
+        fn exchange<T: Send + 'static>(
+            &mut self,
+            phase: Phase,
+            client: impl FnOnce(PathBuf) -> T + Send + 'static,
+        ) -> (T, Vec<Event>) {
+            let dir = self.dir.clone();
+            let t = std::thread::spawn(move || client(dir));
+            let mut events = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !t.is_finished() && Instant::now() < deadline {
+                events.extend(self.reg.service(Some(&self.shm), phase));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let got = t.join().unwrap();
+            events.extend(self.reg.service(Some(&self.shm), phase));
+            (got, events)
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn workers_get_slots_only_while_running_observers_always() {
+        let mut f = Fixture::new("phases", 2, 0);
+        for (phase, want) in [
+            (Phase::StartingUp, "StartingUp"),
+            (Phase::ShuttingDown, "ShuttingDown"),
+        ] {
+            let (got, events) = f.exchange(phase, |d| {
+                register::connect(&d, Kind::Worker)
+                    .err()
+                    .map(|e| format!("{e:?}"))
+            });
+            assert!(got.unwrap_or_default().starts_with(want), "{phase:?}");
+            assert!(events.is_empty(), "{events:?}");
+        }
+        let (got, _) = f.exchange(Phase::StartingUp, |d| {
+            let r = register::connect(&d, Kind::Observer).map_err(|e| e.to_string())?;
+            Ok::<_, String>((r.procno, r.generation))
+        });
+        assert_eq!(got, Ok((None, 4)));
+        // Attach, then detach: one Attached, one Detached, slot free again.
+        let (got, events) = f.exchange(Phase::Running, |d| {
+            let r = register::connect(&d, Kind::Worker).map_err(|e| e.to_string())?;
+            let procno = r.procno;
+            r.detach().map_err(|e| e.to_string())?;
+            Ok::<_, String>(procno)
+        });
+        let first = f.shm.worker_procno(0);
+        assert_eq!(got, Ok(Some(first)));
+        let origin = Origin::External {
+            pid: std::process::id() as i32,
+        };
+        assert_eq!(
+            events,
+            vec![
+                Event::Attached {
+                    origin,
+                    procno: first
+                },
+                Event::Detached { origin }
+            ]
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+    }
+
+    #[test]
+    fn a_worker_channel_closed_without_detach_is_lost_and_full_is_refused() {
+        let mut f = Fixture::new("lost", 1, 0);
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        let (full, events) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(
+            matches!(full, Err(RegisterError::Full { limit: 1 })),
+            "{full:?}"
+        );
+        assert!(events.is_empty());
+        drop(held);
+        let (_, events) = f.exchange(Phase::Running, |_| ());
+        assert!(
+            matches!(
+                events.as_slice(),
+                [Event::Lost {
+                    origin: Origin::External { .. },
+                    ..
+                }]
+            ),
+            "{events:?}"
+        );
+        assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
+        // close_all frees slots and closes channels (the client sees EOF).
+        let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let held = held.unwrap();
+        f.reg.close_all();
+        let mut b = [0u8; 1];
+        assert_eq!((&held.channel).read(&mut b).unwrap(), 0, "channel closed");
+        assert!(f.reg.slots.iter().all(|u| !*u));
+    }
+
+    #[test]
+    fn reserved_slots_are_kept_for_supervised_workers() {
+        let mut f = Fixture::new("reserved", 2, 1);
+        let (a, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        let a = a.unwrap();
+        assert_eq!(a.procno, Some(f.shm.worker_procno(1)));
+        let (b, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));
+        assert!(matches!(b, Err(RegisterError::Full { .. })), "{b:?}");
+        // The supervised worker's own slot, even while shutting down.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        f.reg.add_supervised(ours, 0).unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(theirs);
+        let (got, events) = f.exchange(Phase::ShuttingDown, move |_| {
+            register::from_inherited_fd(fd, Kind::Worker).map(|r| r.procno)
+        });
+        assert_eq!(got.unwrap(), Some(f.shm.worker_procno(0)));
+        assert!(
+            matches!(
+                events.as_slice(),
+                [
+                    Event::Attached {
+                        origin: Origin::Supervised(0),
+                        ..
+                    },
+                    ..
+                ]
+            ),
+            "{events:?}"
+        );
+        drop(a);
+    }
+}
