@@ -17,7 +17,11 @@
 //! (54 k tps, one client), so sqlparser would cost ~35 % there, far past
 //! the 5 % allowed; and its errors carry no position at end of input and
 //! quote other tokens than PostgreSQL's grammar ("Expected: an expression,
-//! found: EOF"). So the hand-written parser was extended.
+//! found: EOF"). So the hand-written parser was extended; extended, it
+//! parses the same two statements in 0.9 us and 0.19 us (best of 4 runs
+//! beside the old one's 1.0 us and 0.21 us), and `examples/serve_bench`
+//! puts a whole simple Query through `serve` at +0.1 us (`SELECT 1`) and
+//! +0.3 us (the emit statement) over the parser before this extension.
 //!
 //! Precedence, loosest first, as PostgreSQL's grammar: OR, AND, NOT, IS,
 //! comparisons (non-associative), LIKE/ILIKE/IN, `||`, `+ -`, `* / %`,
