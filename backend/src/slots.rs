@@ -417,37 +417,17 @@ pub fn row(shm: &Shmem, datadir: &Path, name: &str) -> Option<SlotRow> {
     rows(shm, datadir).into_iter().find(|r| r.name == name)
 }
 
-/// Columns of `pg_replication_slots` (PostgreSQL 15's names).
-pub const PG_REPLICATION_SLOTS: &[&str] = &[
-    "slot_name",
-    "plugin",
-    "slot_type",
-    "datoid",
-    "database",
-    "temporary",
-    "active",
-    "active_pid",
-    "xmin",
-    "catalog_xmin",
-    "restart_lsn",
-    "confirmed_flush_lsn",
-    "wal_status",
-    "safe_wal_size",
-    "two_phase",
-];
-
-/// The rows of `pg_replication_slots`, as text (NULL: None). wal_status:
-/// 'lost' for an invalidated slot, 'extended' when it holds more than
-/// max_wal_size, else 'reserved'; safe_wal_size: bytes it may still fall
-/// behind before max_slot_wal_keep_size invalidates it (NULL: no limit).
-pub fn pg_replication_slots(shm: &Shmem, datadir: &Path) -> Vec<Vec<Option<String>>> {
+/// The rows of `pg_replication_slots`. wal_status: 'lost' for an
+/// invalidated slot, 'extended' when it holds more than max_wal_size, else
+/// 'reserved'; safe_wal_size: bytes it may still fall behind before
+/// max_slot_wal_keep_size invalidates it (None: no limit).
+pub fn pg_replication_slots(shm: &Shmem, datadir: &Path) -> Vec<protocol::ReplicationSlotRow> {
     let insert = shm.xlog().write.flush_result.load(Ordering::Relaxed);
     let s = shm.settings();
     let max_wal = (s.max_wal_size_mb as u64) << 20;
     let limit = shmem::settings::parse_keep_size_mb(s.max_slot_wal_keep_size.as_str())
         .flatten()
         .map(|mb| mb << 20);
-    let yes_no = |b: bool| Some(if b { "t" } else { "f" }.to_string());
     rows(shm, datadir)
         .into_iter()
         .map(|r| {
@@ -461,24 +441,15 @@ pub fn pg_replication_slots(shm: &Shmem, datadir: &Path) -> Vec<Vec<Option<Strin
             };
             let safe = limit
                 .filter(|_| reserved && !r.lost)
-                .map(|l| (l as i64 - behind as i64).to_string());
-            vec![
-                Some(r.name),
-                None,
-                Some("physical".into()),
-                None,
-                None,
-                yes_no(r.temporary),
-                yes_no(r.active_pid != 0),
-                (r.active_pid != 0).then(|| r.active_pid.to_string()),
-                None,
-                None,
-                reserved.then(|| protocol::replication::format_lsn(r.restart_lsn)),
-                None,
-                status.map(str::to_string),
-                safe,
-                yes_no(false),
-            ]
+                .map(|l| l as i64 - behind as i64);
+            protocol::ReplicationSlotRow {
+                slot_name: r.name,
+                temporary: r.temporary,
+                active_pid: (r.active_pid != 0).then_some(r.active_pid),
+                restart_lsn: reserved.then_some(r.restart_lsn),
+                wal_status: status.map(str::to_string),
+                safe_wal_size: safe,
+            }
         })
         .collect()
 }

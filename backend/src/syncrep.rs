@@ -372,36 +372,14 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
     }
 }
 
-/// Columns of `pg_stat_replication` (PostgreSQL 15's names).
-pub const PG_STAT_REPLICATION: &[&str] = &[
-    "pid",
-    "usesysid",
-    "usename",
-    "application_name",
-    "client_addr",
-    "client_hostname",
-    "client_port",
-    "backend_start",
-    "backend_xmin",
-    "state",
-    "sent_lsn",
-    "write_lsn",
-    "flush_lsn",
-    "replay_lsn",
-    "write_lag",
-    "flush_lag",
-    "replay_lag",
-    "sync_priority",
-    "sync_state",
-    "reply_time",
-];
-
-/// The rows of `pg_stat_replication`, one per walsender, as text (NULL:
-/// None). Unix-socket clients have no address and port -1, as in
-/// PostgreSQL; the lag columns are not measured (NULL).
-pub fn pg_stat_replication(shm: &Shmem) -> Vec<Vec<Option<String>>> {
-    let lsn = |v: u64| (v != 0).then(|| protocol::replication::format_lsn(v));
-    let time = |us: i64| (us != 0).then(|| walformat::format_pg_timestamp(us));
+/// The rows of `pg_stat_replication`, one per walsender. Unix-socket
+/// clients have no address and port -1, as in PostgreSQL; the lag columns
+/// are not measured (NULL).
+pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
+    let lsn = |v: u64| (v != 0).then_some(v);
+    // Stored in PostgreSQL's epoch; the row wants the Unix epoch.
+    let time =
+        |us: i64| (us != 0).then(|| us.saturating_add(walformat::PG_EPOCH_UNIX_SECS * 1_000_000));
     shm.repl()
         .senders
         .iter()
@@ -409,29 +387,21 @@ pub fn pg_stat_replication(shm: &Shmem) -> Vec<Vec<Option<String>>> {
             // Acquire pairs with the Release store of pid when the entry
             // was claimed: the fields below are its walsender's.
             let pid = s.pid.load(Ordering::Acquire);
-            (pid > 0).then(|| {
-                vec![
-                    Some(pid.to_string()),
-                    Some("10".into()),
-                    None,
-                    Some(s.application_name.load()),
-                    None,
-                    None,
-                    Some("-1".into()),
-                    time(s.backend_start.load(Ordering::Relaxed)),
-                    None,
-                    Some(shmem::walsnd::sender_state::name(s.state.load(Ordering::Relaxed)).into()),
-                    lsn(s.sent.load(Ordering::Relaxed)),
-                    lsn(s.write.load(Ordering::Relaxed)),
-                    lsn(s.flush.load(Ordering::Relaxed)),
-                    lsn(s.apply.load(Ordering::Relaxed)),
-                    None,
-                    None,
-                    None,
-                    Some(s.sync_priority.load(Ordering::Relaxed).to_string()),
-                    Some(sync_state::name(s.sync_state.load(Ordering::Relaxed)).into()),
-                    time(s.reply_time.load(Ordering::Relaxed)),
-                ]
+            (pid > 0).then(|| protocol::ReplicationRow {
+                pid,
+                usename: None,
+                application_name: s.application_name.load(),
+                client_addr: None,
+                client_port: Some(-1),
+                backend_start: time(s.backend_start.load(Ordering::Relaxed)),
+                state: shmem::walsnd::sender_state::name(s.state.load(Ordering::Relaxed)).into(),
+                sent_lsn: lsn(s.sent.load(Ordering::Relaxed)),
+                write_lsn: lsn(s.write.load(Ordering::Relaxed)),
+                flush_lsn: lsn(s.flush.load(Ordering::Relaxed)),
+                replay_lsn: lsn(s.apply.load(Ordering::Relaxed)),
+                sync_priority: s.sync_priority.load(Ordering::Relaxed) as i32,
+                sync_state: sync_state::name(s.sync_state.load(Ordering::Relaxed)).into(),
+                reply_time: time(s.reply_time.load(Ordering::Relaxed)),
             })
         })
         .collect()

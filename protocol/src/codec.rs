@@ -547,6 +547,9 @@ impl Out {
         if let Some(hint) = &e.hint {
             self.field(b'H', hint);
         }
+        if let Some(position) = e.position {
+            self.field(b'P', &position.to_string());
+        }
         self.buf.push(0);
         self.end(at);
     }

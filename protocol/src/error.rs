@@ -27,6 +27,15 @@ pub mod sqlstate {
     pub const INVALID_CURSOR_NAME: &str = "34000";
     pub const SYNTAX_ERROR: &str = "42601";
     pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const UNDEFINED_TABLE: &str = "42P01";
+    pub const GROUPING_ERROR: &str = "42803";
+    pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const AMBIGUOUS_COLUMN: &str = "42702";
+    pub const INVALID_COLUMN_REFERENCE: &str = "42P10";
+    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const INVALID_ROW_COUNT: &str = "2201W";
+    pub const INVALID_ROW_COUNT_OFFSET: &str = "2201X";
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const UNDEFINED_PARAMETER: &str = "42P02";
@@ -58,6 +67,9 @@ pub struct SqlError {
     pub message: String,
     pub detail: Option<String>,
     pub hint: Option<String>,
+    /// Where in the query string the error is: a 1-based character
+    /// index (the ErrorResponse `P` field), as PostgreSQL reports it.
+    pub position: Option<usize>,
 }
 
 impl SqlError {
@@ -72,6 +84,7 @@ impl SqlError {
             message: message.into(),
             detail: None,
             hint: None,
+            position: None,
         }
     }
 
@@ -97,6 +110,12 @@ impl SqlError {
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// The error points at character `position` (1-based) of the query.
+    pub fn with_position(mut self, position: usize) -> Self {
+        self.position = Some(position);
         self
     }
 

@@ -28,7 +28,10 @@ mod wire;
 pub use error::{sqlstate, SqlError};
 pub use scram::{constant_time_eq, verifier_for_password, Verifier};
 pub use serve::serve;
-pub use session::{Session, SystemView, Termination};
+pub use session::{
+    ActivityRow, ControlRow, ReplicationRow, ReplicationSlotRow, Session, SettingRow, Termination,
+    WalFileRow, WalStatsRow,
+};
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
     crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,

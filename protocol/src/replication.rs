@@ -563,22 +563,6 @@ pub fn parse_stream_message(body: &[u8]) -> Result<StreamMessage, SqlError> {
     }
 }
 
-/// The view a `SELECT * FROM pg_replication_slots` or `... FROM
-/// pg_stat_replication` query names (any case and spacing, optional `;`).
-pub fn system_view_name(sql: &str) -> Option<&'static str> {
-    let words: Vec<String> = sql
-        .trim()
-        .trim_end_matches(';')
-        .split_whitespace()
-        .map(|w| w.to_ascii_lowercase())
-        .collect();
-    match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["select", "*", "from", "pg_replication_slots"] => Some("pg_replication_slots"),
-        ["select", "*", "from", "pg_stat_replication"] => Some("pg_stat_replication"),
-        _ => None,
-    }
-}
-
 /// Largest frontend message a replication connection accepts.
 pub const MAX_CLIENT_MESSAGE: usize = 1 << 20;
 
@@ -704,26 +688,6 @@ mod tests {
         ] {
             assert_eq!(parse_command(bad).unwrap_err().code, "42601", "{bad}");
         }
-    }
-
-    #[test]
-    fn temporary_system_view_queries() {
-        assert_eq!(
-            system_view_name(" select *  FROM Pg_Stat_Replication ;"),
-            Some("pg_stat_replication")
-        );
-        assert_eq!(
-            system_view_name("SELECT * FROM pg_replication_slots"),
-            Some("pg_replication_slots")
-        );
-        assert_eq!(
-            system_view_name("SELECT slot_name FROM pg_replication_slots"),
-            None
-        );
-        assert_eq!(
-            system_view_name("SELECT * FROM pg_replication_slots x"),
-            None
-        );
     }
 
     #[test]

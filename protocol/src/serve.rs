@@ -26,18 +26,19 @@
 //!   reading cannot keep a fast shutdown waiting; the connection is then
 //!   dropped and its open transaction rolled back, as on EOF.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::rc::Rc;
 
 use crate::codec::{decode_frontend, CodecError, FieldDescription, FrontendMessage, Out, Target};
 use crate::error::{sqlstate, SqlError};
 use crate::limits::{check_memory, out_of_memory};
-use crate::session::{Session, Termination};
+use crate::session::{Session, SettingRow, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
 use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
-use crate::sql::eval::{eval, value_size};
+use crate::sql::eval::{unrecognized_parameter, Env, SessionSettings};
 use crate::sql::parser::{parse_statements_within, SetValue};
+use crate::sql::query::run_query;
 use crate::sql::value::{
     into_binary_format, into_text_format, parse_binary, parse_text, SqlType, Value,
 };
@@ -139,23 +140,38 @@ enum PortalState {
 
 struct Portal {
     statement: Rc<Analyzed>,
+    /// The query text (what pg_stat_activity shows while it runs).
+    query: Rc<str>,
     params: Vec<Value>,
     /// One format code per result column.
     formats: Vec<i16>,
     state: PortalState,
+    /// Rows produced but not yet sent (a suspended portal).
+    pending: VecDeque<Vec<Value>>,
 }
 
 /// What running one statement produced.
 struct Outcome {
     tag: String,
-    row: Option<Vec<Value>>,
+    rows: Option<Vec<Vec<Value>>>,
 }
 
 impl Outcome {
     fn tag(tag: &str) -> Self {
         Outcome {
             tag: tag.to_string(),
-            row: None,
+            rows: None,
+        }
+    }
+
+    fn rows(rows: Vec<Vec<Value>>) -> Self {
+        let tag = match rows.len() {
+            1 => "SELECT 1".to_string(),
+            n => format!("SELECT {n}"),
+        };
+        Outcome {
+            tag,
+            rows: Some(rows),
         }
     }
 }
@@ -193,7 +209,9 @@ struct Connection<'s, S> {
     /// nothing more is written and `serve` returns this error.
     broken: Option<io::Error>,
     tx: TxState,
-    statements: HashMap<String, Rc<Analyzed>>,
+    /// When the open transaction started (now()), microseconds since the Unix epoch.
+    xact_start: i64,
+    statements: HashMap<String, (Rc<Analyzed>, Rc<str>)>,
     portals: HashMap<String, Portal>,
     /// An extended-protocol message failed: ignore messages until Sync.
     skipping: bool,
@@ -322,6 +340,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             out: Out::new(),
             broken: None,
             tx: TxState::Idle,
+            xact_start: 0,
             statements: HashMap::new(),
             portals: HashMap::new(),
             skipping: false,
@@ -446,6 +465,8 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     }
 
     fn ready_for_query(&mut self) {
+        let in_transaction = matches!(self.tx, TxState::Block | TxState::Failed);
+        self.session.report_activity(None, in_transaction);
         for (name, value) in std::mem::take(&mut self.reports) {
             self.out.parameter_status(name, &value);
         }
@@ -551,6 +572,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     fn ensure_transaction(&mut self) -> Result<(), SqlError> {
         if self.tx == TxState::Idle {
             self.session.begin()?;
+            self.xact_start = unix_micros();
             self.tx = TxState::Implicit;
         }
         Ok(())
@@ -658,9 +680,8 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     fn simple_query(&mut self, sql: &str) {
         self.statements.remove("");
         self.portals.remove("");
-        if self.system_view_query(sql) {
-            return;
-        }
+        self.session
+            .report_activity(Some(sql), self.tx != TxState::Idle);
         let statements = match parse_statements_within(sql, self.session.memory_limit()) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
@@ -686,27 +707,6 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         }
     }
 
-    /// Temporary (issue 13, until the SQL view engine serves views):
-    /// `SELECT * FROM pg_replication_slots | pg_stat_replication` answered
-    /// from the session's rows, all columns as text. True if handled.
-    fn system_view_query(&mut self, sql: &str) -> bool {
-        let Some(name) = crate::replication::system_view_name(sql) else {
-            return false;
-        };
-        let Some((columns, rows)) = self.session.system_view(name) else {
-            return false;
-        };
-        let columns: Vec<_> = columns
-            .iter()
-            .map(|c| (*c, crate::replication::ColumnType::Text))
-            .collect();
-        match crate::replication::result_set(&columns, &rows, &format!("SELECT {}", rows.len())) {
-            Ok(bytes) => self.out.raw(&bytes),
-            Err(e) => self.fail(e),
-        }
-        true
-    }
-
     fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
         if self.session.take_cancel() {
             return Err(query_canceled());
@@ -715,13 +715,15 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             return Err(in_failed_transaction());
         }
         let analyzed = analyze(stmt, &[], false)?;
-        let Outcome { tag, row } = self.run(&analyzed, &[])?;
+        let Outcome { tag, rows } = self.run(&analyzed, &[])?;
         let columns = analyzed.columns();
         if let Some(columns) = &columns {
             self.out.row_description(&fields(columns, &[]))?;
         }
-        if let (Some(row), Some(columns)) = (row, &columns) {
-            self.send_row(row, columns, &[])?;
+        if let (Some(rows), Some(columns)) = (rows, &columns) {
+            for row in rows {
+                self.send_row(row, columns, &[])?;
+            }
         }
         self.out.command_complete(&tag);
         Ok(())
@@ -757,7 +759,8 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 analyze(stmt, declared, true)?
             }
         };
-        self.statements.insert(name.to_string(), Rc::new(analyzed));
+        self.statements
+            .insert(name.to_string(), (Rc::new(analyzed), Rc::from(query)));
         self.out.parse_complete();
         Ok(())
     }
@@ -770,7 +773,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         raw_params: &[Option<Vec<u8>>],
         result_formats: &[i16],
     ) -> Result<(), SqlError> {
-        let stmt = self
+        let (stmt, query) = self
             .statements
             .get(statement)
             .cloned()
@@ -810,9 +813,11 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             portal.to_string(),
             Portal {
                 statement: stmt,
+                query,
                 params,
                 formats,
                 state: PortalState::Ready,
+                pending: VecDeque::new(),
             },
         );
         self.out.bind_complete();
@@ -822,7 +827,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
     fn describe(&mut self, target: Target, name: &str) -> Result<(), SqlError> {
         let (stmt, formats) = match target {
             Target::Statement => {
-                let stmt = self
+                let (stmt, _) = self
                     .statements
                     .get(name)
                     .cloned()
@@ -851,8 +856,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             .portals
             .get(name)
             .ok_or_else(|| portal_not_found(name))?;
-        let (stmt, params, formats, state) = (
+        let (stmt, query, params, formats, state) = (
             p.statement.clone(),
+            p.query.clone(),
             p.params.clone(),
             p.formats.clone(),
             p.state,
@@ -863,40 +869,75 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
             return Err(in_failed_transaction());
         }
-        let is_select = matches!(stmt.kind, Kind::Select { .. } | Kind::Show(_));
-        match state {
-            PortalState::Suspended => {
-                self.out
-                    .command_complete(if is_select { "SELECT 0" } else { "SHOW" });
-                self.set_portal_state(name, PortalState::Done);
-                return Ok(());
+        let columns = stmt.columns();
+        match (state, &columns) {
+            (PortalState::Suspended, Some(columns)) => {
+                return self.send_pending(name, &stmt, columns, &formats, max_rows)
             }
-            PortalState::Done if is_select => {
+            (PortalState::Done, Some(_)) => {
                 self.out.command_complete("SELECT 0");
                 return Ok(());
             }
-            PortalState::Done => {
+            (PortalState::Suspended | PortalState::Done, _) => {
                 return Err(SqlError::error(
                     sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
                     format!("portal \"{name}\" cannot be run"),
                 ))
             }
-            PortalState::Ready => {}
+            (PortalState::Ready, _) => {}
         }
         if stmt.kind == Kind::Empty {
             self.out.empty_query_response();
             self.set_portal_state(name, PortalState::Done);
             return Ok(());
         }
-        let Outcome { tag, row } = self.run(&stmt, &params)?;
-        if let (Some(row), Some(columns)) = (row, stmt.columns()) {
-            self.send_row(row, &columns, &formats)?;
-            if max_rows > 0 {
-                self.out.portal_suspended();
-                self.set_portal_state(name, PortalState::Suspended);
-                return Ok(());
+        self.session.report_activity(Some(&query), true);
+        let Outcome { tag, rows } = self.run(&stmt, &params)?;
+        match (rows, columns) {
+            (Some(rows), Some(columns)) => {
+                if let Some(p) = self.portals.get_mut(name) {
+                    p.pending = rows.into();
+                }
+                self.send_pending(name, &stmt, &columns, &formats, max_rows)
+            }
+            _ => {
+                self.out.command_complete(&tag);
+                self.set_portal_state(name, PortalState::Done);
+                Ok(())
             }
         }
+    }
+
+    /// Sends up to `max_rows` (0: all) of the portal's pending rows; a
+    /// portal that reached its limit is suspended, else complete.
+    fn send_pending(
+        &mut self,
+        name: &str,
+        stmt: &Analyzed,
+        columns: &[Column],
+        formats: &[i16],
+        max_rows: i32,
+    ) -> Result<(), SqlError> {
+        let limit = usize::try_from(max_rows).ok().filter(|&n| n > 0);
+        let mut sent = 0usize;
+        while limit.is_none_or(|l| sent < l) {
+            let next = self
+                .portals
+                .get_mut(name)
+                .and_then(|p| p.pending.pop_front());
+            let Some(row) = next else { break };
+            self.send_row(row, columns, formats)?;
+            sent += 1;
+        }
+        if limit == Some(sent) {
+            self.out.portal_suspended();
+            self.set_portal_state(name, PortalState::Suspended);
+            return Ok(());
+        }
+        let tag = match stmt.kind {
+            Kind::Show(_) | Kind::ShowAll => "SHOW".to_string(),
+            _ => format!("SELECT {sent}"),
+        };
         self.out.command_complete(&tag);
         self.set_portal_state(name, PortalState::Done);
         Ok(())
@@ -920,19 +961,31 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         }
         self.ensure_transaction()?;
         match &stmt.kind {
-            Kind::Select { exprs, .. } => {
-                let limit = self.session.memory_limit();
-                let mut row = Vec::with_capacity(exprs.len());
-                let mut size = 0usize;
-                for e in exprs {
-                    let v = eval(e, params, self.session)?;
-                    size = size.saturating_add(value_size(&v));
-                    check_memory("a result row", size, limit)?;
-                    row.push(v);
-                }
+            Kind::Select(query) => {
+                let mut env = Env {
+                    session: &mut *self.session,
+                    params,
+                    now: self.xact_start,
+                    settings: &self.params,
+                };
+                Ok(Outcome::rows(run_query(query, &mut env)?))
+            }
+            Kind::ShowAll => {
+                let rows = self
+                    .params
+                    .all(&*self.session)
+                    .into_iter()
+                    .map(|r| {
+                        vec![
+                            Value::Text(r.name),
+                            Value::Text(r.shown),
+                            Value::Text(r.short_desc),
+                        ]
+                    })
+                    .collect();
                 Ok(Outcome {
-                    tag: "SELECT 1".into(),
-                    row: Some(row),
+                    tag: "SHOW".into(),
+                    rows: Some(rows),
                 })
             }
             Kind::Checkpoint => {
@@ -949,10 +1002,10 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 Ok(Outcome::tag("RESET"))
             }
             Kind::Show(name) => {
-                let value = self.show(name)?;
+                let value = self.params.show(&*self.session, name)?;
                 Ok(Outcome {
                     tag: "SHOW".into(),
-                    row: Some(vec![Value::Text(value)]),
+                    rows: Some(vec![vec![Value::Text(value)]]),
                 })
             }
             Kind::Begin | Kind::Commit | Kind::Rollback | Kind::Empty => Ok(Outcome::tag("")),
@@ -963,6 +1016,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         match self.tx {
             TxState::Idle => {
                 self.session.begin()?;
+                self.xact_start = unix_micros();
                 self.tx = TxState::Block;
             }
             TxState::Implicit => self.tx = TxState::Block,
@@ -1076,57 +1130,242 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             }
         }
     }
+}
 
-    fn show(&self, name: &str) -> Result<String, SqlError> {
+/// Session parameters PostgreSQL always has and walshm answers with fixed
+/// values: (name, value, vartype, category, description).
+const BUILTIN_SETTINGS: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "application_name",
+        "",
+        "string",
+        "Reporting and Logging / What to Log",
+        "Sets the application name to be reported in statistics and logs.",
+    ),
+    (
+        "block_size",
+        "8192",
+        "integer",
+        "Preset Options",
+        "Shows the size of a disk block.",
+    ),
+    (
+        "client_encoding",
+        "UTF8",
+        "string",
+        "Client Connection Defaults / Locale and Formatting",
+        "Sets the client's character set encoding.",
+    ),
+    (
+        "DateStyle",
+        "ISO, MDY",
+        "string",
+        "Client Connection Defaults / Locale and Formatting",
+        "Sets the display format for date and time values.",
+    ),
+    (
+        "default_transaction_isolation",
+        "read committed",
+        "enum",
+        "Client Connection Defaults / Statement Behavior",
+        "Sets the transaction isolation level of each new transaction.",
+    ),
+    (
+        "default_transaction_read_only",
+        "off",
+        "bool",
+        "Client Connection Defaults / Statement Behavior",
+        "Sets the default read-only status of new transactions.",
+    ),
+    (
+        "in_hot_standby",
+        "off",
+        "bool",
+        "Preset Options",
+        "Shows whether hot standby is currently active.",
+    ),
+    (
+        "integer_datetimes",
+        "on",
+        "bool",
+        "Preset Options",
+        "Shows whether datetimes are integer based.",
+    ),
+    (
+        "IntervalStyle",
+        "postgres",
+        "enum",
+        "Client Connection Defaults / Locale and Formatting",
+        "Sets the display format for interval values.",
+    ),
+    (
+        "is_superuser",
+        "on",
+        "bool",
+        "Preset Options",
+        "Shows whether the current user is a superuser.",
+    ),
+    (
+        "server_encoding",
+        "UTF8",
+        "string",
+        "Preset Options",
+        "Shows the server (database) character set encoding.",
+    ),
+    (
+        "server_version",
+        DEFAULT_SERVER_VERSION,
+        "string",
+        "Preset Options",
+        "Shows the server version.",
+    ),
+    (
+        "server_version_num",
+        "150000",
+        "integer",
+        "Preset Options",
+        "Shows the server version as an integer.",
+    ),
+    (
+        "standard_conforming_strings",
+        "on",
+        "bool",
+        "Version and Platform Compatibility / Previous PostgreSQL Versions",
+        "Causes '...' strings to treat backslashes literally.",
+    ),
+    (
+        "TimeZone",
+        "UTC",
+        "string",
+        "Client Connection Defaults / Locale and Formatting",
+        "Sets the time zone for displaying and interpreting time stamps.",
+    ),
+    (
+        "transaction_isolation",
+        "read committed",
+        "enum",
+        "Client Connection Defaults / Statement Behavior",
+        "Sets the current transaction's isolation level.",
+    ),
+    (
+        "transaction_read_only",
+        "off",
+        "bool",
+        "Client Connection Defaults / Statement Behavior",
+        "Sets the current transaction's read-only status.",
+    ),
+    (
+        "wal_block_size",
+        "8192",
+        "integer",
+        "Preset Options",
+        "Shows the block size in the write ahead log.",
+    ),
+    (
+        "wal_level",
+        "logical",
+        "enum",
+        "Write-Ahead Log / Settings",
+        "Sets the level of information written to the WAL.",
+    ),
+];
+
+/// The value of a builtin session parameter, by any-case name.
+fn builtin_setting(lower: &str) -> Option<&'static str> {
+    BUILTIN_SETTINGS
+        .iter()
+        .find(|b| b.0.eq_ignore_ascii_case(lower))
+        .map(|b| b.1)
+}
+
+impl SessionSettings for Parameters {
+    fn show(&self, session: &dyn Session, name: &str) -> Result<String, SqlError> {
         let lower = name.to_ascii_lowercase();
         if lower == "synchronous_commit" {
-            let on = self.session.synchronous_commit();
-            let shown_on = settings::parse_synchronous_commit(&self.params.sync_name)
+            let on = session.synchronous_commit();
+            let shown_on = settings::parse_synchronous_commit(&self.sync_name)
                 .map(|(b, _)| b)
                 .unwrap_or(!on);
             return Ok(if shown_on == on {
-                self.params.sync_name.clone()
+                self.sync_name.clone()
             } else if on {
                 "on".into()
             } else {
                 "off".into()
             });
         }
-        if let Some(v) = self.session.server_setting(&lower) {
+        if let Some(v) = session.server_setting(&lower) {
             return Ok(v);
         }
-        if let Some(v) = self.params.others.get(&lower) {
+        if let Some(v) = self.others.get(&lower) {
             return Ok(v.clone());
         }
-        let builtin = match lower.as_str() {
-            "server_version" => DEFAULT_SERVER_VERSION,
-            "server_version_num" => "150000",
-            "server_encoding" | "client_encoding" => "UTF8",
-            "datestyle" => "ISO, MDY",
-            "intervalstyle" => "postgres",
-            "timezone" => "UTC",
-            "integer_datetimes" | "standard_conforming_strings" | "is_superuser" => "on",
-            "transaction_isolation" | "default_transaction_isolation" => "read committed",
-            "transaction_read_only" | "default_transaction_read_only" | "in_hot_standby" => "off",
-            "application_name" => "",
-            "wal_level" => "logical",
-            "block_size" => "8192",
-            "wal_block_size" => "8192",
-            "wal_segment_size" => "16MB",
-            "all" => {
-                return Err(SqlError::not_supported(
-                    "SHOW ALL is not supported by walshm",
-                ))
-            }
-            _ => {
-                return Err(SqlError::error(
-                    sqlstate::UNDEFINED_OBJECT,
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ))
-            }
-        };
-        Ok(builtin.to_string())
+        if lower == "wal_segment_size" {
+            return Ok(format!("{}MB", session.wal_segment_size() >> 20));
+        }
+        builtin_setting(&lower)
+            .map(str::to_string)
+            .ok_or_else(|| unrecognized_parameter(name))
     }
+
+    fn all(&self, session: &dyn Session) -> Vec<SettingRow> {
+        let mut rows = session.server_settings();
+        for row in &mut rows {
+            if row.name == "synchronous_commit" {
+                if let Ok(v) = self.show(session, &row.name) {
+                    row.setting = v.clone();
+                    row.shown = v;
+                }
+            }
+        }
+        let mut extra: Vec<(&str, String, &str, &str, &str)> = BUILTIN_SETTINGS
+            .iter()
+            .map(|b| {
+                let value = self.show(session, b.0).unwrap_or_else(|_| b.1.to_string());
+                (b.0, value, b.2, b.3, b.4)
+            })
+            .collect();
+        extra.push((
+            "wal_segment_size",
+            format!("{}MB", session.wal_segment_size() >> 20),
+            "integer",
+            "Preset Options",
+            "Shows the size of write ahead log segments.",
+        ));
+        for (name, value, vartype, category, desc) in extra {
+            if rows.iter().any(|r| r.name.eq_ignore_ascii_case(name)) {
+                continue;
+            }
+            rows.push(SettingRow {
+                name: name.to_string(),
+                setting: value.clone(),
+                unit: None,
+                category: category.to_string(),
+                short_desc: desc.to_string(),
+                context: if category == "Preset Options" {
+                    "internal"
+                } else {
+                    "user"
+                }
+                .to_string(),
+                vartype: vartype.to_string(),
+                source: "default".to_string(),
+                boot_val: value.clone(),
+                reset_val: value.clone(),
+                shown: value,
+                ..SettingRow::default()
+            });
+        }
+        rows.sort_by_key(|r| r.name.to_ascii_lowercase());
+        rows
+    }
+}
+
+/// Now, in microseconds since the Unix epoch (0 if the clock is before it).
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// Decodes one Bind parameter with its format code.

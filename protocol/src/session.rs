@@ -18,11 +18,160 @@
 //! * at end of connection (Terminate, EOF, fast shutdown) an open
 //!   transaction is rolled back; after `Termination::Crash` no Session
 //!   method is called any more (PostgreSQL's quickdie does no cleanup).
+//!
+//! Inspection: the views and functions of `sql::catalog` ask the Session
+//! for plain row data (the structs below: strings, integers, microseconds
+//! since the Unix epoch); the defaults answer as a server with nothing to
+//! show would, so a test Session implements only what it needs.
 
 use crate::error::SqlError;
 
-/// A system view's columns and rows (text values, None = NULL).
-pub type SystemView = (&'static [&'static str], Vec<Vec<Option<String>>>);
+/// One process, as `pg_stat_activity` shows it. Times: microseconds since
+/// the Unix epoch; None where PostgreSQL shows NULL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActivityRow {
+    pub pid: i32,
+    /// "client backend", "walwriter", "checkpointer", "background worker", ...
+    pub backend_type: String,
+    /// "active", "idle", "idle in transaction", ...; None for auxiliary processes.
+    pub state: Option<String>,
+    pub wait_event_type: Option<String>,
+    pub wait_event: Option<String>,
+    pub query: Option<String>,
+    pub backend_start: Option<i64>,
+    pub xact_start: Option<i64>,
+    pub query_start: Option<i64>,
+    pub state_change: Option<i64>,
+    /// The 32-bit xid, None if none is assigned.
+    pub backend_xid: Option<u32>,
+    pub application_name: Option<String>,
+    /// The client's address (an IP address), None for a Unix socket.
+    pub client_addr: Option<String>,
+    /// -1 for a Unix socket, None for a process without a client.
+    pub client_port: Option<i32>,
+    pub usename: Option<String>,
+    pub datname: Option<String>,
+}
+
+/// `pg_stat_wal`'s one row (times in milliseconds, as PostgreSQL's).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WalStatsRow {
+    pub wal_records: i64,
+    pub wal_fpi: i64,
+    pub wal_bytes: u64,
+    pub wal_buffers_full: i64,
+    pub wal_write: i64,
+    pub wal_sync: i64,
+    pub wal_write_time: f64,
+    pub wal_sync_time: f64,
+    /// Microseconds since the Unix epoch.
+    pub stats_reset: Option<i64>,
+}
+
+/// One file of `pg_wal/`, as `pg_ls_waldir()` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalFileRow {
+    pub name: String,
+    pub size: i64,
+    /// Microseconds since the Unix epoch.
+    pub modification: i64,
+}
+
+/// What `pg_control_checkpoint()` and `pg_control_system()` show, from the
+/// control file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlRow {
+    pub checkpoint_lsn: u64,
+    pub redo_lsn: u64,
+    pub redo_wal_file: String,
+    pub timeline_id: i32,
+    pub prev_timeline_id: i32,
+    pub full_page_writes: bool,
+    /// "epoch:xid", as PostgreSQL shows next_xid.
+    pub next_xid: String,
+    pub next_oid: i64,
+    pub next_multixact_id: i64,
+    pub next_multi_offset: i64,
+    pub oldest_xid: i64,
+    pub oldest_xid_dbid: i64,
+    pub oldest_active_xid: i64,
+    pub oldest_multi_xid: i64,
+    pub oldest_multi_dbid: i64,
+    pub oldest_commit_ts_xid: i64,
+    pub newest_commit_ts_xid: i64,
+    /// Microseconds since the Unix epoch.
+    pub checkpoint_time: i64,
+    pub pg_control_version: i32,
+    pub catalog_version_no: i32,
+    pub system_identifier: i64,
+    /// Microseconds since the Unix epoch.
+    pub pg_control_last_modified: i64,
+}
+
+/// One of the server's settings, as `pg_settings` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettingRow {
+    pub name: String,
+    /// The value in `unit`s, without the unit.
+    pub setting: String,
+    pub unit: Option<String>,
+    pub category: String,
+    pub short_desc: String,
+    /// "postmaster", "user", "internal".
+    pub context: String,
+    /// "bool", "integer", "enum", "string".
+    pub vartype: String,
+    pub source: String,
+    pub min_val: Option<String>,
+    pub max_val: Option<String>,
+    /// For an enum: its values.
+    pub enumvals: Option<Vec<String>>,
+    pub boot_val: String,
+    pub reset_val: String,
+    /// The value as SHOW prints it (with its unit).
+    pub shown: String,
+}
+
+/// One replication slot, as `pg_replication_slots` shows it (issue 13;
+/// physical slots only, so plugin, database and the xmins are NULL).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationSlotRow {
+    pub slot_name: String,
+    pub temporary: bool,
+    /// The walsender using it, None if inactive.
+    pub active_pid: Option<i32>,
+    /// None until WAL is reserved.
+    pub restart_lsn: Option<u64>,
+    /// "reserved", "extended", "lost"; None when no WAL is reserved.
+    pub wal_status: Option<String>,
+    /// Bytes it may still fall behind before max_slot_wal_keep_size
+    /// invalidates it; None without a limit.
+    pub safe_wal_size: Option<i64>,
+}
+
+/// One walsender, as `pg_stat_replication` shows it (issue 13). Times:
+/// microseconds since the Unix epoch; None where PostgreSQL shows NULL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationRow {
+    pub pid: i32,
+    pub usename: Option<String>,
+    pub application_name: String,
+    /// The client's address (an IP address), None for a Unix socket.
+    pub client_addr: Option<String>,
+    /// -1 for a Unix socket.
+    pub client_port: Option<i32>,
+    pub backend_start: Option<i64>,
+    /// "startup", "catchup", "streaming", ...
+    pub state: String,
+    pub sent_lsn: Option<u64>,
+    pub write_lsn: Option<u64>,
+    pub flush_lsn: Option<u64>,
+    pub replay_lsn: Option<u64>,
+    pub sync_priority: i32,
+    /// "async", "potential", "sync", "quorum".
+    pub sync_state: String,
+    pub reply_time: Option<i64>,
+}
 
 /// Why the server wants this connection to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +224,13 @@ pub trait Session {
             "replication slots are not supported here",
         ))
     }
-    /// Column names and text rows (None: NULL) of a system view the
-    /// database serves itself (`pg_replication_slots`,
-    /// `pg_stat_replication`; issue 13), or None if it has no such view.
-    fn system_view(&mut self, _name: &str) -> Option<SystemView> {
-        None
+    /// pg_replication_slots' rows (issue 13).
+    fn replication_slots(&mut self) -> Vec<ReplicationSlotRow> {
+        Vec::new()
+    }
+    /// pg_stat_replication's rows, one per walsender (issue 13).
+    fn stat_replication(&mut self) -> Vec<ReplicationRow> {
+        Vec::new()
     }
     /// pg_drop_replication_slot (issue 13). The default refuses (0A000).
     fn drop_replication_slot(&mut self, _name: &str) -> Result<(), SqlError> {
@@ -100,4 +251,50 @@ pub trait Session {
     fn server_setting(&self, _name: &str) -> Option<String> {
         None
     }
+    /// Every server setting SHOW may print (never the password), in any order.
+    fn server_settings(&self) -> Vec<SettingRow> {
+        Vec::new()
+    }
+    /// pg_backend_pid().
+    fn backend_pid(&self) -> i32 {
+        std::process::id() as i32
+    }
+    /// pg_postmaster_start_time(), microseconds since the Unix epoch.
+    fn postmaster_start_time(&self) -> Option<i64> {
+        None
+    }
+    /// pg_is_in_recovery(): a session runs only after recovery, so false.
+    fn in_recovery(&self) -> bool {
+        false
+    }
+    /// WAL segment size in bytes (pg_walfile_name and pg_control_*).
+    fn wal_segment_size(&self) -> u64 {
+        16 << 20
+    }
+    /// The server's timeline (pg_walfile_name).
+    fn timeline(&self) -> u32 {
+        1
+    }
+    /// pg_stat_activity's rows.
+    fn activity(&mut self) -> Vec<ActivityRow> {
+        Vec::new()
+    }
+    /// pg_stat_wal's row.
+    fn wal_stats(&mut self) -> WalStatsRow {
+        WalStatsRow::default()
+    }
+    /// pg_stat_reset_shared('wal').
+    fn reset_wal_stats(&mut self) {}
+    /// pg_ls_waldir()'s rows.
+    fn wal_files(&mut self) -> Result<Vec<WalFileRow>, SqlError> {
+        Ok(Vec::new())
+    }
+    /// The control file, for pg_control_checkpoint() / pg_control_system().
+    fn control(&mut self) -> Result<ControlRow, SqlError> {
+        Ok(ControlRow::default())
+    }
+    /// The statement the session is about to run (pg_stat_activity.query,
+    /// state "active"); `None` when it went back to waiting for the client
+    /// (state "idle" or "idle in transaction").
+    fn report_activity(&mut self, _query: Option<&str>, _in_transaction: bool) {}
 }

@@ -20,6 +20,12 @@
 //! never handed out, so neither `kill(0, ...)` (the whole process group)
 //! nor a signal to a worker can be provoked. A wrong cancel is ignored
 //! without a word, as in PostgreSQL.
+//!
+//! Inspection: the views and functions of `protocol::sql::catalog` get
+//! their rows here, from shared memory (`shmem::stats`: activity and WAL
+//! counters; the settings table), the control file and `pg_wal/`; the
+//! session publishes its own query, state and transaction start through
+//! its activity writer.
 
 use crate::checkpointer::request_checkpoint;
 use crate::client_poll::PollingStream;
@@ -27,24 +33,44 @@ use crate::context::ProcContext;
 use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
 use crate::procs::walsender;
 use crate::xact::Xact;
-use protocol::{sqlstate, Session, SqlError, Termination};
+use protocol::{
+    sqlstate, ActivityRow, ControlRow, Session, SettingRow, SqlError, Termination, WalFileRow,
+    WalStatsRow,
+};
+use shmem::settings::{Context, Kind, Setting, Settings, Unit, SETTINGS};
+use shmem::stats::{self, ActivityState, ActivityWriter};
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// PostgreSQL 15's PG_CONTROL_VERSION and CATALOG_VERSION_NO, which
+/// pg_control_system() reports.
+const PG_CONTROL_VERSION: i32 = 1300;
+const CATALOG_VERSION_NO: i32 = 202_209_061;
 
 pub struct WalSession<'a> {
     shm: &'a Shmem,
     xact: Xact<'a>,
+    datadir: PathBuf,
+    activity: ActivityWriter<'a>,
+    /// (segment size, timeline) from the control file, read once.
+    geometry: (u64, u32),
 }
 
 impl<'a> WalSession<'a> {
     /// Joins the ProcArray as the context's proc.
     pub fn new(ctx: &'a ProcContext<'a>) -> Self {
+        let geometry = crate::control::ControlFile::read(&ctx.datadir)
+            .map(|c| (c.seg_size, c.timeline))
+            .unwrap_or((16 << 20, 1));
         WalSession {
             shm: ctx.shm,
             xact: Xact::new(ctx),
+            datadir: ctx.datadir.clone(),
+            activity: stats::activity_writer(ctx.shm, ctx.procno),
+            geometry,
         }
     }
 
@@ -107,16 +133,19 @@ impl Session for WalSession<'_> {
 
     fn begin(&mut self) -> Result<(), SqlError> {
         self.xact.begin();
+        self.activity.set_xact_start(Some(stats::now_us()));
         Ok(())
     }
 
     fn commit(&mut self) -> Result<(), SqlError> {
         self.xact.commit();
+        self.activity.set_xact_start(None);
         Ok(())
     }
 
     fn rollback(&mut self) -> Result<(), SqlError> {
         self.xact.abort();
+        self.activity.set_xact_start(None);
         Ok(())
     }
 
@@ -150,19 +179,12 @@ impl Session for WalSession<'_> {
         Ok(immediately_reserve.then_some(lsn))
     }
 
-    fn system_view(&mut self, name: &str) -> Option<protocol::SystemView> {
-        let dir = &self.xact.xlog.context().datadir;
-        match name {
-            "pg_replication_slots" => Some((
-                crate::slots::PG_REPLICATION_SLOTS,
-                crate::slots::pg_replication_slots(self.shm, dir),
-            )),
-            "pg_stat_replication" => Some((
-                crate::syncrep::PG_STAT_REPLICATION,
-                crate::syncrep::pg_stat_replication(self.shm),
-            )),
-            _ => None,
-        }
+    fn replication_slots(&mut self) -> Vec<protocol::ReplicationSlotRow> {
+        crate::slots::pg_replication_slots(self.shm, &self.xact.xlog.context().datadir)
+    }
+
+    fn stat_replication(&mut self) -> Vec<protocol::ReplicationRow> {
+        crate::syncrep::pg_stat_replication(self.shm)
     }
 
     fn drop_replication_slot(&mut self, name: &str) -> Result<(), SqlError> {
@@ -184,6 +206,238 @@ impl Session for WalSession<'_> {
 
     fn server_setting(&self, name: &str) -> Option<String> {
         self.shm.settings().show(name)
+    }
+
+    fn server_settings(&self) -> Vec<SettingRow> {
+        let current = self.shm.settings();
+        let boot = Settings::default();
+        SETTINGS
+            .iter()
+            .filter(|row| !row.secret)
+            .map(|row| setting_row(row, current, &boot))
+            .collect()
+    }
+
+    fn postmaster_start_time(&self) -> Option<i64> {
+        modified_us(&self.datadir.join("postmaster.pid"))
+    }
+
+    fn wal_segment_size(&self) -> u64 {
+        self.geometry.0
+    }
+
+    fn timeline(&self) -> u32 {
+        self.geometry.1
+    }
+
+    fn activity(&mut self) -> Vec<ActivityRow> {
+        stats::activity(self.shm)
+            .into_iter()
+            .map(activity_row)
+            .collect()
+    }
+
+    fn wal_stats(&mut self) -> WalStatsRow {
+        let w = stats::wal_stats(self.shm);
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        WalStatsRow {
+            wal_records: count(w.wal_records),
+            wal_fpi: count(w.wal_fpi),
+            wal_bytes: w.wal_bytes,
+            wal_buffers_full: count(w.wal_buffers_full),
+            wal_write: count(w.wal_write),
+            wal_sync: count(w.wal_sync),
+            wal_write_time: w.wal_write_time_us as f64 / 1000.0,
+            wal_sync_time: w.wal_sync_time_us as f64 / 1000.0,
+            stats_reset: (w.stats_reset_us != 0).then_some(w.stats_reset_us as i64),
+        }
+    }
+
+    fn reset_wal_stats(&mut self) {
+        stats::reset_wal_stats(self.shm);
+    }
+
+    fn wal_files(&mut self) -> Result<Vec<WalFileRow>, SqlError> {
+        let dir = self.datadir.join("pg_wal");
+        let entries = std::fs::read_dir(&dir).map_err(|e| io_error(&dir, &e))?;
+        let mut rows = Vec::new();
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            rows.push(WalFileRow {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                size: i64::try_from(meta.len()).unwrap_or(i64::MAX),
+                modification: modified_us(&entry.path()).unwrap_or(0),
+            });
+        }
+        Ok(rows)
+    }
+
+    fn control(&mut self) -> Result<ControlRow, SqlError> {
+        let path = crate::control::path(&self.datadir);
+        let c = crate::control::ControlFile::read(&self.datadir)
+            .map_err(|e| SqlError::error(sqlstate::PROGRAM_LIMIT_EXCEEDED, e.to_string()))?;
+        let seg = c.seg_size.max(1);
+        let redo_segno = c.redo / seg;
+        let per_id = (0x1_0000_0000 / seg).max(1);
+        let timeline = i32::try_from(c.timeline).unwrap_or(i32::MAX);
+        Ok(ControlRow {
+            checkpoint_lsn: c.checkpoint,
+            redo_lsn: c.redo,
+            redo_wal_file: format!(
+                "{:08X}{:08X}{:08X}",
+                c.timeline,
+                redo_segno / per_id,
+                redo_segno % per_id
+            ),
+            timeline_id: timeline,
+            prev_timeline_id: timeline,
+            full_page_writes: false,
+            next_xid: format!("{}:{}", c.next_xid >> 32, c.next_xid & 0xffff_ffff),
+            next_oid: 0,
+            next_multixact_id: 1,
+            oldest_xid: 3,
+            oldest_xid_dbid: 1,
+            oldest_active_xid: 0,
+            oldest_multi_xid: 1,
+            oldest_multi_dbid: 1,
+            checkpoint_time: c.time.saturating_mul(1_000_000),
+            pg_control_version: PG_CONTROL_VERSION,
+            catalog_version_no: CATALOG_VERSION_NO,
+            system_identifier: c.system_identifier as i64,
+            pg_control_last_modified: modified_us(&path)
+                .unwrap_or(c.time.saturating_mul(1_000_000)),
+            ..ControlRow::default()
+        })
+    }
+
+    fn report_activity(&mut self, query: Option<&str>, in_transaction: bool) {
+        match query {
+            Some(q) => {
+                self.activity.set_query(q);
+                self.activity.set_state(ActivityState::Active);
+            }
+            None if in_transaction => self.activity.set_state(ActivityState::IdleInTransaction),
+            None => self.activity.set_state(ActivityState::Idle),
+        }
+    }
+}
+
+fn io_error(path: &Path, e: &std::io::Error) -> SqlError {
+    SqlError::error(
+        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        format!("could not read directory \"{}\": {e}", path.display()),
+    )
+}
+
+/// A file's modification time in microseconds since the Unix epoch.
+fn modified_us(path: &Path) -> Option<i64> {
+    let t = std::fs::metadata(path).ok()?.modified().ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(d.as_micros()).ok()
+}
+
+fn activity_row(a: stats::ProcActivity) -> ActivityRow {
+    let client = a.backend_type == stats::BackendType::ClientBackend;
+    let text = |s: String| (!s.is_empty()).then_some(s);
+    let micros = |t: Option<u64>| t.map(|v| v as i64);
+    let client_addr = text(a.client_addr);
+    ActivityRow {
+        pid: a.pid,
+        backend_type: a.backend_type_name.to_string(),
+        state: a.state.map(str::to_string),
+        wait_event_type: a.wait_event_type.map(str::to_string),
+        wait_event: a.wait_event.map(str::to_string),
+        query: Some(a.query),
+        backend_start: micros(a.backend_start_us),
+        xact_start: micros(a.xact_start_us),
+        query_start: micros(a.query_start_us),
+        state_change: micros(a.state_change_us),
+        backend_xid: a.backend_xid,
+        application_name: Some(a.application_name),
+        client_port: client.then_some(if client_addr.is_some() { 0 } else { -1 }),
+        client_addr,
+        usename: client.then(|| "postgres".to_string()),
+        datname: client.then(|| "postgres".to_string()),
+    }
+}
+
+/// PostgreSQL's vartype of a setting's kind.
+fn vartype(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Bool => "bool",
+        Kind::Int { .. } => "integer",
+        Kind::Enum(_) => "enum",
+        Kind::Text { .. } => "string",
+    }
+}
+
+/// pg_settings' unit for values shown in `shown` (None for plain counts).
+fn unit_name(shown: Unit) -> Option<String> {
+    if shown == Unit::PAGES {
+        return Some("8kB".into());
+    }
+    (!shown.suffix.is_empty()).then(|| shown.suffix.to_string())
+}
+
+/// One `pg_settings` row of the server's table.
+fn setting_row(row: &Setting, current: &Settings, boot: &Settings) -> SettingRow {
+    let (unit, bare) = match row.kind {
+        Kind::Int { shown, .. } => (unit_name(shown), shown.suffix),
+        _ => (None, ""),
+    };
+    let plain = |s: &Settings| {
+        let shown = row.display(s);
+        shown.strip_suffix(bare).unwrap_or(&shown).to_string()
+    };
+    let (min_val, max_val) = match row.kind {
+        Kind::Int {
+            stored,
+            shown,
+            min,
+            max,
+        } => (
+            Some((min * stored.scale / shown.scale).to_string()),
+            Some((max * stored.scale / shown.scale).to_string()),
+        ),
+        _ => (None, None),
+    };
+    let setting = plain(current);
+    let boot_val = plain(boot);
+    SettingRow {
+        name: row.name.to_string(),
+        source: if setting == boot_val {
+            "default"
+        } else {
+            "configuration file"
+        }
+        .to_string(),
+        reset_val: setting.clone(),
+        setting,
+        unit,
+        category: if row.seed.is_some() {
+            "walshm / Seed Variants"
+        } else {
+            "walshm"
+        }
+        .to_string(),
+        short_desc: row.what(),
+        context: match row.context {
+            Context::Postmaster => "postmaster",
+            Context::Session => "user",
+        }
+        .to_string(),
+        vartype: vartype(&row.kind).to_string(),
+        min_val,
+        max_val,
+        enumvals: match row.kind {
+            Kind::Enum(names) => Some(names.iter().map(|n| n.to_string()).collect()),
+            _ => None,
+        },
+        boot_val,
+        shown: row.display(current),
     }
 }
 
@@ -209,6 +463,39 @@ fn peer_uid(fd: i32) -> Option<u32> {
         )
     };
     (r == 0).then_some(cred.uid)
+}
+
+/// The IP address of a TCP peer (None for a Unix socket or on error).
+fn peer_addr(fd: i32) -> Option<String> {
+    // SAFETY: an all-zero sockaddr_storage is a valid value for getpeername to fill.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `addr` and `len` are valid out-pointers of the right size.
+    let r = unsafe {
+        libc::getpeername(
+            fd,
+            &mut addr as *mut libc::sockaddr_storage as *mut libc::sockaddr,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let v4 =
+                unsafe { &*(&addr as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
+            Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).to_string())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let v6 =
+                unsafe { &*(&addr as *const libc::sockaddr_storage as *const libc::sockaddr_in6) };
+            Some(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr).to_string())
+        }
+        _ => None,
+    }
 }
 
 /// A nonzero random cancel key; None when the kernel cannot give random
@@ -323,6 +610,11 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     // which never matches.
     me.pid.store(pid, Ordering::Relaxed);
     let ctx = ProcContext::new(shm, procno, datadir);
+    let writer = stats::activity_writer(shm, procno);
+    writer.set_application_name(&info.application_name);
+    if let Some(addr) = peer_addr(fd) {
+        writer.set_client_addr(&addr);
+    }
     let mut session = WalSession::new(&ctx);
     if let Some(on) = info.synchronous_commit {
         session.set_synchronous_commit(on);

@@ -1,28 +1,93 @@
-//! Evaluation of analyzed expressions against a [`Session`]: the only place
-//! where SQL turns into WAL-writing calls.
+//! Evaluation of analyzed expressions over a row, against a [`Session`]:
+//! the only place where SQL turns into WAL-writing calls and into the
+//! values of walshm's functions.
 //!
-//! Invariants: all functions are strict (a NULL argument yields NULL
-//! without calling the session), arguments are evaluated left to right, and
-//! values returned carry the type the analyzer assigned.
+//! Invariants: function calls are strict (a NULL argument yields NULL
+//! without calling the session); AND, OR, IS NULL and IN follow SQL's
+//! three-valued logic; arguments are evaluated left to right; values
+//! returned carry the type the analyzer assigned; integer arithmetic is
+//! checked against its type's range (22003) and division by zero is 22012.
 //!
 //! Bounds: evaluation recurses once per tree level and refuses to go
 //! deeper than `MAX_TREE_HEIGHT` (54001); no value it builds is larger than
 //! the session's memory limit (53200): a function checks the size of its
 //! result before allocating it, a cast checks what it produced.
 
-use super::analyze::{Func, TExpr};
-use super::value::{cast, Value};
+use super::analyze::{Func, Op, TExpr};
+use super::functions::{like, size_pretty_int, size_pretty_numeric, walfile_name};
+use super::numeric::Numeric;
+use super::parser::BinOp;
+use super::value::{cast, compare_values, SqlType, Value, F64};
 use crate::error::{sqlstate, SqlError};
 use crate::limits::{check_memory, too_deep, MAX_TREE_HEIGHT};
-use crate::session::Session;
+use crate::session::{Session, SettingRow};
 use crate::settings::DEFAULT_SERVER_VERSION;
+use std::cmp::Ordering;
 
 /// Largest value PostgreSQL can build (MaxAllocSize - 1).
 const MAX_VALUE_LEN: usize = (1 << 30) - 1;
 
-/// Evaluates `expr` with the Bind parameters `params`.
-pub fn eval(expr: &TExpr, params: &[Value], session: &mut dyn Session) -> Result<Value, SqlError> {
-    eval_at(expr, params, session, 0)
+/// The session's own parameters (what SHOW answers beyond the server's
+/// settings): implemented by the connection's state in `serve`.
+pub trait SessionSettings {
+    /// SHOW name / current_setting(name); 42704 for an unknown name.
+    fn show(&self, session: &dyn Session, name: &str) -> Result<String, SqlError>;
+    /// Every setting, for pg_settings and SHOW ALL, sorted by name.
+    fn all(&self, session: &dyn Session) -> Vec<SettingRow>;
+}
+
+/// Settings of a bare Session (tests): the server's only.
+struct ServerOnly;
+
+impl SessionSettings for ServerOnly {
+    fn show(&self, session: &dyn Session, name: &str) -> Result<String, SqlError> {
+        session
+            .server_setting(name)
+            .ok_or_else(|| unrecognized_parameter(name))
+    }
+    fn all(&self, session: &dyn Session) -> Vec<SettingRow> {
+        session.server_settings()
+    }
+}
+
+/// 42704, as PostgreSQL's SHOW and current_setting report an unknown name.
+pub fn unrecognized_parameter(name: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::UNDEFINED_OBJECT,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
+}
+
+/// Everything an expression can reach while it is evaluated.
+pub struct Env<'a> {
+    pub session: &'a mut dyn Session,
+    /// The Bind parameters.
+    pub params: &'a [Value],
+    /// now(): the transaction's start, microseconds since the Unix epoch.
+    pub now: i64,
+    pub settings: &'a dyn SessionSettings,
+}
+
+impl<'a> Env<'a> {
+    /// An environment over `session` alone (no parameters, now = the Unix epoch).
+    pub fn with<T>(session: &mut dyn Session, f: impl FnOnce(&mut Env) -> T) -> T {
+        let mut env = Env {
+            session,
+            params: &[],
+            now: 0,
+            settings: &ServerOnly,
+        };
+        f(&mut env)
+    }
+
+    pub fn all_settings(&self) -> Vec<SettingRow> {
+        self.settings.all(&*self.session)
+    }
+}
+
+/// Evaluates `expr` over `row` (the values its `Column`s refer to).
+pub fn eval(expr: &TExpr, row: &[Value], env: &mut Env) -> Result<Value, SqlError> {
+    eval_at(expr, row, env, 0)
 }
 
 /// The size in memory of a value's payload (what the memory limit counts).
@@ -30,42 +95,233 @@ pub fn value_size(v: &Value) -> usize {
     match v {
         Value::Text(s) => s.len(),
         Value::Bytea(b) => b.len(),
+        Value::Record(fields) => fields.iter().map(|(v, _)| value_size(v)).sum(),
         _ => std::mem::size_of::<Value>(),
     }
 }
 
-fn eval_at(
-    expr: &TExpr,
-    params: &[Value],
-    session: &mut dyn Session,
-    depth: usize,
-) -> Result<Value, SqlError> {
+fn eval_at(expr: &TExpr, row: &[Value], env: &mut Env, depth: usize) -> Result<Value, SqlError> {
     if depth >= MAX_TREE_HEIGHT {
         return Err(too_deep());
     }
+    let sub = |e: &TExpr, env: &mut Env| eval_at(e, row, env, depth + 1);
     match expr {
         TExpr::Const(v, _) => Ok(v.clone()),
-        TExpr::Param(i, _) => Ok(params.get(*i).cloned().unwrap_or(Value::Null)),
+        TExpr::Param(i, _) => Ok(env.params.get(*i).cloned().unwrap_or(Value::Null)),
+        TExpr::Column(i, _) => Ok(row.get(*i).cloned().unwrap_or(Value::Null)),
+        TExpr::Agg(..) => Err(SqlError::error(
+            sqlstate::GROUPING_ERROR,
+            "aggregate function calls are not allowed here",
+        )),
         TExpr::Cast(inner, target) => {
-            let v = cast(
-                eval_at(inner, params, session, depth + 1)?,
-                inner.ty(),
-                *target,
-            )?;
-            check_memory("a value", value_size(&v), session.memory_limit())?;
+            let v = cast(sub(inner, env)?, inner.ty(), *target)?;
+            check_memory("a value", value_size(&v), env.session.memory_limit())?;
             Ok(v)
         }
         TExpr::Call(func, args, _) => {
-            let values = args
-                .iter()
-                .map(|a| eval_at(a, params, session, depth + 1))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut values = Vec::with_capacity(args.len());
+            for a in args {
+                values.push(sub(a, env)?);
+            }
             if values.contains(&Value::Null) {
                 return Ok(Value::Null);
             }
-            call(*func, &values, session)
+            call(*func, &values, env)
+        }
+        TExpr::Binary(Op::And, l, r, _) => {
+            let l = truth(sub(l, env)?);
+            if l == Some(false) {
+                return Ok(Value::Bool(false));
+            }
+            Ok(match (l, truth(sub(r, env)?)) {
+                (_, Some(false)) => Value::Bool(false),
+                (Some(true), Some(true)) => Value::Bool(true),
+                _ => Value::Null,
+            })
+        }
+        TExpr::Binary(Op::Or, l, r, _) => {
+            let l = truth(sub(l, env)?);
+            if l == Some(true) {
+                return Ok(Value::Bool(true));
+            }
+            Ok(match (l, truth(sub(r, env)?)) {
+                (_, Some(true)) => Value::Bool(true),
+                (Some(false), Some(false)) => Value::Bool(false),
+                _ => Value::Null,
+            })
+        }
+        TExpr::Binary(op, l, r, ty) => {
+            let l = sub(l, env)?;
+            let r = sub(r, env)?;
+            if l == Value::Null || r == Value::Null {
+                return Ok(Value::Null);
+            }
+            let v = operator(*op, l, r, *ty)?;
+            check_memory("a value", value_size(&v), env.session.memory_limit())?;
+            Ok(v)
+        }
+        TExpr::Negate(inner, ty) => negate(sub(inner, env)?, *ty),
+        TExpr::Not(inner) => Ok(match truth(sub(inner, env)?) {
+            Some(b) => Value::Bool(!b),
+            None => Value::Null,
+        }),
+        TExpr::IsNull(inner, negated) => {
+            let is_null = sub(inner, env)? == Value::Null;
+            Ok(Value::Bool(is_null != *negated))
+        }
+        TExpr::Like {
+            expr,
+            pattern,
+            negated,
+            insensitive,
+        } => {
+            let (v, p) = (sub(expr, env)?, sub(pattern, env)?);
+            Ok(match (v, p) {
+                (Value::Text(v), Value::Text(p)) => {
+                    Value::Bool(like(&v, &p, *insensitive) != *negated)
+                }
+                _ => Value::Null,
+            })
+        }
+        TExpr::InList(e, list, negated) => {
+            let v = sub(e, env)?;
+            if v == Value::Null {
+                return Ok(Value::Null);
+            }
+            let mut saw_null = false;
+            for item in list {
+                match compare_values(&v, &sub(item, env)?) {
+                    Some(Ordering::Equal) => return Ok(Value::Bool(!*negated)),
+                    None => saw_null = true,
+                    Some(_) => {}
+                }
+            }
+            Ok(if saw_null {
+                Value::Null
+            } else {
+                Value::Bool(*negated)
+            })
         }
     }
+}
+
+/// A boolean's truth value; None for NULL.
+pub fn truth(v: Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn out_of_range(ty: SqlType) -> SqlError {
+    let what = match ty {
+        SqlType::Int2 => "smallint",
+        SqlType::Int4 => "integer",
+        _ => "bigint",
+    };
+    SqlError::error(
+        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("{what} out of range"),
+    )
+}
+
+fn division_by_zero() -> SqlError {
+    SqlError::error(sqlstate::DIVISION_BY_ZERO, "division by zero")
+}
+
+/// An integer result checked against its type's range.
+fn int_in_range(v: Option<i64>, ty: SqlType) -> Result<Value, SqlError> {
+    let (min, max) = match ty {
+        SqlType::Int2 => (i64::from(i16::MIN), i64::from(i16::MAX)),
+        SqlType::Int4 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+        _ => (i64::MIN, i64::MAX),
+    };
+    match v {
+        Some(v) if (min..=max).contains(&v) => Ok(Value::Int(v)),
+        _ => Err(out_of_range(ty)),
+    }
+}
+
+fn as_numeric(v: &Value) -> Numeric {
+    match v {
+        Value::Numeric(n) => **n,
+        Value::Int(i) => Numeric::from_int(*i),
+        Value::U64(u) => Numeric::from_u64(*u),
+        _ => Numeric::from_int(0),
+    }
+}
+
+/// A non-NULL binary operator (operands already in the operator's type).
+fn operator(op: Op, l: Value, r: Value, ty: SqlType) -> Result<Value, SqlError> {
+    if let Op::Compare(cmp) = op {
+        let ord = compare_values(&l, &r).unwrap_or(Ordering::Equal);
+        return Ok(Value::Bool(match cmp {
+            BinOp::Eq => ord == Ordering::Equal,
+            BinOp::Ne => ord != Ordering::Equal,
+            BinOp::Lt => ord == Ordering::Less,
+            BinOp::Le => ord != Ordering::Greater,
+            BinOp::Gt => ord == Ordering::Greater,
+            _ => ord != Ordering::Less,
+        }));
+    }
+    Ok(match (op, l, r) {
+        (Op::Concat, Value::Text(a), Value::Text(b)) => Value::Text(a + &b),
+        (Op::LsnDiff, Value::U64(a), Value::U64(b)) => {
+            Value::numeric(Numeric::from_u64(a).checked_sub(Numeric::from_u64(b))?)
+        }
+        (op, Value::Int(a), Value::Int(b)) => {
+            let v = match op {
+                Op::Add => a.checked_add(b),
+                Op::Sub => a.checked_sub(b),
+                Op::Mul => a.checked_mul(b),
+                Op::Div | Op::Mod if b == 0 => return Err(division_by_zero()),
+                Op::Div => a.checked_div(b),
+                _ => Some(a.checked_rem(b).unwrap_or(0)),
+            };
+            int_in_range(v, ty)?
+        }
+        (op, Value::Float(a), Value::Float(b)) => {
+            let (a, b) = (a.0, b.0);
+            Value::Float(F64(match op {
+                Op::Add => a + b,
+                Op::Sub => a - b,
+                Op::Mul => a * b,
+                _ if b == 0.0 => return Err(division_by_zero()),
+                _ => a / b,
+            }))
+        }
+        (op, a, b) => {
+            let (a, b) = (as_numeric(&a), as_numeric(&b));
+            Value::numeric(match op {
+                Op::Add => a.checked_add(b)?,
+                Op::Sub => a.checked_sub(b)?,
+                Op::Mul => a.checked_mul(b)?,
+                Op::Div => a.checked_div(b)?,
+                _ => numeric_mod(a, b)?,
+            })
+        }
+    })
+}
+
+fn numeric_mod(a: Numeric, b: Numeric) -> Result<Numeric, SqlError> {
+    if b.mantissa == 0 {
+        return Err(division_by_zero());
+    }
+    let scale = a.scale.max(b.scale);
+    let (x, y) = (a.rescale(scale)?.mantissa, b.rescale(scale)?.mantissa);
+    Ok(Numeric {
+        mantissa: x % y,
+        scale,
+    })
+}
+
+fn negate(v: Value, ty: SqlType) -> Result<Value, SqlError> {
+    Ok(match v {
+        Value::Int(i) => int_in_range(i.checked_neg(), ty)?,
+        Value::Float(f) => Value::Float(F64(-f.0)),
+        Value::Numeric(n) => Value::numeric(Numeric::from_int(0).checked_sub(*n)?),
+        other => other,
+    })
 }
 
 fn text(v: &Value) -> &str {
@@ -82,50 +338,113 @@ fn int(v: &Value) -> i64 {
     }
 }
 
-fn call(func: Func, args: &[Value], session: &mut dyn Session) -> Result<Value, SqlError> {
+fn lsn(v: &Value) -> u64 {
+    match v {
+        Value::U64(u) => *u,
+        _ => 0,
+    }
+}
+
+/// pg_stat_reset_shared(target): 'wal' resets pg_stat_wal; the other
+/// targets PostgreSQL 15 knows have no counters in walshm.
+fn reset_shared(target: &str, session: &mut dyn Session) -> Result<Value, SqlError> {
+    match target {
+        "wal" => session.reset_wal_stats(),
+        "archiver" | "bgwriter" | "recovery_prefetch" => {}
+        other => {
+            return Err(SqlError::error(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!("unrecognized reset target: \"{other}\""),
+            )
+            .with_hint(
+                "Target must be \"archiver\", \"bgwriter\", \"recovery_prefetch\", or \"wal\".",
+            ))
+        }
+    }
+    Ok(Value::Void)
+}
+
+fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
+    let arg = |i: usize| args.get(i).unwrap_or(&Value::Null);
     Ok(match func {
         Func::EmitMessageText | Func::EmitMessageBytea => {
             let transactional = matches!(args.first(), Some(Value::Bool(true)));
-            let prefix = args.get(1).map(text).unwrap_or("");
-            let payload: &[u8] = match args.get(2) {
-                Some(Value::Bytea(b)) => b,
-                Some(Value::Text(s)) => s.as_bytes(),
+            let prefix = text(arg(1));
+            let payload: &[u8] = match arg(2) {
+                Value::Bytea(b) => b,
+                Value::Text(s) => s.as_bytes(),
                 _ => &[],
             };
-            Value::U64(session.emit_message(transactional, prefix, payload)?)
+            Value::U64(env.session.emit_message(transactional, prefix, payload)?)
         }
         Func::TxidCurrent => {
-            let xid = session.txid_current()?;
+            let xid = env.session.txid_current()?;
             Value::Int(i64::try_from(xid).map_err(|_| {
                 SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
             })?)
         }
-        Func::CurrentXactId => Value::U64(session.txid_current()?),
-        Func::CurrentWalLsn => Value::U64(session.current_wal_lsn()),
-        Func::CurrentWalInsertLsn => Value::U64(session.current_wal_insert_lsn()),
-        Func::CurrentWalFlushLsn => Value::U64(session.current_wal_flush_lsn()),
-        Func::SwitchWal => Value::U64(session.switch_wal()?),
-        Func::Repeat => repeat(
-            args.first().map(text).unwrap_or(""),
-            args.get(1).map(int).unwrap_or(0),
-            session.memory_limit(),
-        )?,
+        Func::CurrentXactId => Value::U64(env.session.txid_current()?),
+        Func::CurrentWalLsn => Value::U64(env.session.current_wal_lsn()),
+        Func::CurrentWalInsertLsn => Value::U64(env.session.current_wal_insert_lsn()),
+        Func::CurrentWalFlushLsn => Value::U64(env.session.current_wal_flush_lsn()),
+        Func::SwitchWal => Value::U64(env.session.switch_wal()?),
+        Func::Repeat => repeat(text(arg(0)), int(arg(1)), env.session.memory_limit())?,
         Func::CreatePhysicalSlot => {
-            let name = args.first().map(text).unwrap_or("");
-            let reserve = matches!(args.get(1), Some(Value::Bool(true)));
-            let temporary = matches!(args.get(2), Some(Value::Bool(true)));
-            let lsn = session.create_physical_replication_slot(name, reserve, temporary)?;
-            let lsn = lsn.map(super::value::format_lsn).unwrap_or_default();
-            Value::Text(format!("({name},{lsn})"))
+            let name = text(arg(0));
+            let reserve = arg(1) == &Value::Bool(true);
+            let temporary = arg(2) == &Value::Bool(true);
+            let lsn = env
+                .session
+                .create_physical_replication_slot(name, reserve, temporary)?;
+            Value::Record(vec![
+                (Value::Text(name.to_string()), SqlType::Name),
+                (lsn.map_or(Value::Null, Value::U64), SqlType::Lsn),
+            ])
         }
         Func::DropSlot => {
-            session.drop_replication_slot(args.first().map(text).unwrap_or(""))?;
+            env.session.drop_replication_slot(text(arg(0)))?;
             Value::Void
         }
         Func::Version => Value::Text(format!(
             "PostgreSQL {DEFAULT_SERVER_VERSION} on {}-linux, compiled by rustc, 64-bit",
             std::env::consts::ARCH
         )),
+        Func::Now => Value::Timestamp(env.now),
+        Func::WalfileName => Value::Text(walfile_name(
+            lsn(arg(0)),
+            env.session.timeline(),
+            env.session.wal_segment_size(),
+        )),
+        Func::WalfileNameOffset => {
+            let seg = env.session.wal_segment_size().max(1);
+            let at = lsn(arg(0));
+            let name = walfile_name(at, env.session.timeline(), seg);
+            Value::Record(vec![
+                (Value::Text(name), SqlType::Text),
+                (Value::Int((at % seg) as i64), SqlType::Int4),
+            ])
+        }
+        Func::WalLsnDiff => Value::numeric(
+            Numeric::from_u64(lsn(arg(0))).checked_sub(Numeric::from_u64(lsn(arg(1))))?,
+        ),
+        Func::IsInRecovery => Value::Bool(env.session.in_recovery()),
+        Func::BackendPid => Value::Int(i64::from(env.session.backend_pid())),
+        Func::PostmasterStartTime => env
+            .session
+            .postmaster_start_time()
+            .map_or(Value::Null, Value::Timestamp),
+        Func::CurrentSetting => Value::Text(env.settings.show(&*env.session, text(arg(0)))?),
+        Func::CurrentSettingMissingOk => match env.settings.show(&*env.session, text(arg(0))) {
+            Ok(v) => Value::Text(v),
+            Err(_) if arg(1) == &Value::Bool(true) => Value::Null,
+            Err(e) => return Err(e),
+        },
+        Func::SizePrettyInt => Value::Text(size_pretty_int(int(arg(0)))),
+        Func::SizePrettyNumeric => Value::Text(size_pretty_numeric(as_numeric(arg(0)))),
+        Func::StatResetShared => reset_shared(text(arg(0)), env.session)?,
+        Func::Upper => Value::Text(text(arg(0)).to_uppercase()),
+        Func::Lower => Value::Text(text(arg(0)).to_lowercase()),
+        Func::Length => Value::Int(text(arg(0)).chars().count() as i64),
     })
 }
 
@@ -147,8 +466,279 @@ fn repeat(s: &str, count: i64, memory_limit: usize) -> Result<Value, SqlError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::session::{ActivityRow, ReplicationRow, ReplicationSlotRow, WalStatsRow};
+    use crate::sql::analyze::{analyze, Kind};
+    use crate::sql::parser::parse_statements;
+    use crate::sql::query::run_query;
+    use crate::sql::value::format_text;
+
+    /// A Session with fixed, known answers.
+    #[derive(Default)]
+    pub(crate) struct FakeSession {
+        pub wal_resets: usize,
+    }
+
+    impl Session for FakeSession {
+        fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
+            Ok(0x100)
+        }
+        fn txid_current(&mut self) -> Result<u64, SqlError> {
+            Ok(740)
+        }
+        fn current_wal_lsn(&mut self) -> u64 {
+            0x300_0000
+        }
+        fn current_wal_insert_lsn(&mut self) -> u64 {
+            0x300_0000
+        }
+        fn current_wal_flush_lsn(&mut self) -> u64 {
+            0x300_0000
+        }
+        fn switch_wal(&mut self) -> Result<u64, SqlError> {
+            Ok(0x400_0000)
+        }
+        fn checkpoint(&mut self) -> Result<(), SqlError> {
+            Ok(())
+        }
+        fn begin(&mut self) -> Result<(), SqlError> {
+            Ok(())
+        }
+        fn commit(&mut self) -> Result<(), SqlError> {
+            Ok(())
+        }
+        fn rollback(&mut self) -> Result<(), SqlError> {
+            Ok(())
+        }
+        fn set_synchronous_commit(&mut self, _: bool) {}
+        fn synchronous_commit(&self) -> bool {
+            true
+        }
+        fn termination(&self) -> Option<crate::session::Termination> {
+            None
+        }
+        fn take_cancel(&mut self) -> bool {
+            false
+        }
+        fn memory_limit(&self) -> usize {
+            1 << 20
+        }
+        fn server_setting(&self, name: &str) -> Option<String> {
+            (name == "wal_buffers").then(|| "2048".into())
+        }
+        fn backend_pid(&self) -> i32 {
+            4242
+        }
+        fn activity(&mut self) -> Vec<ActivityRow> {
+            let row =
+                |pid: i32, ty: &str, state: Option<&str>, wt: Option<&str>, w: Option<&str>| {
+                    ActivityRow {
+                        pid,
+                        backend_type: ty.into(),
+                        state: state.map(Into::into),
+                        wait_event_type: wt.map(Into::into),
+                        wait_event: w.map(Into::into),
+                        query: state.map(|_| format!("q{pid}")),
+                        client_port: state.map(|_| -1),
+                        ..ActivityRow::default()
+                    }
+                };
+            vec![
+                row(
+                    10,
+                    "walwriter",
+                    None,
+                    Some("Activity"),
+                    Some("WalWriterMain"),
+                ),
+                row(
+                    11,
+                    "checkpointer",
+                    None,
+                    Some("Activity"),
+                    Some("CheckpointerMain"),
+                ),
+                row(
+                    12,
+                    "client backend",
+                    Some("active"),
+                    Some("LWLock"),
+                    Some("WALInsert"),
+                ),
+                row(
+                    13,
+                    "client backend",
+                    Some("active"),
+                    Some("LWLock"),
+                    Some("WALInsert"),
+                ),
+                row(14, "client backend", Some("active"), None, None),
+                row(4242, "client backend", Some("active"), None, None),
+            ]
+        }
+        fn wal_stats(&mut self) -> WalStatsRow {
+            WalStatsRow {
+                wal_records: 7,
+                wal_bytes: 560,
+                wal_write_time: 1.5,
+                ..WalStatsRow::default()
+            }
+        }
+        fn reset_wal_stats(&mut self) {
+            self.wal_resets += 1;
+        }
+        fn create_physical_replication_slot(
+            &mut self,
+            _: &str,
+            reserve: bool,
+            _: bool,
+        ) -> Result<Option<u64>, SqlError> {
+            Ok(reserve.then_some(0x16B_6C50))
+        }
+        fn drop_replication_slot(&mut self, _: &str) -> Result<(), SqlError> {
+            Ok(())
+        }
+        fn replication_slots(&mut self) -> Vec<ReplicationSlotRow> {
+            vec![
+                ReplicationSlotRow {
+                    slot_name: "s1".into(),
+                    restart_lsn: Some(0x300_0000),
+                    wal_status: Some("reserved".into()),
+                    ..ReplicationSlotRow::default()
+                },
+                ReplicationSlotRow {
+                    slot_name: "s0".into(),
+                    active_pid: Some(77),
+                    ..ReplicationSlotRow::default()
+                },
+            ]
+        }
+        fn stat_replication(&mut self) -> Vec<ReplicationRow> {
+            vec![ReplicationRow {
+                pid: 77,
+                application_name: "rx".into(),
+                client_port: Some(-1),
+                state: "streaming".into(),
+                flush_lsn: Some(0x300_0000),
+                sync_priority: 1,
+                sync_state: "sync".into(),
+                ..ReplicationRow::default()
+            }]
+        }
+    }
+
+    /// Runs `sql` (one SELECT) against a FakeSession: rows in text form.
+    pub(crate) fn rows(sql: &str) -> Result<Vec<Vec<Option<String>>>, SqlError> {
+        let stmt = parse_statements(sql)?.remove(0);
+        let a = analyze(&stmt, &[], false)?;
+        let Kind::Select(q) = &a.kind else {
+            panic!("not a query: {sql}")
+        };
+        let mut session = FakeSession::default();
+        let out = Env::with(&mut session, |env| run_query(q, env))?;
+        Ok(out
+            .into_iter()
+            .map(|r| {
+                r.iter()
+                    .zip(&q.columns)
+                    .map(|(v, c)| format_text(v, c.ty).map(|b| String::from_utf8(b).unwrap()))
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn one(sql: &str) -> String {
+        rows(sql).unwrap()[0][0]
+            .clone()
+            .unwrap_or_else(|| "NULL".into())
+    }
+
+    #[test]
+    fn functions_match_postgres_outputs() {
+        assert_eq!(
+            one("SELECT pg_walfile_name('0/16B6C50')"),
+            "000000010000000000000001"
+        );
+        assert_eq!(
+            one("SELECT pg_walfile_name('0/1000000')"),
+            "000000010000000000000000"
+        );
+        assert_eq!(
+            one("SELECT pg_walfile_name_offset('0/16B6C50')"),
+            "(000000010000000000000001,7040080)"
+        );
+        assert_eq!(one("SELECT pg_size_pretty(10485760)"), "10 MB");
+        assert_eq!(one("SELECT pg_size_pretty(10485760::bigint)"), "10 MB");
+        assert_eq!(one("SELECT pg_size_pretty(1535999::numeric)"), "1500 kB");
+        assert_eq!(
+            one("SELECT pg_wal_lsn_diff('0/2000000','0/1000000')"),
+            "16777216"
+        );
+        assert_eq!(one("SELECT '0/2000000'::pg_lsn - '0/1000000'"), "16777216");
+        assert_eq!(
+            one("SELECT '0/1000000'::pg_lsn - '0/2000000'::pg_lsn"),
+            "-16777216"
+        );
+        assert_eq!(
+            one("SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'))"),
+            "48 MB"
+        );
+        assert_eq!(one("SELECT pg_is_in_recovery()"), "f");
+        assert_eq!(one("SELECT pg_backend_pid()"), "4242");
+        assert_eq!(one("SELECT current_setting('wal_buffers')"), "2048");
+        assert_eq!(one("SELECT current_setting('nope', true)"), "NULL");
+        assert_eq!(
+            rows("SELECT current_setting('nope')").unwrap_err().code,
+            "42704"
+        );
+        assert_eq!(one("SELECT now()"), "1970-01-01 00:00:00+00");
+        assert_eq!(one("SELECT current_timestamp"), "1970-01-01 00:00:00+00");
+        assert_eq!(one("SELECT 7 / 2, 7 % 2"), "3");
+        assert_eq!(one("SELECT 7::numeric / 2"), "3.5000000000000000");
+        assert_eq!(one("SELECT 1.5 + 1"), "2.5");
+        assert_eq!(one("SELECT 'a' || 'b' || 1"), "ab1");
+        assert_eq!(rows("SELECT 2147483647 + 1").unwrap_err().code, "22003");
+        assert_eq!(rows("SELECT 1 / 0").unwrap_err().code, "22012");
+        assert_eq!(
+            rows("SELECT pg_stat_reset_shared('nope')")
+                .unwrap_err()
+                .code,
+            "22023"
+        );
+    }
+
+    #[test]
+    fn replication_slot_functions_return_records() {
+        assert_eq!(
+            one("SELECT pg_create_physical_replication_slot('s2', true)"),
+            "(s2,0/16B6C50)"
+        );
+        assert_eq!(
+            one("SELECT pg_create_physical_replication_slot('s2')"),
+            "(s2,)"
+        );
+        assert_eq!(
+            one("SELECT pg_create_physical_replication_slot('s2', false, false)"),
+            "(s2,)"
+        );
+        assert_eq!(one("SELECT pg_drop_replication_slot('s2')"), "");
+    }
+
+    #[test]
+    fn three_valued_logic() {
+        assert_eq!(one("SELECT NULL AND false"), "f");
+        assert_eq!(one("SELECT NULL AND true"), "NULL");
+        assert_eq!(one("SELECT NULL OR true"), "t");
+        assert_eq!(one("SELECT NOT (NULL::bool)"), "NULL");
+        assert_eq!(one("SELECT 1 IN (2, NULL)"), "NULL");
+        assert_eq!(one("SELECT 1 IN (2, 1)"), "t");
+        assert_eq!(one("SELECT 1 NOT IN (2, 3)"), "t");
+        assert_eq!(one("SELECT NULL IS NULL"), "t");
+        assert_eq!(one("SELECT 'abc' NOT LIKE 'a%'"), "f");
+        assert_eq!(one("SELECT 'ABC' ILIKE 'a%'"), "t");
+        assert_eq!(one("SELECT 1 < 2 AND 2 <= 2 AND 3 <> 4 AND NOT 1 > 2"), "t");
+    }
 
     #[test]
     fn repeat_behaves_like_postgres() {

@@ -4,7 +4,9 @@
 //! `/* */` comments are skipped.
 //!
 //! Invariants: each token remembers its byte span in the source, so errors
-//! can quote the text "at or near" which they occur; lexing never panics on
+//! can quote the text "at or near" which they occur, and its 1-based
+//! character position (`pos`, counted in the same single pass), which is
+//! what PostgreSQL reports as an error's position; lexing never panics on
 //! arbitrary UTF-8.
 //!
 //! Memory: a token takes tens of bytes for one or two bytes of source, so
@@ -39,6 +41,8 @@ pub struct Token {
     pub tok: Tok,
     pub start: usize,
     pub end: usize,
+    /// 1-based character (not byte) position of `start` in the source.
+    pub pos: usize,
 }
 
 impl Token {
@@ -68,6 +72,8 @@ struct Lexer<'a> {
     src: &'a str,
     bytes: &'a [u8],
     pos: usize,
+    /// Byte offset where the token being lexed starts (for error positions).
+    tok_start: usize,
 }
 
 impl<'a> Lexer<'a> {
@@ -216,6 +222,7 @@ impl<'a> Lexer<'a> {
                     tok: Tok::Str(body),
                     start,
                     end: self.pos,
+                    pos: 0,
                 }))
             }
             None => Err(SqlError::syntax_error(format!(
@@ -255,6 +262,7 @@ impl<'a> Lexer<'a> {
             tok,
             start,
             end: self.pos,
+            pos: 0,
         }
     }
 
@@ -269,6 +277,7 @@ impl<'a> Lexer<'a> {
             tok: Tok::Ident(self.src[start..self.pos].to_ascii_lowercase()),
             start,
             end: self.pos,
+            pos: 0,
         }
     }
 
@@ -282,16 +291,28 @@ impl<'a> Lexer<'a> {
             }
             self.pos += 1;
         }
+        // As PostgreSQL: a multi-character operator does not end in + or -
+        // unless it holds one of ~!@#%^&|`? ("=-1" is "=" then "-1").
+        let special = |s: &[u8]| s.iter().any(|b| b"~!@#%^&|`?".contains(b));
+        while self.pos - start > 1
+            && matches!(self.bytes[self.pos - 1], b'+' | b'-')
+            && !special(&self.bytes[start..self.pos])
+        {
+            self.pos -= 1;
+        }
         Token {
             tok: Tok::Op(self.src[start..self.pos].to_string()),
             start,
             end: self.pos,
+            pos: 0,
         }
     }
 
     fn next(&mut self) -> Result<Option<Token>, SqlError> {
+        self.tok_start = self.pos;
         self.skip_space_and_comments()?;
         let start = self.pos;
+        self.tok_start = start;
         let Some(c) = self.char_at(start) else {
             return Ok(None);
         };
@@ -305,6 +326,7 @@ impl<'a> Lexer<'a> {
             tok,
             start,
             end: start + 1,
+            pos: 0,
         };
         let token = match c {
             '(' => single(Tok::LParen),
@@ -323,6 +345,7 @@ impl<'a> Lexer<'a> {
                     tok: Tok::Str(s),
                     start,
                     end: self.pos,
+                    pos: 0,
                 }));
             }
             'e' | 'E' if self.peek(1) == Some(b'\'') => {
@@ -334,6 +357,7 @@ impl<'a> Lexer<'a> {
                     tok: Tok::Str(s),
                     start,
                     end: self.pos,
+                    pos: 0,
                 }));
             }
             '"' => {
@@ -350,6 +374,7 @@ impl<'a> Lexer<'a> {
                     tok: Tok::QuotedIdent(s),
                     start,
                     end: self.pos,
+                    pos: 0,
                 }));
             }
             '$' if matches!(self.peek(1), Some(b'0'..=b'9')) => {
@@ -364,6 +389,7 @@ impl<'a> Lexer<'a> {
                     tok: Tok::Param(n),
                     start,
                     end: self.pos,
+                    pos: 0,
                 }));
             }
             '$' => match self.dollar_quoted(start)? {
@@ -388,6 +414,30 @@ impl<'a> Lexer<'a> {
         self.pos = token.end;
         Ok(Some(token))
     }
+}
+
+/// Converts byte offsets, visited in increasing order, to 1-based
+/// character positions in one pass over the source.
+#[derive(Default)]
+struct CharCount {
+    byte: usize,
+    chars: usize,
+}
+
+impl CharCount {
+    fn position_of(&mut self, src: &str, byte: usize) -> usize {
+        if byte >= self.byte {
+            self.chars += src.get(self.byte..byte).map_or(0, |s| s.chars().count());
+            self.byte = byte;
+        }
+        self.chars + 1
+    }
+}
+
+/// 1-based character position just past the end of `src` (where
+/// PostgreSQL places "at end of input").
+pub fn end_position(src: &str) -> usize {
+    src.chars().count() + 1
 }
 
 /// Splits `src` into tokens.
@@ -417,10 +467,18 @@ pub fn lex_within(src: &str, memory_limit: usize) -> Result<Vec<Token>, SqlError
         src,
         bytes: src.as_bytes(),
         pos: 0,
+        tok_start: 0,
     };
     let mut out = Vec::new();
     let mut charged = 0usize;
-    while let Some(t) = lexer.next()? {
+    let mut counted = CharCount::default();
+    loop {
+        let next = lexer.next().map_err(|e| {
+            let at = counted.position_of(src, lexer.tok_start);
+            e.with_position(at)
+        })?;
+        let Some(mut t) = next else { break };
+        t.pos = counted.position_of(src, t.start);
         charged = charged.saturating_add(charge(&t));
         if charged > memory_limit {
             return Err(out_of_memory("the parsed query", charged, memory_limit));

@@ -2,10 +2,16 @@
 //! text and binary input/output formats as PostgreSQL defines them.
 //!
 //! Invariants: `Value` variants always match the `SqlType` they are used
-//! with (`Int` for int2/int4/int8, `U64` for pg_lsn/xid8); input functions
-//! range-check and report 22P02/22003/22P03 exactly like PostgreSQL.
+//! with (`Int` for int2/int4/int8/oid, `U64` for pg_lsn/xid8/xid, `Text`
+//! for text/varchar/name/inet, `Timestamp` for timestamptz in microseconds
+//! since the Unix epoch, `Float` for float8, `Numeric` for numeric,
+//! `Record` for anonymous records); input functions range-check and report
+//! 22P02/22003/22P03 exactly like PostgreSQL. Timestamps are shown in UTC
+//! (walshm's TimeZone), as PostgreSQL shows a timestamptz.
 
+use super::numeric::{self, Numeric};
 use crate::error::{sqlstate, SqlError};
+use std::cmp::Ordering;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlType {
@@ -19,9 +25,41 @@ pub enum SqlType {
     Lsn,
     Xid8,
     Void,
+    Float8,
+    Numeric,
+    Timestamptz,
+    Name,
+    Oid,
+    Xid,
+    Inet,
+    /// An anonymous record (a function returning several OUT columns).
+    Record,
     /// An untyped string literal or parameter, before context decides.
     Unknown,
 }
+
+/// Every type, for OID lookup.
+const ALL_TYPES: &[SqlType] = &[
+    SqlType::Bool,
+    SqlType::Bytea,
+    SqlType::Int8,
+    SqlType::Int2,
+    SqlType::Int4,
+    SqlType::Text,
+    SqlType::Unknown,
+    SqlType::Varchar,
+    SqlType::Void,
+    SqlType::Lsn,
+    SqlType::Xid8,
+    SqlType::Float8,
+    SqlType::Numeric,
+    SqlType::Timestamptz,
+    SqlType::Name,
+    SqlType::Oid,
+    SqlType::Xid,
+    SqlType::Inet,
+    SqlType::Record,
+];
 
 impl SqlType {
     pub fn oid(self) -> u32 {
@@ -37,25 +75,19 @@ impl SqlType {
             SqlType::Void => 2278,
             SqlType::Lsn => 3220,
             SqlType::Xid8 => 5069,
+            SqlType::Float8 => 701,
+            SqlType::Numeric => 1700,
+            SqlType::Timestamptz => 1184,
+            SqlType::Name => 19,
+            SqlType::Oid => 26,
+            SqlType::Xid => 28,
+            SqlType::Inet => 869,
+            SqlType::Record => 2249,
         }
     }
 
     pub fn from_oid(oid: u32) -> Option<SqlType> {
-        [
-            SqlType::Bool,
-            SqlType::Bytea,
-            SqlType::Int8,
-            SqlType::Int2,
-            SqlType::Int4,
-            SqlType::Text,
-            SqlType::Unknown,
-            SqlType::Varchar,
-            SqlType::Void,
-            SqlType::Lsn,
-            SqlType::Xid8,
-        ]
-        .into_iter()
-        .find(|t| t.oid() == oid)
+        ALL_TYPES.iter().copied().find(|t| t.oid() == oid)
     }
 
     /// typlen for RowDescription.
@@ -63,10 +95,20 @@ impl SqlType {
         match self {
             SqlType::Bool => 1,
             SqlType::Int2 => 2,
-            SqlType::Int4 | SqlType::Void => 4,
-            SqlType::Int8 | SqlType::Lsn | SqlType::Xid8 => 8,
+            SqlType::Int4 | SqlType::Void | SqlType::Oid | SqlType::Xid => 4,
+            SqlType::Int8
+            | SqlType::Lsn
+            | SqlType::Xid8
+            | SqlType::Float8
+            | SqlType::Timestamptz => 8,
+            SqlType::Name => 64,
             SqlType::Unknown => -2,
-            SqlType::Bytea | SqlType::Text | SqlType::Varchar => -1,
+            SqlType::Bytea
+            | SqlType::Text
+            | SqlType::Varchar
+            | SqlType::Numeric
+            | SqlType::Inet
+            | SqlType::Record => -1,
         }
     }
 
@@ -83,6 +125,14 @@ impl SqlType {
             SqlType::Lsn => "pg_lsn",
             SqlType::Xid8 => "xid8",
             SqlType::Void => "void",
+            SqlType::Float8 => "double precision",
+            SqlType::Numeric => "numeric",
+            SqlType::Timestamptz => "timestamp with time zone",
+            SqlType::Name => "name",
+            SqlType::Oid => "oid",
+            SqlType::Xid => "xid",
+            SqlType::Inet => "inet",
+            SqlType::Record => "record",
             SqlType::Unknown => "unknown",
         }
     }
@@ -95,6 +145,8 @@ impl SqlType {
             SqlType::Int4 => "int4",
             SqlType::Int8 => "int8",
             SqlType::Varchar => "varchar",
+            SqlType::Float8 => "float8",
+            SqlType::Timestamptz => "timestamptz",
             other => other.display_name(),
         }
     }
@@ -113,6 +165,14 @@ impl SqlType {
             "xid8" => SqlType::Xid8,
             "void" => SqlType::Void,
             "unknown" => SqlType::Unknown,
+            "float8" | "double precision" => SqlType::Float8,
+            "numeric" | "decimal" => SqlType::Numeric,
+            "timestamptz" | "timestamp with time zone" => SqlType::Timestamptz,
+            "name" => SqlType::Name,
+            "oid" => SqlType::Oid,
+            "xid" => SqlType::Xid,
+            "inet" => SqlType::Inet,
+            "record" => SqlType::Record,
             _ => {
                 return Err(SqlError::error(
                     sqlstate::UNDEFINED_OBJECT,
@@ -122,8 +182,18 @@ impl SqlType {
         })
     }
 
-    fn is_integer(self) -> bool {
+    pub fn is_integer(self) -> bool {
         matches!(self, SqlType::Int2 | SqlType::Int4 | SqlType::Int8)
+    }
+
+    /// Integers, numeric and float8: what arithmetic takes.
+    pub fn is_numeric(self) -> bool {
+        self.is_integer() || matches!(self, SqlType::Numeric | SqlType::Float8)
+    }
+
+    /// Types whose values are strings (text, varchar, name).
+    pub fn is_string(self) -> bool {
+        matches!(self, SqlType::Text | SqlType::Varchar | SqlType::Name)
     }
 
     /// Implicit (assignment-free) coercion PostgreSQL applies to function arguments.
@@ -133,11 +203,29 @@ impl SqlType {
                 (self, target),
                 (SqlType::Int2, SqlType::Int4 | SqlType::Int8)
                     | (SqlType::Int4, SqlType::Int8)
-                    | (SqlType::Varchar, SqlType::Text)
+                    | (
+                        SqlType::Int2 | SqlType::Int4 | SqlType::Int8,
+                        SqlType::Numeric | SqlType::Float8
+                    )
+                    | (SqlType::Numeric, SqlType::Float8)
+                    | (SqlType::Varchar | SqlType::Name, SqlType::Text)
                     | (SqlType::Text, SqlType::Varchar)
             )
     }
 }
+
+/// A float8 compared by its bits (so values can be `Eq`; SQL comparison
+/// is `compare_values`).
+#[derive(Debug, Clone, Copy)]
+pub struct F64(pub f64);
+
+impl PartialEq for F64 {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for F64 {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
@@ -146,9 +234,134 @@ pub enum Value {
     Int(i64),
     Text(String),
     Bytea(Vec<u8>),
-    /// pg_lsn and xid8.
+    /// pg_lsn, xid8 and xid.
     U64(u64),
     Void,
+    Float(F64),
+    /// Boxed: keeps `Value` at 32 bytes (an i128 would make it 48).
+    Numeric(Box<Numeric>),
+    /// timestamptz: microseconds since 1970-01-01 00:00:00 UTC.
+    Timestamp(i64),
+    /// A record's fields with their types.
+    Record(Vec<(Value, SqlType)>),
+}
+
+impl Value {
+    pub fn numeric(n: Numeric) -> Value {
+        Value::Numeric(Box::new(n))
+    }
+}
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A timestamptz as PostgreSQL prints it with TimeZone UTC and DateStyle
+/// ISO: `2026-12-01 11:59:23.123456+00` (trailing zeros of the fraction
+/// dropped, no fraction when it is zero).
+pub fn format_timestamp(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+    let tod = secs.rem_euclid(86_400);
+    let mut s = format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        tod / 3600,
+        tod / 60 % 60,
+        tod % 60
+    );
+    if frac != 0 {
+        let f = format!("{frac:06}");
+        s.push('.');
+        s.push_str(f.trim_end_matches('0'));
+    }
+    s.push_str("+00");
+    s
+}
+
+/// float8's output as PostgreSQL 15 prints it: the shortest text that reads
+/// back exactly, exponent form below 1e-4 and from 1e15.
+pub fn format_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let a = f.abs();
+    if a != 0.0 && !(1e-4..1e15).contains(&a) {
+        let e = format!("{f:e}");
+        let (m, exp) = e.split_once('e').unwrap_or((&e, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{m}e{sign}{:02}", exp.abs());
+    }
+    format!("{f}")
+}
+
+/// A record's text form: `(a,b)` with values quoted where needed.
+fn format_record(fields: &[(Value, SqlType)]) -> String {
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(v, t)| match format_text(v, *t) {
+            None => String::new(),
+            Some(bytes) => {
+                let s = String::from_utf8_lossy(&bytes).into_owned();
+                let needs_quotes = s.is_empty()
+                    || s.contains(|c: char| "(),\\\"".contains(c) || c.is_whitespace());
+                if needs_quotes {
+                    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\"\""))
+                } else {
+                    s
+                }
+            }
+        })
+        .collect();
+    format!("({})", parts.join(","))
+}
+
+/// inet's binary form: family, bits, is_cidr, length, address bytes.
+fn inet_binary(text: &str) -> Vec<u8> {
+    match text.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => [&[2u8, 32, 0, 4][..], &a.octets()].concat(),
+        Ok(std::net::IpAddr::V6(a)) => [&[3u8, 128, 0, 16][..], &a.octets()].concat(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// SQL comparison of two non-NULL values of comparable types (None: NULL involved).
+pub fn compare_values(a: &Value, b: &Value) -> Option<Ordering> {
+    Some(match (a, b) {
+        (Value::Null, _) | (_, Value::Null) => return None,
+        (Value::Int(x), Value::Int(y)) => x.cmp(y),
+        (Value::U64(x), Value::U64(y)) => x.cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Text(x), Value::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Value::Bytea(x), Value::Bytea(y)) => x.cmp(y),
+        (Value::Timestamp(x), Value::Timestamp(y)) => x.cmp(y),
+        (Value::Float(x), Value::Float(y)) => x.0.total_cmp(&y.0),
+        (Value::Numeric(x), Value::Numeric(y)) => x.compare(**y),
+        (Value::Int(x), Value::Numeric(y)) => Numeric::from_int(*x).compare(**y),
+        (Value::Numeric(x), Value::Int(y)) => x.compare(Numeric::from_int(*y)),
+        (Value::Int(x), Value::Float(y)) => (*x as f64).total_cmp(&y.0),
+        (Value::Float(x), Value::Int(y)) => x.0.total_cmp(&(*y as f64)),
+        (Value::Numeric(x), Value::Float(y)) => x.to_f64().total_cmp(&y.0),
+        (Value::Float(x), Value::Numeric(y)) => x.0.total_cmp(&y.to_f64()),
+        _ => Ordering::Equal,
+    })
 }
 
 /// Formats an LSN as PostgreSQL does: `%X/%X`.
@@ -284,7 +497,49 @@ pub fn parse_text(ty: SqlType, input: &str) -> Result<Value, SqlError> {
             .map(Value::U64)
             .map_err(|_| invalid_syntax(ty, input)),
         SqlType::Void => Ok(Value::Void),
+        SqlType::Float8 => parse_float(input),
+        SqlType::Numeric => numeric::parse(input).map(Value::numeric),
+        SqlType::Name => Ok(Value::Text(input.chars().take(63).collect())),
+        SqlType::Oid | SqlType::Xid => input
+            .trim()
+            .parse::<u32>()
+            .map(|v| {
+                if ty == SqlType::Oid {
+                    Value::Int(i64::from(v))
+                } else {
+                    Value::U64(u64::from(v))
+                }
+            })
+            .map_err(|_| invalid_syntax(ty, input)),
+        SqlType::Inet => input
+            .trim()
+            .parse::<std::net::IpAddr>()
+            .map(|a| Value::Text(a.to_string()))
+            .map_err(|_| invalid_syntax(ty, input)),
+        SqlType::Timestamptz | SqlType::Record => Err(SqlError::not_supported(format!(
+            "input of type {} is not supported by walshm",
+            ty.display_name()
+        ))),
     }
+}
+
+fn parse_float(input: &str) -> Result<Value, SqlError> {
+    let t = input.trim();
+    let f = match t.to_ascii_lowercase().as_str() {
+        "nan" => f64::NAN,
+        "infinity" | "inf" | "+infinity" | "+inf" => f64::INFINITY,
+        "-infinity" | "-inf" => f64::NEG_INFINITY,
+        _ if t
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+            && !t.is_empty() =>
+        {
+            t.parse::<f64>()
+                .map_err(|_| invalid_syntax(SqlType::Float8, input))?
+        }
+        _ => return Err(invalid_syntax(SqlType::Float8, input)),
+    };
+    Ok(Value::Float(F64(f)))
 }
 
 /// Binary input (receive) function of `ty`, for Bind parameter `index` (0-based).
@@ -314,10 +569,30 @@ pub fn parse_binary(ty: SqlType, bytes: &[u8], index: usize) -> Result<Value, Sq
             Value::Int(i32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) as i64)
         }
         SqlType::Int8 => Value::Int(i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)),
+        SqlType::Float8 => Value::Float(F64(f64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| bad())?,
+        ))),
+        SqlType::Oid => {
+            Value::Int(u32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) as i64)
+        }
+        SqlType::Xid => {
+            Value::U64(u32::from_be_bytes(fixed(4)?.try_into().map_err(|_| bad())?) as u64)
+        }
+        SqlType::Timestamptz => Value::Timestamp(
+            i64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?)
+                .checked_add(PG_EPOCH_US)
+                .ok_or_else(bad)?,
+        ),
+        SqlType::Numeric | SqlType::Inet | SqlType::Record => {
+            return Err(SqlError::not_supported(format!(
+                "binary input of type {} is not supported by walshm",
+                ty.display_name()
+            )))
+        }
         SqlType::Lsn | SqlType::Xid8 => {
             Value::U64(u64::from_be_bytes(fixed(8)?.try_into().map_err(|_| bad())?))
         }
-        SqlType::Text | SqlType::Varchar | SqlType::Unknown => {
+        SqlType::Text | SqlType::Varchar | SqlType::Name | SqlType::Unknown => {
             Value::Text(String::from_utf8(bytes.to_vec()).map_err(|_| {
                 SqlError::error(
                     sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
@@ -354,6 +629,10 @@ pub fn format_text(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
         Value::U64(v) if ty == SqlType::Lsn => format_lsn(*v).into_bytes(),
         Value::U64(v) => v.to_string().into_bytes(),
         Value::Void => Vec::new(),
+        Value::Float(f) => format_float(f.0).into_bytes(),
+        Value::Numeric(n) => n.to_text().into_bytes(),
+        Value::Timestamp(us) => format_timestamp(*us).into_bytes(),
+        Value::Record(fields) => format_record(fields).into_bytes(),
     })
 }
 
@@ -368,13 +647,37 @@ pub fn format_binary(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
         Value::Int(i) => match ty {
             SqlType::Int2 => (*i as i16).to_be_bytes().to_vec(),
             SqlType::Int4 => (*i as i32).to_be_bytes().to_vec(),
+            SqlType::Oid => (*i as u32).to_be_bytes().to_vec(),
             _ => i.to_be_bytes().to_vec(),
         },
+        Value::Text(s) if ty == SqlType::Inet => inet_binary(s),
         Value::Text(s) => s.clone().into_bytes(),
         Value::Bytea(b) => b.clone(),
+        Value::U64(v) if ty == SqlType::Xid => (*v as u32).to_be_bytes().to_vec(),
         Value::U64(v) => v.to_be_bytes().to_vec(),
         Value::Void => Vec::new(),
+        Value::Float(f) => f.0.to_bits().to_be_bytes().to_vec(),
+        Value::Numeric(n) => n.to_binary(),
+        Value::Timestamp(us) => us.wrapping_sub(PG_EPOCH_US).to_be_bytes().to_vec(),
+        Value::Record(fields) => record_binary(fields),
     })
+}
+
+/// record_send: field count, then each field's type OID, length (-1 for
+/// NULL) and binary value.
+fn record_binary(fields: &[(Value, SqlType)]) -> Vec<u8> {
+    let mut out = (fields.len() as i32).to_be_bytes().to_vec();
+    for (v, t) in fields {
+        out.extend_from_slice(&t.oid().to_be_bytes());
+        match format_binary(v, *t) {
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(b) => {
+                out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                out.extend_from_slice(&b);
+            }
+        }
+    }
+    out
 }
 
 /// `format_text` of an owned value: a text payload is moved, not copied.
@@ -388,10 +691,17 @@ pub fn into_text_format(value: Value, ty: SqlType) -> Option<Vec<u8>> {
 /// `format_binary` of an owned value: a text or bytea payload is moved, not copied.
 pub fn into_binary_format(value: Value, ty: SqlType) -> Option<Vec<u8>> {
     match value {
-        Value::Text(s) => Some(s.into_bytes()),
+        Value::Text(s) if ty != SqlType::Inet => Some(s.into_bytes()),
         Value::Bytea(b) => Some(b),
         other => format_binary(&other, ty),
     }
+}
+
+fn out_of_range(t: SqlType) -> SqlError {
+    SqlError::error(
+        sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("{} out of range", t.display_name()),
+    )
 }
 
 /// Explicit cast of a value to `target` (CAST / `::`), via PostgreSQL's
@@ -402,6 +712,21 @@ pub fn cast(value: Value, from: SqlType, target: SqlType) -> Result<Value, SqlEr
     }
     match (&value, target) {
         (Value::Int(i), t) if t.is_integer() => parse_integer(t, &i.to_string()),
+        (Value::Int(i), SqlType::Numeric) => Ok(Value::numeric(Numeric::from_int(*i))),
+        (Value::Int(i), SqlType::Float8) => Ok(Value::Float(F64(*i as f64))),
+        (Value::Numeric(n), t) if t.is_integer() => {
+            parse_integer(t, &n.to_i64().map_err(|_| out_of_range(t))?.to_string())
+                .map_err(|_| out_of_range(t))
+        }
+        (Value::Numeric(n), SqlType::Float8) => Ok(Value::Float(F64(n.to_f64()))),
+        (Value::Float(f), SqlType::Numeric) => Numeric::from_f64(f.0).map(Value::numeric),
+        (Value::Float(f), t) if t.is_integer() => {
+            let r = f.0.round();
+            if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&r) {
+                return Err(out_of_range(t));
+            }
+            parse_integer(t, &(r as i64).to_string()).map_err(|_| out_of_range(t))
+        }
         (Value::Bool(b), SqlType::Int4) => Ok(Value::Int(*b as i64)),
         (Value::Int(i), SqlType::Bool) if from == SqlType::Int4 => Ok(Value::Bool(*i != 0)),
         (Value::Void, _) => Err(SqlError::error(
