@@ -355,7 +355,8 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
     let Some(bin) = pg_receivewal() else { return };
     let t = TempDir::new("rep-kill-ws");
     let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
-    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    // 2 kB per commit: the run crosses a 1 MB segment even when loaded.
+    let args = ["--workers", "1", "--workload", "emit-tx:2048"];
     let (mut srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
     let out = t.join("recv");
     let _rx = Receiver::start(&bin, &d, port, &out, &[]);
@@ -374,6 +375,10 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
         progressed(&out, have),
         "streaming did not resume after the last kill"
     );
+    assert!(
+        wait_until(Duration::from_secs(20), || received_upto(&out) > SEG),
+        "the received WAL never crossed the first segment"
+    );
     srv.stop_ok();
     let end = own_waldump(&d.path).end_lsn;
     assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
@@ -388,7 +393,9 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     let t = TempDir::new("rep-kill-pm");
     let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
     let port = common::wire::free_port();
-    let args = ["--workers", "1", "--workload", "emit-tx:64"];
+    // 2 kB per commit: even on a loaded machine the run crosses a 1 MB
+    // segment, so a complete received segment is compared below.
+    let args = ["--workers", "1", "--workload", "emit-tx:2048"];
     let mut srv = start_on(&d, t.path(), port, &args);
     let out = t.join("recv");
     let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
@@ -408,6 +415,10 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     assert!(
         progressed(&out, have),
         "no progress after the server's restart"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || received_upto(&out) > SEG),
+        "the received WAL never crossed the first segment"
     );
     srv.stop_ok();
     let end = own_waldump(&d.path).end_lsn;
