@@ -1,7 +1,9 @@
 //! `walshm-probe`: a minimal process that attaches to a running server
 //! through `shmem::register`, for checking a server's registration by hand
 //! and for the tests of worker attach (tests/workers_supervised.rs). It
-//! does nothing in shared memory but write its PID into its proc slot.
+//! does nothing in shared memory but write its PID into its proc slot —
+//! except with the test-only `--hold-insert-locks` (tests/dead_generation.rs),
+//! which takes every WAL insertion lock exclusively and holds them.
 //!
 //! ```text
 //! walshm-probe attach -D DIR [--observer] [--cycles N] [OPTIONS]
@@ -14,6 +16,9 @@
 //!          --no-detach        exit without detaching
 //!          --exit CODE        exit code after detaching (default 0)
 //!          --status-file F    append each attach line to F as well
+//!          --hold-insert-locks  (test only) take every WAL insertion lock
+//!                             exclusively, print "holding insert_locks=N",
+//!                             then hold as asked
 //! ```
 //!
 //! Output (stdout, one line each, for programs): `attached generation=G
@@ -49,6 +54,7 @@ struct Options {
     no_detach: bool,
     exit: i32,
     status_file: Option<PathBuf>,
+    hold_insert_locks: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -77,6 +83,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--no-detach" => o.no_detach = true,
             "--exit" => o.exit = number(value()?)? as i32,
             "--status-file" => o.status_file = Some(PathBuf::from(value()?)),
+            "--hold-insert-locks" => o.hold_insert_locks = true,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -195,7 +202,30 @@ fn run(o: &Options) -> Result<i32, RegisterError> {
         return Ok(0);
     }
     let reg = attach(o)?;
-    if hold(o, &reg) {
+    // Test only: a lock holder that the test kills (nothing releases the
+    // locks but the end of this scope or the process).
+    let env = match (o.hold_insert_locks, reg.procno) {
+        (true, Some(p)) => Some(reg.shm.lock_env(p)),
+        _ => None,
+    };
+    if let Some(env) = &env {
+        let n = reg.shm.n_insert_locks();
+        for i in 0..n {
+            reg.shm
+                .insert_lock(i)
+                .lock
+                .acquire(env, shmem::lwlock::LWLockMode::Exclusive);
+        }
+        say(o, &format!("holding insert_locks={n}"));
+    }
+    let ended = hold(o, &reg);
+    if ended {
+        // Nothing of an ended generation is touched any more.
+        std::mem::forget(env);
+    } else {
+        drop(env);
+    }
+    if ended {
         say(o, &format!("ended generation={}", reg.generation));
         drop(reg);
         if o.reattach {

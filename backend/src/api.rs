@@ -222,9 +222,11 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// After a call: a wait for the walwriter, or a lock wait, that the
+    /// end of the generation cut short means the call did not happen.
     #[inline]
     fn check_not_stale(&mut self) -> Result<(), ApiError> {
-        if self.no_io && self.xact.xlog.take_stale() {
+        if self.no_io && (self.xact.xlog.take_stale() | self.ctx.env.take_cut_short()) {
             self.ended = true;
             return Err(ApiError::GenerationEnded);
         }

@@ -20,6 +20,13 @@
 //! whether the server is gone altogether ([`ServerWatch`]). Reason: after a crash restart an
 //! external process may still map the old segment; it must not be able to
 //! write that generation's stale pages into pg_wal.
+//!
+//! Lock waits of a library worker end with the generation too: its lock
+//! context carries the segment header's `ended` flag (and this thread's
+//! spinlock waits watch it, through `shmem::spin::install_generation_flag`),
+//! so a wait on a lock whose holder was killed stops at the crash restart
+//! instead of hanging or panicking (`shmem::lwlock`, "Ended generations").
+//! A forked process gets no flag: it dies with its generation.
 
 use shmem::lwlock::LockEnv;
 use shmem::proc::Proc;
@@ -45,6 +52,9 @@ pub struct ProcContext<'a> {
     pub stats: ProcEntry<'a>,
     /// Who writes WAL for this process (see the module header).
     pub io: IoMode<'a>,
+    /// A library worker's spinlock waits watch the generation flag while
+    /// this lives (on the thread that built the context).
+    _spin_watch: Option<shmem::spin::InstalledFlag<'a>>,
 }
 
 /// Who writes and flushes WAL for a process (see the module header).
@@ -81,6 +91,7 @@ impl<'a> ProcContext<'a> {
             datadir: datadir.to_path_buf(),
             stats: stats::enter_proc(shm, procno, stats::slot_backend_type(shm, procno)),
             io: IoMode::Direct,
+            _spin_watch: None,
         }
     }
 
@@ -92,10 +103,14 @@ impl<'a> ProcContext<'a> {
         datadir: &Path,
         watch: &'a dyn ServerWatch,
     ) -> ProcContext<'a> {
-        ProcContext {
+        let ended = &shm.header().ended;
+        let mut ctx = ProcContext {
             io: IoMode::ViaWalwriter(watch),
+            _spin_watch: Some(shmem::spin::install_generation_flag(ended)),
             ..ProcContext::new(shm, procno, datadir)
-        }
+        };
+        ctx.env.set_generation_flag(ended);
+        ctx
     }
 
     /// Whether the server generation this process mapped has ended (always

@@ -344,12 +344,23 @@ impl Postmaster {
     }
 
     /// The current generation is over (crash restart or shutdown): its
-    /// header says so (a plain atomic store; external processes check it)
-    /// and every registration channel closes, freeing every worker slot.
-    /// Idempotent.
+    /// header says so (a plain atomic store; external processes check it),
+    /// every proc's semaphore is posted so that an external worker asleep
+    /// on a lock of the old segment wakes and sees it, and every
+    /// registration channel closes, freeing every worker slot. Idempotent
+    /// (a second round of posts is absorbed like any unrelated wake-up).
     fn abandon_generation(&mut self) {
         if let Some(shm) = &self.shm {
             shm.mark_ended();
+            // After the mark (its Release store, then each post's Release
+            // add, pair with the Acquire consume of the semaphore and the
+            // Acquire flag check in `shmem::lwlock`'s sleep and
+            // `shmem::groupclear`'s wait): a waiter woken by one of these
+            // posts sees the flag. Atomic adds and futex wakes only: the
+            // postmaster takes no lock in shared memory.
+            for p in shm.procs() {
+                p.sem.post();
+            }
         }
         if let Some(r) = &mut self.registry {
             r.close_all();

@@ -20,6 +20,15 @@
 //! transaction) while the leader still walks the list — the leader reads
 //! each link before releasing that member. An empty list is
 //! INVALID_PROCNO, never 0, since 0 is a valid proc number.
+//!
+//! Ended generations (a library process, whose `LockEnv` has a generation
+//! flag; see `lwlock`'s module header): a follower whose leader was killed
+//! would sleep forever. The postmaster marks the generation ended and then
+//! posts every proc's semaphore; the follower checks the flag after each
+//! wake-up and, once it is set, counts its clear as done (and the wait as
+//! cut short, so the library call fails with `ServerRestarted`). Sound
+//! because nothing in an ended generation reaches disk: its ProcArray is
+//! never read again.
 
 use crate::lwlock::{LWLock, LWLockMode, LockEnv};
 use crate::proc::{Proc, INVALID_PROCNO};
@@ -58,7 +67,7 @@ pub fn group_clear(
         }
     }
     if first != INVALID_PROCNO {
-        wait_for_leader(me);
+        wait_for_leader(env, me);
         return GroupRole::Follower;
     }
     lock.acquire(env, LWLockMode::Exclusive);
@@ -77,13 +86,19 @@ pub fn group_clear(
     GroupRole::Leader(n)
 }
 
-fn wait_for_leader(me: &Proc) {
+fn wait_for_leader(env: &LockEnv, me: &Proc) {
     let mut extra = 0;
     let prev = waitevent::swap_on(&me.wait_event_info, waitevent::PROCARRAY_GROUP_UPDATE);
     loop {
         me.sem.wait();
         // Acquire pairs with the leader's Release store of 0.
         if me.group_clear_member.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        // After every wake-up (the postmaster posts after marking the
+        // generation ended; see the module header). Not counted: that
+        // post was for this.
+        if env.generation_ended_wait_over() {
             break;
         }
         extra += 1;

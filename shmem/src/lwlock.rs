@@ -51,6 +51,40 @@
 //! touched only with LW_FLAG_LOCKED held; a proc is on at most one wait list;
 //! a proc never sleeps holding the wait-list lock; a holder of LW_FLAG_LOCKED
 //! never takes another lock.
+//!
+//! Ended generations (library processes only). A process forked by the
+//! postmaster dies with its generation, so its waits end with it. A library
+//! process (`ProcContext::without_io`) outlives it: at a crash restart it
+//! may be asleep on a lock whose holder was killed, and nobody would ever
+//! release it. Its `LockEnv` therefore carries the segment header's `ended`
+//! flag ([`LockEnv::set_generation_flag`]; `None` for forked processes,
+//! whose behaviour is unchanged). Protocol:
+//! 1. the postmaster (`abandon_generation`) stores `ended` (Release, in
+//!    `Shmem::mark_ended`), then posts every proc's semaphore (atomic adds
+//!    and futex wakes only: it never takes a lock in shared memory);
+//! 2. a sleeper re-checks the flag after every wake-up (Acquire load; the
+//!    semaphore's Release post / Acquire consume orders it after the mark),
+//!    so the post of step 1 cannot be missed: a sleeper that went to sleep
+//!    before the mark is woken by the post, one that sleeps after it
+//!    consumes the post at once;
+//! 3. a waiter that sees the flag stops waiting: the lock counts as got (a
+//!    "phantom" hold, recorded so that its release leaves the state word
+//!    alone), a variable wait counts as `Free`, a wait-list lock spin gives
+//!    up, and the LockEnv remembers that a wait was cut short
+//!    ([`LockEnv::take_cut_short`]) so the library call returns
+//!    `ServerRestarted`;
+//! 4. once a process has seen the flag it never queues itself again (the
+//!    check comes before `queue_self` touches anything): it may still be
+//!    linked on the list it abandoned, so re-linking its proc elsewhere
+//!    could corrupt a list that others still walk.
+//!
+//! Invariant that makes step 3 sound: in an ended generation mutual
+//! exclusion protects nothing that reaches disk. Library processes never
+//! write WAL files (the walwriter flushes for them, and the old
+//! generation's walwriter is dead), the postmaster never reads the old
+//! segment again, and every later call of the library fails before it
+//! touches the segment. The check costs nothing on the uncontended path:
+//! it sits in the sleep and spin-delay paths only.
 
 use crate::proc::{Proc, INVALID_PROCNO, LW_WS_NOT_WAITING, LW_WS_PENDING_WAKEUP, LW_WS_WAITING};
 use crate::spin::SpinDelay;
@@ -58,7 +92,7 @@ use crate::stats::{bump, MechanismCounters, TrancheCounters};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::variants::{VarAccess, WaitQueue};
 use crate::waitevent::{self, WaitEvent};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 pub const LW_SHARED_MASK: u32 = (1 << 24) - 1;
 pub const LW_VAL_SHARED: u32 = 1;
@@ -147,9 +181,32 @@ pub struct LockEnv<'a> {
     pub me: u32,
     pub queue: WaitQueue,
     pub var_access: VarAccess,
-    held: RefCell<Vec<(usize, LWLockMode)>>,
+    held: RefCell<Vec<Held>>,
     /// Where this process counts its lock work (`stats`), if anywhere.
     counters: Option<&'a MechanismCounters>,
+    /// The segment header's `ended` flag, for a process that outlives its
+    /// generation (see "Ended generations" in the module header).
+    ended: Option<&'a AtomicU32>,
+    /// A wait was cut short because the generation ended.
+    cut_short: Cell<bool>,
+}
+
+/// One entry of the locks a process holds.
+#[derive(Clone, Copy)]
+struct Held {
+    addr: usize,
+    mode: LWLockMode,
+    /// Not really held: the wait for it ended with the generation (its
+    /// release must not touch the state word).
+    phantom: bool,
+}
+
+/// How a sleep on the proc semaphore ended.
+enum Woken {
+    /// A waker marked us NOT_WAITING; `n` unrelated posts were absorbed.
+    ByWaker(u32),
+    /// The generation ended (we may still be on the wait list).
+    Ended(u32),
 }
 
 impl<'a> LockEnv<'a> {
@@ -161,7 +218,53 @@ impl<'a> LockEnv<'a> {
             var_access,
             held: RefCell::new(Vec::with_capacity(16)),
             counters: None,
+            ended: None,
+            cut_short: Cell::new(false),
         }
+    }
+
+    /// Makes every wait of this context end when `ended` (the segment
+    /// header's flag) becomes nonzero: for a library process only (see
+    /// "Ended generations" in the module header).
+    pub fn set_generation_flag(&mut self, ended: &'a AtomicU32) {
+        self.ended = Some(ended);
+    }
+
+    /// The flag given to `set_generation_flag`, if any.
+    pub fn generation_flag(&self) -> Option<&'a AtomicU32> {
+        self.ended
+    }
+
+    /// Whether the generation ended (always false without a flag). Only
+    /// called on the sleep, spin-delay and queueing paths.
+    #[inline]
+    fn generation_ended(&self) -> bool {
+        // Acquire pairs with the Release store in `Shmem::mark_ended`.
+        self.ended.is_some_and(|f| f.load(Ordering::Acquire) != 0)
+    }
+
+    /// For waits outside this module (the group XID clear): true when the
+    /// generation ended, and the wait is then recorded as cut short.
+    pub fn generation_ended_wait_over(&self) -> bool {
+        let ended = self.generation_ended();
+        if ended {
+            self.cut_short();
+        }
+        ended
+    }
+
+    /// Records that a wait was cut short by the end of the generation.
+    #[cold]
+    fn cut_short(&self) {
+        self.cut_short.set(true);
+    }
+
+    /// Whether a wait was cut short by the end of the generation since the
+    /// last call (a spinlock wait of this thread included, see
+    /// `spin::take_cut_short`): the caller's operation did not really
+    /// happen and must fail.
+    pub fn take_cut_short(&self) -> bool {
+        self.cut_short.replace(false) | crate::spin::take_cut_short()
     }
 
     /// Counts this context's lock work in `counters` (the owner's own).
@@ -203,25 +306,38 @@ impl<'a> LockEnv<'a> {
 
     fn remember(&self, lock: &LWLock, mode: LWLockMode) {
         self.count(lock, |t| &t.acquisitions, 1);
-        self.held
-            .borrow_mut()
-            .push((lock as *const LWLock as usize, mode));
+        self.held.borrow_mut().push(Held {
+            addr: lock as *const LWLock as usize,
+            mode,
+            phantom: false,
+        });
     }
 
-    fn forget(&self, lock: &LWLock) -> LWLockMode {
+    /// Records a hold whose wait the end of the generation cut short.
+    #[cold]
+    fn remember_phantom(&self, lock: &LWLock, mode: LWLockMode) {
+        self.cut_short();
+        self.held.borrow_mut().push(Held {
+            addr: lock as *const LWLock as usize,
+            mode,
+            phantom: true,
+        });
+    }
+
+    fn forget(&self, lock: &LWLock) -> Held {
         let mut held = self.held.borrow_mut();
         let addr = lock as *const LWLock as usize;
         // Locks are usually released in reverse order: search from the end.
         let pos = held
             .iter()
-            .rposition(|&(a, _)| a == addr)
+            .rposition(|h| h.addr == addr)
             .unwrap_or_else(|| {
                 panic!(
                     "lock is not held (tranche {})",
                     lock.tranche.load(Ordering::Relaxed)
                 )
             });
-        held.remove(pos).1
+        held.remove(pos)
     }
 
     /// Number of locks this process holds.
@@ -232,14 +348,16 @@ impl<'a> LockEnv<'a> {
     /// Is `lock` held by this process?
     pub fn holds(&self, lock: &LWLock) -> bool {
         let addr = lock as *const LWLock as usize;
-        self.held.borrow().iter().any(|&(a, _)| a == addr)
+        self.held.borrow().iter().any(|h| h.addr == addr)
     }
 
     /// Releases every lock this process holds (error and exit paths).
     pub fn release_all(&self) {
         loop {
             let last = self.held.borrow().last().copied();
-            let Some((addr, _)) = last else { break };
+            let Some(Held { addr, .. }) = last else {
+                break;
+            };
             // SAFETY: `addr` was recorded from a `&LWLock` in shared memory
             // that stays mapped for the life of this process (the segment is
             // never unmapped while a child runs).
@@ -248,26 +366,36 @@ impl<'a> LockEnv<'a> {
         }
     }
 
-    /// Waits on our semaphore until a waker marks us NOT_WAITING; returns the
-    /// number of unrelated posts absorbed (to re-post later). Publishes
-    /// the wait as `LWLock:<tranche of lock>` for its duration.
-    fn sleep_until_woken(&self, lock: &LWLock) -> u32 {
+    /// Waits on our semaphore until a waker marks us NOT_WAITING, or the
+    /// generation ends (a context with a generation flag); counts the
+    /// unrelated posts absorbed (to re-post later). Publishes the wait as
+    /// `LWLock:<tranche of lock>` for its duration.
+    fn sleep_until_woken(&self, lock: &LWLock) -> Woken {
         let me = self.my_proc();
         let mut extra = 0;
         crate::proc::ProcCounters::bump(&me.counters.lock_sleeps, 1);
         self.count(lock, |t| &t.sleeps, 1);
         let tranche = lock.tranche.load(Ordering::Relaxed);
         let prev = waitevent::swap_on(&me.wait_event_info, WaitEvent::lwlock(tranche));
-        loop {
+        let woken = loop {
             me.sem.wait();
             // Acquire pairs with the Release store of NOT_WAITING in
             // `wake_list`: the waker's changes to our links are visible.
             if me.lw_waiting.load(Ordering::Acquire) == LW_WS_NOT_WAITING {
-                waitevent::swap_on(&me.wait_event_info, prev);
-                return extra;
+                break Woken::ByWaker(extra);
+            }
+            // After every wake-up: the postmaster posts every proc after
+            // marking the generation ended (step 2 of "Ended generations";
+            // the Acquire in `generation_ended` pairs with `mark_ended`,
+            // and the post we consumed was made after it). This post is
+            // the postmaster's (or an unrelated one): not counted.
+            if self.generation_ended() {
+                break Woken::Ended(extra);
             }
             extra += 1;
-        }
+        };
+        waitevent::swap_on(&me.wait_event_info, prev);
+        woken
     }
 
     fn repost(&self, extra: u32) {
@@ -313,20 +441,37 @@ impl LWLock {
         debug_assert!(mode != LWLockMode::WaitUntilFree);
         let mut result = true;
         let mut extra = 0;
+        let mut phantom = false;
         loop {
             if !self.attempt_lock(mode) {
                 break;
             }
-            self.queue_self(env, mode);
+            if !self.queue_self(env, mode) {
+                // The generation ended: stop before waiting.
+                phantom = true;
+                break;
+            }
             if !self.attempt_lock(mode) {
                 extra += self.dequeue_self(env);
                 break;
             }
-            extra += env.sleep_until_woken(self);
+            match env.sleep_until_woken(self) {
+                Woken::ByWaker(n) => extra += n,
+                Woken::Ended(n) => {
+                    extra += n;
+                    phantom = true;
+                    break;
+                }
+            }
             self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
             result = false;
         }
-        env.remember(self, mode);
+        if phantom {
+            env.remember_phantom(self, mode);
+            result = false;
+        } else {
+            env.remember(self, mode);
+        }
         env.repost(extra);
         result
     }
@@ -347,10 +492,20 @@ impl LWLock {
         let mut extra = 0;
         let mut must_wait = self.attempt_lock(mode);
         if must_wait {
-            self.queue_self(env, LWLockMode::WaitUntilFree);
+            if !self.queue_self(env, LWLockMode::WaitUntilFree) {
+                // The generation ended: "waited, not taken".
+                env.cut_short();
+                return false;
+            }
             must_wait = self.attempt_lock(mode);
             if must_wait {
-                extra += env.sleep_until_woken(self);
+                match env.sleep_until_woken(self) {
+                    Woken::ByWaker(n) => extra += n,
+                    Woken::Ended(n) => {
+                        extra += n;
+                        env.cut_short();
+                    }
+                }
             } else {
                 extra += self.dequeue_self(env);
             }
@@ -366,8 +521,13 @@ impl LWLock {
 
     /// Releases a lock taken in `mode`.
     pub fn release(&self, env: &LockEnv) {
-        let mode = env.forget(self);
-        let val = match mode {
+        let held = env.forget(self);
+        if held.phantom {
+            // Never really held (the generation ended): the state word
+            // belongs to whoever held it then.
+            return;
+        }
+        let val = match held.mode {
             LWLockMode::Exclusive => LW_VAL_EXCLUSIVE,
             _ => LW_VAL_SHARED,
         };
@@ -408,18 +568,25 @@ impl LWLock {
         }
     }
 
-    fn wait_list_lock(&self, env: &LockEnv) {
+    /// Takes the wait-list lock; false (not taken) only in a context with
+    /// a generation flag, when the generation ended while we spun (its
+    /// holder may have been killed). The caller then touches no list.
+    #[must_use]
+    fn wait_list_lock(&self, env: &LockEnv) -> bool {
         env.count(self, |t| &t.waitlist_lock_acquisitions, 1);
         loop {
             // Acquire pairs with the Release in `wait_list_unlock` (and the
             // Release compare-exchange in `wakeup` that also clears the bit).
             let old = self.state.fetch_or(LW_FLAG_LOCKED, Ordering::Acquire);
             if !State(old).is_list_locked() {
-                return;
+                return true;
             }
-            let mut delay = SpinDelay::new(self as *const _ as usize);
+            let mut delay = SpinDelay::new(self as *const _ as usize).ending_with(env.ended);
             while State(self.state.load(Ordering::Relaxed)).is_list_locked() {
-                delay.spin_once("LWLock wait-list lock");
+                if !delay.spin_once("LWLock wait-list lock") {
+                    env.cut_short();
+                    return false;
+                }
             }
             env.count(self, |t| &t.waitlist_spin_delays, delay.delays() as u64);
         }
@@ -502,12 +669,21 @@ impl LWLock {
 
     // --- queueing -------------------------------------------------------
 
-    fn queue_self(&self, env: &LockEnv, mode: LWLockMode) {
+    /// Queues us on the wait list; false (not queued) when the generation
+    /// ended (step 4 of "Ended generations": checked first, since a proc
+    /// that abandoned a wait may still be linked on another list).
+    #[must_use]
+    fn queue_self(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        if env.generation_ended() {
+            return false;
+        }
         let me = env.my_proc();
         if me.lw_waiting.load(Ordering::Relaxed) != LW_WS_NOT_WAITING {
             panic!("queueing for lock while waiting on another one");
         }
-        self.wait_list_lock(env);
+        if !self.wait_list_lock(env) {
+            return false;
+        }
         self.state.fetch_or(LW_FLAG_HAS_WAITERS, Ordering::Relaxed);
         me.lw_waiting.store(LW_WS_WAITING, Ordering::Relaxed);
         me.lw_wait_mode.store(mode as u32, Ordering::Relaxed);
@@ -519,6 +695,7 @@ impl LWLock {
             self.list_push_tail(env, env.me);
         }
         self.wait_list_unlock();
+        true
     }
 
     /// Removes ourselves from the wait list after getting the lock on the
@@ -526,7 +703,11 @@ impl LWLock {
     /// Returns the number of posts to re-post.
     fn dequeue_self(&self, env: &LockEnv) -> u32 {
         let me = env.my_proc();
-        self.wait_list_lock(env);
+        if !self.wait_list_lock(env) {
+            // The generation ended: we hold the lock (the re-check got
+            // it) and stay linked where we are (step 4).
+            return 0;
+        }
         env.count_flat(|f| &f.waitlist_dequeues, 1);
         let on_list = match env.queue {
             WaitQueue::Modern => {
@@ -551,9 +732,14 @@ impl LWLock {
         // Somebody is about to wake us (or did). Absorb that wake-up so it
         // does not confuse a later wait, and let later releasers wake others:
         // the waker cleared RELEASE_OK expecting us to run.
-        let extra = env.sleep_until_woken(self);
-        self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
-        extra
+        match env.sleep_until_woken(self) {
+            Woken::ByWaker(extra) => {
+                self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
+                extra
+            }
+            // We hold the lock; the waker that was coming is dead.
+            Woken::Ended(extra) => extra,
+        }
     }
 
     /// Moves a waiter from the wait list to the caller's private wake-up
@@ -594,7 +780,11 @@ impl LWLock {
         let mut new_release_ok = true;
         let mut woke_holder = false;
 
-        self.wait_list_lock(env);
+        if !self.wait_list_lock(env) {
+            // The generation ended: its waiters are woken by the
+            // postmaster's posts and see that.
+            return;
+        }
         let mut cur = self.head.load(Ordering::Relaxed);
         while cur != INVALID_PROCNO {
             let p = env.proc(cur);
@@ -657,9 +847,11 @@ impl LWLock {
             // WAL the holder copied before advertising is visible.
             VarAccess::Atomic => var.load(Ordering::Acquire),
             VarAccess::WaitListLock => {
-                self.wait_list_lock(env);
+                let locked = self.wait_list_lock(env);
                 let v = var.load(Ordering::Relaxed);
-                self.wait_list_unlock();
+                if locked {
+                    self.wait_list_unlock();
+                }
                 v
             }
         }
@@ -687,13 +879,24 @@ impl LWLock {
             if let Some(r) = self.conflicts_with_var(env, var, oldval) {
                 break r;
             }
-            self.queue_self(env, LWLockMode::WaitUntilFree);
+            if !self.queue_self(env, LWLockMode::WaitUntilFree) {
+                // The generation ended: count the holder as finished.
+                env.cut_short();
+                break VarWait::Free;
+            }
             self.state.fetch_or(LW_FLAG_RELEASE_OK, Ordering::Relaxed);
             if let Some(r) = self.conflicts_with_var(env, var, oldval) {
                 extra += self.dequeue_self(env);
                 break r;
             }
-            extra += env.sleep_until_woken(self);
+            match env.sleep_until_woken(self) {
+                Woken::ByWaker(n) => extra += n,
+                Woken::Ended(n) => {
+                    extra += n;
+                    env.cut_short();
+                    break VarWait::Free;
+                }
+            }
         };
         env.repost(extra);
         result
@@ -711,7 +914,11 @@ impl LWLock {
             // discussed it separately); page crossings are rare enough.
         }
         let mut wake = (INVALID_PROCNO, INVALID_PROCNO);
-        self.wait_list_lock(env);
+        if !self.wait_list_lock(env) {
+            // The generation ended: publish, wake nobody (see `wakeup`).
+            var.store(val, Ordering::Relaxed);
+            return;
+        }
         if env.var_access == VarAccess::WaitListLock {
             var.store(val, Ordering::Relaxed);
         }
@@ -745,9 +952,11 @@ impl LWLock {
                 var.swap(val, Ordering::AcqRel);
             }
             VarAccess::WaitListLock => {
-                self.wait_list_lock(env);
+                let locked = self.wait_list_lock(env);
                 var.store(val, Ordering::Relaxed);
-                self.wait_list_unlock();
+                if locked {
+                    self.wait_list_unlock();
+                }
             }
         }
         self.release(env);
@@ -778,6 +987,45 @@ mod tests {
             assert!(a.acquire(&e2, LWLockMode::Exclusive));
         }
         assert!(a.is_free(), "dropping the context released the lock");
+    }
+
+    #[test]
+    fn an_ended_generation_wakes_a_sleeper_and_its_hold_is_a_phantom() {
+        let procs: Vec<Proc> = (0..2).map(Proc::new).collect();
+        let l = LWLock::new(1);
+        let v = AtomicU64::new(0);
+        let ended = AtomicU32::new(0);
+        let holder = env(&procs);
+        assert!(l.acquire(&holder, LWLockMode::Exclusive));
+        let held_bits = l.state_bits() & LW_LOCK_MASK;
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let mut e = LockEnv::new(&procs, 1, WaitQueue::Modern, VarAccess::Atomic);
+                e.set_generation_flag(&ended);
+                // Sleeps: the holder never releases.
+                assert!(!l.acquire(&e, LWLockMode::Exclusive));
+                assert!(e.take_cut_short() && e.holds(&l));
+                l.release(&e);
+                // Once ended: no queueing, no wait.
+                assert_eq!(l.wait_for_var(&e, &v, 0), VarWait::Free);
+                assert!(!l.acquire(&e, LWLockMode::Shared));
+                assert!(e.take_cut_short());
+            });
+            // Let the waiter queue and sleep, then do what the postmaster
+            // does: mark ended (Release), then post every proc.
+            while procs[1].lw_waiting.load(Ordering::Relaxed) != LW_WS_WAITING {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            ended.store(1, Ordering::Release);
+            for p in &procs {
+                p.sem.post();
+            }
+            waiter.join().unwrap();
+        });
+        // The phantom releases left the holder's state alone.
+        assert_eq!(l.state_bits() & LW_LOCK_MASK, held_bits);
+        assert!(holder.holds(&l));
     }
 
     #[test]
@@ -824,7 +1072,7 @@ mod tests {
                 .map(|i| LockEnv::new(&procs, i, queue, VarAccess::Atomic).with_counters(&c))
                 .collect();
             for e in &envs {
-                l.queue_self(e, LWLockMode::Exclusive);
+                assert!(l.queue_self(e, LWLockMode::Exclusive));
             }
             assert_eq!(l.dequeue_self(&envs[3]), 0);
             assert_eq!(c.flat.waitlist_dequeues.load(Ordering::Relaxed), 1);

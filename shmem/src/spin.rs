@@ -14,11 +14,31 @@
 //! Each delay is published as the `Timeout:SpinDelay` wait event and
 //! counted in the process's `spin_delays` (both only on this cold path).
 //!
+//! Ended generations (see `lwlock`'s module header): a library process
+//! outlives its server generation, and a spinlock whose holder was killed
+//! stays locked forever. A panic there would abort the user's program
+//! (`panic = abort`), so such a process watches the segment header's
+//! `ended` flag: an LWLock wait-list spin gets it from the `LockEnv`
+//! ([`SpinDelay::ending_with`]), a [`SpinLock`] from this thread's
+//! installed flag ([`install_generation_flag`], done by the library's
+//! process context). With a flag, each delay first checks it (Acquire,
+//! pairs with the Release store in `Shmem::mark_ended`): once it is set
+//! the wait stops — the lock counts as taken, its unlock frees whatever
+//! the dead holder left — and [`take_cut_short`] reports it, so the call
+//! fails with `ServerRestarted`. Sound because in an ended generation
+//! mutual exclusion protects nothing that reaches disk (library processes
+//! write no WAL files; nobody reads the old segment's data again). With a
+//! flag there is no stuck-spinlock panic either: the waiter keeps backing
+//! off until the flag comes (a killed holder always ends the generation).
+//! Processes forked by the postmaster install no flag: their behaviour,
+//! panic included, is unchanged, and the check is on the delay path only.
+//!
 //! Invariants: the holder never blocks, sleeps, or takes another spinlock
 //! while holding one; the unlock is a Release store that pairs with the
 //! Acquire swap of the next locker.
 
 use crate::sync::{spin_hint, AtomicU32, Ordering};
+use std::cell::Cell;
 
 const SPINS_PER_DELAY: u32 = 100;
 const MIN_DELAY_US: u64 = 1_000;
@@ -59,11 +79,16 @@ impl SpinLock {
 
     #[cold]
     fn lock_slow(&self) -> u32 {
-        let mut backoff = SpinDelay::new(self as *const _ as usize);
+        let mut backoff = SpinDelay::new(self as *const _ as usize).ending_with_installed();
         loop {
             // Test before test-and-set: read until it looks free.
             while self.word.load(Ordering::Relaxed) != UNLOCKED {
-                backoff.spin_once("spinlock");
+                if !backoff.spin_once("spinlock") {
+                    // The generation ended: count the lock as taken (see
+                    // the module header).
+                    CUT_SHORT.with(|c| c.set(true));
+                    return backoff.delays;
+                }
             }
             // Acquire pairs with the Release store in `unlock`.
             if self.word.swap(LOCKED, Ordering::Acquire) == UNLOCKED {
@@ -96,15 +121,50 @@ impl SpinLock {
     }
 }
 
+thread_local! {
+    /// The `ended` flag of the generation this thread's library context
+    /// mapped (null: none installed, a forked process).
+    static ENDED: Cell<*const AtomicU32> = const { Cell::new(std::ptr::null()) };
+    /// A spinlock wait of this thread stopped because the generation ended.
+    static CUT_SHORT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While alive, spinlock waits of this thread stop when `ended` is set.
+pub type InstalledFlag<'a> = crate::waitevent::Installed<'a, AtomicU32>;
+
+/// Makes this thread's spinlock waits watch `ended` (the segment header's
+/// flag) until the guard drops: for library processes only.
+pub fn install_generation_flag(ended: &AtomicU32) -> InstalledFlag<'_> {
+    crate::waitevent::Installed::in_key(&ENDED, ended)
+}
+
+/// Whether a spinlock wait of this thread was cut short by the end of the
+/// generation since the last call.
+pub fn take_cut_short() -> bool {
+    CUT_SHORT.with(|c| c.replace(false))
+}
+
+/// Where a `SpinDelay` finds the generation flag.
+#[derive(Clone, Copy)]
+enum Watch<'a> {
+    /// No flag: stuck detection panics (forked processes).
+    None,
+    /// The flag of a `LockEnv`.
+    Flag(&'a AtomicU32),
+    /// This thread's installed flag, if any (looked up at each delay).
+    Installed,
+}
+
 /// The back-off schedule shared by spinlocks and the LWLock wait-list lock.
-pub struct SpinDelay {
+pub struct SpinDelay<'a> {
     spins: u32,
     delays: u32,
     cur_delay_us: u64,
     rng: u64,
+    watch: Watch<'a>,
 }
 
-impl SpinDelay {
+impl<'a> SpinDelay<'a> {
     pub fn new(seed: usize) -> Self {
         SpinDelay {
             spins: 0,
@@ -113,6 +173,37 @@ impl SpinDelay {
             rng: (seed as u64)
                 ^ (std::process::id() as u64).rotate_left(32)
                 ^ 0x9E37_79B9_7F4A_7C15,
+            watch: Watch::None,
+        }
+    }
+
+    /// Stops the wait when `ended` (if given) becomes nonzero.
+    pub fn ending_with(mut self, ended: Option<&'a AtomicU32>) -> Self {
+        if let Some(f) = ended {
+            self.watch = Watch::Flag(f);
+        }
+        self
+    }
+
+    /// Stops the wait when this thread's installed flag becomes nonzero.
+    fn ending_with_installed(mut self) -> Self {
+        self.watch = Watch::Installed;
+        self
+    }
+
+    /// Some(ended?) when a flag is watched; None when there is none.
+    fn generation_ended(&self) -> Option<bool> {
+        // Acquire pairs with the Release store in `Shmem::mark_ended`.
+        match self.watch {
+            Watch::None => None,
+            Watch::Flag(f) => Some(f.load(Ordering::Acquire) != 0),
+            Watch::Installed => ENDED.with(|c| {
+                let p = c.get();
+                // SAFETY: installed by an `InstalledFlag` guard that
+                // borrows the flag and clears the pointer when it drops,
+                // so the flag is alive while the pointer is set.
+                (!p.is_null()).then(|| unsafe { &*p }.load(Ordering::Acquire) != 0)
+            }),
         }
     }
 
@@ -122,21 +213,28 @@ impl SpinDelay {
     }
 
     /// Called once per failed look at the lock word; sleeps when spinning
-    /// has gone on long enough, panics when the lock looks stuck.
+    /// has gone on long enough, panics when the lock looks stuck (without
+    /// a generation flag). False: stop waiting, the generation ended.
     #[inline]
-    pub fn spin_once(&mut self, what: &str) {
+    #[must_use]
+    pub fn spin_once(&mut self, what: &str) -> bool {
         spin_hint();
         self.spins += 1;
         if self.spins >= SPINS_PER_DELAY {
             self.spins = 0;
-            self.delay(what);
+            return self.delay(what);
         }
+        true
     }
 
     #[cold]
-    fn delay(&mut self, what: &str) {
+    fn delay(&mut self, what: &str) -> bool {
+        let watched = self.generation_ended();
+        if watched == Some(true) {
+            return false;
+        }
         self.delays += 1;
-        if self.delays > MAX_DELAYS {
+        if self.delays > MAX_DELAYS && watched.is_none() {
             panic!("stuck {what} detected (waited {} delays)", self.delays - 1);
         }
         if self.cur_delay_us == 0 {
@@ -153,6 +251,7 @@ impl SpinDelay {
         if self.cur_delay_us > MAX_DELAY_US {
             self.cur_delay_us = MIN_DELAY_US;
         }
+        true
     }
 
     fn next_random(&mut self) -> u64 {
@@ -234,7 +333,32 @@ mod tests {
         d.delays = MAX_DELAYS;
         d.cur_delay_us = 1;
         for _ in 0..SPINS_PER_DELAY {
-            d.spin_once("test");
+            let _ = d.spin_once("test");
         }
+    }
+
+    #[test]
+    fn a_watched_wait_neither_panics_nor_outlives_its_generation() {
+        let ended = AtomicU32::new(0);
+        let mut d = SpinDelay::new(1).ending_with(Some(&ended));
+        d.delays = MAX_DELAYS + 5;
+        d.cur_delay_us = 1;
+        // Past MAX_DELAYS: no panic with a flag, the wait goes on.
+        for _ in 0..SPINS_PER_DELAY {
+            assert!(d.spin_once("test"));
+        }
+        ended.store(1, Ordering::Release);
+        assert!((0..SPINS_PER_DELAY).any(|_| !d.spin_once("test")));
+
+        // A spinlock whose holder is gone, in a thread with the flag.
+        let s = SpinLock::new();
+        assert_eq!(s.lock(), 0);
+        let guard = install_generation_flag(&ended);
+        assert!(!take_cut_short());
+        s.lock();
+        assert!(take_cut_short(), "the wait was cut short");
+        s.unlock();
+        drop(guard);
+        assert!(!take_cut_short());
     }
 }
