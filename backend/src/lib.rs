@@ -18,8 +18,8 @@
 //! stay as re-exports of the `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-pub mod archive;
 pub mod api;
+pub mod archive;
 pub mod client_poll;
 pub mod context;
 pub mod control;
@@ -28,9 +28,9 @@ pub mod procarray;
 pub mod process;
 pub mod procs;
 pub mod restore;
-pub mod timeline;
 pub mod slots;
 pub mod syncrep;
+pub mod timeline;
 pub mod walfile;
 pub mod xact;
 pub mod xlog;

@@ -26,8 +26,8 @@ pub mod spin;
 pub mod stats;
 pub mod sync;
 pub mod variants;
-pub mod walsnd;
 pub mod waitevent;
+pub mod walsnd;
 pub mod xlogctl;
 
 #[cfg(not(loom))]
