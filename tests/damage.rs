@@ -35,6 +35,12 @@ struct Crashed {
 /// `emit-tx:100 --ack` on 4 backends with 1 MB segments until segment
 /// `segs` exists, then kill -9 of the whole group.
 fn crashed_run(tag: &str, segs: u64) -> Crashed {
+    crashed_run_past(tag, segs, BLCKSZ)
+}
+
+/// [`crashed_run`] until acknowledged commits pass `past` bytes into
+/// segment `segs`.
+fn crashed_run_past(tag: &str, segs: u64, past: u64) -> Crashed {
     let tmp = TempDir::new(tag);
     let (d, s) = start_workload(
         &tmp,
@@ -50,7 +56,7 @@ fn crashed_run(tag: &str, segs: u64) -> Crashed {
         ],
     );
     let geo = Geometry::new(d.seg_size).unwrap();
-    let target = geo.seg_start(segs) + BLCKSZ;
+    let target = geo.seg_start(segs) + past;
     // Until acknowledged commits reach segment `segs`.
     let reached = wait_until(TIMEOUT, || {
         parse_acks(&s.stdout()).iter().any(|a| *a > target)
@@ -172,14 +178,17 @@ const KINDS: [Damage; 7] = [
 ];
 
 /// Applies `kind` to data directory `dir` at a random position after the
-/// checkpoint record and at least two pages before the page holding the
-/// end of valid WAL (damage in the last written page is a torn tail: a
-/// flush writes that page whole while later insertions into it may still
-/// be copying). Segment-level damage hits segments 2..last-1 (segment 1
-/// holds the checkpoint recovery starts from). Returns a description.
+/// checkpoint record and before the last segment holding valid WAL: damage
+/// inside the last segment is inside the unsynced window (the rest of the
+/// segment where reading stops, `walformat::unsynced_window_end`) and is
+/// taken for a power-loss tail, so to keep its meaning the matrix damages
+/// only earlier segments, where valid WAL beyond the window follows (no
+/// small `wal_buffers` needed: the window does not depend on it).
+/// Segment-level damage hits segments 2..last-1 (segment 1 holds the
+/// checkpoint recovery starts from). Returns a description.
 fn apply(kind: Damage, dir: &Path, w: &Crashed, foreign: &Path, rng: &mut Rng) -> String {
     let lo = w.d.first_lsn + 256;
-    let hi = w.end - w.end % BLCKSZ - 2 * BLCKSZ;
+    let hi = (w.end - w.end % BLCKSZ - 2 * BLCKSZ).min(w.last_seg << 20);
     let seg = |rng: &mut Rng, top: u64| rng.range(2, top);
     match kind {
         Damage::BitFlip => {
@@ -592,4 +601,77 @@ fn recovery_wal_read_goes_through_the_fail_points() {
 #[test]
 fn control_file_read_goes_through_the_fail_points() {
     startup_fails_cleanly_at("control-read-fail", "control_read=eio:after=1");
+}
+
+/// The unsynced window (issue "power-loss tail"): damage followed by valid
+/// WAL only inside the rest of its segment is taken for a power-loss tail
+/// (started, recovery ends where reading stopped, a WARNING names it);
+/// damage followed by valid WAL in a later segment is refused (exit 3),
+/// even when the valid WAL starts right at the window's end.
+#[test]
+fn valid_wal_inside_the_window_is_a_tail_beyond_it_is_refused() {
+    let w = crashed_run_past("window", 3, 256 << 10);
+    let tmp = TempDir::new("window-cases");
+    let seg_start = w.last_seg << 20;
+    let end_page = w.end - w.end % BLCKSZ;
+    // Inside: a zeroed page in the last segment, valid pages after it.
+    let page = seg_start + ((end_page - seg_start) / BLCKSZ / 2).max(2) * BLCKSZ;
+    assert!(page + 2 * BLCKSZ <= end_page, "no room in the last segment");
+    let inside = tmp.join("inside");
+    copy_dir(&w.d.path, &inside);
+    write_at_lsn(&inside, page, &[0u8; BLCKSZ as usize]);
+    let d = DataDir {
+        path: inside.clone(),
+        ..w.d.clone()
+    };
+    let (recs, _) = scan_records(&d);
+    let stop = recs.last().unwrap().next;
+    assert!(
+        stop <= page && stop >= seg_start,
+        "stop {}",
+        format_lsn(stop)
+    );
+    let s = start_or_exit(&inside, tmp.path(), &["--workers", "0"])
+        .unwrap_or_else(|o| panic!("power-loss tail refused\n{}", o.describe()));
+    let log = s.stderr();
+    assert!(
+        log.contains("WARNING")
+            && log.contains(&format!("WAL ends at {}", format_lsn(stop)))
+            && log.contains("power-loss tail"),
+        "no WARNING naming the stop\n{log}"
+    );
+    let tail = read_at_lsn(
+        &inside,
+        stop,
+        ((1 << 20) - (stop & ((1 << 20) - 1))) as usize,
+    );
+    assert!(tail.iter().all(|b| *b == 0), "tail not zeroed on disk");
+    s.stop_ok();
+    let (after, _) = scan_records(&d);
+    let next = after.iter().find(|r| r.lsn >= stop).map(|r| r.lsn);
+    assert_eq!(
+        next.map(format_lsn),
+        Some(format_lsn(stop)),
+        "recovery did not end at the stop"
+    );
+    let kept: Vec<u64> = w.acks.iter().copied().filter(|a| *a < stop).collect();
+    check_acks(&kept, &tx_wal_check(&d));
+
+    // Beyond: the segment before the last zeroed from a page on to its
+    // end, so the only valid WAL after the stop starts in the last
+    // segment, at the window's end.
+    let beyond = tmp.join("beyond");
+    copy_dir(&w.d.path, &beyond);
+    let from = seg_start - 4 * BLCKSZ;
+    write_at_lsn(&beyond, from, &vec![0u8; (seg_start - from) as usize]);
+    let what = format!(
+        "segment {} zeroed from {}",
+        w.last_seg - 1,
+        format_lsn(from)
+    );
+    assert_eq!(
+        check_case(&what, &beyond, tmp.path(), &w),
+        Outcome::Refused,
+        "{what}"
+    );
 }

@@ -140,6 +140,8 @@ fn power_loss_mode_nothing_lost() {
         int(pl, "journal_records") > 0,
         "the seam journaled nothing: {v}"
     );
+    // A power loss leaves valid WAL only inside the unsynced window.
+    assert_eq!(int(pl, "refused_starts"), 0, "{v}");
 }
 
 /// The checker can fail: with acks printed before the commit's fdatasync,

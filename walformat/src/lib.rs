@@ -43,7 +43,9 @@ pub use geometry::{
     format_lsn, maxalign, parse_lsn, FormatError, Geometry, Lsn, DEFAULT_SEG_SIZE, MAX_SEG_SIZE,
     MIN_SEG_SIZE,
 };
-pub use lookahead::{look_ahead, look_ahead_from, Lookahead, ValidWalAfter};
+pub use lookahead::{
+    look_ahead, look_ahead_from, unsynced_window_end, Lookahead, ValidWalAfter, Verdict,
+};
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
 pub use reader::{LongHeaderMismatch, StdWalFiles, WalError, WalFiles, WalReader};
 pub use record::{

@@ -35,6 +35,45 @@
 //!
 //! The scan never writes. A segment file shorter than the segment size (a
 //! truncated segment) is examined as far as it goes, as if zero-padded.
+//!
+//! # The unsynced window: what a power loss can leave after X
+//!
+//! A power loss (unlike a `kill -9`) also takes writes that were never
+//! fdatasynced, and it may drop or tear them in any order: a torn page at X
+//! can be followed by a LATER unsynced page that survived whole. Such WAL
+//! was never acknowledged (an acknowledgement waits for the fdatasync), so
+//! it is a torn tail too. Where can it lie? The writer (`backend::xlog`'s
+//! `xlog_write`, under WALWriteLock, for backends, the walwriter and
+//! segment switches alike) writes WAL in LSN order and fdatasyncs every
+//! segment as soon as its last page is written, BEFORE any byte of the next
+//! segment is written; startup fdatasyncs the segment before X's after a
+//! crash (see `backend::procs::startup`), so this also holds across crash
+//! restarts. Hence at any instant every byte written but not yet synced
+//! lies in ONE segment, the one being written; a power loss damages only
+//! such bytes, so X lies in that segment (or at its start), and so does
+//! every page that survived after X. The window is therefore
+//! `[X, end of X's segment)` ([`unsynced_window_end`]): exactly what startup
+//! zeroes when it cuts WAL at X.
+//!
+//! Not `wal_buffers`: a backend that writes old pages out only to free a
+//! buffer (`write_upto`) does not sync unless a flush is pending, so written
+//! but unsynced WAL can run up to a segment ahead of the last sync, however
+//! small the buffer ring; and the setting of the crashed run is not known.
+//!
+//! Verdict ([`Lookahead::verdict`]): nothing valid after X is the end of WAL;
+//! valid records that all lie wholly inside the window are a possible
+//! power-loss tail (recovery ends at X); a valid record that ends beyond the
+//! window, or any misplaced page (a power loss moves no page), is damage.
+//! Cost of this policy: media damage inside the last segment of WAL is
+//! taken for a torn tail, losing what follows it in that segment
+//! (acknowledged commits included), as PostgreSQL does for all damage;
+//! damage in any earlier segment is still refused. With `fsync = off`
+//! nothing is synced and nothing is promised: a power loss may then also
+//! leave WAL beyond the window, which is refused as damage.
+//!
+//! The scan always reads on to the end (the counts name what a refusal
+//! would keep or a `--discard-damaged-wal` would discard); that costs
+//! nothing on a clean start, where nothing follows X.
 
 use crate::consts::{
     SIZE_OF_XLOG_LONG_PHD, SIZE_OF_XLOG_SHORT_PHD, XLOG_BLCKSZ, XLOG_PAGE_MAGIC, XLP_ALL_FLAGS,
@@ -67,6 +106,22 @@ pub struct ValidWalAfter {
     /// Pages found at a position earlier than their address (misplaced
     /// segments) that hold valid records.
     pub misplaced_pages: u64,
+    /// LSN of the first valid record found that does not lie wholly inside
+    /// the unsynced window (it ends beyond it, or lies in a misplaced
+    /// page); `None`: everything found lies inside the window.
+    pub first_beyond_window: Option<Lsn>,
+}
+
+/// What the WAL after the stop point means (see the module header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing valid follows: the stop is the end of WAL.
+    EndOfWal,
+    /// Valid WAL follows, but only inside the unsynced window: a possible
+    /// power-loss tail, never acknowledged; recovery ends at the stop.
+    PowerLossTail,
+    /// Valid WAL follows beyond the window (or misplaced): damage.
+    Damaged,
 }
 
 /// What the look-ahead examined and found.
@@ -78,6 +133,28 @@ pub struct Lookahead {
     pub files: u64,
     /// Page headers examined.
     pub pages: u64,
+    /// End of the unsynced window after the stop point
+    /// ([`unsynced_window_end`]).
+    pub window_end: Lsn,
+}
+
+impl Lookahead {
+    /// The decision the module header states.
+    pub fn verdict(&self) -> Verdict {
+        match &self.found {
+            None => Verdict::EndOfWal,
+            Some(f) if f.first_beyond_window.is_none() => Verdict::PowerLossTail,
+            Some(_) => Verdict::Damaged,
+        }
+    }
+}
+
+/// End of the unsynced window after stop point `stop`: the end of the
+/// segment holding `stop` (a stop at a segment start opens that segment's
+/// window). Every written but unsynced byte a power loss can leave behind
+/// after a stop it caused lies below it (see the module header).
+pub fn unsynced_window_end(geo: &Geometry, stop: Lsn) -> Lsn {
+    geo.seg_start(geo.seg_no(stop)) + geo.seg_size
 }
 
 /// How a page header relates to the page's position.
@@ -157,7 +234,10 @@ pub fn look_ahead_from(
         files,
         dir: pg_wal.to_path_buf(),
         reader: None,
-        out: Lookahead::default(),
+        out: Lookahead {
+            window_end: unsynced_window_end(&geo, stop),
+            ..Lookahead::default()
+        },
         cursor: first_page,
     };
     for segno in segments_from(files, pg_wal, &geo, tli, geo.seg_no(first_page))? {
@@ -293,7 +373,8 @@ impl Scan {
                 let segno = sys.geo.seg_no(r.lsn);
                 (sys.geo.file_name(sys.tli, segno), sys.geo.seg_offset(r.lsn))
             };
-            note_record(&mut self.out.found, place, &r);
+            let beyond = r.next > self.out.window_end;
+            note_record(&mut self.out.found, place, &r, beyond);
         }
         let end = reader.end_of_valid();
         if read == 0 {
@@ -338,7 +419,8 @@ impl Scan {
         }
         for r in &records {
             let place = || (name.to_string(), offset + (r.lsn - addr));
-            note_record(&mut self.out.found, place, r);
+            // A power loss moves no page: misplaced WAL is always damage.
+            note_record(&mut self.out.found, place, r, true);
         }
         if let (Some(found), false) = (self.out.found.as_mut(), records.is_empty()) {
             found.misplaced_pages += 1;
@@ -348,11 +430,13 @@ impl Scan {
 }
 
 /// Counts valid record `r`; `place` says in which file and at which offset
-/// it lies (asked only for the first record found).
+/// it lies (asked only for the first record found); `beyond`: it does not
+/// lie wholly inside the unsynced window.
 fn note_record(
     found: &mut Option<ValidWalAfter>,
     place: impl FnOnce() -> (String, u64),
     r: &DecodedRecord,
+    beyond: bool,
 ) {
     let f = found.get_or_insert_with(|| {
         let (first_file, first_offset) = place();
@@ -364,8 +448,12 @@ fn note_record(
             records: 0,
             commits: 0,
             misplaced_pages: 0,
+            first_beyond_window: None,
         }
     });
+    if beyond && f.first_beyond_window.is_none() {
+        f.first_beyond_window = Some(r.lsn);
+    }
     f.records += 1;
     f.commits += u64::from(r.is_commit());
     f.last_end = f.last_end.max(r.next);
@@ -437,7 +525,7 @@ mod tests {
         // Pretend reading stopped at record 10 (say a flipped byte there).
         let stop = lsns[10];
         let la = look_ahead(&d.0, geo(), 1, SYSID, stop).unwrap();
-        let found = la.found.expect("valid WAL after the stop");
+        let found = la.found.clone().expect("valid WAL after the stop");
         let first_page = stop - stop % BLCKSZ + BLCKSZ;
         assert!(found.first_record > first_page);
         let later: Vec<usize> = (0..lsns.len()).filter(|i| lsns[*i] > first_page).collect();
@@ -448,6 +536,74 @@ mod tests {
         assert_eq!(found.commits as usize, commits);
         assert_eq!(found.misplaced_pages, 0);
         assert!(found.last_end > lsns[lsns.len() - 1]);
+        // Segment 2 holds valid WAL: beyond the window of a stop in 1.
+        let g = geo();
+        assert_eq!(la.window_end, g.seg_start(2));
+        let beyond = found.first_beyond_window.expect("WAL beyond the window");
+        assert!(beyond < g.seg_start(2) && beyond >= first_page, "{found:?}");
+        assert_eq!(la.verdict(), Verdict::Damaged);
+    }
+
+    #[test]
+    fn window_is_the_rest_of_the_stop_segment() {
+        let g = geo();
+        assert_eq!(unsynced_window_end(&g, g.seg_start(3)), g.seg_start(4));
+        assert_eq!(unsynced_window_end(&g, g.seg_start(3) + 40), g.seg_start(4));
+        assert_eq!(unsynced_window_end(&g, g.seg_start(4) - 1), g.seg_start(4));
+    }
+
+    #[test]
+    fn valid_wal_only_inside_the_window_is_a_power_loss_tail() {
+        let d = Dir::new("window");
+        let g = geo();
+        let lsns = write_wal(&d.0);
+        // Reading stopped in segment 2 (the last), valid pages follow in it.
+        let i = lsns
+            .iter()
+            .position(|l| *l > g.seg_start(2) + 2 * BLCKSZ)
+            .unwrap();
+        let stop = lsns[i];
+        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        assert_eq!(la.window_end, g.seg_start(3));
+        let found = la.found.clone().expect("valid WAL after the stop");
+        assert!(found.records > 0 && found.commits > 0, "{found:?}");
+        assert_eq!(found.first_beyond_window, None, "{found:?}");
+        assert_eq!(la.verdict(), Verdict::PowerLossTail);
+    }
+
+    #[test]
+    fn record_crossing_out_of_the_window_is_damage() {
+        let d = Dir::new("crossing");
+        let g = geo();
+        let lsns = write_wal(&d.0);
+        // The record that continues from segment 1 into segment 2.
+        let k = lsns.iter().rposition(|l| *l < g.seg_start(2)).unwrap();
+        let crossing = lsns[k];
+        assert!(lsns[k + 1] > g.seg_start(2), "record {k} crosses");
+        // Reading stopped 4 pages earlier; the pages between are zeroed,
+        // so the scan resyncs in the crossing record's page: records
+        // wholly inside the window, then the crossing one.
+        let stop_i = lsns
+            .iter()
+            .rposition(|l| *l + 4 * BLCKSZ < crossing)
+            .unwrap();
+        let stop = lsns[stop_i];
+        let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
+        let from = next_page_offset(&g, stop);
+        let to = (g.seg_offset(crossing) - g.seg_offset(crossing) % BLCKSZ) as usize;
+        assert!(from < to);
+        data[from..to].fill(0);
+        std::fs::write(seg_path(&d.0, 1), &data).unwrap();
+        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let found = la.found.clone().expect("valid WAL after the stop");
+        assert!(found.first_record < crossing, "{found:?}");
+        assert_eq!(found.first_beyond_window, Some(crossing), "{found:?}");
+        assert_eq!(la.verdict(), Verdict::Damaged);
+        // Without segment 2 the crossing record cannot verify: only WAL
+        // inside the window remains.
+        std::fs::remove_file(seg_path(&d.0, 2)).unwrap();
+        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        assert_eq!(la.verdict(), Verdict::PowerLossTail, "{la:?}");
     }
 
     #[test]
@@ -461,6 +617,7 @@ mod tests {
         };
         let la = look_ahead(&d.0, geo(), 1, SYSID, end).unwrap();
         assert_eq!(la.found, None);
+        assert_eq!(la.verdict(), Verdict::EndOfWal);
         assert!(la.pages > 0 && la.files == 1, "{la:?}");
     }
 
@@ -530,7 +687,10 @@ mod tests {
         // Segment 2's content under segment 1's name... and nothing else.
         std::fs::rename(seg_path(&d.0, 2), seg_path(&d.0, 1)).unwrap();
         let la = look_ahead(&d.0, g, 1, SYSID, g.seg_start(1)).unwrap();
-        let found = la.found.expect("misplaced WAL counts");
+        // Inside the stop's window, but a power loss moves no page.
+        assert_eq!(la.window_end, g.seg_start(2));
+        assert_eq!(la.verdict(), Verdict::Damaged);
+        let found = la.found.clone().expect("misplaced WAL counts");
         assert!(found.misplaced_pages > 0);
         assert!(found.first_record > g.seg_start(2));
     }

@@ -7,15 +7,22 @@
 //! 1. read the control file; read the checkpoint record it names;
 //! 2. read forward record by record, validating page headers, lengths,
 //!    `xl_prev` and CRC, until a clean end or the first invalid record: X;
-//! 3. look ahead past X ([`walformat::look_ahead`]): if valid WAL of this
-//!    system follows, X is damage, not a torn tail. Then refuse to start
-//!    (exit [`EXIT_WAL_DAMAGED`]) without writing a byte anywhere (pg_wal and
-//!    the control file stay as they were), unless the operator passed
-//!    `--discard-damaged-wal`: then the WAL after X is moved aside into
-//!    `pg_wal_discarded/` (never deleted) and startup goes on;
+//! 3. look ahead past X ([`walformat::look_ahead`]) and judge what follows
+//!    ([`walformat::Verdict`]): nothing valid is the end of WAL; valid WAL
+//!    only inside the unsynced window (the rest of X's segment, see
+//!    "Power-loss tails" below) is a possible power-loss tail: recovery ends
+//!    at X as for a torn tail, with a WARNING naming X, the first valid
+//!    record after it and the window; valid WAL beyond the window (or a
+//!    misplaced page) means X is damage, not a torn tail. Then refuse to
+//!    start (exit [`EXIT_WAL_DAMAGED`]) without writing a byte anywhere
+//!    (pg_wal and the control file stay as they were), unless the operator
+//!    passed `--discard-damaged-wal`: then the WAL after X is moved aside
+//!    into `pg_wal_discarded/` (never deleted) and startup goes on;
 //! 4. cut the WAL at X on disk: zero every non-zero byte from X to the end
 //!    of X's segment file and fdatasync it (fsync = on), so neither a torn
-//!    tail nor a discarded stretch can be read as WAL again;
+//!    tail, nor a power-loss tail, nor a discarded stretch can be read as
+//!    WAL again; after a crash, also fdatasync X's segment (if the cut did
+//!    not) and the one before it when X is at a segment start (see below);
 //! 5. set the insert position after the last valid record, load the partial
 //!    last page into its WAL buffer with everything after the end zeroed,
 //!    and set the write/flush results to the end.
@@ -32,6 +39,32 @@
 //! range, a missing, truncated, swapped or foreign segment before the end)
 //! means that taking X as the end would overwrite acknowledged commits.
 //!
+//! Power-loss tails. A power loss may drop or tear unsynced writes in any
+//! order, so a torn page at X can be followed by a later unsynced page that
+//! survived; nothing in it was acknowledged. The writer (`crate::xlog`)
+//! fdatasyncs each segment before it writes a byte of the next, so all
+//! written but unsynced WAL lies in one segment, and so does X and any
+//! such page after it: the window is the rest of X's segment
+//! (`walformat::unsynced_window_end`; not `wal_buffers`, which a backend
+//! writing only to free a buffer can outrun by up to a segment without a
+//! sync). Cost: media damage inside the last segment of WAL is taken for a
+//! torn tail, and what follows it in that segment (acknowledged commits
+//! included) is zeroed, which is what PostgreSQL does for all damage;
+//! damage in an earlier segment is still refused. With `fsync = off`
+//! nothing is promised: a power loss can then also leave WAL beyond the
+//! window, which is refused like damage.
+//!
+//! Keeping that bound across crash restarts: a `kill -9` between the write
+//! of a segment's last page and its fdatasync leaves that segment unsynced
+//! in the page cache, where recovery reads it whole; if WAL ends exactly at
+//! its end (a switch record, an exact fit), X is the next segment's start
+//! and the next run would write that segment while the previous one is
+//! still unsynced. So after a crash, with fsync = on, startup fdatasyncs
+//! the segment holding the byte before X and X's own segment (PostgreSQL
+//! fsyncs all of pg_wal after a crash, `SyncDataDirectory`); every earlier
+//! segment was synced by the crashed run's writer. This also makes the
+//! flush result step 5 sets (X) true: it is on disk.
+//!
 //! Invariant on exit 0: `curr_byte_pos` is the end of valid WAL,
 //! `prev_byte_pos` the start of the last valid record, the buffers hold
 //! the page the next record goes to, and no byte after the end in its
@@ -46,7 +79,7 @@ use shmem::Shmem;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use walformat::{
-    format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader, XLOG_BLCKSZ,
+    format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, Verdict, WalError, WalReader, XLOG_BLCKSZ,
 };
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
@@ -315,6 +348,67 @@ fn damaged_wal_message(
     )
 }
 
+/// The WARNING of a power-loss tail: where reading stopped, the first valid
+/// record after it, and the window it lies in.
+fn power_loss_tail_message(
+    geo: &Geometry,
+    tli: u32,
+    r: &RecoveryResult,
+    ahead: &Lookahead,
+    found: &ValidWalAfter,
+) -> String {
+    let (file, offset) = file_and_offset(geo, tli, r.end_of_wal);
+    format!(
+        "WAL ends at {} (WAL segment {file}, offset {offset}): {}; valid WAL follows only inside the unsynced window {}..{} (the rest of that segment): \
+         {} record(s), {} of them COMMIT, the first at {} (WAL segment {}, offset {}), up to {}. \
+         Taken for a power-loss tail (written, never fdatasynced, so never acknowledged): recovery ends at {} and the tail is zeroed. \
+         Media damage inside the last segment of WAL looks the same",
+        format_lsn(r.end_of_wal),
+        r.stop_reason,
+        format_lsn(r.end_of_wal),
+        format_lsn(ahead.window_end),
+        found.records,
+        found.commits,
+        format_lsn(found.first_record),
+        found.first_file,
+        found.first_offset,
+        format_lsn(found.last_end),
+        format_lsn(r.end_of_wal),
+    )
+}
+
+/// After a crash: fdatasyncs the segment holding the byte before `end` and
+/// `end`'s own segment (unless `end_synced`: the cut synced it), so that
+/// the flush result this run starts with is durable and the writer's
+/// invariant (every segment below the one being written is synced) holds
+/// (see the module header). Absent files are left alone.
+fn sync_end_segments(
+    pg_wal: &Path,
+    geo: &Geometry,
+    tli: u32,
+    end: Lsn,
+    end_synced: bool,
+) -> Result<(), String> {
+    let (before, at) = (geo.seg_no(end.saturating_sub(1)), geo.seg_no(end));
+    let mut segs = Vec::with_capacity(2);
+    if before != at {
+        segs.push(before);
+    }
+    if !end_synced {
+        segs.push(at);
+    }
+    for segno in segs {
+        let path = pg_wal.join(geo.file_name(tli, segno));
+        match walfile::open_read(Op::WalRead, &path) {
+            Ok(f) => walfile::sync_data(Op::WalFsync, &f)
+                .map_err(|e| format!("could not fdatasync \"{}\": {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("could not open \"{}\": {e}", path.display())),
+        }
+    }
+    Ok(())
+}
+
 /// Moves the WAL after `end` aside into
 /// `DIR/pg_wal_discarded/<LSN as 16 hex digits>-<unix time>/`: the segment
 /// holding `end` is copied whole (it stays, to be cut at `end`), every later
@@ -535,7 +629,14 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         ))
     })?;
     let ahead_elapsed = ahead_started.elapsed();
-    if let Some(found) = &ahead.found {
+    let verdict = ahead.verdict();
+    if let (Verdict::PowerLossTail, Some(found)) = (verdict, &ahead.found) {
+        log(
+            "WARNING",
+            &power_loss_tail_message(&geo, tli, &r, &ahead, found),
+        );
+    }
+    if let (Verdict::Damaged, Some(found)) = (verdict, &ahead.found) {
         if !opts.discard_damaged_wal {
             log("FATAL", &damaged_wal_message(datadir, &geo, tli, &r, found));
             return Err(EXIT_WAL_DAMAGED);
@@ -562,6 +663,10 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     }
     let zeroed = cut_wal_at(&datadir.join("pg_wal"), &geo, tli, r.end_of_wal, fsync)
         .map_err(|e| fatal(&e))?;
+    if crashed && fsync {
+        sync_end_segments(&datadir.join("pg_wal"), &geo, tli, r.end_of_wal, zeroed > 0)
+            .map_err(|e| fatal(&e))?;
+    }
     log(
         "LOG",
         &format!(
@@ -570,7 +675,11 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
             ahead.pages,
             ahead.files,
             ahead_elapsed.as_secs_f64(),
-            if ahead.found.is_some() { "valid WAL discarded" } else { "no valid WAL follows" },
+            match verdict {
+                Verdict::EndOfWal => "no valid WAL follows",
+                Verdict::PowerLossTail => "valid WAL only inside the unsynced window (taken for a power-loss tail)",
+                Verdict::Damaged => "valid WAL discarded",
+            },
         ),
     );
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);

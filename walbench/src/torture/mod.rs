@@ -429,16 +429,23 @@ impl Run<'_> {
     }
 
     /// The start after a power loss. The startup process refuses to start
-    /// (exit 3) when valid WAL follows the first unreadable record, which
-    /// a power loss makes possible: unsynced pages may survive after one
-    /// that did not. Counted as a refused start; then the documented
-    /// remedy, `--discard-damaged-wal`, is applied (the acks were checked
-    /// before it: nothing acknowledged may lie in the discarded range).
+    /// (exit 3) only when valid WAL follows the first unreadable record
+    /// beyond the unsynced window (the rest of that record's segment, see
+    /// `walformat::lookahead`); a power loss cannot leave such WAL, since
+    /// the writer syncs each segment before it writes the next. So a
+    /// refusal is a violation (counted in `refused_starts` as well); the
+    /// documented remedy, `--discard-damaged-wal`, is then applied so the
+    /// run goes on (the acks were checked before it: nothing acknowledged
+    /// may lie in the discarded range).
     fn start_after_power_loss(&mut self) -> Result<(Server, Instant, bool), String> {
         match self.start_with(&[]) {
             Ok((s, t)) => Ok((s, t, false)),
             Err((_, Some(EXIT_WAL_DAMAGED))) => {
                 self.sum.refused_starts += 1;
+                self.violation(format!(
+                    "cycle {}: start refused after a power loss (exit {EXIT_WAL_DAMAGED}: valid WAL beyond the unsynced window after the first unreadable record)",
+                    self.cycle
+                ));
                 let (s, t) = self
                     .start_with(&["--discard-damaged-wal"])
                     .map_err(|(e, _)| format!("start with --discard-damaged-wal: {e}"))?;

@@ -10,8 +10,10 @@
 //! `records_checked`, `pg_waldump` ("agreed" | "disagreed" | "not run" |
 //! "not installed"), `seconds`, `seed`, `workload`, `settings`, and in
 //! power-loss mode `power_loss` {the rewriter's counts, `refused_starts`
-//! and `synced_without_entry` (files fdatasynced before their directory
-//! entry was durable)}.
+//! (starts refused with exit 3; each is also a violation: a power loss
+//! cannot leave valid WAL beyond the unsynced window) and
+//! `synced_without_entry` (files fdatasynced before their directory entry
+//! was durable)}.
 
 use super::powerloss::Outcome;
 use crate::report::{json_document, Value};
@@ -50,8 +52,9 @@ pub struct Summary {
     pub workload: String,
     pub settings: Vec<String>,
     pub rewrites: Outcome,
-    /// Power-loss mode: starts refused because valid (unsynced) WAL
-    /// survived after the first unreadable record.
+    /// Power-loss mode: starts refused (exit 3) because valid WAL beyond
+    /// the unsynced window followed the first unreadable record; each is
+    /// also a violation.
     pub refused_starts: u64,
 }
 
@@ -139,7 +142,7 @@ impl Summary {
             );
             let _ = writeln!(
                 s,
-                "  starts refused after a power loss (valid unsynced WAL after a torn page; restarted with --discard-damaged-wal): {}",
+                "  starts refused after a power loss (violations; restarted with --discard-damaged-wal): {}",
                 self.refused_starts
             );
         }
