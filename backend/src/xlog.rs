@@ -246,9 +246,8 @@ impl<'a> Xlog<'a> {
         self.copy_record(rec.bytes(), start, end, rec.is_switch());
         self.release_insert_lock(lock);
 
-        let c = &self.me.counters;
-        ProcCounters::bump(&c.records, 1);
-        ProcCounters::bump(&c.bytes, rec.total_len() as u64);
+        // One count per record serves pg_stat_wal, the postmaster's summary
+        // and walbench (`shmem::stats`: written by us only, never reset).
         bump(&self.stats.wal_records, 1);
         bump(&self.stats.wal_bytes, rec.total_len() as u64);
         if start / BLCKSZ != end / BLCKSZ {

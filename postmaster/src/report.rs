@@ -50,7 +50,6 @@
 //! or a broken lwlock invariant, makes the postmaster exit 1.
 
 use backend::workload::Workload;
-use shmem::proc::ProcCounters;
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::fmt::Write as _;
@@ -78,11 +77,14 @@ pub(crate) struct WorkerTotals {
 }
 
 impl WorkerTotals {
-    fn add_counters(&mut self, c: &ProcCounters) {
+    /// Adds proc `procno`'s counters (its WAL counts are in `shmem::stats`).
+    fn add_counters(&mut self, shm: &Shmem, procno: u32) {
         let get = |a: &shmem::sync::AtomicU64| a.load(Ordering::Relaxed);
+        let c = &shm.procs()[procno as usize].counters;
+        let wal = &shm.proc_stats(procno).counters.flat;
         self.add(&WorkerTotals {
-            records: get(&c.records),
-            bytes: get(&c.bytes),
+            records: get(&wal.wal_records),
+            bytes: get(&wal.wal_bytes),
             transactions: get(&c.transactions),
             lock_acquires: get(&c.lock_acquires),
             snapshot_violations: get(&c.snapshot_violations),
@@ -218,11 +220,10 @@ impl Report {
     /// generation ended in a fast shutdown, not a crash.
     pub fn collect_generation(&mut self, shm: &Shmem, generation: u64, clean: bool) {
         for (i, t) in self.workers.iter_mut().enumerate() {
-            t.add_counters(&shm.procs()[i].counters);
+            t.add_counters(shm, i as u32);
         }
         for i in 0..shm.max_workers() {
-            let p = &shm.procs()[shm.worker_procno(i) as usize];
-            self.worker_slots.add_counters(&p.counters);
+            self.worker_slots.add_counters(shm, shm.worker_procno(i));
         }
         self.wal_syncs += shm.xlog().write.syncs.load(Ordering::Relaxed);
         if self.workload == Some(Workload::Lwlock) {

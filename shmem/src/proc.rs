@@ -33,10 +33,6 @@ pub const LW_WS_PENDING_WAKEUP: u32 = 2;
 #[repr(C)]
 #[derive(Default)]
 pub struct ProcCounters {
-    /// WAL records inserted.
-    pub records: AtomicU64,
-    /// WAL bytes inserted (record lengths, before alignment).
-    pub bytes: AtomicU64,
     /// Transactions (workload loop iterations) completed.
     pub transactions: AtomicU64,
     /// LWLock acquisitions (the `lwlock` workload).
@@ -62,8 +58,6 @@ impl ProcCounters {
 
     pub fn reset(&self) {
         for c in [
-            &self.records,
-            &self.bytes,
             &self.transactions,
             &self.lock_acquires,
             &self.lock_sleeps,

@@ -449,7 +449,8 @@ fn var_wait_stress(queue: WaitQueue, var_access: VarAccess, load: VarWaitLoad) {
                                         assert!(v <= recorded, "lock {j}: saw {v} before the holder recorded it ({recorded})");
                                         *high = v;
                                     }
-                                    ProcCounters::bump(&me.counters.records, 1);
+                                    // A flusher counts its Changed results here.
+                                    ProcCounters::bump(&me.counters.lock_acquires, 1);
                                     oldval = v;
                                 }
                             }
@@ -473,7 +474,7 @@ fn var_wait_stress(queue: WaitQueue, var_access: VarAccess, load: VarWaitLoad) {
         .sum();
     let changed: u64 = procs[inserters..inserters + flushers]
         .iter()
-        .map(|p| p.counters.records.load(Ordering::Relaxed))
+        .map(|p| p.counters.lock_acquires.load(Ordering::Relaxed))
         .sum();
     let frees: u64 = procs[inserters..inserters + flushers]
         .iter()

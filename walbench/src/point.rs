@@ -167,8 +167,9 @@ fn sample(shm: &Shmem, procnos: &[u32]) -> Sample {
     for &i in procnos {
         let p = &shm.procs()[i as usize];
         s.transactions += p.counters.transactions.load(Ordering::Relaxed);
-        s.records += p.counters.records.load(Ordering::Relaxed);
-        s.bytes += p.counters.bytes.load(Ordering::Relaxed);
+        let wal = &shm.proc_stats(i).counters.flat;
+        s.records += wal.wal_records.load(Ordering::Relaxed);
+        s.bytes += wal.wal_bytes.load(Ordering::Relaxed);
         for (acc, v) in s.hist.iter_mut().zip(shm.latency_histogram(i).snapshot()) {
             *acc += v;
         }
