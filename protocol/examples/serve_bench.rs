@@ -5,7 +5,8 @@
 //! test: `cargo run --release -p protocol --example serve_bench`. Prints
 //! the best of 7 runs of 200k queries, in ns per query.
 
-use protocol::{serve, Session, SqlError, Termination};
+use protocol::serve;
+use protocol::testing::FakeSession;
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
@@ -33,55 +34,6 @@ impl Write for Feed {
     }
 }
 
-/// A Session whose every call succeeds at once.
-struct Nothing;
-
-impl Session for Nothing {
-    fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
-        Ok(0x100)
-    }
-    fn txid_current(&mut self) -> Result<u64, SqlError> {
-        Ok(1000)
-    }
-    fn current_wal_lsn(&mut self) -> u64 {
-        0
-    }
-    fn current_wal_insert_lsn(&mut self) -> u64 {
-        0
-    }
-    fn current_wal_flush_lsn(&mut self) -> u64 {
-        0
-    }
-    fn switch_wal(&mut self) -> Result<u64, SqlError> {
-        Ok(0)
-    }
-    fn checkpoint(&mut self) -> Result<(), SqlError> {
-        Ok(())
-    }
-    fn begin(&mut self) -> Result<(), SqlError> {
-        Ok(())
-    }
-    fn commit(&mut self) -> Result<(), SqlError> {
-        Ok(())
-    }
-    fn rollback(&mut self) -> Result<(), SqlError> {
-        Ok(())
-    }
-    fn set_synchronous_commit(&mut self, _: bool) {}
-    fn synchronous_commit(&self) -> bool {
-        true
-    }
-    fn termination(&self) -> Option<Termination> {
-        None
-    }
-    fn take_cancel(&mut self) -> bool {
-        false
-    }
-    fn memory_limit(&self) -> usize {
-        256 << 20
-    }
-}
-
 fn query_message(sql: &str) -> Vec<u8> {
     let mut m = vec![b'Q'];
     m.extend(((sql.len() + 5) as i32).to_be_bytes());
@@ -103,8 +55,12 @@ fn main() {
                     input: input.clone(),
                     at: 0,
                 };
+                let mut session = FakeSession {
+                    memory_limit: 256 << 20,
+                    ..FakeSession::default()
+                };
                 let t = Instant::now();
-                let _ = serve(&mut feed, &mut Nothing);
+                let _ = serve(&mut feed, &mut session);
                 t.elapsed().as_nanos() as f64 / N as f64
             })
             .fold(f64::MAX, f64::min);

@@ -23,6 +23,8 @@ mod session;
 mod settings;
 pub mod sql;
 mod startup;
+#[doc(hidden)]
+pub mod testing;
 mod wire;
 
 pub use error::{sqlstate, SqlError};

@@ -100,60 +100,11 @@ pub fn wire_i32(n: usize, what: &str) -> Result<i32, SqlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::{Session, Termination};
     use crate::sql::analyze::{analyze, Kind};
     use crate::sql::eval::{eval, Env};
     use crate::sql::parser::parse_statements;
+    use crate::testing::FakeSession;
     use std::time::{Duration, Instant};
-
-    /// A session that writes nothing.
-    struct Null;
-
-    impl Session for Null {
-        fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
-            Ok(0)
-        }
-        fn txid_current(&mut self) -> Result<u64, SqlError> {
-            Ok(1000)
-        }
-        fn current_wal_lsn(&mut self) -> u64 {
-            0
-        }
-        fn current_wal_insert_lsn(&mut self) -> u64 {
-            0
-        }
-        fn current_wal_flush_lsn(&mut self) -> u64 {
-            0
-        }
-        fn switch_wal(&mut self) -> Result<u64, SqlError> {
-            Ok(0)
-        }
-        fn checkpoint(&mut self) -> Result<(), SqlError> {
-            Ok(())
-        }
-        fn begin(&mut self) -> Result<(), SqlError> {
-            Ok(())
-        }
-        fn commit(&mut self) -> Result<(), SqlError> {
-            Ok(())
-        }
-        fn rollback(&mut self) -> Result<(), SqlError> {
-            Ok(())
-        }
-        fn set_synchronous_commit(&mut self, _: bool) {}
-        fn synchronous_commit(&self) -> bool {
-            true
-        }
-        fn termination(&self) -> Option<Termination> {
-            None
-        }
-        fn take_cancel(&mut self) -> bool {
-            false
-        }
-        fn memory_limit(&self) -> usize {
-            1 << 20
-        }
-    }
 
     /// Parses, analyzes and evaluates `sql` (one SELECT), returning the
     /// SQLSTATE of the first error, or None. Every tree is dropped inside.
@@ -173,7 +124,7 @@ mod tests {
         };
         let copy = query.targets.clone();
         for e in &copy {
-            if let Err(e) = Env::with(&mut Null, |env| eval(e, &[], env)) {
+            if let Err(e) = Env::with(&mut FakeSession::default(), |env| eval(e, &[], env)) {
                 return Some(e.code);
             }
         }

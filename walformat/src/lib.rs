@@ -53,5 +53,7 @@ pub use record::{
     logical_message_into, switch_record, try_logical_message_into, CheckPoint, RecordBuf,
     DEFAULT_MESSAGE_DB_OID, SIZE_OF_CHECKPOINT, SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_XACT_COMMIT,
 };
-pub use time::{format_pg_timestamp, pg_now_us, PG_EPOCH_UNIX_SECS};
+pub use time::{
+    civil_from_days, format_pg_timestamp, format_unix_secs, pg_now_us, PG_EPOCH_UNIX_SECS,
+};
 pub use writer::SegmentWriter;

@@ -22,11 +22,17 @@ pub fn pg_now_us() -> i64 {
 pub fn format_pg_timestamp(us: i64) -> String {
     let unix_secs = us / USECS_PER_SEC + PG_EPOCH_UNIX_SECS;
     let frac = us % USECS_PER_SEC;
+    format!("{}.{frac:06} UTC", format_unix_secs(unix_secs))
+}
+
+/// Formats seconds since 1970-01-01 00:00:00 UTC as `YYYY-MM-DD HH:MM:SS`
+/// (UTC, proleptic Gregorian).
+pub fn format_unix_secs(unix_secs: i64) -> String {
     let days = unix_secs.div_euclid(SECS_PER_DAY);
     let secs_of_day = unix_secs.rem_euclid(SECS_PER_DAY);
     let (year, month, day) = civil_from_days(days);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{frac:06} UTC",
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
         secs_of_day / 3600,
         (secs_of_day / 60) % 60,
         secs_of_day % 60
@@ -34,7 +40,7 @@ pub fn format_pg_timestamp(us: i64) -> String {
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

@@ -253,21 +253,7 @@ impl Value {
 }
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
-const PG_EPOCH_US: i64 = 946_684_800_000_000;
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
+const PG_EPOCH_US: i64 = walformat::PG_EPOCH_UNIX_SECS * 1_000_000;
 
 /// A timestamptz as PostgreSQL prints it with TimeZone UTC and DateStyle
 /// ISO: `2026-12-01 11:59:23.123456+00` (trailing zeros of the fraction
@@ -275,14 +261,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 pub fn format_timestamp(us: i64) -> String {
     let secs = us.div_euclid(1_000_000);
     let frac = us.rem_euclid(1_000_000);
-    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
-    let tod = secs.rem_euclid(86_400);
-    let mut s = format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        tod / 3600,
-        tod / 60 % 60,
-        tod % 60
-    );
+    let mut s = walformat::format_unix_secs(secs);
     if frac != 0 {
         let f = format!("{frac:06}");
         s.push('.');
