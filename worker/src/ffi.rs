@@ -62,6 +62,7 @@ trait Handle {
     fn magic(&self) -> u64;
     fn busy(&self) -> &AtomicBool;
     fn error(&self) -> &CStr;
+    fn set_error(&mut self, e: CString);
 }
 
 /// `p` as a live handle of type `H`, or None (NULL, never returned by us,
@@ -134,6 +135,9 @@ impl Handle for walshm_worker {
     fn error(&self) -> &CStr {
         &self.error
     }
+    fn set_error(&mut self, e: CString) {
+        self.error = e;
+    }
 }
 
 impl Handle for walshm_reader {
@@ -146,6 +150,9 @@ impl Handle for walshm_reader {
     }
     fn error(&self) -> &CStr {
         &self.error
+    }
+    fn set_error(&mut self, e: CString) {
+        self.error = e;
     }
 }
 
@@ -223,37 +230,67 @@ unsafe fn bytes_arg<'a>(data: *const u8, len: usize) -> Result<&'a [u8], Error> 
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
-/// Runs `f` on the worker behind `w`; 0 on success, -1 with a message.
-fn with_worker(w: *mut walshm_worker, f: impl FnOnce(&mut Worker) -> Result<(), Error>) -> c_int {
-    if live(w).is_none() {
+/// Runs `f` on the live, idle handle `p` under `catch_unwind`: its code,
+/// or -1 (bad or busy handle untouched; an `Err` or a panic stored as the
+/// handle's message).
+fn with_handle<H: Handle>(p: *mut H, f: impl FnOnce(&mut H) -> Result<c_int, CString>) -> c_int {
+    if live(p).is_none() {
         return -1;
     }
-    // SAFETY: a live worker handle (checked above), and the busy flag
-    // below makes this call its only user.
-    let h = unsafe { &mut *w };
-    if h.busy.swap(true, Ordering::Acquire) {
+    // SAFETY: a live handle (checked above), and the busy flag below makes
+    // this call its only user.
+    let h = unsafe { &mut *p };
+    if h.busy().swap(true, Ordering::Acquire) {
         // Another thread is inside a call on this handle: touch nothing.
         return -1;
     }
-    let r = catch_unwind(AssertUnwindSafe(|| f(&mut h.worker)));
-    let rc = match r {
-        Ok(Ok(())) => {
-            h.error = CString::default();
-            0
-        }
-        Ok(Err(e)) => {
-            h.error = message_cstring(&e);
+    let rc = match catch_unwind(AssertUnwindSafe(|| f(&mut *h))) {
+        Ok(Ok(rc)) => rc,
+        Ok(Err(msg)) => {
+            h.set_error(msg);
             -1
         }
         Err(_) => {
-            h.error = c"walshm: internal error (panic caught)".into();
+            h.set_error(c"walshm: internal error (panic caught)".into());
             -1
         }
     };
     // Release pairs with the Acquire swap above (the next caller sees what
     // this call wrote).
-    h.busy.store(false, Ordering::Release);
+    h.busy().store(false, Ordering::Release);
     rc
+}
+
+/// Runs `f` on the worker behind `w`; 0 on success, -1 with a message.
+fn with_worker(w: *mut walshm_worker, f: impl FnOnce(&mut Worker) -> Result<(), Error>) -> c_int {
+    with_handle(w, |h| match f(&mut h.worker) {
+        Ok(()) => {
+            h.error = CString::default();
+            Ok(0)
+        }
+        Err(e) => Err(message_cstring(&e)),
+    })
+}
+
+/// The handle `make` builds from a successful `r`, or NULL with the
+/// failure's message in `errbuf`.
+///
+/// # Safety
+/// `errbuf` NULL or `errlen` writable bytes.
+unsafe fn handle_or_errbuf<T, H>(
+    r: std::thread::Result<Result<T, Error>>,
+    errbuf: *mut c_char,
+    errlen: usize,
+    make: impl FnOnce(T) -> *mut H,
+) -> *mut H {
+    let msg = match r {
+        Ok(Ok(v)) => return make(v),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "walshm: internal error (panic caught)".to_string(),
+    };
+    // SAFETY: errbuf/errlen as the caller promised.
+    unsafe { write_errbuf(errbuf, errlen, &msg) };
+    std::ptr::null_mut()
 }
 
 /// Stores `v` through an optional out-pointer.
@@ -326,25 +363,20 @@ pub unsafe extern "C" fn walshm_attach(
         };
         Worker::attach(dir.as_deref())
     });
-    let msg = match r {
-        Ok(Ok(worker)) => {
-            let h = Box::into_raw(Box::new(walshm_worker {
-                magic: WORKER_MAGIC,
-                busy: AtomicBool::new(false),
-                worker,
-                error: CString::default(),
-            }));
-            register(h as usize);
-            // SAFETY: errbuf/errlen as the caller promised.
-            unsafe { write_errbuf(errbuf, errlen, "") };
-            return h;
-        }
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "walshm: internal error (panic caught)".to_string(),
+    let made = |worker| {
+        let h = Box::into_raw(Box::new(walshm_worker {
+            magic: WORKER_MAGIC,
+            busy: AtomicBool::new(false),
+            worker,
+            error: CString::default(),
+        }));
+        register(h as usize);
+        // SAFETY: errbuf/errlen as the caller promised.
+        unsafe { write_errbuf(errbuf, errlen, "") };
+        h
     };
     // SAFETY: errbuf/errlen as the caller promised.
-    unsafe { write_errbuf(errbuf, errlen, &msg) };
-    std::ptr::null_mut()
+    unsafe { handle_or_errbuf(r, errbuf, errlen, made) }
 }
 
 /// # Safety
@@ -522,14 +554,8 @@ pub unsafe extern "C" fn walshm_reader_open_dir(
             .map_err(|_| Error::InvalidArgument("data_dir is NULL or not UTF-8".into()))?;
         Reader::open(Path::new(dir), from)
     });
-    let msg = match r {
-        Ok(Ok(reader)) => return new_reader_handle(0, reader),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "walshm: internal error (panic caught)".to_string(),
-    };
     // SAFETY: errbuf/errlen as the caller promised.
-    unsafe { write_errbuf(errbuf, errlen, &msg) };
-    std::ptr::null_mut()
+    unsafe { handle_or_errbuf(r, errbuf, errlen, |reader| new_reader_handle(0, reader)) }
 }
 
 /// The next record into `*out`, waiting up to `timeout_ms` (0: no wait);
@@ -543,40 +569,20 @@ pub unsafe extern "C" fn walshm_reader_next(
     out: *mut walshm_record,
     timeout_ms: u32,
 ) -> c_int {
-    if live(r).is_none() {
-        return -1;
-    }
-    // SAFETY: a live reader handle (checked above), and the busy flag
-    // below makes this call its only user.
-    let h = unsafe { &mut *r };
-    if h.busy.swap(true, Ordering::Acquire) {
-        return -1;
-    }
-    let rc = if out.is_null() {
-        h.error = c"walshm: out is NULL".into();
-        -1
-    } else if h.worker != 0 && !is_live(h.worker) {
-        h.error = c"walshm: the reader's worker was detached".into();
-        -1
-    } else {
+    with_handle(r, |h| {
+        if out.is_null() {
+            return Err(c"walshm: out is NULL".into());
+        }
+        if h.worker != 0 && !is_live(h.worker) {
+            return Err(c"walshm: the reader's worker was detached".into());
+        }
         let timeout = Duration::from_millis(timeout_ms as u64);
         // SAFETY: `out` is non-NULL and writable by the caller's promise.
         let out = unsafe { &mut *out };
-        match catch_unwind(AssertUnwindSafe(|| fill_next(&mut h.reader, timeout, out))) {
-            Ok(Ok(got)) => c_int::from(got),
-            Ok(Err(e)) => {
-                h.error = message_cstring(&e);
-                -1
-            }
-            Err(_) => {
-                h.error = c"walshm: internal error (panic caught)".into();
-                -1
-            }
-        }
-    };
-    // Release pairs with the Acquire swap above.
-    h.busy.store(false, Ordering::Release);
-    rc
+        fill_next(&mut h.reader, timeout, out)
+            .map(c_int::from)
+            .map_err(|e| message_cstring(&e))
+    })
 }
 
 fn fill_next(
