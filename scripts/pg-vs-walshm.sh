@@ -32,16 +32,10 @@ while [ $# -gt 0 ]; do
 done
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PG_BINDIR="${PG_BINDIR:-/usr/lib/postgresql/15/bin}"
-for p in initdb postgres pgbench pg_isready; do
-    [ -x "$PG_BINDIR/$p" ] || { echo "error: $PG_BINDIR/$p not found (apt-get install postgresql-15)" >&2; exit 1; }
-done
-WALSHM_BIN="${WALSHM_BIN:-$ROOT/target/release/postmaster}"
-if [ ! -x "$WALSHM_BIN" ]; then
-    echo "building walshm (cargo build --release) ..." >&2
-    (cd "$ROOT" && cargo build --release --bin postmaster >&2)
-    WALSHM_BIN="$ROOT/target/release/postmaster"
-fi
+# shellcheck source=scripts/lib-servers.sh
+. "$ROOT/scripts/lib-servers.sh"
+need_pg_tools initdb postgres pgbench pg_isready
+find_walshm
 
 MAX_CLIENTS=0
 for c in $CLIENTS; do [ "$c" -gt "$MAX_CLIENTS" ] && MAX_CLIENTS=$c; done
@@ -53,101 +47,29 @@ chmod 755 "$WORK"
 PG_PID=""
 PG_LAUNCHER=""
 W_PID=""
+PG_STOP_QUIT=1
 
-# As root, PostgreSQL must run as another user.
-if [ "$(id -u)" = 0 ]; then
-    id postgres >/dev/null 2>&1 || { echo "error: no 'postgres' user to run PostgreSQL as" >&2; exit 1; }
-    as_pg() { runuser -u postgres -- "$@"; }
-    PG_USER=postgres
-else
-    as_pg() { "$@"; }
-    PG_USER="$(id -un)"
-fi
-
-stop_pg() {
-    # PG_PID is the postmaster itself (from postmaster.pid), not runuser.
-    if [ -n "$PG_PID" ] && kill -0 "$PG_PID" 2>/dev/null; then
-        kill -INT "$PG_PID" 2>/dev/null || true   # fast shutdown
-        for _ in $(seq 1 300); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -QUIT "$PG_PID" 2>/dev/null || true  # immediate shutdown
-        for _ in $(seq 1 50); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$PG_PID" 2>/dev/null || true
-    fi
-    if [ -n "$PG_LAUNCHER" ]; then
-        kill -KILL "$PG_LAUNCHER" 2>/dev/null || true
-        wait "$PG_LAUNCHER" 2>/dev/null || true
-    fi
-    PG_PID=""
-    PG_LAUNCHER=""
-}
-
-stop_walshm() {
-    if [ -n "$W_PID" ] && kill -0 "$W_PID" 2>/dev/null; then
-        kill -TERM "$W_PID" 2>/dev/null || true   # fast shutdown
-        for _ in $(seq 1 300); do kill -0 "$W_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- "-$W_PID" 2>/dev/null || true
-        wait "$W_PID" 2>/dev/null || true
-    fi
-    W_PID=""
-}
-
-cleanup() {
-    stop_pg
-    stop_walshm
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A port number that no Unix socket in our directories uses yet; the
-# servers listen on Unix sockets only, so TCP ports are not touched.
-rand_port() { echo $(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 )); }
-PG_PORT=$(rand_port)
-W_PORT=$(rand_port)
-while [ "$W_PORT" = "$PG_PORT" ]; do W_PORT=$(rand_port); done
+pg_user
+trap_cleanup
+pick_ports
 
 # --- PostgreSQL cluster
 PGDATA="$WORK/pgdata"
 PGSOCK="$WORK/pgsock"
-mkdir -p "$PGDATA" "$PGSOCK"
-[ "$(id -u)" = 0 ] && chown "$PG_USER" "$PGDATA" "$PGSOCK"
-as_pg "$PG_BINDIR/initdb" -D "$PGDATA" -U "$PG_USER" --auth-local=trust --auth-host=reject \
-    -E UTF8 --no-sync >"$WORK/initdb.log" 2>&1 \
-    || { cat "$WORK/initdb.log" >&2; exit 1; }
+init_pg
 
 start_pg() { # fsync synchronous_commit
     [ -e "$PGDATA/postmaster.pid" ] && { echo "error: a PostgreSQL server still runs on $PGDATA" >&2; exit 1; }
-    : >"$WORK/pg.log"
-    [ "$(id -u)" = 0 ] && chown "$PG_USER" "$WORK/pg.log"
-    as_pg "$PG_BINDIR/postgres" -D "$PGDATA" -c port="$PG_PORT" -c listen_addresses='' \
-        -c unix_socket_directories="$PGSOCK" -c max_connections="$MAX_CONN" \
-        -c fsync="$1" -c synchronous_commit="$2" >>"$WORK/pg.log" 2>&1 &
-    PG_LAUNCHER=$!
-    for _ in $(seq 1 300); do
-        [ -z "$PG_PID" ] && [ -s "$PGDATA/postmaster.pid" ] && PG_PID=$(head -n1 "$PGDATA/postmaster.pid")
-        [ -n "$PG_PID" ] && "$PG_BINDIR/pg_isready" -q -h "$PGSOCK" -p "$PG_PORT" && return 0
-        kill -0 "$PG_LAUNCHER" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "error: PostgreSQL did not start" >&2; cat "$WORK/pg.log" >&2; exit 1
+    launch_pg -c fsync="$1" -c synchronous_commit="$2"
 }
 
 # --- walshm server
 WDATA="$WORK/walshm"
-"$WALSHM_BIN" init -D "$WDATA" >"$WORK/walshm-init.log" 2>&1 \
-    || { cat "$WORK/walshm-init.log" >&2; exit 1; }
+init_walshm
 
+walshm_ready() { grep -q "ready to accept connections" "$WORK/walshm.log"; }
 start_walshm() { # fsync synchronous_commit
-    : >"$WORK/walshm.log"
-    setsid "$WALSHM_BIN" start -D "$WDATA" --set port="$W_PORT" --set max_connections="$MAX_CONN" \
-        --set fsync="$1" --set synchronous_commit="$2" >>"$WORK/walshm.log" 2>&1 &
-    W_PID=$!
-    for _ in $(seq 1 300); do
-        grep -q "ready to accept connections" "$WORK/walshm.log" && return 0
-        kill -0 "$W_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "error: walshm did not start" >&2; cat "$WORK/walshm.log" >&2; exit 1
+    launch_walshm walshm_ready --set fsync="$1" --set synchronous_commit="$2"
 }
 
 # --- pgbench scripts

@@ -36,6 +36,16 @@ const SEG: u64 = 1 << 20;
 /// seconds).
 const UNSYNCED: [&str; 2] = ["--set", "fsync=off"];
 
+/// A fresh data directory with 1 MB WAL segments, started on a free port
+/// with `sets`; None (loud skip) without pg_receivewal.
+fn start_1mb_segments(name: &str, sets: &[&str]) -> Option<(TempDir, DataDir, Server, u16)> {
+    pg_receivewal()?;
+    let t = TempDir::new(name);
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (srv, port) = start_on_free_port(&d, t.path(), sets, &[], &[]);
+    Some((t, d, srv, port))
+}
+
 /// pg_receivewal, or None (loud skip).
 fn pg_receivewal() -> Option<PathBuf> {
     common::wire::pg_client("pg_receivewal")
@@ -547,13 +557,10 @@ fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
 /// is then not acknowledged to its client.
 #[test]
 fn a_synchronous_commit_wait_yields_to_cancel_and_to_fast_shutdown() {
-    if pg_receivewal().is_none() {
-        return;
-    }
-    let t = TempDir::new("rep-cancel");
-    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
     let sets = ["synchronous_standby_names=nobody", "fsync=off"];
-    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &[], &[]);
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-cancel", &sets) else {
+        return;
+    };
     let sock = socket_path(&d.path, port);
     let emit = msg(
         b'Q',
@@ -680,18 +687,10 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
 /// 'lost'; streaming from it then gets 58P01.
 #[test]
 fn max_slot_wal_keep_size_invalidates_a_slot_that_lags_too_far() {
-    if pg_receivewal().is_none() {
+    let sets = ["max_slot_wal_keep_size=2MB", "fsync=off"];
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-lost", &sets) else {
         return;
-    }
-    let t = TempDir::new("rep-lost");
-    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let (srv, port) = start_on_free_port(
-        &d,
-        t.path(),
-        &["max_slot_wal_keep_size=2MB", "fsync=off"],
-        &[],
-        &[],
-    );
+    };
     let made = sql(
         &d,
         port,
@@ -730,13 +729,10 @@ fn max_slot_wal_keep_size_invalidates_a_slot_that_lags_too_far() {
 /// too many walsenders, a malformed status update mid-stream.
 #[test]
 fn bad_replication_input_gets_postgresql_errors() {
-    if pg_receivewal().is_none() {
+    let sets = ["max_wal_senders=1", "fsync=off"];
+    let Some((_t, d, mut srv, port)) = start_1mb_segments("rep-bad", &sets) else {
         return;
-    }
-    let t = TempDir::new("rep-bad");
-    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let (mut srv, port) =
-        start_on_free_port(&d, t.path(), &["max_wal_senders=1", "fsync=off"], &[], &[]);
+    };
     let sock = socket_path(&d.path, port);
     let walwriter = pid_of(&srv, "walwriter").expect("walwriter");
     let mut s = repl_connect(&sock, "t").unwrap();
