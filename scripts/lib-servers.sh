@@ -2,7 +2,14 @@
 # replication-bench.sh (sourced, not run): finding the binaries, starting a
 # temporary PostgreSQL 15 cluster and walshm server on Unix sockets, waiting
 # for them, and stopping them again. The caller sets ROOT, WORK, MAX_CONN,
-# PGDATA, PGSOCK, WDATA and PG_PID="" PG_LAUNCHER="" W_PID="" as it needs.
+# PGDATA, PGSOCK, WDATA and PG_PID="" PG_LAUNCHER="" W_PID="" as it needs;
+# optionally PG_CGROUPS / W_CGROUPS: cgroup directories (space-separated)
+# each server's process tree is started in, so its CPU can be accounted.
+
+# CG_EXEC "DIR..." CMD...: runs CMD (exec, same pid) after moving itself into
+# every cgroup directory DIR (none: CMD runs where it is). Works in the
+# foreground, in the background (&) and under setsid/perf.
+CG_EXEC=(bash -c 'for d in $1; do echo $$ >"$d/cgroup.procs" || exit 1; done; shift; exec "$@"' cg_exec)
 
 # need_pg_tools NAME...: every NAME is in PG_BINDIR (default PG 15's), or exit.
 need_pg_tools() {
@@ -27,9 +34,11 @@ find_walshm() {
 pg_user() {
     if [ "$(id -u)" = 0 ]; then
         id postgres >/dev/null 2>&1 || { echo "error: no 'postgres' user to run PostgreSQL as" >&2; exit 1; }
+        PG_AS=(runuser -u postgres --)
         as_pg() { runuser -u postgres -- "$@"; }
         PG_USER=postgres
     else
+        PG_AS=()
         as_pg() { "$@"; }
         PG_USER="$(id -un)"
     fi
@@ -54,22 +63,30 @@ stop_pg() {
     PG_PID="" PG_LAUNCHER=""
 }
 
-stop_walshm() {
-    if [ -n "$W_PID" ] && kill -0 "$W_PID" 2>/dev/null; then
-        kill -TERM "$W_PID" 2>/dev/null || true   # fast shutdown
-        for _ in $(seq 1 300); do kill -0 "$W_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- "-$W_PID" 2>/dev/null || true
-        wait "$W_PID" 2>/dev/null || true
+# stop_walshm_pid PID: fast shutdown of the walshm postmaster PID (a process
+# group leader), then SIGKILL to its whole group.
+stop_walshm_pid() {
+    local pid=$1
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true   # fast shutdown
+        for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     fi
+}
+stop_walshm() {
+    stop_walshm_pid "$W_PID"
     W_PID=""
 }
 
 # cleanup: stops the receiver (stop_rx, where the caller has one), both
-# servers, and removes WORK; run on exit.
+# servers, runs the caller's cleanup_extra (if any: more servers, cgroups)
+# and removes WORK; run on exit.
 cleanup() {
     if declare -F stop_rx >/dev/null; then stop_rx; fi
     stop_pg
     stop_walshm
+    if declare -F cleanup_extra >/dev/null; then cleanup_extra; fi
     rm -rf "$WORK"
 }
 trap_cleanup() {
@@ -102,7 +119,8 @@ init_pg() {
 launch_pg() {
     : >"$WORK/pg.log"
     [ "$(id -u)" = 0 ] && chown "$PG_USER" "$WORK/pg.log"
-    as_pg "$PG_BINDIR/postgres" -D "$PGDATA" -c port="$PG_PORT" -c listen_addresses='' \
+    "${CG_EXEC[@]}" "${PG_CGROUPS:-}" "${PG_AS[@]}" "$PG_BINDIR/postgres" -D "$PGDATA" \
+        -c port="$PG_PORT" -c listen_addresses='' \
         -c unix_socket_directories="$PGSOCK" -c max_connections="$MAX_CONN" \
         "$@" >>"$WORK/pg.log" 2>&1 &
     PG_LAUNCHER=$!
@@ -115,25 +133,36 @@ launch_pg() {
     echo "error: PostgreSQL did not start" >&2; cat "$WORK/pg.log" >&2; exit 1
 }
 
-# init_walshm: a walshm data directory in WDATA.
+# init_walshm [BIN DIR LOG]: a walshm data directory (default WDATA, made by
+# WALSHM_BIN, logging to WORK/walshm-init.log).
 init_walshm() {
-    "$WALSHM_BIN" init -D "$WDATA" >"$WORK/walshm-init.log" 2>&1 \
-        || { cat "$WORK/walshm-init.log" >&2; exit 1; }
+    local bin=${1:-$WALSHM_BIN} dir=${2:-$WDATA} log=${3:-$WORK/walshm-init.log}
+    "$bin" init -D "$dir" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 }
 
 # launch_walshm READY ARGS...: walshm on WDATA/W_PORT with MAX_CONN and the
-# extra ARGS, logging to WORK/walshm.log, in its own process group; returns
-# once the command READY succeeds, or exits.
+# extra ARGS, logging to WORK/walshm.log, in its own process group (and in
+# the cgroups W_CGROUPS); returns once the command READY succeeds, or exits.
 launch_walshm() {
     local ready=$1; shift
-    : >"$WORK/walshm.log"
-    setsid "$WALSHM_BIN" start -D "$WDATA" --set port="$W_PORT" --set max_connections="$MAX_CONN" \
-        "$@" >>"$WORK/walshm.log" 2>&1 &
-    W_PID=$!
+    spawn_walshm W_PID "$WALSHM_BIN" "$WDATA" "$W_PORT" "$WORK/walshm.log" "${W_CGROUPS:-}" "$ready" "$@"
+}
+
+# spawn_walshm VAR BIN DIR PORT LOG "CGROUP..." READY ARGS...: the general
+# form of launch_walshm, also for a second walshm server; its pid goes into
+# the variable VAR before waiting, so the caller's cleanup can stop a server
+# that failed to come up.
+spawn_walshm() {
+    local var=$1 bin=$2 dir=$3 port=$4 log=$5 cgroups=$6 ready=$7 pid; shift 7
+    : >"$log"
+    setsid "${CG_EXEC[@]}" "$cgroups" "$bin" start -D "$dir" --set port="$port" \
+        --set max_connections="$MAX_CONN" "$@" >>"$log" 2>&1 &
+    pid=$!
+    printf -v "$var" '%s' "$pid"
     for _ in $(seq 1 300); do
         "$ready" && return 0
-        kill -0 "$W_PID" 2>/dev/null || break
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
-    echo "error: walshm did not start" >&2; cat "$WORK/walshm.log" >&2; exit 1
+    echo "error: walshm ($bin) did not start" >&2; cat "$log" >&2; exit 1
 }

@@ -1,41 +1,113 @@
 #!/usr/bin/env bash
 #! pg-vs-walshm.sh: runs identical pgbench commands against a temporary
-#! PostgreSQL 15 cluster and a temporary walshm server on this machine and
-#! prints their throughput side by side.
+#! PostgreSQL 15 cluster and a temporary walshm server (optionally also a
+#! second, "baseline" walshm binary) on this machine and prints, per point
+#! and per server, throughput and what each transaction cost (issue 16):
+#!   tps     pgbench tps (without initial connection time; with --connect:
+#!           including reconnections, i.e. connections/s)
+#!   srvCPU  server CPU per transaction, us: every process of the server,
+#!           exited connection backends included (cgroup cpuacct; without
+#!           writable cgroups the live process tree from /proc, children
+#!           reaped by their parent included through cutime/cstime)
+#!   pgbCPU  pgbench's own CPU per transaction, us (its own cgroup, or its
+#!           rusage): when srvCPU + pgbCPU approach nproc / tps the machine
+#!           is full and pgbench, not the server, is the limit
+#!   cs      context switches per transaction of the server's processes,
+#!           exited ones included (perf stat -a -G on the server's cgroup2
+#!           group; "-" when perf or cgroup2 is unavailable)
+#!   fsync   fdatasyncs per transaction: pg_stat_wal.wal_sync before and
+#!           after, queried with psql outside the timed run
+#! Every figure covers the whole pgbench run, its connection set-up included.
+#! Ratios: w/PG = walshm tps / PG tps, PG/w = PG srvCPU / walshm srvCPU
+#! (issue 16's targets: >= 2 both); with --baseline also w/b and b/w.
 #!
-#! Scripts (pgbench -n -M prepared -f): a non-transactional 16-byte
-#! pg_logical_emit_message, txid_current(), and a transactional block
-#! (BEGIN; 64-byte message; COMMIT). Durability "on" (fsync=on,
-#! synchronous_commit=on) and "off" (both off), on both servers alike.
-#! Both servers listen on a Unix socket only (no network needed); PostgreSQL
-#! runs as the `postgres` system user when this runs as root. Both are
-#! stopped and their directories removed on exit (trap), whatever happens.
+#! Scripts (pgbench -n -f): emit16 (non-transactional 16-byte
+#! pg_logical_emit_message), txid (txid_current()), commit64 (BEGIN; 64-byte
+#! transactional message; COMMIT), autocommit (\set n random(1, 1000000);
+#! SELECT pg_logical_emit_message(true, 'k', :n::text)), multi (BEGIN;
+#! txid_current(); three 64-byte transactional messages; COMMIT), select1
+#! (SELECT 1). Durability "on" (fsync=on, synchronous_commit=on) and "off"
+#! (both off), on every server alike. Per point the servers run one after the
+#! other (PG, walshm, baseline), all started at once per durability setting.
+#! Servers listen on Unix sockets only; PostgreSQL runs as the `postgres`
+#! system user when this runs as root. Servers, directories and cgroups are
+#! removed on exit (trap), whatever happens.
 #!
-#! Usage: scripts/pg-vs-walshm.sh [--seconds S] [--clients "1 2 4"] [--quick]
-#!   --seconds S   pgbench -T per point (default 5)
-#!   --clients L   client counts (default "1 2 4 16 64 256")
-#!   --quick       fewer points: clients "1 16 256"
+#! Usage: scripts/pg-vs-walshm.sh [options]
+#!   --seconds S        pgbench -T per point and server (default 3)
+#!   --clients LIST     client counts (default "1 4 16 64 256")
+#!   --scripts LIST     scripts (default "emit16 txid commit64 autocommit multi select1")
+#!   --modes LIST       pgbench -M modes for every script (default: prepared
+#!                      for every script, plus simple and extended for
+#!                      select1 and emit16)
+#!   --durability LIST  "on off" (default), "on" or "off"
+#!   --connect          adds the connection rate: pgbench -C -M simple, select1
+#!   --quick            fewer points: clients "1 16 256", prepared only
+#!                      (explicit --clients / --modes win)
+#!   --baseline BIN     a second walshm postmaster binary, measured in the
+#!                      same run as a third server (before/after in one table)
+#!   --csv FILE         also write every figure, one row per server and point
 #! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
-#! (default target/release/postmaster, built with cargo if missing).
+#! (default target/release/postmaster, built with cargo if missing),
+#! PGVS_NO_CGROUPS=1 (use the /proc and rusage fallback even as root).
+#! Default full run: 100 points x 2 servers x 3 s = 10 min of pgbench, about
+#! 12 min in all.
 set -euo pipefail
 
-SECONDS_PER_POINT=5
-CLIENTS="1 2 4 16 64 256"
+SECONDS_PER_POINT=3
+CLIENTS="" MODES="" SCRIPTS="emit16 txid commit64 autocommit multi select1"
+DURABILITY="on off" CONNECT=0 QUICK=0 BASELINE_BIN="" CSV=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECONDS_PER_POINT="$2"; shift 2 ;;
         --clients) CLIENTS="$2"; shift 2 ;;
-        --quick) CLIENTS="1 16 256"; shift ;;
+        --scripts) SCRIPTS="$2"; shift 2 ;;
+        --modes) MODES="$2"; shift 2 ;;
+        --durability) DURABILITY="$2"; shift 2 ;;
+        --connect) CONNECT=1; shift ;;
+        --quick) QUICK=1; shift ;;
+        --baseline) BASELINE_BIN="$2"; shift 2 ;;
+        --csv) CSV="$2"; shift 2 ;;
         -h|--help) sed -n 's/^#! \{0,1\}//p' "$0"; exit 0 ;;
-        *) echo "unknown option: $1" >&2; exit 2 ;;
+        *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+if [ "$QUICK" = 1 ]; then
+    CLIENTS=${CLIENTS:-"1 16 256"}
+    MODES=${MODES:-prepared}
+fi
+CLIENTS=${CLIENTS:-"1 4 16 64 256"}
+for s in $SCRIPTS; do
+    case "$s" in emit16|txid|commit64|autocommit|multi|select1) ;;
+        *) echo "unknown script: $s" >&2; exit 2 ;; esac
+done
+for m in $MODES; do
+    case "$m" in prepared|simple|extended) ;; *) echo "unknown mode: $m" >&2; exit 2 ;; esac
+done
+for d in $DURABILITY; do
+    case "$d" in on|off) ;; *) echo "unknown durability: $d (on or off)" >&2; exit 2 ;; esac
+done
+if [ -n "$BASELINE_BIN" ] && [ ! -x "$BASELINE_BIN" ]; then
+    echo "error: --baseline $BASELINE_BIN is not an executable" >&2; exit 2
+fi
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib-servers.sh
 . "$ROOT/scripts/lib-servers.sh"
-need_pg_tools initdb postgres pgbench pg_isready
+need_pg_tools initdb postgres pgbench pg_isready psql
 find_walshm
+
+# POINTS: "script:mode" in the order they are measured.
+POINTS=""
+for s in $SCRIPTS; do
+    if [ -n "$MODES" ]; then
+        for m in $MODES; do POINTS="$POINTS $s:$m"; done
+    else
+        POINTS="$POINTS $s:prepared"
+        case "$s" in select1|emit16) POINTS="$POINTS $s:simple $s:extended" ;; esac
+    fi
+done
+[ "$CONNECT" = 1 ] && POINTS="$POINTS select1:connect"
 
 MAX_CLIENTS=0
 for c in $CLIENTS; do [ "$c" -gt "$MAX_CLIENTS" ] && MAX_CLIENTS=$c; done
@@ -44,80 +116,304 @@ MAX_CONN=$(( MAX_CLIENTS + 44 ))
 
 WORK="$(mktemp -d /tmp/pg-vs-walshm.XXXXXX)"
 chmod 755 "$WORK"
-PG_PID=""
-PG_LAUNCHER=""
-W_PID=""
+PG_PID="" PG_LAUNCHER="" W_PID="" B_PID=""
 PG_STOP_QUIT=1
+SERVERS="pg w"
+[ -n "$BASELINE_BIN" ] && SERVERS="pg w b"
+
+# --- accounting: cgroups (created here, removed in cleanup_extra)
+CG1_ROOT=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpuacct(,|$)/ { print $2; exit }' /proc/mounts)
+CG2_ROOT=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+CG_PREFIX="pgvs-$$"
+CREATED_CGROUPS=""
+# make_cgroup ROOT NAME: creates ROOT/NAME, prints it; fails quietly.
+make_cgroup() {
+    [ -n "$1" ] && mkdir "$1/$2" 2>/dev/null || return 1
+    CREATED_CGROUPS="$CREATED_CGROUPS $1/$2"
+    echo "$1/$2"
+}
+# remove_cgroups: rmdir each group once its processes have exited (the
+# servers are stopped before this runs; wait a little for their exit).
+remove_cgroups() {
+    local d
+    for d in $CREATED_CGROUPS; do
+        for _ in $(seq 1 50); do
+            [ -s "$d/cgroup.procs" ] || break
+            sleep 0.1
+        done
+        rmdir "$d" 2>/dev/null || echo "warning: could not remove cgroup $d" >&2
+    done
+    CREATED_CGROUPS=""
+}
+cleanup_extra() {
+    stop_walshm_pid "$B_PID"
+    B_PID=""
+    remove_cgroups
+}
 
 pg_user
 trap_cleanup
+
+# CPU_METHOD: cgroup (v1 cpuacct.usage), cgroup2 (cpu.stat usage_usec) or
+# proc (live process tree). CS_METHOD: perf (perf stat -a -G on a cgroup2
+# group) or none.
+declare -A CPUDIR PERFNAME CGS
+# make_cgroup runs in $( ) here: its subshell cannot record what it made, so
+# every probe and group is recorded (or removed) by the caller right away.
+CPU_METHOD=proc CS_METHOD=none
+if [ "${PGVS_NO_CGROUPS:-0}" = 1 ]; then
+    :
+elif d=$(make_cgroup "$CG1_ROOT" "$CG_PREFIX-probe"); then
+    CPU_METHOD=cgroup; rmdir "$d"
+elif d=$(make_cgroup "$CG2_ROOT" "$CG_PREFIX-probe"); then
+    [ -r "$d/cpu.stat" ] && CPU_METHOD=cgroup2
+    rmdir "$d"
+fi
+if [ "${PGVS_NO_CGROUPS:-0}" != 1 ] && command -v perf >/dev/null && d=$(make_cgroup "$CG2_ROOT" "$CG_PREFIX-perfprobe"); then
+    perf stat -x, -a -e context-switches -G "${d#"$CG2_ROOT"/}" -- true >/dev/null 2>&1 && CS_METHOD=perf
+    rmdir "$d"
+fi
+# server_groups NAME: the groups of server (or pgbench) NAME in CPUDIR,
+# PERFNAME and CGS (all of its directories, for CG_EXEC).
+server_groups() {
+    local n=$1 cpu="" perf=""
+    case "$CPU_METHOD" in
+        cgroup) cpu=$(make_cgroup "$CG1_ROOT" "$CG_PREFIX-$n") ;;
+        cgroup2) cpu=$(make_cgroup "$CG2_ROOT" "$CG_PREFIX-$n") ;;
+    esac
+    if [ "$CS_METHOD" = perf ] && [ "$n" != bench ]; then
+        if [ "$CPU_METHOD" = cgroup2 ]; then perf=$cpu; else perf=$(make_cgroup "$CG2_ROOT" "$CG_PREFIX-$n"); fi
+    fi
+    CPUDIR[$n]=$cpu
+    PERFNAME[$n]=${perf#"$CG2_ROOT"/}
+    CGS[$n]="$cpu"
+    [ -n "$perf" ] && [ "$perf" != "$cpu" ] && CGS[$n]="$cpu $perf"
+    return 0
+}
+for n in $SERVERS bench; do
+    server_groups "$n"
+    CREATED_CGROUPS="$CREATED_CGROUPS ${CGS[$n]}"
+done
+PG_CGROUPS=${CGS[pg]} W_CGROUPS=${CGS[w]}
+
+case "$CPU_METHOD" in
+    cgroup) CPU_NOTE="cgroup v1 cpuacct, whole process tree incl. exited backends" ;;
+    cgroup2) CPU_NOTE="cgroup2 cpu.stat, whole process tree incl. exited backends" ;;
+    proc) CPU_NOTE="cgroups not writable: /proc of the live tree + children reaped (cutime); pgbench by rusage" ;;
+esac
+case "$CS_METHOD" in
+    perf) CS_NOTE="perf stat -a -G (cgroup2), exited processes included" ;;
+    none) CS_NOTE="not measured (perf -G on cgroup2 unavailable)" ;;
+esac
+
 pick_ports
+B_PORT=$(rand_port)
+while [ "$B_PORT" = "$PG_PORT" ] || [ "$B_PORT" = "$W_PORT" ]; do B_PORT=$(rand_port); done
 
 # --- PostgreSQL cluster
 PGDATA="$WORK/pgdata"
 PGSOCK="$WORK/pgsock"
 init_pg
-
 start_pg() { # fsync synchronous_commit
     [ -e "$PGDATA/postmaster.pid" ] && { echo "error: a PostgreSQL server still runs on $PGDATA" >&2; exit 1; }
     launch_pg -c fsync="$1" -c synchronous_commit="$2"
 }
 
-# --- walshm server
+# --- walshm servers (the binary under test, and the optional baseline)
 WDATA="$WORK/walshm"
+BDATA="$WORK/baseline"
 init_walshm
-
-walshm_ready() { grep -q "ready to accept connections" "$WORK/walshm.log"; }
-start_walshm() { # fsync synchronous_commit
+[ -n "$BASELINE_BIN" ] && init_walshm "$BASELINE_BIN" "$BDATA" "$WORK/baseline-init.log"
+walshm_ready() { [ -S "$WDATA/.s.PGSQL.$W_PORT" ] && "$PG_BINDIR/pg_isready" -q -h "$WDATA" -p "$W_PORT"; }
+baseline_ready() { [ -S "$BDATA/.s.PGSQL.$B_PORT" ] && "$PG_BINDIR/pg_isready" -q -h "$BDATA" -p "$B_PORT"; }
+start_walshms() { # fsync synchronous_commit
     launch_walshm walshm_ready --set fsync="$1" --set synchronous_commit="$2"
+    if [ -n "$BASELINE_BIN" ]; then
+        spawn_walshm B_PID "$BASELINE_BIN" "$BDATA" "$B_PORT" "$WORK/baseline.log" "${CGS[b]}" \
+            baseline_ready --set fsync="$1" --set synchronous_commit="$2"
+    fi
 }
+stop_walshms() { stop_walshm; stop_walshm_pid "$B_PID"; B_PID=""; }
+
+declare -A HOST PORT USR LABEL
+HOST[pg]=$PGSOCK PORT[pg]=$PG_PORT USR[pg]=$PG_USER LABEL[pg]=PG
+HOST[w]=$WDATA PORT[w]=$W_PORT USR[w]=walshm LABEL[w]=walshm
+HOST[b]=$BDATA PORT[b]=$B_PORT USR[b]=walshm LABEL[b]=baseline
+root_pid() { case "$1" in pg) echo "$PG_PID" ;; w) echo "$W_PID" ;; b) echo "$B_PID" ;; esac; }
 
 # --- pgbench scripts
 printf '%s\n' "SELECT pg_logical_emit_message(false, 'test', repeat('x', 16));" >"$WORK/emit16.sql"
 printf '%s\n' "SELECT txid_current();" >"$WORK/txid.sql"
 printf '%s\n' "BEGIN;" "SELECT pg_logical_emit_message(true, 'test', repeat('x', 64));" "COMMIT;" >"$WORK/commit64.sql"
+printf '%s\n' '\set n random(1, 1000000)' "SELECT pg_logical_emit_message(true, 'k', :n::text);" >"$WORK/autocommit.sql"
+{
+    echo "BEGIN;"
+    echo "SELECT txid_current();"
+    for _ in 1 2 3; do echo "SELECT pg_logical_emit_message(true, 'test', repeat('x', 64));"; done
+    echo "COMMIT;"
+} >"$WORK/multi.sql"
+printf '%s\n' "SELECT 1;" >"$WORK/select1.sql"
 chmod 644 "$WORK"/*.sql
 
-NPROC=$(nproc)
-# pgbench HOST PORT USER SCRIPT CLIENTS -> tps (or "fail")
-bench() {
-    local host=$1 port=$2 user=$3 script=$4 c=$5 j out tps
-    j=$(( c < NPROC ? c : NPROC ))
-    if ! out=$("$PG_BINDIR/pgbench" -n -h "$host" -p "$port" -U "$user" -M prepared \
-            -f "$WORK/$script.sql" -c "$c" -j "$j" -T "$SECONDS_PER_POINT" postgres 2>&1); then
-        echo "$out" >>"$WORK/pgbench-failures.log"
-        echo fail; return
-    fi
-    if ! grep -q "number of failed transactions: 0 " <<<"$out"; then
-        echo "$out" >>"$WORK/pgbench-failures.log"
-        echo fail; return
-    fi
-    tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' <<<"$out")
-    echo "${tps:-fail}"
+# --- measurements
+# proc_tree ROOT: ROOT and its live descendants' pids.
+proc_tree() {
+    ps -e -o pid=,ppid= | awk -v r="$1" '
+        { kids[$2] = kids[$2] " " $1 }
+        END { q[1] = r; n = 1
+              for (i = 1; i <= n; i++) { print q[i]; m = split(kids[q[i]], k, " ")
+                                         for (j = 1; j <= m; j++) q[++n] = k[j] } }'
+}
+# server_pids NAME: the processes of server NAME now.
+server_pids() {
+    if [ -n "${CPUDIR[$1]}" ]; then cat "${CPUDIR[$1]}/cgroup.procs"; else proc_tree "$(root_pid "$1")"; fi
+}
+CLK_TCK=$(getconf CLK_TCK)
+# proc_cpu_ns PID...: utime+stime+cutime+cstime of the PIDs, in ns.
+proc_cpu_ns() {
+    local p ticks=0 t
+    for p in "$@"; do
+        t=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{ print $12 + $13 + $14 + $15 }') || t=0
+        ticks=$(( ticks + ${t:-0} ))
+    done
+    echo $(( ticks * 1000000000 / CLK_TCK ))
+}
+# group_cpu_ns NAME: CPU used so far by server (or pgbench group) NAME, ns.
+group_cpu_ns() {
+    case "$CPU_METHOD" in
+        cgroup) cat "${CPUDIR[$1]}/cpuacct.usage" ;;
+        cgroup2) awk '$1 == "usage_usec" { printf "%.0f\n", $2 * 1000 }' "${CPUDIR[$1]}/cpu.stat" ;;
+        proc) if [ "$1" = bench ]; then echo 0; else mapfile -t pids < <(proc_tree "$(root_pid "$1")"); proc_cpu_ns "${pids[@]}"; fi ;;
+    esac
+}
+# wait_idle NAME COUNT: until server NAME has at most COUNT processes (its
+# connection backends have exited and flushed their statistics), 3 s at most.
+wait_idle() {
+    for _ in $(seq 1 60); do
+        [ "$(server_pids "$1" | wc -l)" -le "$2" ] && return 0
+        sleep 0.05
+    done
+}
+# wal_sync NAME: pg_stat_wal.wal_sync of server NAME (empty if unavailable).
+wal_sync() {
+    "$PG_BINDIR/psql" -X -A -t -q -h "${HOST[$1]}" -p "${PORT[$1]}" -U "${USR[$1]}" -d postgres \
+        -c "SELECT wal_sync FROM pg_stat_wal" 2>>"$WORK/psql-errors.log" || true
+}
+declare -A IDLE
+# record_idle NAME: the process count of server NAME at rest.
+record_idle() {
+    wal_sync "$1" >/dev/null
+    sleep 0.3
+    IDLE[$1]=$(server_pids "$1" | wc -l)
 }
 
+NPROC=$(nproc)
+# measure NAME SCRIPT MODE CLIENTS: one pgbench run against server NAME;
+# sets R_TPS R_TX R_SCPU R_PCPU R_CS R_FS ("-" for what is unknown, R_TPS
+# "fail" if pgbench failed).
+measure() {
+    local n=$1 script=$2 mode=$3 c=$4 j out fs0 fs1 s0 s1 p0 p1 cs="" extra=()
+    j=$(( c < NPROC ? c : NPROC ))
+    if [ "$mode" = connect ]; then mode=simple; extra=(-C); fi
+    local cmd=("$PG_BINDIR/pgbench" -n -h "${HOST[$n]}" -p "${PORT[$n]}" -U "${USR[$n]}" -M "$mode"
+        "${extra[@]}" -f "$WORK/$script.sql" -c "$c" -j "$j" -T "$SECONDS_PER_POINT" postgres)
+    if [ "$CPU_METHOD" = proc ]; then
+        cmd=(/usr/bin/time -f '%U %S' -o "$WORK/time.out" "${cmd[@]}")
+    else
+        cmd=("${CG_EXEC[@]}" "${CGS[bench]}" "${cmd[@]}")
+    fi
+    if [ "$CS_METHOD" = perf ]; then
+        cmd=(perf stat -x, -o "$WORK/perf.out" -a -e context-switches -G "${PERFNAME[$n]}" -- "${cmd[@]}")
+    fi
+    fs0=$(wal_sync "$n")
+    wait_idle "$n" "${IDLE[$n]}"
+    s0=$(group_cpu_ns "$n") p0=$(group_cpu_ns bench)
+    if ! out=$("${cmd[@]}" 2>&1) || ! grep -q "number of failed transactions: 0 " <<<"$out"; then
+        printf '%s %s %s c=%s:\n%s\n' "${LABEL[$n]}" "$script" "$mode" "$c" "$out" >>"$WORK/pgbench-failures.log"
+        R_TPS=fail R_TX=0 R_SCPU=- R_PCPU=- R_CS=- R_FS=-
+        return
+    fi
+    wait_idle "$n" "${IDLE[$n]}"
+    s1=$(group_cpu_ns "$n") p1=$(group_cpu_ns bench)
+    fs1=$(wal_sync "$n")
+    R_TPS=$(sed -n 's/^tps = \([0-9.]*\) (.*)$/\1/p' <<<"$out")
+    R_TX=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*$/\1/p' <<<"$out")
+    if [ "$CPU_METHOD" = proc ]; then
+        p0=0 p1=$(awk '{ printf "%.0f\n", ($1 + $2) * 1e9 }' "$WORK/time.out")
+    fi
+    [ "$CS_METHOD" = perf ] && cs=$(awk -F, '$3 == "context-switches" { print $1 }' "$WORK/perf.out")
+    R_SCPU=$(per_tx "$(( s1 - s0 ))" 1000 "$R_TX")
+    R_PCPU=$(per_tx "$(( p1 - p0 ))" 1000 "$R_TX")
+    R_CS=$(per_tx "$cs" 1 "$R_TX")
+    if [ -n "$fs0" ] && [ -n "$fs1" ]; then R_FS=$(per_tx "$(( fs1 - fs0 ))" 1 "$R_TX"); else R_FS=-; fi
+}
+# per_tx AMOUNT UNIT TX: AMOUNT / UNIT / TX, or "-" when unknown.
+per_tx() {
+    awk -v a="$1" -v u="$2" -v t="$3" 'BEGIN {
+        if (a !~ /^-?[0-9.]+$/ || t + 0 <= 0) print "-"; else printf "%.4f\n", a / u / t }'
+}
+# sig3 X: X with about three significant digits (or as it is, if not a number).
+sig3() {
+    awk -v x="$1" 'BEGIN { if (x !~ /^-?[0-9.]+$/) print x; else if (x >= 100) printf "%.0f", x;
+        else if (x >= 10) printf "%.1f", x; else if (x >= 1) printf "%.2f", x; else printf "%.3f", x }'
+}
+# ratio A B: A / B with two decimals, "-" when unknown.
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 <= 0) print "-"; else printf "%.2f", a / b }'
+}
+
+if [ -n "$CSV" ]; then
+    echo "durability,script,mode,clients,server,binary,seconds,tps,transactions,server_cpu_us_per_tx,pgbench_cpu_us_per_tx,ctx_switches_per_tx,fdatasyncs_per_tx,cpu_method,cs_method" >"$CSV"
+fi
+binary_of() { case "$1" in pg) echo "$PG_BINDIR/postgres" ;; w) echo "$WALSHM_BIN" ;; b) echo "$BASELINE_BIN" ;; esac; }
+
 echo "pg-vs-walshm: $(uname -srm), nproc=$NPROC, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "PostgreSQL: $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN"
-echo "pgbench -n -M prepared -T $SECONDS_PER_POINT, -j min(clients, nproc); max_connections=$MAX_CONN on both"
+echo "PostgreSQL: $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN${BASELINE_BIN:+; baseline: $BASELINE_BIN}"
+echo "pgbench -n -T $SECONDS_PER_POINT, -j min(clients, nproc); max_connections=$MAX_CONN on all; durability on = fsync+synchronous_commit on"
+echo "srvCPU = server CPU us/tx ($CPU_NOTE); pgbCPU = pgbench CPU us/tx"
+echo "cs = server context switches/tx ($CS_NOTE); fsync = pg_stat_wal.wal_sync/tx"
+echo "w/PG = walshm/PG tps, PG/w = PG/walshm srvCPU${BASELINE_BIN:+; w/b = walshm/baseline tps, b/w = baseline/walshm srvCPU}; all per whole run incl. connection set-up"
 echo
-printf '%-9s %-10s %7s %12s %12s %9s\n' script durability clients "PG tps" "walshm tps" "walshm/PG"
-for dur in on off; do
+BLOCK='%7s %6s %6s %5s %5s'
+line="$(printf '%-10s %-8s %-3s %4s' "" "" "" "")"
+for n in $SERVERS; do line="$line | $(printf '%-33s' "${LABEL[$n]}")"; done
+echo "${line%"${line##*[! ]}"}"
+line="$(printf '%-10s %-8s %-3s %4s' script mode dur cl)"
+for n in $SERVERS; do line="$line | $(printf "$BLOCK" tps srvCPU pgbCPU cs fsync)"; done
+line="$line | $(printf '%5s %5s' w/PG PG/w)"
+[ -n "$BASELINE_BIN" ] && line="$line $(printf '%5s %5s' w/b b/w)"
+echo "$line"
+
+declare -A TPS SCPU
+for dur in $DURABILITY; do
     start_pg "$dur" "$dur"
-    start_walshm "$dur" "$dur"
-    for script in emit16 txid commit64; do
+    start_walshms "$dur" "$dur"
+    for n in $SERVERS; do record_idle "$n"; done
+    for point in $POINTS; do
+        script=${point%%:*} mode=${point#*:}
         for c in $CLIENTS; do
-            pg=$(bench "$PGSOCK" "$PG_PORT" "$PG_USER" "$script" "$c")
-            w=$(bench "$WDATA" "$W_PORT" walshm "$script" "$c")
-            if [ "$pg" != fail ] && [ "$w" != fail ]; then
-                ratio=$(awk -v a="$w" -v b="$pg" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-            else
-                ratio="-"
+            line="$(printf '%-10s %-8s %-3s %4s' "$script" "$mode" "$dur" "$c")"
+            for n in $SERVERS; do
+                measure "$n" "$script" "$mode" "$c"
+                TPS[$n]=$R_TPS SCPU[$n]=$R_SCPU
+                tps_shown=$R_TPS
+                [ "$R_TPS" != fail ] && tps_shown=$(printf '%.0f' "$R_TPS")
+                line="$line | $(printf "$BLOCK" "$tps_shown" "$(sig3 "$R_SCPU")" "$(sig3 "$R_PCPU")" \
+                    "$(sig3 "$R_CS")" "$(sig3 "$R_FS")")"
+                if [ -n "$CSV" ]; then
+                    echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD" >>"$CSV"
+                fi
+            done
+            line="$line | $(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[pg]}")" "$(ratio "${SCPU[pg]}" "${SCPU[w]}")")"
+            if [ -n "$BASELINE_BIN" ]; then
+                line="$line $(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[b]}")" "$(ratio "${SCPU[b]}" "${SCPU[w]}")")"
             fi
-            printf '%-9s %-10s %7s %12s %12s %9s\n' "$script" "$dur" "$c" "$pg" "$w" "$ratio"
+            echo "$line"
         done
     done
     stop_pg
-    stop_walshm
+    stop_walshms
 done
 if [ -s "$WORK/pgbench-failures.log" ]; then
     echo
