@@ -68,7 +68,7 @@ while [ $# -gt 0 ]; do
         --quick) QUICK=1; shift ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
         --csv) CSV="$2"; shift 2 ;;
-        -h|--help) sed -n 's/^#! \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) sed -n '1d; s/^#! \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -373,15 +373,19 @@ echo "PostgreSQL: $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN${BASEL
 echo "pgbench -n -T $SECONDS_PER_POINT, -j min(clients, nproc); max_connections=$MAX_CONN on all; durability on = fsync+synchronous_commit on"
 echo "srvCPU = server CPU us/tx ($CPU_NOTE); pgbCPU = pgbench CPU us/tx"
 echo "cs = server context switches/tx ($CS_NOTE); fsync = pg_stat_wal.wal_sync/tx"
+NPOINTS=0
+for _ in $DURABILITY; do for _ in $POINTS; do for _ in $CLIENTS; do NPOINTS=$(( NPOINTS + 1 )); done; done; done
+NSERVERS=$(wc -w <<<"$SERVERS")
+echo "$NPOINTS points x $NSERVERS servers x $SECONDS_PER_POINT s = $(( NPOINTS * NSERVERS * SECONDS_PER_POINT )) s of pgbench (plus ~1 s per run for set-up and statistics)"
 echo "w/PG = walshm/PG tps, PG/w = PG/walshm srvCPU${BASELINE_BIN:+; w/b = walshm/baseline tps, b/w = baseline/walshm srvCPU}; all per whole run incl. connection set-up"
 echo
 BLOCK='%7s %6s %6s %5s %5s'
 line="$(printf '%-10s %-8s %-3s %4s' "" "" "" "")"
-for n in $SERVERS; do line="$line | $(printf '%-33s' "${LABEL[$n]}")"; done
+for n in $SERVERS; do line="$line |$(printf ' %-33s' "${LABEL[$n]}")"; done
 echo "${line%"${line##*[! ]}"}"
 line="$(printf '%-10s %-8s %-3s %4s' script mode dur cl)"
-for n in $SERVERS; do line="$line | $(printf "$BLOCK" tps srvCPU pgbCPU cs fsync)"; done
-line="$line | $(printf '%5s %5s' w/PG PG/w)"
+for n in $SERVERS; do line="$line |$(printf "$BLOCK" tps srvCPU pgbCPU cs fsync)"; done
+line="$line |$(printf '%5s %5s' w/PG PG/w)"
 [ -n "$BASELINE_BIN" ] && line="$line $(printf '%5s %5s' w/b b/w)"
 echo "$line"
 
@@ -399,13 +403,13 @@ for dur in $DURABILITY; do
                 TPS[$n]=$R_TPS SCPU[$n]=$R_SCPU
                 tps_shown=$R_TPS
                 [ "$R_TPS" != fail ] && tps_shown=$(printf '%.0f' "$R_TPS")
-                line="$line | $(printf "$BLOCK" "$tps_shown" "$(sig3 "$R_SCPU")" "$(sig3 "$R_PCPU")" \
+                line="$line |$(printf "$BLOCK" "$tps_shown" "$(sig3 "$R_SCPU")" "$(sig3 "$R_PCPU")" \
                     "$(sig3 "$R_CS")" "$(sig3 "$R_FS")")"
                 if [ -n "$CSV" ]; then
                     echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD" >>"$CSV"
                 fi
             done
-            line="$line | $(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[pg]}")" "$(ratio "${SCPU[pg]}" "${SCPU[w]}")")"
+            line="$line |$(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[pg]}")" "$(ratio "${SCPU[pg]}" "${SCPU[w]}")")"
             if [ -n "$BASELINE_BIN" ]; then
                 line="$line $(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[b]}")" "$(ratio "${SCPU[b]}" "${SCPU[w]}")")"
             fi
