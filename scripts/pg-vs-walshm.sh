@@ -199,7 +199,7 @@ PG_CGROUPS=${CGS[pg]} W_CGROUPS=${CGS[w]}
 case "$CPU_METHOD" in
     cgroup) CPU_NOTE="cgroup v1 cpuacct, whole process tree incl. exited backends" ;;
     cgroup2) CPU_NOTE="cgroup2 cpu.stat, whole process tree incl. exited backends" ;;
-    proc) CPU_NOTE="cgroups not writable: /proc of the live tree + children reaped (cutime); pgbench by rusage" ;;
+    proc) CPU_NOTE="no cgroups: /proc of the live tree + children reaped (cutime); pgbench by rusage" ;;
 esac
 case "$CS_METHOD" in
     perf) CS_NOTE="perf stat -a -G (cgroup2), exited processes included" ;;
