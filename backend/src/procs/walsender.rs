@@ -5,7 +5,10 @@
 //! requested position up to the flush position, read from the segment
 //! files (read-only), keepalives, and the receiver's status updates, which
 //! it publishes in its `WalSnd` entry, applies to its slot and uses to
-//! release synchronous commits (`syncrep::release_waiters`).
+//! release synchronous commits (`syncrep::release_waiters`). It measures
+//! the lag columns of pg_stat_replication (`lagtracker`): a sample (sent
+//! position, time) after each batch sent, read back when the receiver
+//! reports its write, flush and apply positions.
 //!
 //! Waiting: with nothing to send, the walsender announces that it sleeps
 //! (`ReplCtl::announce_sleep`), re-checks the flush position and `ppoll`s
@@ -29,6 +32,7 @@
 //! for its write or flush report to reach the end, and ends the stream
 //! with CommandComplete "COPY 0", as PostgreSQL's WalSndDone does.
 
+use crate::lagtracker::{self, LagTracker};
 use crate::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
 use crate::walfile::{self, Op};
 use crate::{slots, syncrep};
@@ -92,6 +96,7 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     outbuf: Vec<u8>,
     last_reply: Instant,
     ping_sent: bool,
+    lag: LagTracker,
 }
 
 fn entry(shm: &Shmem, i: usize) -> &WalSnd {
@@ -142,6 +147,10 @@ fn claim_entry(shm: &Shmem, application_name: &str) -> Option<usize> {
         s.reports_flush.store(0, Ordering::Relaxed);
         s.reply_time.store(0, Ordering::Relaxed);
         s.slot.store(0, Ordering::Relaxed);
+        for lag in [&s.write_lag, &s.flush_lag, &s.replay_lag] {
+            lag.store(-1, Ordering::Relaxed);
+        }
+        s.usename.store("");
         s.state.store(sender_state::STARTUP, Ordering::Relaxed);
         s.backend_start
             .store(walformat::pg_now_us(), Ordering::Relaxed);
@@ -241,7 +250,9 @@ pub fn run<S: Read + Write + AsRawFd>(
         outbuf: Vec::new(),
         last_reply: Instant::now(),
         ping_sent: false,
+        lag: LagTracker::default(),
     };
+    ws.entry().usename.store(&info.user);
     let end = ws.command_loop();
     ws.cleanup();
     log_release_totals(shm);
@@ -789,7 +800,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     fn status_update(&mut self, st: repl::StandbyStatus) {
         self.last_reply = Instant::now();
         self.ping_sent = false;
-        let e = self.entry();
+        let e = entry(self.shm, self.me);
         // Relaxed: each is a position read by monitors and by
         // syncrep::release_waiters, which needs no order between them.
         e.write.store(st.write, Ordering::Relaxed);
@@ -798,6 +809,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         e.reply_time.store(st.send_time, Ordering::Relaxed);
         e.reports_flush
             .store((st.flush != 0) as u32, Ordering::Relaxed);
+        self.publish_lags(&st);
         if let Some(idx) = self.slot {
             slots::advance(self.shm, idx, st.flush);
         }
@@ -807,6 +819,23 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         if st.reply_requested {
             let ka = repl::keepalive(self.flush_lsn(), walformat::pg_now_us(), false);
             self.send(&ka);
+        }
+    }
+
+    /// The lags the receiver's report measures; a kind with no new
+    /// measurement keeps its last value (as PostgreSQL does).
+    fn publish_lags(&mut self, st: &repl::StandbyStatus) {
+        let now = walformat::pg_now_us();
+        let e = entry(self.shm, self.me);
+        for (kind, pos, out) in [
+            (lagtracker::Kind::Write, st.write, &e.write_lag),
+            (lagtracker::Kind::Flush, st.flush, &e.flush_lag),
+            (lagtracker::Kind::Apply, st.apply, &e.replay_lag),
+        ] {
+            if let Some(us) = self.lag.read(kind, pos, now) {
+                // Relaxed: a figure for monitors, like the positions.
+                out.store(us, Ordering::Relaxed);
+            }
         }
     }
 
@@ -826,6 +855,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                     Ok(s) => sent = s,
                     Err(e) => return StreamEnd::Error(e),
                 }
+                self.lag.record(sent, walformat::pg_now_us());
                 self.entry().sent.store(sent, Ordering::Relaxed);
                 continue;
             }
