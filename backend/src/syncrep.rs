@@ -22,8 +22,9 @@
 //!    synchronous standbys have written, flushed and applied; under the
 //!    lock raise `released_write` / `_flush` / `_apply`, then walk the queue from its
 //!    head and unlink every waiter whose LSN is now covered, set it
-//!    RELEASED (Release, pairs with the waiter's Acquire load) and post its
-//!    semaphore — one pass releases the whole group, in LSN order;
+//!    RELEASED (Release, pairs with the waiter's Acquire load); after the
+//!    unlock post their semaphores — one pass releases the whole group,
+//!    in LSN order;
 //! 4. waiter: wakes, sees RELEASED, returns. Spurious wake-ups (a stale
 //!    semaphore post) just loop.
 //!
@@ -363,8 +364,11 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
         .fetch_max(covered.flush, Ordering::Release);
     ctl.released_apply
         .fetch_max(covered.apply, Ordering::Release);
-    let n = release_covered(shm, &covered);
+    let mut woken = Vec::new();
+    release_covered(shm, &covered, &mut woken);
     ctl.lock.unlock();
+    post_released(shm, &woken);
+    let n = woken.len() as u64;
     if n > 0 {
         ctl.released_commits.fetch_add(n, Ordering::Relaxed);
         ctl.release_passes.fetch_add(1, Ordering::Relaxed);
@@ -373,13 +377,13 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
 }
 
 /// Walks the queue from its head, releasing each waiter whose mode's
-/// position `covered` reaches; stops at the first LSN beyond all three.
-/// Caller holds the lock.
-fn release_covered(shm: &Shmem, covered: &Covered) -> u64 {
+/// position `covered` reaches (their proc numbers are pushed on `woken`,
+/// for `post_released` once the lock is released); stops at the first LSN
+/// beyond all three. Caller holds the lock.
+fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
     let highest = covered.highest();
     let ctl = shm.repl();
     let waiters = shm.syncrep_waiters();
-    let mut n = 0;
     let mut at = ctl.queue_head.load(Ordering::Relaxed);
     while at != 0 {
         let w = &waiters[at as usize - 1];
@@ -392,12 +396,21 @@ fn release_covered(shm: &Shmem, covered: &Covered) -> u64 {
             unlink(ctl, waiters, at);
             // Release pairs with the waiter's Acquire load in `wait_for`.
             w.state.store(wait_state::RELEASED, Ordering::Release);
-            shm.procs()[at as usize - 1].sem.post();
-            n += 1;
+            woken.push(at - 1);
         }
         at = next;
     }
-    n
+}
+
+/// Posts the semaphores of released waiters, after ReplCtl::lock is
+/// released: a futex wake on 2 oversubscribed cores can hand the CPU to
+/// the woken backend, which must not find the spinlock still held. A
+/// waiter that saw RELEASED first and returned absorbs the late post as a
+/// spurious wake-up (its wait loops re-check their condition).
+fn post_released(shm: &Shmem, woken: &[u32]) {
+    for &procno in woken {
+        shm.procs()[procno as usize].sem.post();
+    }
 }
 
 /// pg_stat_replication.sync_state of every walsender.
@@ -539,9 +552,12 @@ mod tests {
         // covered; 150 waits for its apply and 250 for its flush.
         let ctl = shm.repl();
         ctl.lock.lock();
-        let n = release_covered(shm, &covered(260, 220, 0));
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(260, 220, 0), &mut woken);
         ctl.lock.unlock();
-        assert_eq!(n, 2);
+        assert_eq!(woken, vec![1, 2]);
+        assert_eq!(shm.procs()[1].sem.count(), 0, "posted under the lock");
+        post_released(shm, &woken);
         assert_eq!(queue_lsns(shm), vec![150, 250, 300]);
         let state = |p: usize| shm.syncrep_waiters()[p].state.load(Ordering::Relaxed);
         assert_eq!(
@@ -558,7 +574,9 @@ mod tests {
         leave_queue(shm, 3);
         assert_eq!(queue_lsns(shm), vec![150, 300]);
         ctl.lock.lock();
-        assert_eq!(release_covered(shm, &covered(260, 220, 160)), 1);
+        woken.clear();
+        release_covered(shm, &covered(260, 220, 160), &mut woken);
+        assert_eq!(woken, vec![4]);
         ctl.lock.unlock();
         assert_eq!(queue_lsns(shm), vec![300]);
         ctl.released_flush.store(400, Ordering::Relaxed);

@@ -10,8 +10,8 @@
 //! numbers are stored plus one so that 0 means "none".
 //!
 //! Lock inventory: `ReplCtl::lock` (a spinlock, held for a few loads and
-//! stores, never across file I/O or a wait; the sync-rep release posts
-//! waiters' semaphores under it, a futex wake that never blocks) protects
+//! stores, never across file I/O, a wait or a wake-up: the sync-rep release
+//! posts the released waiters' semaphores after unlocking it) protects
 //! * allocation of walsender entries (`WalSnd::pid` 0 <-> nonzero) and slot
 //!   entries (`SlotShared::in_use`), and a slot's `active_pid`;
 //! * the sync-rep queue: `queue_head`/`queue_tail` and every waiter's
