@@ -20,6 +20,7 @@
 #!   --seconds S   length of each point (default 5)
 #!   --clients N   pgbench clients for part 1 (default 64)
 #!   --only 1|2    run only part 1 (sync) or part 2 (async)
+#!   --workers N   emit:1024 workers for part 2 (default 16)
 #! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
 #! (default target/release/postmaster, built with cargo if missing).
 set -euo pipefail
@@ -27,11 +28,13 @@ set -euo pipefail
 SECS=5
 CLIENTS=64
 ONLY=""
+WORKERS=16
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECS="$2"; shift 2 ;;
         --clients) CLIENTS="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
+        --workers) WORKERS="$2"; shift 2 ;;
         -h|--help) sed -n 's/^#! \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "unknown option: $1" >&2; exit 2 ;;
     esac
@@ -136,7 +139,7 @@ part1() {
 }
 
 part2() {
-    echo "part 2: walshm --workers 16 --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached"
+    echo "part 2: walshm --workers $WORKERS --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached"
     sql() { "$PG_BINDIR/psql" -X -A -t -h "$WDATA" -p "$W_PORT" -U walshm -d postgres -c "$1"; }
     lsn_bytes() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) + 16#$lo )); }
     # A slot keeps the WAL the receiver has not got yet (bounded), so that a
@@ -144,7 +147,7 @@ part2() {
     start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB
     sql "SELECT pg_create_physical_replication_slot('bench', true)" >/dev/null
     stop_walshm
-    start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --workers 16 --workload emit:1024
+    start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --workers "$WORKERS" --workload emit:1024
     start_rx "$WDATA" "$W_PORT" "$WORK/rx-async" --slot bench
     t0=$(date +%s.%N)
     start_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
