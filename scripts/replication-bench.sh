@@ -7,7 +7,11 @@
 #!    for each server: local only, and with synchronous replication to a
 #!    local `pg_receivewal --synchronous` (synchronous_standby_names =
 #!    'pg_receivewal'). For walshm also the commits released per status
-#!    update (from its walsender's exit log line).
+#!    update (from its walsender's exit log line), and the server's CPU
+#!    per commit: as root, the postmaster is moved into a cgroup v1
+#!    cpuacct group right after it starts, so that the backends and the
+#!    walsender it forks for the run are counted (processes it forked
+#!    before, such as the walwriter, are not, for either server).
 #! 2. Asynchronous streaming: walshm running `--workers 16 --workload
 #!    emit:1024` (fsync = off) for S seconds with a plain pg_receivewal
 #!    attached: MB/s of WAL generated against MB/s received, and the lag
@@ -94,12 +98,31 @@ printf '%s\n' "BEGIN;" "SELECT pg_logical_emit_message(true, 'test', repeat('x',
 chmod 644 "$WORK/commit64.sql"
 NPROC=$(nproc)
 
-bench() { # host port user -> tps
-    local out tps j=$(( CLIENTS < NPROC ? CLIENTS : NPROC ))
+# A cpuacct group for the server under test (root and cgroup v1 only).
+CG=""
+if [ "$(id -u)" = 0 ] && [ -d /sys/fs/cgroup/cpuacct ]; then
+    CG="/sys/fs/cgroup/cpuacct/replication-bench.$$"
+    mkdir -p "$CG"
+fi
+remove_cg() { [ -z "$CG" ] || rmdir "$CG" 2>/dev/null || true; }
+cg_join() { [ -z "$CG" ] || echo "$1" >"$CG/cgroup.procs"; } # PID
+cg_ns() { if [ -n "$CG" ]; then cat "$CG/cpuacct.usage"; else echo 0; fi; }
+# Back to the root group, so that the group can be removed.
+cg_leave() { [ -z "$CG" ] || while read -r p; do echo "$p" >/sys/fs/cgroup/cpuacct/cgroup.procs 2>/dev/null || true; done <"$CG/cgroup.procs"; }
+CPU_US=""
+trap 'cleanup; cg_leave; remove_cg' EXIT
+
+bench() { # host port user -> tps; CPU_US: the group's CPU per transaction (us)
+    local out tps c0 c1 j=$(( CLIENTS < NPROC ? CLIENTS : NPROC ))
+    c0=$(cg_ns)
     out=$("$PG_BINDIR/pgbench" -n -h "$1" -p "$2" -U "$3" -M prepared -f "$WORK/commit64.sql" \
-        -c "$CLIENTS" -j "$j" -T "$SECS" postgres 2>&1) || { echo "$out" >&2; echo fail; return; }
+        -c "$CLIENTS" -j "$j" -T "$SECS" postgres 2>&1) || { echo "$out" >&2; echo fail >"$WORK/tps"; CPU_US=-; return; }
+    c1=$(cg_ns)
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' <<<"$out")
-    echo "${tps:-fail}"
+    local tx
+    tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    CPU_US=$(awk -v a="$c0" -v b="$c1" -v n="${tx:-0}" -v g="$CG" 'BEGIN { if (g != "" && n > 0) printf "%.1f", (b - a) / 1000 / n; else print "-" }')
+    echo "${tps:-fail}" >"$WORK/tps"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
@@ -112,28 +135,33 @@ part1() {
     echo "part 1: pgbench -M prepared -c $CLIENTS -T $SECS, BEGIN; emit(true, 64 B); COMMIT; fsync=on, synchronous_commit=on"
 
     start_pg ""
-    pg_local=$(bench "$PGSOCK" "$PG_PORT" "$PG_USER")
+    cg_join "$PG_PID"
+    bench "$PGSOCK" "$PG_PORT" "$PG_USER"; pg_local=$(cat "$WORK/tps") pg_local_cpu=$CPU_US
     stop_pg
     start_pg "pg_receivewal"
+    cg_join "$PG_PID"
     start_rx "$PGSOCK" "$PG_PORT" "$WORK/rx-pg" --synchronous
-    pg_sync=$(bench "$PGSOCK" "$PG_PORT" "$PG_USER")
+    bench "$PGSOCK" "$PG_PORT" "$PG_USER"; pg_sync=$(cat "$WORK/tps") pg_sync_cpu=$CPU_US
     stop_rx
     stop_pg
 
     start_walshm --set fsync=on --set synchronous_commit=on
-    w_local=$(bench "$WDATA" "$W_PORT" walshm)
+    cg_join "$W_PID"
+    bench "$WDATA" "$W_PORT" walshm; w_local=$(cat "$WORK/tps") w_local_cpu=$CPU_US
     stop_walshm
     start_walshm --set fsync=on --set synchronous_commit=on --set synchronous_standby_names=pg_receivewal
+    cg_join "$W_PID"
     start_rx "$WDATA" "$W_PORT" "$WORK/rx-w" --synchronous
-    w_sync=$(bench "$WDATA" "$W_PORT" walshm)
+    bench "$WDATA" "$W_PORT" walshm; w_sync=$(cat "$WORK/tps") w_sync_cpu=$CPU_US
     stop_rx
     sleep 0.5
     per_update=$(sed -n 's/.*synchronous replication: .*(\([0-9.]*\) per update).*/\1/p' "$WORK/walshm.log" | tail -n1)
     stop_walshm
 
-    printf '%-10s %14s %14s %10s\n' server "local tps" "sync-rep tps" "sync/local"
-    printf '%-10s %14s %14s %10s\n' PostgreSQL "$pg_local" "$pg_sync" "$(ratio "$pg_sync" "$pg_local")"
-    printf '%-10s %14s %14s %10s\n' walshm "$w_local" "$w_sync" "$(ratio "$w_sync" "$w_local")"
+    printf '%-10s %14s %14s %10s %14s %14s\n' server "local tps" "sync-rep tps" "sync/local" "local us/tx" "sync us/tx"
+    printf '%-10s %14s %14s %10s %14s %14s\n' PostgreSQL "$pg_local" "$pg_sync" "$(ratio "$pg_sync" "$pg_local")" "$pg_local_cpu" "$pg_sync_cpu"
+    printf '%-10s %14s %14s %10s %14s %14s\n' walshm "$w_local" "$w_sync" "$(ratio "$w_sync" "$w_local")" "$w_local_cpu" "$w_sync_cpu"
+    echo "(us/tx: CPU of the server's backends and walsender per transaction, cgroup cpuacct; '-' when not root)"
     echo "walshm sync-rep / PostgreSQL sync-rep: $(ratio "$w_sync" "$pg_sync"); commits released per status update: ${per_update:-?}"
 
 }
