@@ -805,3 +805,213 @@ fn bad_replication_input_gets_postgresql_errors() {
     );
     srv.stop_ok();
 }
+
+// ---- issue 13, last gaps: lag columns, usename, synchronous_commit levels ----
+
+/// The type OIDs of a reply's RowDescription, by column name.
+fn column_types(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, u32)> {
+    let Some((_, b)) = msgs.iter().find(|m| m.0 == b'T') else {
+        return Vec::new();
+    };
+    let n = u16::from_be_bytes([b[0], b[1]]) as usize;
+    let mut at = 2;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let end = at + b[at..].iter().position(|&c| c == 0).unwrap();
+        let name = String::from_utf8_lossy(&b[at..end]).into_owned();
+        let oid_at = end + 1 + 4 + 2;
+        let oid = u32::from_be_bytes(b[oid_at..oid_at + 4].try_into().unwrap());
+        out.push((name, oid));
+        at = oid_at + 4 + 2 + 4 + 2;
+    }
+    out
+}
+
+/// An interval as PostgreSQL prints it (`HH:MM:SS[.ffffff]`, no days
+/// here), in microseconds.
+fn interval_us(text: &str) -> Option<i64> {
+    let mut parts = text.split(':');
+    let h: i64 = parts.next()?.parse().ok()?;
+    let m: i64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some((h * 3600 + m * 60) * 1_000_000 + (s * 1e6).round() as i64)
+}
+
+/// Once pg_receivewal reported, pg_stat_replication shows its role
+/// (usename, usesysid as pg_stat_activity does) and write_lag /
+/// flush_lag as intervals (type OID 1186) between 0 and the test's
+/// length; replay_lag stays NULL, because pg_receivewal reports no apply
+/// position.
+#[test]
+fn lag_columns_and_usename_once_the_receiver_reported() {
+    let Some((t, d, srv, port)) = start_1mb_segments("rep-lag", &["fsync=off"]) else {
+        return;
+    };
+    let bin = pg_receivewal().unwrap();
+    let started = Instant::now();
+    let _rx = Receiver::start(
+        &bin,
+        &d,
+        port,
+        &t.join("recv"),
+        &["-U", "lagrole", "--synchronous"],
+    );
+    let q = "SELECT usename, usesysid, write_lag, flush_lag, replay_lag, application_name FROM pg_stat_replication";
+    let mut last = Vec::new();
+    let reported = wait_until(Duration::from_secs(15), || {
+        let r = sql(
+            &d,
+            port,
+            "SELECT pg_logical_emit_message(true, 'lag', repeat('x', 2000))",
+        );
+        assert_eq!(error_code(&r), None, "{r:?}");
+        last = sql(&d, port, q);
+        data_rows(&last)
+            .first()
+            .is_some_and(|row| row[2].is_some() && row[3].is_some())
+    });
+    assert!(reported, "no lag measured: {last:?}");
+    let row = data_rows(&last)[0].clone();
+    assert_eq!(row[0].as_deref(), Some("lagrole"), "usename");
+    assert_eq!(row[1].as_deref(), Some("10"), "usesysid");
+    assert_eq!(row[5].as_deref(), Some("pg_receivewal"));
+    let bound = started.elapsed().as_micros() as i64;
+    for (col, v) in [("write_lag", &row[2]), ("flush_lag", &row[3])] {
+        let us = interval_us(v.as_deref().unwrap());
+        assert!(
+            us.is_some_and(|us| (0..=bound).contains(&us)),
+            "{col} = {v:?} is not an interval within the test's {bound} us"
+        );
+    }
+    assert_eq!(row[4], None, "replay_lag without an apply position");
+    let types = column_types(&last);
+    for col in ["write_lag", "flush_lag", "replay_lag"] {
+        assert!(
+            types.contains(&(col.to_string(), 1186)),
+            "{col} is not typed interval: {types:?}"
+        );
+    }
+    srv.stop_ok();
+}
+
+/// Sends a transactional emit (a commit that waits as synchronous_commit
+/// says) on a new session; Some(session) while it is still waiting after
+/// `wait`, None once it returned without error.
+fn commit_waits(d: &DataDir, port: u16, set: Option<&str>, wait: Duration) -> Option<UnixStream> {
+    let sock = socket_path(&d.path, port);
+    let (mut s, pid, key) = keyed_session(&sock);
+    if let Some(level) = set {
+        let r = query(&mut s, &format!("SET synchronous_commit = {level}"));
+        assert_eq!(error_code(&r), None, "{r:?}");
+    }
+    let emit = msg(
+        b'Q',
+        &cstr("SELECT pg_logical_emit_message(true, 'sc', 'x')"),
+    );
+    s.write_all(&emit).unwrap();
+    if silent_for(&mut s, wait) {
+        cancel(&sock, pid, key);
+        return Some(s);
+    }
+    let mut reply = Vec::new();
+    while reply.last().map(|m: &(u8, Vec<u8>)| m.0) != Some(b'Z') {
+        reply.push(read_msg(&mut s).expect("commit reply"));
+    }
+    assert_eq!(error_code(&reply), None, "{reply:?}");
+    None
+}
+
+fn show_sync(d: &DataDir, port: u16) -> Option<String> {
+    one_value(&sql(d, port, "SHOW synchronous_commit"), 0)
+}
+
+/// synchronous_commit as a server-wide setting takes PostgreSQL's values:
+/// remote_write returns once the receiver reported, and waits once it is
+/// gone; local (server-wide or SET) never waits for the receiver, on
+/// does; remote_apply waits even with pg_receivewal connected (it
+/// reports no apply position: PostgreSQL's behaviour); a bad value is
+/// refused with the valid values listed.
+#[test]
+fn synchronous_commit_levels_server_wide() {
+    let sets = [
+        "synchronous_commit=remote_write",
+        "synchronous_standby_names=pg_receivewal",
+        "fsync=off",
+    ];
+    let Some((t, d, srv, port)) = start_1mb_segments("rep-levels", &sets) else {
+        return;
+    };
+    let bin = pg_receivewal().unwrap();
+    assert_eq!(show_sync(&d, port).as_deref(), Some("remote_write"));
+    let mut rx = Receiver::start(&bin, &d, port, &t.join("recv"), &["--synchronous"]);
+    // Once the receiver streams, a remote_write commit returns.
+    assert!(
+        wait_until(Duration::from_secs(15), || commit_waits(
+            &d,
+            port,
+            None,
+            Duration::from_millis(2000)
+        )
+        .is_none()),
+        "a remote_write commit never returned with the receiver streaming"
+    );
+    assert!(
+        commit_waits(&d, port, Some("remote_apply"), Duration::from_millis(1000)).is_some(),
+        "remote_apply was released by a receiver that reports no apply position"
+    );
+    rx.kill();
+    assert!(
+        commit_waits(&d, port, None, Duration::from_millis(1000)).is_some(),
+        "a remote_write commit returned with no receiver"
+    );
+    assert!(
+        commit_waits(&d, port, Some("local"), Duration::from_millis(3000)).is_none(),
+        "SET synchronous_commit = local waited for the receiver"
+    );
+    srv.stop_ok();
+
+    let local = [
+        "--set",
+        "synchronous_commit=local",
+        "--set",
+        "synchronous_standby_names=pg_receivewal",
+    ];
+    let srv = start_on(&d, t.path(), port, &local);
+    assert_eq!(show_sync(&d, port).as_deref(), Some("local"));
+    assert!(
+        commit_waits(&d, port, None, Duration::from_millis(3000)).is_none(),
+        "a server-wide local commit waited for the receiver"
+    );
+    assert!(
+        commit_waits(&d, port, Some("on"), Duration::from_millis(1000)).is_some(),
+        "SET synchronous_commit = on did not wait for the absent receiver"
+    );
+    srv.stop_ok();
+
+    for (value, shown) in [("yes", "on"), ("0", "off")] {
+        let set = format!("synchronous_commit={value}");
+        let srv = start_on(&d, t.path(), port, &["--set", &set]);
+        assert_eq!(show_sync(&d, port).as_deref(), Some(shown), "{value}");
+        srv.stop_ok();
+    }
+    let o = postmaster(&[
+        "start",
+        "-D",
+        d.path.to_str().unwrap(),
+        "--set",
+        "synchronous_commit=remote",
+    ]);
+    assert!(
+        !o.status.success(),
+        "a bad value was accepted: {}",
+        o.describe()
+    );
+    assert_no_panic("start with a bad synchronous_commit", &o);
+    for v in ["local", "remote_write", "remote_apply", "on", "off"] {
+        assert!(
+            o.stderr.contains(v),
+            "the error does not list {v}: {}",
+            o.describe()
+        );
+    }
+}

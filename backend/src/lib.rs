@@ -23,6 +23,7 @@ pub mod archive;
 pub mod client_poll;
 pub mod context;
 pub mod control;
+pub mod lagtracker;
 pub mod powerloss;
 pub mod procarray;
 pub mod process;

@@ -284,7 +284,7 @@ fn save(datadir: &Path, name: &str, lsn: Lsn, fsync: bool) -> std::io::Result<()
 fn remove_slot_dir(dir: &Path) {
     let _ = walfile::remove_file(Op::WalRemove, &dir.join("state"));
     let _ = walfile::remove_file(Op::WalRemove, &dir.join("state.tmp"));
-    let _ = std::fs::remove_dir(dir);
+    let _ = walfile::remove_dir(Op::WalRemove, dir);
 }
 
 fn free_entry(shm: &Shmem, idx: usize) {

@@ -1,8 +1,12 @@
 //! Synchronous replication (PostgreSQL's syncrep.c): a committing backend
 //! waits, after its local flush, until the synchronous standbys named by
 //! `synchronous_standby_names` have reported the write (`synchronous_commit
-//! = remote_write`) or the flush (`on`, `remote_apply`) of its commit
-//! record; walsenders release the waiters.
+//! = remote_write`), the flush (`on`) or the apply (`remote_apply`) of its
+//! commit record; walsenders release the waiters. `local` and `off` never
+//! wait here. pg_receivewal reports no apply position (0), so with it as
+//! the synchronous standby a `remote_apply` commit waits until cancelled:
+//! PostgreSQL does the same (its documentation warns against the
+//! combination).
 //!
 //! The queue (shared memory, `shmem::walsnd`): waiters are linked in LSN
 //! order through their `SyncRepWaiter` entries (proc numbers plus one),
@@ -15,11 +19,12 @@
 //!    from the tail: new commits mostly have the highest LSN) with state
 //!    WAITING, unlock, and sleep on its proc semaphore;
 //! 3. releaser (a walsender, after a status update): compute what the
-//!    synchronous standbys have written and flushed; under the lock raise
-//!    `released_write` / `released_flush`, then walk the queue from its
+//!    synchronous standbys have written, flushed and applied; under the
+//!    lock raise `released_write` / `_flush` / `_apply`, then walk the queue from its
 //!    head and unlink every waiter whose LSN is now covered, set it
-//!    RELEASED (Release, pairs with the waiter's Acquire load) and post its
-//!    semaphore — one pass releases the whole group, in LSN order;
+//!    RELEASED (Release, pairs with the waiter's Acquire load); after the
+//!    unlock post their semaphores — one pass releases the whole group,
+//!    in LSN order;
 //! 4. waiter: wakes, sees RELEASED, returns. Spurious wake-ups (a stale
 //!    semaphore post) just loop.
 //!
@@ -35,7 +40,7 @@ use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
 use shmem::sync::Ordering;
 use shmem::walsnd::standby_names::{self, Method, StandbyNames};
-use shmem::walsnd::{sync_state, wait_mode, wait_state, ReplCtl, SyncRepWaiter};
+use shmem::walsnd::{sync_state, wait_mode, wait_state, ReplCtl, SyncCommit, SyncRepWaiter};
 use shmem::Shmem;
 use std::sync::atomic::AtomicU8;
 use std::sync::OnceLock;
@@ -51,8 +56,12 @@ pub enum Level {
     Local,
     /// remote_write: the standbys wrote the commit record.
     RemoteWrite,
-    /// on, remote_apply: the standbys flushed it.
+    /// on: the standbys flushed it.
     RemoteFlush,
+    /// remote_apply: the standbys applied it (pg_receivewal never
+    /// reports an apply position, so with it such commits wait until
+    /// cancelled, as in PostgreSQL).
+    RemoteApply,
 }
 
 const LEVEL_UNSET: u8 = u8::MAX;
@@ -62,10 +71,15 @@ static SESSION_LEVEL: AtomicU8 = AtomicU8::new(LEVEL_UNSET);
 
 /// The level a `synchronous_commit` value asks for.
 pub fn level_of(name: &str) -> Level {
-    match name.trim().to_ascii_lowercase().as_str() {
-        "remote_write" => Level::RemoteWrite,
-        "on" | "true" | "yes" | "1" | "remote_apply" => Level::RemoteFlush,
-        _ => Level::Local,
+    SyncCommit::parse(name).map_or(Level::Local, level_of_setting)
+}
+
+fn level_of_setting(v: SyncCommit) -> Level {
+    match v.wait_mode() {
+        None => Level::Local,
+        Some(wait_mode::WRITE) => Level::RemoteWrite,
+        Some(wait_mode::FLUSH) => Level::RemoteFlush,
+        Some(_) => Level::RemoteApply,
     }
 }
 
@@ -79,9 +93,9 @@ fn session_level(ctx: &ProcContext) -> Level {
     match SESSION_LEVEL.load(Ordering::Relaxed) {
         x if x == Level::RemoteWrite as u8 => Level::RemoteWrite,
         x if x == Level::RemoteFlush as u8 => Level::RemoteFlush,
+        x if x == Level::RemoteApply as u8 => Level::RemoteApply,
         x if x == Level::Local as u8 => Level::Local,
-        _ if ctx.settings.synchronous_commit => Level::RemoteFlush,
-        _ => Level::Local,
+        _ => level_of_setting(ctx.settings.synchronous_commit),
     }
 }
 
@@ -107,6 +121,7 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
         Level::Local => return,
         Level::RemoteWrite => wait_mode::WRITE,
         Level::RemoteFlush => wait_mode::FLUSH,
+        Level::RemoteApply => wait_mode::APPLY,
     };
     if standby_config(ctx.shm).is_none() {
         return;
@@ -150,10 +165,10 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
 
 fn released(ctl: &ReplCtl, mode: u32) -> u64 {
     // Acquire pairs with the Release fetch_max in `release_waiters`.
-    if mode == wait_mode::WRITE {
-        ctl.released_write.load(Ordering::Acquire)
-    } else {
-        ctl.released_flush.load(Ordering::Acquire)
+    match mode {
+        wait_mode::WRITE => ctl.released_write.load(Ordering::Acquire),
+        wait_mode::FLUSH => ctl.released_flush.load(Ordering::Acquire),
+        _ => ctl.released_apply.load(Ordering::Acquire),
     }
 }
 
@@ -242,12 +257,36 @@ pub struct Candidate {
     pub priority: u32,
     pub write: u64,
     pub flush: u64,
+    pub apply: u64,
 }
 
-/// The (write, flush) positions the synchronous standbys guarantee, and
-/// which candidates count as synchronous; None when fewer than `num_sync`
-/// candidates are connected (nothing can be released).
-pub fn sync_positions(cfg: &StandbyNames, cands: &[Candidate]) -> Option<(u64, u64, Vec<usize>)> {
+/// What the synchronous standbys guarantee together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Covered {
+    pub write: u64,
+    pub flush: u64,
+    pub apply: u64,
+}
+
+impl Covered {
+    /// The position a waiter of `mode` needs covered.
+    fn of(&self, mode: u32) -> u64 {
+        match mode {
+            wait_mode::WRITE => self.write,
+            wait_mode::FLUSH => self.flush,
+            _ => self.apply,
+        }
+    }
+
+    fn highest(&self) -> u64 {
+        self.write.max(self.flush).max(self.apply)
+    }
+}
+
+/// The positions the synchronous standbys guarantee, and which candidates
+/// count as synchronous; None when fewer than `num_sync` candidates are
+/// connected (nothing can be released).
+pub fn sync_positions(cfg: &StandbyNames, cands: &[Candidate]) -> Option<(Covered, Vec<usize>)> {
     let n = cfg.num_sync as usize;
     if cands.len() < n {
         return None;
@@ -257,18 +296,24 @@ pub fn sync_positions(cfg: &StandbyNames, cands: &[Candidate]) -> Option<(u64, u
             let mut by_priority: Vec<&Candidate> = cands.iter().collect();
             by_priority.sort_by_key(|c| (c.priority, c.sender));
             let chosen = &by_priority[..n];
-            let write = chosen.iter().map(|c| c.write).min()?;
-            let flush = chosen.iter().map(|c| c.flush).min()?;
-            Some((write, flush, chosen.iter().map(|c| c.sender).collect()))
+            let covered = Covered {
+                write: chosen.iter().map(|c| c.write).min()?,
+                flush: chosen.iter().map(|c| c.flush).min()?,
+                apply: chosen.iter().map(|c| c.apply).min()?,
+            };
+            Some((covered, chosen.iter().map(|c| c.sender).collect()))
         }
         Method::Quorum => {
             let nth_highest = |mut v: Vec<u64>| {
                 v.sort_unstable_by(|a, b| b.cmp(a));
                 v[n - 1]
             };
-            let write = nth_highest(cands.iter().map(|c| c.write).collect());
-            let flush = nth_highest(cands.iter().map(|c| c.flush).collect());
-            Some((write, flush, cands.iter().map(|c| c.sender).collect()))
+            let covered = Covered {
+                write: nth_highest(cands.iter().map(|c| c.write).collect()),
+                flush: nth_highest(cands.iter().map(|c| c.flush).collect()),
+                apply: nth_highest(cands.iter().map(|c| c.apply).collect()),
+            };
+            Some((covered, cands.iter().map(|c| c.sender).collect()))
         }
     }
 }
@@ -292,6 +337,7 @@ fn candidates(shm: &Shmem) -> Vec<Candidate> {
                 // a stale value only delays a release.
                 write: s.write.load(Ordering::Relaxed),
                 flush: s.flush.load(Ordering::Relaxed),
+                apply: s.apply.load(Ordering::Relaxed),
             })
         })
         .collect()
@@ -305,17 +351,24 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
     };
     let cands = candidates(shm);
     let ctl = shm.repl();
-    let Some((write, flush, chosen)) = sync_positions(cfg, &cands) else {
+    let Some((covered, chosen)) = sync_positions(cfg, &cands) else {
         publish_sync_states(shm, cfg, &cands, &[]);
         return 0;
     };
     publish_sync_states(shm, cfg, &cands, &chosen);
     ctl.lock.lock();
     // Release pairs with the Acquire loads in `released`.
-    ctl.released_write.fetch_max(write, Ordering::Release);
-    ctl.released_flush.fetch_max(flush, Ordering::Release);
-    let n = release_covered(shm, write.max(flush), flush);
+    ctl.released_write
+        .fetch_max(covered.write, Ordering::Release);
+    ctl.released_flush
+        .fetch_max(covered.flush, Ordering::Release);
+    ctl.released_apply
+        .fetch_max(covered.apply, Ordering::Release);
+    let mut woken = Vec::new();
+    release_covered(shm, &covered, &mut woken);
     ctl.lock.unlock();
+    post_released(shm, &woken);
+    let n = woken.len() as u64;
     if n > 0 {
         ctl.released_commits.fetch_add(n, Ordering::Relaxed);
         ctl.release_passes.fetch_add(1, Ordering::Relaxed);
@@ -323,35 +376,41 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
     n
 }
 
-/// Walks the queue from its head, releasing each waiter covered by
-/// `write` (WRITE mode) or `flush` (FLUSH mode); stops at the first LSN
-/// beyond both. Caller holds the lock.
-fn release_covered(shm: &Shmem, write: u64, flush: u64) -> u64 {
+/// Walks the queue from its head, releasing each waiter whose mode's
+/// position `covered` reaches (their proc numbers are pushed on `woken`,
+/// for `post_released` once the lock is released); stops at the first LSN
+/// beyond all three. Caller holds the lock.
+fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
+    let highest = covered.highest();
     let ctl = shm.repl();
     let waiters = shm.syncrep_waiters();
-    let mut n = 0;
     let mut at = ctl.queue_head.load(Ordering::Relaxed);
     while at != 0 {
         let w = &waiters[at as usize - 1];
         let next = w.next.load(Ordering::Relaxed);
         let lsn = w.lsn.load(Ordering::Relaxed);
-        if lsn > write {
+        if lsn > highest {
             break;
         }
-        let covered = match w.mode.load(Ordering::Relaxed) {
-            wait_mode::WRITE => true,
-            _ => lsn <= flush,
-        };
-        if covered {
+        if lsn <= covered.of(w.mode.load(Ordering::Relaxed)) {
             unlink(ctl, waiters, at);
             // Release pairs with the waiter's Acquire load in `wait_for`.
             w.state.store(wait_state::RELEASED, Ordering::Release);
-            shm.procs()[at as usize - 1].sem.post();
-            n += 1;
+            woken.push(at - 1);
         }
         at = next;
     }
-    n
+}
+
+/// Posts the semaphores of released waiters, after ReplCtl::lock is
+/// released: a futex wake on 2 oversubscribed cores can hand the CPU to
+/// the woken backend, which must not find the spinlock still held. A
+/// waiter that saw RELEASED first and returned absorbs the late post as a
+/// spurious wake-up (its wait loops re-check their condition).
+fn post_released(shm: &Shmem, woken: &[u32]) {
+    for &procno in woken {
+        shm.procs()[procno as usize].sem.post();
+    }
 }
 
 /// pg_stat_replication.sync_state of every walsender.
@@ -374,9 +433,12 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
 
 /// The rows of `pg_stat_replication`, one per walsender. Unix-socket
 /// clients have no address and port -1, as in PostgreSQL; the lag columns
-/// are not measured (NULL).
+/// are what the walsender's lag tracker measured (`lagtracker`), NULL
+/// before the first measurement and for a position the receiver does not
+/// report (pg_receivewal's apply).
 pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
     let lsn = |v: u64| (v != 0).then_some(v);
+    let lag = |us: i64| (us >= 0).then_some(us);
     // Stored in PostgreSQL's epoch; the row wants the Unix epoch.
     let time =
         |us: i64| (us != 0).then(|| us.saturating_add(walformat::PG_EPOCH_UNIX_SECS * 1_000_000));
@@ -389,7 +451,7 @@ pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
             let pid = s.pid.load(Ordering::Acquire);
             (pid > 0).then(|| protocol::ReplicationRow {
                 pid,
-                usename: None,
+                usename: Some(s.usename.load()).filter(|n| !n.is_empty()),
                 application_name: s.application_name.load(),
                 client_addr: None,
                 client_port: Some(-1),
@@ -402,6 +464,9 @@ pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
                 sync_priority: s.sync_priority.load(Ordering::Relaxed) as i32,
                 sync_state: sync_state::name(s.sync_state.load(Ordering::Relaxed)).into(),
                 reply_time: time(s.reply_time.load(Ordering::Relaxed)),
+                write_lag: lag(s.write_lag.load(Ordering::Relaxed)),
+                flush_lag: lag(s.flush_lag.load(Ordering::Relaxed)),
+                replay_lag: lag(s.replay_lag.load(Ordering::Relaxed)),
             })
         })
         .collect()
@@ -417,6 +482,15 @@ mod tests {
             priority,
             write,
             flush,
+            apply: 0,
+        }
+    }
+
+    fn covered(write: u64, flush: u64, apply: u64) -> Covered {
+        Covered {
+            write,
+            flush,
+            apply,
         }
     }
 
@@ -428,7 +502,10 @@ mod tests {
             cand(1, 1, 300, 200),
             cand(2, 2, 400, 350),
         ];
-        assert_eq!(sync_positions(&cfg, &c), Some((300, 200, vec![1, 2])));
+        assert_eq!(
+            sync_positions(&cfg, &c),
+            Some((covered(300, 200, 0), vec![1, 2]))
+        );
         assert_eq!(sync_positions(&cfg, &c[..1]), None);
     }
 
@@ -440,8 +517,8 @@ mod tests {
             cand(1, 2, 300, 200),
             cand(2, 3, 400, 350),
         ];
-        let (w, f, chosen) = sync_positions(&cfg, &c).unwrap();
-        assert_eq!((w, f), (400, 350));
+        let (cov, chosen) = sync_positions(&cfg, &c).unwrap();
+        assert_eq!((cov.write, cov.flush), (400, 350));
         assert_eq!(chosen.len(), 3);
     }
 
@@ -459,24 +536,29 @@ mod tests {
     #[test]
     fn waiters_queue_in_lsn_order_and_one_pass_releases_the_covered_group() {
         // An unnamed segment: it goes with the test process.
-        let shm = &Shmem::create(&shmem::Settings::default(), 4, 1).unwrap();
+        let shm = &Shmem::create(&shmem::Settings::default(), 5, 1).unwrap();
         for (procno, lsn, mode) in [
             (0, 300, wait_mode::FLUSH),
             (1, 100, wait_mode::FLUSH),
             (2, 200, wait_mode::WRITE),
             (3, 250, wait_mode::FLUSH),
+            (4, 150, wait_mode::APPLY),
         ] {
             assert!(enqueue(shm, procno, lsn, mode));
         }
-        assert_eq!(queue_lsns(shm), vec![100, 200, 250, 300]);
-        // Written up to 260, flushed up to 220: 100 (flush) and 200
-        // (write) are covered; 250 waits for its flush.
+        assert_eq!(queue_lsns(shm), vec![100, 150, 200, 250, 300]);
+        // Written up to 260, flushed up to 220, nothing applied (as
+        // pg_receivewal reports): 100 (flush) and 200 (write) are
+        // covered; 150 waits for its apply and 250 for its flush.
         let ctl = shm.repl();
         ctl.lock.lock();
-        let n = release_covered(shm, 260, 220);
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(260, 220, 0), &mut woken);
         ctl.lock.unlock();
-        assert_eq!(n, 2);
-        assert_eq!(queue_lsns(shm), vec![250, 300]);
+        assert_eq!(woken, vec![1, 2]);
+        assert_eq!(shm.procs()[1].sem.count(), 0, "posted under the lock");
+        post_released(shm, &woken);
+        assert_eq!(queue_lsns(shm), vec![150, 250, 300]);
         let state = |p: usize| shm.syncrep_waiters()[p].state.load(Ordering::Relaxed);
         assert_eq!(
             (state(1), state(2)),
@@ -490,6 +572,12 @@ mod tests {
         assert_eq!(shm.procs()[0].sem.count(), 0);
         // A waiter that gives up leaves the queue; a covered LSN never queues.
         leave_queue(shm, 3);
+        assert_eq!(queue_lsns(shm), vec![150, 300]);
+        ctl.lock.lock();
+        woken.clear();
+        release_covered(shm, &covered(260, 220, 160), &mut woken);
+        assert_eq!(woken, vec![4]);
+        ctl.lock.unlock();
         assert_eq!(queue_lsns(shm), vec![300]);
         ctl.released_flush.store(400, Ordering::Relaxed);
         assert!(!enqueue(shm, 3, 350, wait_mode::FLUSH));
@@ -499,6 +587,8 @@ mod tests {
     fn levels_follow_synchronous_commit_names() {
         assert_eq!(level_of("remote_write"), Level::RemoteWrite);
         assert_eq!(level_of("ON"), Level::RemoteFlush);
+        assert_eq!(level_of("yes"), Level::RemoteFlush);
+        assert_eq!(level_of("remote_apply"), Level::RemoteApply);
         assert_eq!(level_of("local"), Level::Local);
         assert_eq!(level_of("off"), Level::Local);
     }

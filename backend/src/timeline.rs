@@ -27,14 +27,57 @@
 //! [`Timeline::timeline_of`]; the running server's timeline is also
 //! `shm.xlog().facts.timeline`.
 //!
+//! Old timelines' segments ([`remove_older_timelines`], called by the
+//! checkpointer): after a restore or promotion, segments of an earlier
+//! timeline below the checkpointer's removal cutoff are removed as
+//! PostgreSQL's RemoveOldXlogFiles does (it compares segment numbers
+//! whatever the timeline), once archived when `archive_mode` is on; the
+//! history files stay (pg_receivewal and recovery read them).
+//!
 //! Crash safety: a history file is written whole to a temporary file,
 //! fsynced, renamed into place and the directory fsynced (through the I/O
 //! seam), so a reader sees either no file or the complete one.
 
-use crate::walfile;
+use crate::walfile::{self, Op};
 use std::fmt;
 use std::path::Path;
 use walformat::{parse_lsn, Lsn};
+
+/// Removes the segments of timelines before `tli` whose segment number is
+/// below `cutoff` (everything the checkpointer may remove on the current
+/// timeline is older than the redo point, so older-timeline segments below
+/// it are needed by nobody); with `archive_mode`, only those archived
+/// (`archive::keep_unarchived` per timeline). Returns how many it removed.
+pub fn remove_older_timelines(
+    pg_wal: &Path,
+    geo: &walformat::Geometry,
+    tli: u32,
+    cutoff: u64,
+    archive_mode: bool,
+) -> u64 {
+    let Ok(names) = walfile::list_dir(Op::WalDir, pg_wal) else {
+        return 0;
+    };
+    let mut by_tli: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+    for (t, n) in names
+        .iter()
+        .filter_map(|name| geo.parse_file_name(&name.to_string_lossy()))
+        .filter(|&(t, n)| t < tli && n < cutoff)
+    {
+        by_tli.entry(t).or_default().push(n);
+    }
+    let mut removed = 0;
+    for (old, mut segs) in by_tli {
+        segs.sort_unstable();
+        let limit = crate::archive::keep_unarchived(archive_mode, pg_wal, geo, old, &segs, cutoff);
+        for n in segs.into_iter().filter(|&n| n < limit) {
+            if walfile::remove_file(Op::WalRemove, &pg_wal.join(geo.file_name(old, n))).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
 
 /// One line of a history file: timeline `parent` ended at `switchpoint`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,6 +378,47 @@ mod tests {
             tli: 3,
             history: parse_history(text, 3, "00000003.history").unwrap(),
         }
+    }
+
+    #[test]
+    fn older_timelines_go_below_the_cutoff_once_archived() {
+        let dir = std::env::temp_dir().join(format!("walshm-tl-clean-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = dir.join(crate::archive::STATUS_DIR);
+        std::fs::create_dir_all(&status).unwrap();
+        let geo = walformat::Geometry::new(1 << 20).unwrap();
+        let touch = |name: String| std::fs::write(dir.join(name), b"").unwrap();
+        for n in 1..=5 {
+            touch(geo.file_name(1, n));
+        }
+        for n in 3..=6 {
+            touch(geo.file_name(2, n));
+        }
+        touch("00000002.history".into());
+        let have = |t: u32| -> Vec<u64> {
+            let mut v: Vec<u64> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .filter_map(|e| geo.parse_file_name(&e.file_name().to_string_lossy()))
+                .filter(|&(x, _)| x == t)
+                .map(|(_, n)| n)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        // archive_mode: segment 2 of timeline 1 is not archived yet.
+        for n in [1, 3] {
+            std::fs::write(status.join(format!("{}.done", geo.file_name(1, n))), b"").unwrap();
+        }
+        std::fs::write(status.join(format!("{}.ready", geo.file_name(1, 2))), b"").unwrap();
+        assert_eq!(remove_older_timelines(&dir, &geo, 2, 4, true), 1);
+        assert_eq!(have(1), vec![2, 3, 4, 5]);
+        // Without archiving: everything below the cutoff, on timeline 1 only.
+        assert_eq!(remove_older_timelines(&dir, &geo, 2, 4, false), 2);
+        assert_eq!(have(1), vec![4, 5]);
+        assert_eq!(have(2), vec![3, 4, 5, 6]);
+        assert!(dir.join("00000002.history").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

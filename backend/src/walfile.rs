@@ -261,6 +261,12 @@ pub fn remove_file(op: Op, path: &Path) -> std::io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// Removes the empty directory `dir`.
+pub fn remove_dir(op: Op, dir: &Path) -> std::io::Result<()> {
+    fail(op)?;
+    std::fs::remove_dir(dir)
+}
+
 /// Renames `from` to `to` (replacing `to`).
 pub fn rename(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
     fail(op)?;

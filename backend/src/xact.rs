@@ -45,7 +45,7 @@ impl<'a> Xact<'a> {
             xlog: Xlog::new(ctx),
             procarray,
             me: ctx.me,
-            synchronous: ctx.settings.synchronous_commit,
+            synchronous: ctx.settings.synchronous_commit.flushes_locally(),
             snapshot: Snapshot::default(),
             last_committed: 0,
             xid: 0,

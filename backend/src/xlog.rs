@@ -128,6 +128,9 @@ pub struct Xlog<'a> {
     stale: bool,
     /// No-I/O mode: where an insertion finishes once the generation ended.
     scratch: Vec<u8>,
+    /// `xlog_write` advanced the flush position: wake the walsenders once
+    /// WALWriteLock is released (`wake_walsenders_after_release`).
+    walsenders_to_wake: bool,
 }
 
 /// What a no-I/O process waits for the walwriter to do.
@@ -180,6 +183,7 @@ impl<'a> Xlog<'a> {
             no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
             stale: false,
             scratch: Vec::new(),
+            walsenders_to_wake: false,
         }
     }
 
@@ -671,6 +675,7 @@ impl<'a> Xlog<'a> {
                     self.xlog_write(finished, false);
                 }
                 ww.release(&self.ctx.env);
+                self.wake_walsenders_after_release();
                 return;
             }
             // Somebody is writing: sleep until it publishes a run or is done.
@@ -706,6 +711,7 @@ impl<'a> Xlog<'a> {
                 self.xlog_write(finished, true);
             }
             ww.release(&self.ctx.env);
+            self.wake_walsenders_after_release();
             return;
         }
     }
@@ -728,6 +734,7 @@ impl<'a> Xlog<'a> {
             self.xlog_write(finished, true);
         }
         ww.release(&self.ctx.env);
+        self.wake_walsenders_after_release();
         wrote
     }
 
@@ -797,6 +804,15 @@ impl<'a> Xlog<'a> {
             }
             // Release pairs with the Acquire load in `flush_lsn`.
             w.flush_result.fetch_max(written, Ordering::Release);
+            self.walsenders_to_wake = true;
+        }
+    }
+
+    /// After WALWriteLock's release: wakes the walsenders if our
+    /// `xlog_write` advanced the flush position (the wake-up's fence
+    /// follows the flush_result store either way, so none is lost).
+    fn wake_walsenders_after_release(&mut self) {
+        if std::mem::take(&mut self.walsenders_to_wake) {
             shmem::walsnd::wake_walsenders(self.shm.repl());
         }
     }

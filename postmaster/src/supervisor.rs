@@ -128,8 +128,8 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
         settings.set("password", &v).map_err(|e| e.to_string())?;
     }
-    if opts.ack && !settings.synchronous_commit {
-        return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = on".into());
+    if opts.ack && !settings.synchronous_commit.flushes_locally() {
+        return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = local, remote_write, on or remote_apply (not off)".into());
     }
     let workers = supervised_workers(conf_workers, &opts, &settings)?;
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;

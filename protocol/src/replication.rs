@@ -598,8 +598,40 @@ pub fn query_text(body: &[u8]) -> Result<String, SqlError> {
         .map_err(|_| SqlError::protocol_violation("invalid byte sequence for encoding \"UTF8\""))
 }
 
+/// A lag in microseconds as PostgreSQL prints an interval under its
+/// default IntervalStyle (postgres): `HH:MM:SS.ffffff`, the fraction
+/// without trailing zeros, and a leading day count past 24 hours.
+pub fn format_interval(us: i64) -> String {
+    let us = us.max(0);
+    let days = us / 86_400_000_000;
+    let rest = us % 86_400_000_000;
+    let (h, m) = (rest / 3_600_000_000, rest / 60_000_000 % 60);
+    let (s, frac) = (rest / 1_000_000 % 60, rest % 1_000_000);
+    let mut out = match days {
+        0 => String::new(),
+        1 => "1 day ".to_string(),
+        d => format!("{d} days "),
+    };
+    out.push_str(&format!("{h:02}:{m:02}:{s:02}"));
+    if frac != 0 {
+        let f = format!("{frac:06}");
+        out.push('.');
+        out.push_str(f.trim_end_matches('0'));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn intervals_print_as_postgresql_does() {
+        use super::format_interval;
+        assert_eq!(format_interval(1_234), "00:00:00.001234");
+        assert_eq!(format_interval(1_500_000), "00:00:01.5");
+        assert_eq!(format_interval(3_723_000_000), "01:02:03");
+        assert_eq!(format_interval(90_000_000_000), "1 day 01:00:00");
+    }
+
     use super::*;
 
     #[test]

@@ -188,8 +188,14 @@ struct Parameters {
 }
 
 impl Parameters {
-    fn new(sync: bool) -> Self {
-        let name = if sync { "on" } else { "off" }.to_string();
+    /// `server` is the server-wide synchronous_commit as SHOW prints it
+    /// (remote_write, local, ...); kept when it agrees with `sync`.
+    fn new(sync: bool, server: Option<String>) -> Self {
+        let agrees =
+            |n: &String| settings::parse_synchronous_commit(n).is_ok_and(|(b, _)| b == sync);
+        let name = server
+            .filter(agrees)
+            .unwrap_or_else(|| if sync { "on" } else { "off" }.to_string());
         Parameters {
             sync_name: name.clone(),
             sync_default: (sync, name.clone()),
@@ -334,6 +340,7 @@ fn no_transaction_warning() -> SqlError {
 impl<'s, S: Read + Write> Connection<'s, S> {
     fn new(session: &'s mut dyn Session, stream: &'s mut S) -> Self {
         let sync = session.synchronous_commit();
+        let server_sync = session.server_setting("synchronous_commit");
         Connection {
             session,
             stream,
@@ -344,7 +351,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             statements: HashMap::new(),
             portals: HashMap::new(),
             skipping: false,
-            params: Parameters::new(sync),
+            params: Parameters::new(sync, server_sync),
             reports: Vec::new(),
             wants_flush: false,
             wants_flush_now: false,

@@ -171,6 +171,10 @@ pub struct ReplicationRow {
     /// "async", "potential", "sync", "quorum".
     pub sync_state: String,
     pub reply_time: Option<i64>,
+    /// write_lag, flush_lag, replay_lag in microseconds (None: NULL).
+    pub write_lag: Option<i64>,
+    pub flush_lag: Option<i64>,
+    pub replay_lag: Option<i64>,
 }
 
 /// Why the server wants this connection to end.

@@ -33,6 +33,7 @@
 mod kinds;
 
 use crate::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
 pub use kinds::{Context, Family, Kind, Setting, SettingError, Text, Unit, Value};
 
@@ -102,9 +103,12 @@ declare_settings! {
     /// Call fdatasync on WAL.
     fsync: bool = true =>
         "fsync", Kind::Bool, "fdatasync WAL (off: measure the insert path alone)";
-    /// Commits wait for their WAL flush.
-    synchronous_commit: bool = true =>
-        "synchronous_commit", Kind::Bool, "commits wait for their WAL flush",
+    /// What commits wait for: their WAL flush, and with
+    /// synchronous_standby_names the standbys' write, flush or apply.
+    synchronous_commit: SyncCommit = SyncCommit::On =>
+        "synchronous_commit",
+        Kind::Text { valid: SyncCommit::VALID, check: sync_commit_value },
+        "what commits wait for (off: nothing; local: the local flush; remote_write/on/remote_apply: also the standbys)",
         context(Context::Session);
     /// The walwriter initializes WAL buffer pages ahead of insertion.
     wal_preinit: bool = true =>
@@ -245,6 +249,14 @@ fn standby_names_syntax(row: &Setting, value: &str) -> Result<(), SettingError> 
     crate::walsnd::standby_names::parse(value)
         .map(|_| ())
         .map_err(|e| SettingError(format!("{}: {e}", row.invalid(value).0)))
+}
+
+/// `synchronous_commit` must be one of PostgreSQL's values.
+fn sync_commit_value(row: &Setting, value: &str) -> Result<(), SettingError> {
+    match SyncCommit::parse(value) {
+        Some(_) => Ok(()),
+        None => Err(row.invalid(value)),
+    }
 }
 
 fn keep_size_syntax(row: &Setting, value: &str) -> Result<(), SettingError> {

@@ -1,6 +1,7 @@
 //! Replication state in shared memory: the walsender array (PostgreSQL's
 //! WalSndCtl), the replication slots (ReplicationSlotCtl) and the
-//! synchronous-replication wait queue (SyncRepQueue).
+//! synchronous-replication wait queue (SyncRepQueue); and the
+//! `synchronous_commit` levels ([`SyncCommit`]).
 //!
 //! Two regions: [`ReplCtl`] (one; fixed-capacity arrays of
 //! [`MAX_WAL_SENDERS`] walsenders and [`MAX_SLOTS`] slots, so that the
@@ -9,8 +10,8 @@
 //! numbers are stored plus one so that 0 means "none".
 //!
 //! Lock inventory: `ReplCtl::lock` (a spinlock, held for a few loads and
-//! stores, never across file I/O or a wait; the sync-rep release posts
-//! waiters' semaphores under it, a futex wake that never blocks) protects
+//! stores, never across file I/O, a wait or a wake-up: the sync-rep release
+//! posts the released waiters' semaphores after unlocking it) protects
 //! * allocation of walsender entries (`WalSnd::pid` 0 <-> nonzero) and slot
 //!   entries (`SlotShared::in_use`), and a slot's `active_pid`;
 //! * the sync-rep queue: `queue_head`/`queue_tail` and every waiter's
@@ -133,7 +134,14 @@ pub struct WalSnd {
     pub sync_state: AtomicU32,
     /// The slot this walsender streams for, plus one (0: none).
     pub slot: AtomicU32,
+    /// write_lag, flush_lag, replay_lag in microseconds (-1: NULL), as the
+    /// walsender's lag tracker last measured them.
+    pub write_lag: AtomicI64,
+    pub flush_lag: AtomicI64,
+    pub replay_lag: AtomicI64,
     pub application_name: ShName,
+    /// The role the replication connection logged in as.
+    pub usename: ShName,
 }
 
 /// One replication slot. `in_use` 0: free.
@@ -178,6 +186,7 @@ pub struct ReplCtl {
     /// release pass covered).
     pub released_write: AtomicU64,
     pub released_flush: AtomicU64,
+    pub released_apply: AtomicU64,
     /// Commits released so far, and release passes that released any
     /// (commits released per status update = their ratio).
     pub released_commits: AtomicU64,
@@ -197,6 +206,72 @@ pub mod wait_state {
 pub mod wait_mode {
     pub const WRITE: u32 = 0;
     pub const FLUSH: u32 = 1;
+    /// remote_apply: the standbys applied (replayed) it. pg_receivewal
+    /// reports no apply position, so such a waiter is never released by
+    /// it (as in PostgreSQL: its commits block until cancelled).
+    pub const APPLY: u32 = 2;
+}
+
+/// `synchronous_commit` (PostgreSQL's values and spellings): what a commit
+/// waits for before it is acknowledged.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncCommit {
+    /// No wait: the walwriter flushes within wal_writer_delay.
+    Off,
+    /// The local flush only (no standby).
+    Local,
+    /// The local flush and the synchronous standbys' write.
+    RemoteWrite,
+    /// The local flush and the synchronous standbys' flush.
+    On,
+    /// The local flush and the synchronous standbys' apply.
+    RemoteApply,
+}
+
+impl SyncCommit {
+    /// The values PostgreSQL lists in its hint (the boolean spellings are
+    /// accepted too but not listed, as in PostgreSQL).
+    pub const VALID: &'static str = "local, remote_write, remote_apply, on, off";
+
+    /// Parses a value, case-insensitively: the five names and on/off's
+    /// other spellings true/yes/1 and false/no/0.
+    pub fn parse(value: &str) -> Option<SyncCommit> {
+        Some(match value.trim().to_ascii_lowercase().as_str() {
+            "off" | "false" | "no" | "0" => SyncCommit::Off,
+            "local" => SyncCommit::Local,
+            "remote_write" => SyncCommit::RemoteWrite,
+            "on" | "true" | "yes" | "1" => SyncCommit::On,
+            "remote_apply" => SyncCommit::RemoteApply,
+            _ => return None,
+        })
+    }
+
+    /// The canonical name SHOW prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncCommit::Off => "off",
+            SyncCommit::Local => "local",
+            SyncCommit::RemoteWrite => "remote_write",
+            SyncCommit::On => "on",
+            SyncCommit::RemoteApply => "remote_apply",
+        }
+    }
+
+    /// Does a commit wait for its local flush (everything but off)?
+    pub fn flushes_locally(self) -> bool {
+        self != SyncCommit::Off
+    }
+
+    /// The sync-rep wait mode, None for off and local.
+    pub fn wait_mode(self) -> Option<u32> {
+        match self {
+            SyncCommit::Off | SyncCommit::Local => None,
+            SyncCommit::RemoteWrite => Some(wait_mode::WRITE),
+            SyncCommit::On => Some(wait_mode::FLUSH),
+            SyncCommit::RemoteApply => Some(wait_mode::APPLY),
+        }
+    }
 }
 
 /// One proc's sync-rep wait (PostgreSQL's PGPROC waitLSN / syncRepState /
@@ -262,6 +337,28 @@ mod tests {
         n.store(&long);
         assert!(n.load().len() < NAME_BYTES);
         assert!(long.starts_with(&n.load()));
+    }
+
+    #[test]
+    fn synchronous_commit_takes_postgresql_values_and_spellings() {
+        for (text, v) in [
+            ("OFF", SyncCommit::Off),
+            ("no", SyncCommit::Off),
+            ("0", SyncCommit::Off),
+            ("local", SyncCommit::Local),
+            ("Remote_Write", SyncCommit::RemoteWrite),
+            ("true", SyncCommit::On),
+            ("1", SyncCommit::On),
+            ("remote_apply", SyncCommit::RemoteApply),
+        ] {
+            assert_eq!(SyncCommit::parse(text), Some(v), "{text}");
+            assert_eq!(SyncCommit::parse(v.name()), Some(v));
+        }
+        assert_eq!(SyncCommit::parse("remote"), None);
+        assert_eq!(SyncCommit::parse("o"), None);
+        assert_eq!(SyncCommit::Local.wait_mode(), None);
+        assert!(SyncCommit::Local.flushes_locally());
+        assert!(!SyncCommit::Off.flushes_locally());
     }
 
     #[test]

@@ -172,6 +172,13 @@ impl<'a> Checkpointer<'a> {
                 removed += 1;
             }
         }
+        removed += crate::timeline::remove_older_timelines(
+            &pg_wal,
+            &self.geo,
+            tli,
+            cutoff,
+            s.archive_mode,
+        );
         (removed, recycled)
     }
 }

@@ -22,7 +22,7 @@ use super::value::{SqlType, Value, F64};
 use crate::error::{sqlstate, SqlError};
 use crate::session::{ActivityRow, ReplicationRow, ReplicationSlotRow, SettingRow};
 
-use SqlType::{Bool, Float8, Inet, Int4, Int8, Lsn, Name, Oid, Text, Timestamptz, Xid};
+use SqlType::{Bool, Float8, Inet, Int4, Int8, Interval, Lsn, Name, Oid, Text, Timestamptz, Xid};
 
 /// Rows of a relation, given its (already typed) arguments.
 pub type Producer = fn(&mut Env, &[Value]) -> Result<Vec<Vec<Value>>, SqlError>;
@@ -159,10 +159,9 @@ pub static RELATIONS: &[Relation] = &[
             ("write_lsn", Lsn),
             ("flush_lsn", Lsn),
             ("replay_lsn", Lsn),
-            // interval in PostgreSQL; never measured here, so always NULL.
-            ("write_lag", Text),
-            ("flush_lag", Text),
-            ("replay_lag", Text),
+            ("write_lag", Interval),
+            ("flush_lag", Interval),
+            ("replay_lag", Interval),
             ("sync_priority", Int4),
             ("sync_state", Text),
             ("reply_time", Timestamptz),
@@ -374,6 +373,11 @@ fn replication_slots(env: &mut Env, _: &[Value]) -> Result<Vec<Vec<Value>>, SqlE
         .collect())
 }
 
+/// A lag in microseconds, typed interval by its column.
+fn opt_interval(us: Option<i64>) -> Value {
+    us.map_or(Value::Null, Value::Int)
+}
+
 fn replication_row(r: ReplicationRow) -> Vec<Value> {
     vec![
         Value::Int(i64::from(r.pid)),
@@ -390,9 +394,9 @@ fn replication_row(r: ReplicationRow) -> Vec<Value> {
         opt_lsn(r.write_lsn),
         opt_lsn(r.flush_lsn),
         opt_lsn(r.replay_lsn),
-        Value::Null,
-        Value::Null,
-        Value::Null,
+        opt_interval(r.write_lag),
+        opt_interval(r.flush_lag),
+        opt_interval(r.replay_lag),
         Value::Int(i64::from(r.sync_priority)),
         text(r.sync_state),
         opt_time(r.reply_time),

@@ -655,12 +655,14 @@ impl<'a> Parser<'a> {
             }
             name
         };
-        let value = self.set_value()?;
+        let value = self.set_value(name == "timezone")?;
         Ok(Statement::Set { name, value, local })
     }
 
-    fn set_value(&mut self) -> Result<SetValue, SqlError> {
-        if self.eat_kw("default") || self.eat_kw("local") {
+    /// `timezone`: SET TIME ZONE LOCAL means DEFAULT; for any other
+    /// parameter LOCAL is a plain word (`synchronous_commit = local`).
+    fn set_value(&mut self, time_zone: bool) -> Result<SetValue, SqlError> {
+        if self.eat_kw("default") || (time_zone && self.eat_kw("local")) {
             self.expect_end()?;
             return Ok(SetValue::Default);
         }
@@ -1436,6 +1438,22 @@ mod tests {
                 name: "synchronous_commit".into(),
                 value: SetValue::Values(vec!["remote_write".into()]),
                 local: true
+            }
+        );
+        assert_eq!(
+            one("SET synchronous_commit = local"),
+            Statement::Set {
+                name: "synchronous_commit".into(),
+                value: SetValue::Values(vec!["local".into()]),
+                local: false
+            }
+        );
+        assert_eq!(
+            one("SET TIME ZONE LOCAL"),
+            Statement::Set {
+                name: "timezone".into(),
+                value: SetValue::Default,
+                local: false
             }
         );
         assert_eq!(

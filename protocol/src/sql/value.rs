@@ -32,6 +32,9 @@ pub enum SqlType {
     Oid,
     Xid,
     Inet,
+    /// An interval, held as Value::Int microseconds (output only:
+    /// pg_stat_replication's lag columns).
+    Interval,
     /// An anonymous record (a function returning several OUT columns).
     Record,
     /// An untyped string literal or parameter, before context decides.
@@ -58,6 +61,7 @@ const ALL_TYPES: &[SqlType] = &[
     SqlType::Oid,
     SqlType::Xid,
     SqlType::Inet,
+    SqlType::Interval,
     SqlType::Record,
 ];
 
@@ -82,6 +86,7 @@ impl SqlType {
             SqlType::Oid => 26,
             SqlType::Xid => 28,
             SqlType::Inet => 869,
+            SqlType::Interval => 1186,
             SqlType::Record => 2249,
         }
     }
@@ -102,6 +107,7 @@ impl SqlType {
             | SqlType::Float8
             | SqlType::Timestamptz => 8,
             SqlType::Name => 64,
+            SqlType::Interval => 16,
             SqlType::Unknown => -2,
             SqlType::Bytea
             | SqlType::Text
@@ -132,6 +138,7 @@ impl SqlType {
             SqlType::Oid => "oid",
             SqlType::Xid => "xid",
             SqlType::Inet => "inet",
+            SqlType::Interval => "interval",
             SqlType::Record => "record",
             SqlType::Unknown => "unknown",
         }
@@ -172,6 +179,7 @@ impl SqlType {
             "oid" => SqlType::Oid,
             "xid" => SqlType::Xid,
             "inet" => SqlType::Inet,
+            "interval" => SqlType::Interval,
             "record" => SqlType::Record,
             _ => {
                 return Err(SqlError::error(
@@ -495,10 +503,12 @@ pub fn parse_text(ty: SqlType, input: &str) -> Result<Value, SqlError> {
             .parse::<std::net::IpAddr>()
             .map(|a| Value::Text(a.to_string()))
             .map_err(|_| invalid_syntax(ty, input)),
-        SqlType::Timestamptz | SqlType::Record => Err(SqlError::not_supported(format!(
-            "input of type {} is not supported by walshm",
-            ty.display_name()
-        ))),
+        SqlType::Timestamptz | SqlType::Interval | SqlType::Record => {
+            Err(SqlError::not_supported(format!(
+                "input of type {} is not supported by walshm",
+                ty.display_name()
+            )))
+        }
     }
 }
 
@@ -562,7 +572,7 @@ pub fn parse_binary(ty: SqlType, bytes: &[u8], index: usize) -> Result<Value, Sq
                 .checked_add(PG_EPOCH_US)
                 .ok_or_else(bad)?,
         ),
-        SqlType::Numeric | SqlType::Inet | SqlType::Record => {
+        SqlType::Numeric | SqlType::Inet | SqlType::Interval | SqlType::Record => {
             return Err(SqlError::not_supported(format!(
                 "binary input of type {} is not supported by walshm",
                 ty.display_name()
@@ -594,6 +604,9 @@ pub fn format_text(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
             } else {
                 b"f".to_vec()
             }
+        }
+        Value::Int(us) if ty == SqlType::Interval => {
+            crate::replication::format_interval(*us).into_bytes()
         }
         Value::Int(i) => i.to_string().into_bytes(),
         Value::Text(s) => s.clone().into_bytes(),
@@ -627,6 +640,8 @@ pub fn format_binary(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
             SqlType::Int2 => (*i as i16).to_be_bytes().to_vec(),
             SqlType::Int4 => (*i as i32).to_be_bytes().to_vec(),
             SqlType::Oid => (*i as u32).to_be_bytes().to_vec(),
+            // interval_send: microseconds, days, months.
+            SqlType::Interval => [i.to_be_bytes(), [0; 8]].concat(),
             _ => i.to_be_bytes().to_vec(),
         },
         Value::Text(s) if ty == SqlType::Inet => inet_binary(s),

@@ -429,6 +429,20 @@ enum_fields!(
     XidClear
 );
 
+/// synchronous_commit: a Text row (its aliases are not listed as valid
+/// values) whose field is the parsed level.
+impl Field for crate::walsnd::SyncCommit {
+    fn value(&self) -> Value<'_> {
+        Value::Enum(self.name())
+    }
+    fn from_value(v: Value<'_>) -> Option<Self> {
+        match v {
+            Value::Text(t) | Value::Enum(t) => Self::parse(t),
+            _ => None,
+        }
+    }
+}
+
 /// A short string stored inline (plain data, so it can live in shared
 /// memory). Always valid UTF-8, NUL-padded.
 #[repr(C)]
