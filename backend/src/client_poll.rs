@@ -98,9 +98,7 @@ pub struct PollingStream<'a, S> {
 
 impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
     pub fn new(inner: S, shm: &'a Shmem) -> Self {
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1);
+        let cpus = cpus_allowed();
         PollingStream {
             inner,
             shm,
@@ -168,6 +166,22 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
     }
 }
 
+/// CPUs this process may run on (its affinity mask): one system call,
+/// where `std::thread::available_parallelism` also opens and reads three
+/// cgroup files, on every connection. 1 if the mask cannot be read.
+fn cpus_allowed() -> u32 {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is
+    // this thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return 1;
+    }
+    // SAFETY: `set` was filled by sched_getaffinity.
+    (unsafe { libc::CPU_COUNT(&set) } as u32).max(1)
+}
+
 impl<S: Read + AsRawFd> Read for PollingStream<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let prev = waitevent::report(waitevent::CLIENT_READ);
@@ -225,6 +239,16 @@ mod tests {
         assert_eq!(&buf[..5], b"hello");
         drop(writer.join().unwrap());
         assert_eq!(s.read(&mut buf).unwrap(), 0, "EOF once the peer closed");
+    }
+
+    #[test]
+    fn counts_the_cpus_this_process_may_use() {
+        let std_count = std::thread::available_parallelism().unwrap().get() as u32;
+        assert!(
+            cpus_allowed() >= std_count,
+            "affinity is at least the quota-capped count"
+        );
+        assert!(cpus_allowed() >= 1);
     }
 
     #[test]

@@ -881,6 +881,9 @@ fn repeated_texts_answer_as_the_first_time() {
         as_text
     );
     let inferred = extended_reply(&mut raw, "SELECT $1", &[], &["41"]);
-    assert_eq!(extended_reply(&mut raw, "SELECT $1", &[], &["41"]), inferred);
+    assert_eq!(
+        extended_reply(&mut raw, "SELECT $1", &[], &["41"]),
+        inferred
+    );
     server.assert_contract_kept();
 }
