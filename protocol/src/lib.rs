@@ -16,6 +16,7 @@
 mod codec;
 mod error;
 pub mod limits;
+mod plancache;
 pub mod replication;
 mod scram;
 mod serve;

@@ -33,6 +33,7 @@ use std::rc::Rc;
 use crate::codec::{decode_frontend, CodecError, FieldDescription, FrontendMessage, Out, Target};
 use crate::error::{sqlstate, SqlError};
 use crate::limits::{check_memory, out_of_memory};
+use crate::plancache::PlanCache;
 use crate::session::{Session, SettingRow, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
 use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
@@ -219,6 +220,8 @@ struct Connection<'s, S> {
     xact_start: i64,
     statements: HashMap<String, (Rc<Analyzed>, Rc<str>)>,
     portals: HashMap<String, Portal>,
+    /// Texts seen before, analyzed (see `plancache`).
+    plans: PlanCache,
     /// An extended-protocol message failed: ignore messages until Sync.
     skipping: bool,
     params: Parameters,
@@ -350,6 +353,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             xact_start: 0,
             statements: HashMap::new(),
             portals: HashMap::new(),
+            plans: PlanCache::default(),
             skipping: false,
             params: Parameters::new(sync, server_sync),
             reports: Vec::new(),
@@ -689,6 +693,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         self.portals.remove("");
         self.session
             .report_activity(Some(sql), self.tx != TxState::Idle);
+        if let Some(plans) = self.plans.simple(sql) {
+            return self.run_statements(&plans, |c, a| c.cached_statement(a));
+        }
         let statements = match parse_statements_within(sql, self.session.memory_limit()) {
             Ok(s) => s,
             Err(e) => return self.fail(e),
@@ -697,15 +704,30 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             self.out.empty_query_response();
             return;
         }
-        for stmt in &statements {
+        let mut analyzed = Vec::with_capacity(statements.len());
+        self.run_statements(&statements, |c, stmt| {
+            c.simple_statement(stmt, &mut analyzed)
+        });
+        if analyzed.len() == statements.len() {
+            self.plans.insert_simple(sql, analyzed);
+        }
+    }
+
+    /// Runs the statements of one Query message in order until the first
+    /// error, then commits the implicit transaction.
+    fn run_statements<T>(
+        &mut self,
+        items: &[T],
+        mut step: impl FnMut(&mut Self, &T) -> Result<(), SqlError>,
+    ) {
+        for item in items {
             if self.broken.is_some() {
                 return; // the client is gone: `serve` rolls back, nothing more runs
             }
             if let Some(t) = self.session.termination() {
                 return self.terminate(t);
             }
-            let result = self.simple_statement(stmt);
-            if let Err(e) = result {
+            if let Err(e) = step(self, item) {
                 return self.fail(e);
             }
         }
@@ -714,15 +736,39 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         }
     }
 
-    fn simple_statement(&mut self, stmt: &crate::sql::Statement) -> Result<(), SqlError> {
+    /// Analyzes and runs one statement of a Query message seen for the
+    /// first time, keeping its analysis in `analyzed`.
+    fn simple_statement(
+        &mut self,
+        stmt: &crate::sql::Statement,
+        analyzed: &mut Vec<Rc<Analyzed>>,
+    ) -> Result<(), SqlError> {
+        self.may_run(stmt.is_transaction_exit())?;
+        let a = Rc::new(analyze(stmt, &[], false)?);
+        analyzed.push(a.clone());
+        self.run_simple(&a)
+    }
+
+    /// Runs one statement of a Query message analyzed before.
+    fn cached_statement(&mut self, a: &Rc<Analyzed>) -> Result<(), SqlError> {
+        self.may_run(a.is_transaction_exit())?;
+        self.run_simple(a)
+    }
+
+    /// A statement about to run: cancelled, or refused in a failed block.
+    fn may_run(&mut self, transaction_exit: bool) -> Result<(), SqlError> {
         if self.session.take_cancel() {
             return Err(query_canceled());
         }
-        if self.tx == TxState::Failed && !stmt.is_transaction_exit() {
+        if self.tx == TxState::Failed && !transaction_exit {
             return Err(in_failed_transaction());
         }
-        let analyzed = analyze(stmt, &[], false)?;
-        let Outcome { tag, rows } = self.run(&analyzed, &[])?;
+        Ok(())
+    }
+
+    /// Runs an analyzed statement of a Query message and writes its reply.
+    fn run_simple(&mut self, analyzed: &Analyzed) -> Result<(), SqlError> {
+        let Outcome { tag, rows } = self.run(analyzed, &[])?;
         let columns = analyzed.columns();
         if let Some(columns) = &columns {
             self.out.row_description(&fields(columns, &[]))?;
@@ -745,6 +791,14 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 format!("prepared statement \"{name}\" already exists"),
             ));
         }
+        if let Some((analyzed, text)) = self.plans.extended(query, declared) {
+            if self.tx == TxState::Failed && !analyzed.is_transaction_exit() {
+                return Err(in_failed_transaction());
+            }
+            self.statements.insert(name.to_string(), (analyzed, text));
+            self.out.parse_complete();
+            return Ok(());
+        }
         let statements = parse_statements_within(query, self.session.memory_limit())?;
         if statements.len() > 1 {
             return Err(SqlError::syntax_error(
@@ -766,8 +820,15 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 analyze(stmt, declared, true)?
             }
         };
-        self.statements
-            .insert(name.to_string(), (Rc::new(analyzed), Rc::from(query)));
+        let analyzed = Rc::new(analyzed);
+        let cached = match analyzed.kind {
+            Kind::Empty => None, // no failed-block check: not cached
+            _ => self
+                .plans
+                .insert_extended(query, declared, analyzed.clone()),
+        };
+        let text = cached.unwrap_or_else(|| Rc::from(query));
+        self.statements.insert(name.to_string(), (analyzed, text));
         self.out.parse_complete();
         Ok(())
     }

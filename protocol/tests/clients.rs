@@ -756,3 +756,134 @@ fn malformed_message_is_a_protocol_violation() {
     assert!(String::from_utf8_lossy(&msgs[0].1).contains("C08P01\0"));
     server.assert_contract_kept();
 }
+
+/// The SQLSTATE of an ErrorResponse body, if it is one.
+fn sqlstate_of(m: &(u8, Vec<u8>)) -> Option<String> {
+    if m.0 != b'E' {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&m.1);
+    let code = text.split('\0').find_map(|f| f.strip_prefix('C'))?;
+    Some(code.to_string())
+}
+
+/// A Query message's reply as (tag, SQLSTATE or DataRow text).
+fn query_reply(raw: &mut Raw, sql: &str) -> Vec<(u8, String)> {
+    raw.send(b'Q', &cstr(sql));
+    let msgs = raw.until_ready();
+    msgs.iter()
+        .map(|m| match (m.0, sqlstate_of(m)) {
+            (_, Some(code)) => (m.0, code),
+            (b'E', None) => (m.0, "no SQLSTATE".into()),
+            (tag, None) => (tag, String::from_utf8_lossy(&m.1).into_owned()),
+        })
+        .collect()
+}
+
+/// An unnamed Parse (with declared type OIDs), Bind of text parameters,
+/// Execute and Sync; the reply as in `query_reply`.
+fn extended_reply(
+    raw: &mut Raw,
+    sql: &str,
+    declared: &[i32],
+    params: &[&str],
+) -> Vec<(u8, String)> {
+    let mut parse = cstr("");
+    parse.extend(cstr(sql));
+    parse.extend((declared.len() as i16).to_be_bytes());
+    for oid in declared {
+        parse.extend(oid.to_be_bytes());
+    }
+    raw.send(b'P', &parse);
+    let mut bind = cstr("");
+    bind.extend(cstr(""));
+    bind.extend(0i16.to_be_bytes());
+    bind.extend((params.len() as i16).to_be_bytes());
+    for p in params {
+        bind.extend((p.len() as i32).to_be_bytes());
+        bind.extend_from_slice(p.as_bytes());
+    }
+    bind.extend(0i16.to_be_bytes());
+    raw.send(b'B', &bind);
+    let mut execute = cstr("");
+    execute.extend(0i32.to_be_bytes());
+    raw.send(b'E', &execute);
+    raw.send(b'S', &[]);
+    let msgs = raw.until_ready();
+    msgs.iter()
+        .map(|m| match sqlstate_of(m) {
+            Some(code) => (m.0, code),
+            None => (m.0, String::from_utf8_lossy(&m.1).into_owned()),
+        })
+        .collect()
+}
+
+/// The session's cache of analyzed texts (plancache.rs) must not change a
+/// reply: every text is sent several times and must answer the same each
+/// time, errors with the same SQLSTATE at the same point of the message;
+/// what a statement reads when it runs (a setting, the block state) is
+/// read again on every run.
+#[test]
+fn repeated_texts_answer_as_the_first_time() {
+    let server = UnixServer::start();
+    let mut raw = Raw::connect(&server);
+    let cases: &[(&str, &[&str])] = &[
+        ("SELECT 1 AS a, 'x' AS b", &[]),
+        ("SELEC 1", &["42601"]),
+        ("SELECT nosuch(1)", &["42883"]),
+        ("SELECT 1; SELECT nosuch(1); SELECT 2", &["42883"]),
+        ("SELECT 1/0", &["22012"]),
+        ("SELECT 1; SELECT 1/0; SELECT 2", &["22012"]),
+        ("", &[]),
+    ];
+    for (sql, codes) in cases {
+        let first = query_reply(&mut raw, sql);
+        let got: Vec<&str> = first
+            .iter()
+            .filter(|m| m.0 == b'E')
+            .map(|m| m.1.as_str())
+            .collect();
+        assert_eq!(got, *codes, "{sql}: {first:?}");
+        for _ in 0..3 {
+            assert_eq!(query_reply(&mut raw, sql), first, "{sql} repeated");
+        }
+    }
+    // SHOW is analyzed once and run each time: it sees a SET in between.
+    let show = "SHOW synchronous_commit";
+    let shown = |r: &[(u8, String)]| r.iter().find(|m| m.0 == b'D').map(|m| m.1.clone());
+    let on = shown(&query_reply(&mut raw, show)).unwrap();
+    assert!(on.ends_with("on"), "{on:?}");
+    query_reply(&mut raw, "SET synchronous_commit = off");
+    let off = shown(&query_reply(&mut raw, show)).unwrap();
+    assert!(off.ends_with("off"), "{off:?}");
+    // In a failed block a cached text is refused (25P02) until ROLLBACK.
+    query_reply(&mut raw, "BEGIN");
+    let failed = query_reply(&mut raw, "SELECT nosuch(1)");
+    assert_eq!(failed.last().unwrap().1, "E", "{failed:?}");
+    let refused = query_reply(&mut raw, "SELECT 1 AS a, 'x' AS b");
+    assert_eq!(refused[0], (b'E', "25P02".to_string()), "{refused:?}");
+    let select = "SELECT $1::int + 1";
+    let parse_refused = extended_reply(&mut raw, select, &[], &["41"]);
+    assert_eq!(parse_refused[0], (b'E', "25P02".to_string()));
+    query_reply(&mut raw, "ROLLBACK");
+    // Parse: the same text with other declared types is analyzed anew.
+    let first = extended_reply(&mut raw, select, &[], &["41"]);
+    assert_eq!(first.iter().map(|m| m.0).collect::<Vec<_>>(), b"12DCZ");
+    for _ in 0..2 {
+        assert_eq!(extended_reply(&mut raw, select, &[], &["41"]), first);
+    }
+    let as_text = extended_reply(&mut raw, "SELECT $1", &[25], &["41"]);
+    let as_int = extended_reply(&mut raw, "SELECT $1", &[23], &["x"]);
+    assert_eq!(as_text[2].0, b'D', "{as_text:?}");
+    assert_eq!(as_int[1], (b'E', "22P02".to_string()), "{as_int:?}");
+    assert_eq!(
+        extended_reply(&mut raw, "SELECT $1", &[25], &["41"]),
+        as_text
+    );
+    let inferred = extended_reply(&mut raw, "SELECT $1", &[], &["41"]);
+    assert_eq!(
+        extended_reply(&mut raw, "SELECT $1", &[], &["41"]),
+        inferred
+    );
+    server.assert_contract_kept();
+}

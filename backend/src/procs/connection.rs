@@ -55,23 +55,31 @@ pub struct WalSession<'a> {
     xact: Xact<'a>,
     datadir: PathBuf,
     activity: ActivityWriter<'a>,
-    /// (segment size, timeline) from the control file, read once.
-    geometry: (u64, u32),
+    /// (segment size, timeline) from the control file, read once when
+    /// first asked for (most sessions never do: not reading it at start
+    /// saves a connection an open, stat, read and close).
+    geometry: std::cell::OnceCell<(u64, u32)>,
 }
 
 impl<'a> WalSession<'a> {
     /// Joins the ProcArray as the context's proc.
     pub fn new(ctx: &'a ProcContext<'a>) -> Self {
-        let geometry = crate::control::ControlFile::read(&ctx.datadir)
-            .map(|c| (c.seg_size, c.timeline))
-            .unwrap_or((16 << 20, 1));
         WalSession {
             shm: ctx.shm,
             xact: Xact::new(ctx),
             datadir: ctx.datadir.clone(),
             activity: stats::activity_writer(ctx.shm, ctx.procno),
-            geometry,
+            geometry: std::cell::OnceCell::new(),
         }
+    }
+
+    /// (segment size, timeline), from the control file on first use.
+    fn geometry(&self) -> (u64, u32) {
+        *self.geometry.get_or_init(|| {
+            crate::control::ControlFile::read(&self.datadir)
+                .map(|c| (c.seg_size, c.timeline))
+                .unwrap_or((16 << 20, 1))
+        })
     }
 
     /// Leaves the ProcArray; ends an open transaction first.
@@ -223,11 +231,11 @@ impl Session for WalSession<'_> {
     }
 
     fn wal_segment_size(&self) -> u64 {
-        self.geometry.0
+        self.geometry().0
     }
 
     fn timeline(&self) -> u32 {
-        self.geometry.1
+        self.geometry().1
     }
 
     fn activity(&mut self) -> Vec<ActivityRow> {
