@@ -21,15 +21,18 @@
 //! With `wal_insertion = single` every backend uses insertion lock 0, so the
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
-//! Locks in use (`wal_insert_lock_spread`, issue 16): with `cpus` a backend
-//! takes and rotates over only the first min(`wal_insert_locks`, CPUs it may
-//! run on) locks; with `all`, over every lock as PostgreSQL does. More
-//! holders than CPUs cannot copy in parallel: on 2 cores with 256 clients
-//! the 8 holders only preempt each other while holding their locks, and
-//! every release wakes a waiter that mostly finds the lock taken again
-//! (about 9x the context switches of one lock, see the issue notes). The
-//! other locks stay free, so `wait_insertions_to_finish`, which still looks
-//! at every lock, is unaffected.
+//! Locks in use (`wal_insert_lock_spread`, issue 16): with `all` (default)
+//! a backend rotates over every lock as PostgreSQL does; with `cpus`, over
+//! only the first min(`wal_insert_locks`, CPUs it may run on). More holders
+//! than CPUs cannot copy in parallel: on 2 cores with 256 clients the 8
+//! holders preempt each other while holding their locks, and every release
+//! wakes a waiter that mostly finds the lock taken again (about 9x the
+//! context switches of one lock). `cpus` halves those context switches, but
+//! when other programs take the CPUs a preempted holder then blocks half of
+//! the insert capacity instead of an eighth, and same-run A/Bs on a shared
+//! machine went both ways, so it is not the default. The other locks stay
+//! free, so `wait_insertions_to_finish`, which still looks at every lock, is
+//! unaffected.
 //!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
 //! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one

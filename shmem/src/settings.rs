@@ -241,11 +241,11 @@ declare_settings! {
     track_wal_io_timing: bool = false =>
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
     // ---- issue 16: the direct path ----
-    /// Insertion locks backends spread over: `cpus` (at most one per CPU)
-    /// or `all` of `wal_insert_locks`.
-    wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::Cpus =>
+    /// Insertion locks backends spread over: `all` of `wal_insert_locks`
+    /// or `cpus` (at most one per CPU).
+    wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::All =>
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
-        "insertion locks in use: cpus (at most one per CPU) or all";
+        "insertion locks in use: all, or cpus (at most one per CPU)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

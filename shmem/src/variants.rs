@@ -92,12 +92,12 @@ variant_enum!(
 variant_enum!(
     /// How many WAL insertion locks backends spread over (issue 16).
     InsertLockSpread {
+        /// Every one of `wal_insert_locks` (PostgreSQL's behaviour).
+        All = "all",
         /// At most one lock per CPU this process may run on: more holders
         /// than CPUs cannot copy in parallel, they only preempt each other
         /// while holding their locks.
         Cpus = "cpus",
-        /// Every one of `wal_insert_locks` (PostgreSQL's behaviour).
-        All = "all",
     }
 );
 

@@ -146,8 +146,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant::new("atomic-reserve", &[Knob::WalReservation(Reservation::Atomic)],
         "beyond the seeds: lock-free reservation"),
     // ---- issue 16 (direct path) ----
-    Variant::new("all-insert-locks", &[Knob::InsertLockSpread(InsertLockSpread::All)],
-        "issue 16: backends spread over every insertion lock, not one per CPU"),
+    Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
+        "issue 16: backends use at most one insertion lock per CPU"),
 ];
 
 #[cfg(test)]
