@@ -21,6 +21,19 @@
 //! With `wal_insertion = single` every backend uses insertion lock 0, so the
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
+//! Locks in use (`wal_insert_lock_spread`, issue 16): with `all` (default)
+//! a backend rotates over every lock as PostgreSQL does; with `cpus`, over
+//! only the first min(`wal_insert_locks`, CPUs it may run on). More holders
+//! than CPUs cannot copy in parallel: on 2 cores with 256 clients the 8
+//! holders preempt each other while holding their locks, and every release
+//! wakes a waiter that mostly finds the lock taken again (about 9x the
+//! context switches of one lock). `cpus` halves those context switches, but
+//! when other programs take the CPUs a preempted holder then blocks half of
+//! the insert capacity instead of an eighth, and same-run A/Bs on a shared
+//! machine went both ways, so it is not the default. The other locks stay
+//! free, so `wait_insertions_to_finish`, which still looks at every lock, is
+//! unaffected.
+//!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
 //! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one
 //! `pwrite`, a completed segment fdatasynced at once, the last one when a
@@ -74,7 +87,7 @@ use shmem::segment::NamedLock;
 use shmem::settings::Settings;
 use shmem::stats::{bump, FlatCounters};
 use shmem::sync::{fence, AtomicU64, Ordering};
-use shmem::variants::{Insertion, Reservation};
+use shmem::variants::{InsertLockSpread, Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
 use std::path::PathBuf;
@@ -111,8 +124,10 @@ pub struct Xlog<'a> {
     tli: u32,
     sysid: u64,
     n_buffers: u64,
-    /// The insertion lock we try first.
+    /// The insertion lock we try first (below `locks_in_use`).
     lock_to_try: usize,
+    /// How many insertion locks we spread over (see the module header).
+    locks_in_use: usize,
     /// The insertion lock we hold, if any.
     holding: Option<usize>,
     fsync: bool,
@@ -157,6 +172,17 @@ fn reserved_bytepos(shm: &Shmem) -> u64 {
     shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire)
 }
 
+/// How many of `n_locks` insertion locks backends spread over.
+fn insert_locks_in_use(n_locks: usize, spread: InsertLockSpread) -> usize {
+    match spread {
+        InsertLockSpread::All => n_locks,
+        InsertLockSpread::Cpus => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            n_locks.min(cpus).max(1)
+        }
+    }
+}
+
 impl<'a> Xlog<'a> {
     pub fn new(ctx: &'a ProcContext<'a>) -> Xlog<'a> {
         let shm = ctx.shm;
@@ -173,7 +199,8 @@ impl<'a> Xlog<'a> {
             tli: facts.timeline,
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
-            lock_to_try: ctx.procno as usize % shm.n_insert_locks(),
+            lock_to_try: 0,
+            locks_in_use: 1,
             holding: None,
             fsync: s.fsync,
             insertion: s.wal_insertion,
@@ -185,6 +212,14 @@ impl<'a> Xlog<'a> {
             scratch: Vec::new(),
             walsenders_to_wake: false,
         }
+        .with_locks_in_use(shm.n_insert_locks(), s.wal_insert_lock_spread)
+    }
+
+    /// Sets how many insertion locks we spread over and our first choice.
+    fn with_locks_in_use(mut self, n_locks: usize, spread: InsertLockSpread) -> Self {
+        self.locks_in_use = insert_locks_in_use(n_locks, spread);
+        self.lock_to_try = self.ctx.procno as usize % self.locks_in_use;
+        self
     }
 
     /// No-I/O mode: whether an operation since the last call did not
@@ -271,7 +306,7 @@ impl<'a> Xlog<'a> {
         {
             // We had to wait: try another lock next time, which spreads
             // backends over the locks.
-            self.lock_to_try = (i + 1) % self.shm.n_insert_locks();
+            self.lock_to_try = (i + 1) % self.locks_in_use;
         }
         self.holding = Some(i);
         i
@@ -982,4 +1017,21 @@ impl<'a> Xlog<'a> {
 /// the checkpointer both test it.
 pub fn checkpoint_wal_trigger(s: &Settings) -> u64 {
     ((s.max_wal_size_mb as u64) << 20) / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_spread_over_at_most_one_insertion_lock_per_cpu() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(insert_locks_in_use(8, InsertLockSpread::All), 8);
+        assert_eq!(insert_locks_in_use(8, InsertLockSpread::Cpus), cpus.min(8));
+        assert_eq!(insert_locks_in_use(1, InsertLockSpread::Cpus), 1);
+        assert_eq!(
+            insert_locks_in_use(128, InsertLockSpread::Cpus),
+            cpus.min(128)
+        );
+    }
 }

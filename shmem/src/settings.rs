@@ -32,7 +32,9 @@
 
 mod kinds;
 
-use crate::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use crate::variants::{
+    InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+};
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
 pub use kinds::{Context, Family, Kind, Setting, SettingError, Text, Unit, Value};
@@ -242,6 +244,12 @@ declare_settings! {
     /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
     track_wal_io_timing: bool = false =>
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
+    // ---- issue 16: the direct path ----
+    /// Insertion locks backends spread over: `all` of `wal_insert_locks`
+    /// or `cpus` (at most one per CPU).
+    wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::All =>
+        "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
+        "insertion locks in use: all, or cpus (at most one per CPU)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

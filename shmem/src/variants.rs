@@ -88,6 +88,19 @@ variant_enum!(
     }
 );
 
+// ---- issue 16 (direct path) ----
+variant_enum!(
+    /// How many WAL insertion locks backends spread over (issue 16).
+    InsertLockSpread {
+        /// Every one of `wal_insert_locks` (PostgreSQL's behaviour).
+        All = "all",
+        /// At most one lock per CPU this process may run on: more holders
+        /// than CPUs cannot copy in parallel, they only preempt each other
+        /// while holding their locks.
+        Cpus = "cpus",
+    }
+);
+
 /// A boolean setting spelled as PostgreSQL does.
 pub fn parse_bool(s: &str) -> Option<bool> {
     match s.to_ascii_lowercase().as_str() {

@@ -9,7 +9,9 @@
 //! checks the two agree for every knob walbench uses); the plain mode's
 //! `modern` variant has no knobs (the defaults).
 
-use shmem::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use shmem::variants::{
+    InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+};
 use shmem::Settings;
 
 /// One setting with the value a variant gives it.
@@ -24,6 +26,7 @@ pub enum Knob {
     WalPreinit(bool),
     WalInsertLocks(u32),
     Fsync(bool),
+    InsertLockSpread(InsertLockSpread),
 }
 
 /// A boolean as PostgreSQL spells it.
@@ -48,6 +51,7 @@ impl Knob {
             Knob::WalPreinit(_) => "wal_preinit",
             Knob::WalInsertLocks(_) => "wal_insert_locks",
             Knob::Fsync(_) => "fsync",
+            Knob::InsertLockSpread(_) => "wal_insert_lock_spread",
         }
     }
 
@@ -62,6 +66,7 @@ impl Knob {
             Knob::XidClear(v) => v.name().into(),
             Knob::WalPreinit(b) | Knob::Fsync(b) => on_off(b).into(),
             Knob::WalInsertLocks(n) => n.to_string(),
+            Knob::InsertLockSpread(v) => v.name().into(),
         }
     }
 
@@ -82,6 +87,7 @@ impl Knob {
             Knob::WalPreinit(b) => s.wal_preinit = b,
             Knob::WalInsertLocks(n) => s.wal_insert_locks = n,
             Knob::Fsync(b) => s.fsync = b,
+            Knob::InsertLockSpread(v) => s.wal_insert_lock_spread = v,
         }
     }
 }
@@ -139,6 +145,9 @@ pub const VARIANTS: &[Variant] = &[
         "seed 004: each backend clears its XID under ProcArrayLock"),
     Variant::new("atomic-reserve", &[Knob::WalReservation(Reservation::Atomic)],
         "beyond the seeds: lock-free reservation"),
+    // ---- issue 16 (direct path) ----
+    Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
+        "issue 16: backends use at most one insertion lock per CPU"),
 ];
 
 #[cfg(test)]

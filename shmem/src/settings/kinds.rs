@@ -9,7 +9,8 @@
 
 use super::Settings;
 use crate::variants::{
-    parse_bool, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+    parse_bool, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue,
+    XidClear,
 };
 use std::fmt;
 
@@ -426,7 +427,8 @@ enum_fields!(
     LockLayout,
     Insertion,
     Reservation,
-    XidClear
+    XidClear,
+    InsertLockSpread
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
