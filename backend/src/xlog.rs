@@ -74,7 +74,7 @@ use shmem::segment::NamedLock;
 use shmem::settings::Settings;
 use shmem::stats::{bump, FlatCounters};
 use shmem::sync::{fence, AtomicU64, Ordering};
-use shmem::variants::{Insertion, Reservation};
+use shmem::variants::{GroupCommit, Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
 use std::path::PathBuf;
@@ -128,6 +128,9 @@ pub struct Xlog<'a> {
     stale: bool,
     /// No-I/O mode: where an insertion finishes once the generation ended.
     scratch: Vec<u8>,
+    /// Who flushes for our commits (`group_commit`; always `Leader` for
+    /// processes other than backends, see `group_commit_for`).
+    group_commit: GroupCommit,
 }
 
 /// What a no-I/O process waits for the walwriter to do.
@@ -143,6 +146,28 @@ enum WalwriterWait {
 /// the positions and the generation, and sets the walwriter latch again.
 const WALWRITER_WAIT_FIRST: std::time::Duration = std::time::Duration::from_micros(500);
 const WALWRITER_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// First bounded sleep of a backend waiting for the walwriter's flush
+/// (`group_commit = flusher | hybrid`): long enough that a loaded
+/// fdatasync does not time it out (the notifier misses no waiter, see
+/// `shmem::proc::FlushWaiters`; the timeout only guards against a
+/// walwriter that stopped, which is a crash restart anyway).
+const FLUSHER_WAIT_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The `group_commit` variant this process uses. Only backends hand their
+/// flush to the walwriter: the walwriter itself, the startup process (no
+/// walwriter runs yet), the checkpointer (its shutdown checkpoint is
+/// written after the walwriter exited) always flush themselves; and a
+/// proc beyond the waiter bitmap's capacity cannot be notified.
+fn group_commit_for(ctx: &ProcContext) -> GroupCommit {
+    let is_backend = ctx.procno < ctx.shm.layout().max_backends;
+    let fits = (ctx.procno as usize) < shmem::proc::FLUSH_WAITER_CAPACITY;
+    if is_backend && fits {
+        ctx.settings.group_commit
+    } else {
+        GroupCommit::Leader
+    }
+}
 
 /// Reads the current insert position (end of reserved WAL) in usable bytes.
 fn reserved_bytepos(shm: &Shmem) -> u64 {
@@ -180,6 +205,7 @@ impl<'a> Xlog<'a> {
             no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
             stale: false,
             scratch: Vec::new(),
+            group_commit: group_commit_for(ctx),
         }
     }
 
@@ -623,12 +649,17 @@ impl<'a> Xlog<'a> {
             WalwriterWait::Flushed => x.flush_lsn() >= lsn,
         };
         let latch = &self.shm.xlog().walwriter_latch;
-        // SeqCst: pairs with the SeqCst fence in the walwriter's notifier
-        // (between its flush-result update and its scan of `flush_wanted`):
-        // either it sees our request, or we see its flush below.
-        self.me.flush_wanted.store(lsn, Ordering::SeqCst);
+        let waiters = &self.shm.xlog().flush_waiters;
+        // Publishing pairs with the SeqCst fence in the notifier (between
+        // its flush-result update and its look at the waiters): either it
+        // sees our request, or we see its flush below (our fence).
+        waiters.publish(self.me, lsn);
         latch.set();
-        let mut nap = WALWRITER_WAIT_FIRST;
+        let mut nap = if self.no_io {
+            WALWRITER_WAIT_FIRST
+        } else {
+            FLUSHER_WAIT_FIRST
+        };
         let ok = loop {
             fence(Ordering::SeqCst);
             if done(self) {
@@ -644,7 +675,7 @@ impl<'a> Xlog<'a> {
                     break false;
                 }
                 // Timed out: maybe the walwriter missed us; ask again.
-                self.me.flush_wanted.store(lsn, Ordering::SeqCst);
+                waiters.publish(self.me, lsn);
                 latch.set();
                 nap = (nap * 2).min(WALWRITER_WAIT_MAX);
             }
@@ -682,7 +713,6 @@ impl<'a> Xlog<'a> {
     /// somebody already flushed past it.
     pub fn flush(&mut self, record: Lsn) {
         bump(&self.stats.flush_requests, 1);
-        let w = &self.shm.xlog().write;
         if record <= self.flush_lsn() {
             return;
         }
@@ -690,6 +720,56 @@ impl<'a> Xlog<'a> {
             self.wait_for_walwriter(record, WalwriterWait::Flushed);
             return;
         }
+        match self.group_commit {
+            GroupCommit::Leader => self.flush_as_leader(record),
+            GroupCommit::Flusher => self.flush_via_walwriter(record),
+            GroupCommit::Hybrid => {
+                if !self.flush_if_idle(record) {
+                    self.flush_via_walwriter(record);
+                }
+            }
+        }
+    }
+
+    /// `group_commit = flusher`: the walwriter flushes for us. A direct
+    /// backend's wait ends only with the flush: if the walwriter dies, the
+    /// postmaster's crash restart ends this process.
+    fn flush_via_walwriter(&mut self, record: Lsn) {
+        self.wait_for_walwriter(record, WalwriterWait::Flushed);
+    }
+
+    /// `group_commit = hybrid`: when nobody holds WALWriteLock, flush
+    /// ourselves (as a leader, without queueing) and wake the waiters our
+    /// fdatasync covered; false if somebody is writing (then our request
+    /// joins the walwriter's next fdatasync).
+    fn flush_if_idle(&mut self, record: Lsn) -> bool {
+        let finished = self.wait_insertions_to_finish(record);
+        let ww = self.shm.named_lock(NamedLock::WalWrite);
+        if !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
+            return record <= self.flush_lsn();
+        }
+        if record > self.flush_lsn() {
+            self.xlog_write(finished, true);
+        }
+        ww.release(&self.ctx.env);
+        self.notify_flush_waiters();
+        true
+    }
+
+    /// Posts every proc waiting for a flush the flush result now covers;
+    /// the walwriter calls it after each round, a hybrid leader after its
+    /// flush.
+    pub fn notify_flush_waiters(&self) -> shmem::proc::Notified {
+        self.shm
+            .xlog()
+            .flush_waiters
+            .notify(self.shm.procs(), || self.flush_lsn())
+    }
+
+    /// `group_commit = leader` (PostgreSQL's XLogFlush): wait for
+    /// insertions, then whoever gets WALWriteLock flushes for everybody.
+    fn flush_as_leader(&mut self, record: Lsn) {
+        let w = &self.shm.xlog().write;
         let ww = self.shm.named_lock(NamedLock::WalWrite);
         w.req_flush.fetch_max(record, Ordering::Relaxed);
         loop {

@@ -32,7 +32,9 @@
 
 mod kinds;
 
-use crate::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use crate::variants::{
+    GroupCommit, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+};
 use kinds::{Access, Field};
 pub use kinds::{Context, Family, Kind, Setting, SettingError, Text, Unit, Value};
 
@@ -238,6 +240,11 @@ declare_settings! {
     /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
     track_wal_io_timing: bool = false =>
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
+    // ---- issue 16: durable commits ----
+    /// Who writes and syncs the WAL a synchronous commit waits for.
+    group_commit: GroupCommit = GroupCommit::Leader =>
+        "group_commit", Kind::Enum(GroupCommit::NAMES),
+        "who flushes for a durable commit: leader (PostgreSQL's), flusher (the walwriter) or hybrid";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

@@ -9,7 +9,7 @@
 
 use super::Settings;
 use crate::variants::{
-    parse_bool, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+    parse_bool, GroupCommit, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
 };
 use std::fmt;
 
@@ -426,7 +426,8 @@ enum_fields!(
     LockLayout,
     Insertion,
     Reservation,
-    XidClear
+    XidClear,
+    GroupCommit
 );
 
 /// A short string stored inline (plain data, so it can live in shared
