@@ -9,7 +9,9 @@
 //! checks the two agree for every knob walbench uses); the plain mode's
 //! `modern` variant has no knobs (the defaults).
 
-use shmem::variants::{Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear};
+use shmem::variants::{
+    GroupCommit, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+};
 use shmem::Settings;
 
 /// One setting with the value a variant gives it.
@@ -24,6 +26,7 @@ pub enum Knob {
     WalPreinit(bool),
     WalInsertLocks(u32),
     Fsync(bool),
+    GroupCommit(GroupCommit),
 }
 
 /// A boolean as PostgreSQL spells it.
@@ -48,6 +51,7 @@ impl Knob {
             Knob::WalPreinit(_) => "wal_preinit",
             Knob::WalInsertLocks(_) => "wal_insert_locks",
             Knob::Fsync(_) => "fsync",
+            Knob::GroupCommit(_) => "group_commit",
         }
     }
 
@@ -60,6 +64,7 @@ impl Knob {
             Knob::WalInsertion(v) => v.name().into(),
             Knob::WalReservation(v) => v.name().into(),
             Knob::XidClear(v) => v.name().into(),
+            Knob::GroupCommit(v) => v.name().into(),
             Knob::WalPreinit(b) | Knob::Fsync(b) => on_off(b).into(),
             Knob::WalInsertLocks(n) => n.to_string(),
         }
@@ -82,6 +87,7 @@ impl Knob {
             Knob::WalPreinit(b) => s.wal_preinit = b,
             Knob::WalInsertLocks(n) => s.wal_insert_locks = n,
             Knob::Fsync(b) => s.fsync = b,
+            Knob::GroupCommit(v) => s.group_commit = v,
         }
     }
 }
@@ -139,6 +145,11 @@ pub const VARIANTS: &[Variant] = &[
         "seed 004: each backend clears its XID under ProcArrayLock"),
     Variant::new("atomic-reserve", &[Knob::WalReservation(Reservation::Atomic)],
         "beyond the seeds: lock-free reservation"),
+    // issue 16
+    Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
+        "issue 16: the walwriter flushes for committers and wakes each once"),
+    Variant::new("leader-commit", &[Knob::GroupCommit(GroupCommit::Leader)],
+        "issue 16: PostgreSQL's XLogFlush, committers queue on WALWriteLock"),
 ];
 
 #[cfg(test)]
