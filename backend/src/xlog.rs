@@ -793,22 +793,30 @@ impl<'a> Xlog<'a> {
     /// Walwriter: write and flush everything inserted so far. Returns true
     /// if it wrote anything.
     pub fn background_flush(&mut self) -> bool {
-        let reserved = self.insert_lsn();
-        if reserved <= self.flush_lsn() {
-            return false;
-        }
-        let finished = self.finished_insertions_nowait();
-        if finished <= self.flush_lsn() {
-            return false;
-        }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        ww.acquire(&self.ctx.env, LWLockMode::Exclusive);
-        let wrote = finished > self.flush_lsn();
-        if wrote {
-            self.xlog_write(finished, true);
+        loop {
+            let reserved = self.insert_lsn();
+            if reserved <= self.flush_lsn() {
+                return false;
+            }
+            let finished = self.finished_insertions_nowait();
+            if finished <= self.flush_lsn() {
+                return false;
+            }
+            // If somebody (a hybrid leader) holds WALWriteLock, wait until
+            // it is free and look again: what we computed is stale by then,
+            // and the insertions finished during its fdatasync are what
+            // our flush should carry.
+            if !ww.acquire_or_wait(&self.ctx.env, LWLockMode::Exclusive) {
+                continue;
+            }
+            let wrote = finished > self.flush_lsn();
+            if wrote {
+                self.xlog_write(finished, true);
+            }
+            ww.release(&self.ctx.env);
+            return wrote;
         }
-        ww.release(&self.ctx.env);
-        wrote
     }
 
     /// Writes WAL from the write result up to `rqst` (and syncs if
