@@ -241,12 +241,14 @@ declare_settings! {
     track_wal_io_timing: bool = false =>
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
     // ---- issue 16: durable commits ----
-    /// Who writes and syncs the WAL a synchronous commit waits for
-    /// (`hybrid` won the same-run A/B on context switches per commit at
-    /// 1-256 clients; `leader` is PostgreSQL's XLogFlush).
-    group_commit: GroupCommit = GroupCommit::Hybrid =>
+    /// Who writes and syncs the WAL a synchronous commit waits for.
+    /// `leader` (PostgreSQL's XLogFlush) stays the default: `hybrid` and
+    /// `flusher` cut context switches per commit by a third at 16-256
+    /// clients, but lost the same-run A/B on tps and server CPU at 4
+    /// clients and tied it at 16-64 (2 cores, shared; issue 16 notes).
+    group_commit: GroupCommit = GroupCommit::Leader =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
-        "who flushes for a durable commit: hybrid (itself when idle, else the walwriter), flusher (always the walwriter) or leader (PostgreSQL's)";
+        "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the walwriter)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
