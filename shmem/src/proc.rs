@@ -19,7 +19,7 @@
 //!   atomic, no read-modify-write) and read by anybody.
 
 use crate::sema::Semaphore;
-use crate::sync::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// "No proc": end of a list, empty list head.
 pub const INVALID_PROCNO: u32 = u32::MAX;
@@ -138,3 +138,200 @@ impl Proc {
 
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Proc>() == 128);
+
+/// Capacity of [`FlushWaiters`] in proc numbers: above any `max_procs` the
+/// settings allow with a reasonable `--workers` (4096 connections, 1024
+/// worker slots, the auxiliary processes); procs beyond it flush as
+/// `leader`.
+pub const FLUSH_WAITER_CAPACITY: usize = 64 * FLUSH_WAITER_WORDS;
+const FLUSH_WAITER_WORDS: usize = 96;
+
+/// Which procs may have a `flush_wanted` set (issue 16): one bit per proc
+/// number, so that the notifier reads a few words instead of every proc
+/// slot's line.
+///
+/// Protocol (the bit is a hint, `flush_wanted` the truth):
+/// 1. a waiter stores its `flush_wanted`, then sets its bit (`mark`);
+/// 2. the notifier takes a whole word (`take_word`: swap to 0), then looks
+///    at `flush_wanted` of every proc whose bit it took, and puts back the
+///    bits of those still waiting (`put_back`).
+///
+/// Invariant: while a proc's `flush_wanted` is nonzero, its bit is set or a
+/// notifier that took it has not decided yet. A waiter's `mark` after its
+/// store pairs with the notifier's `take_word` (Release/Acquire), so a
+/// notifier that takes the bit sees the store it announces; a bit set
+/// while the notifier holds the word is simply set again (bits are
+/// idempotent). A bit left over after its wait ended (`flush_wanted` 0) is
+/// dropped by the next notifier pass.
+#[repr(C, align(128))]
+pub struct FlushWaiters {
+    words: [AtomicU64; FLUSH_WAITER_WORDS],
+}
+
+impl FlushWaiters {
+    pub fn new() -> Self {
+        FlushWaiters {
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn word_and_bit(procno: u32) -> (usize, u64) {
+        let n = procno as usize;
+        (n / 64, 1u64 << (n % 64))
+    }
+
+    /// Announces that proc `procno` has just stored a `flush_wanted`.
+    /// A proc beyond the capacity is not marked: such a process does not
+    /// use the hand-off (`backend::xlog` falls back to `leader` for it).
+    fn mark(&self, procno: u32) {
+        let (w, bit) = Self::word_and_bit(procno);
+        if let Some(word) = self.words.get(w) {
+            // SeqCst: Release pairs with the Acquire of `take_word` (our
+            // `flush_wanted` store is visible to whoever takes the bit), and
+            // the total order with the notifier's fence makes "the waiter
+            // sees the flush or the notifier sees the bit" hold.
+            word.fetch_or(bit, Ordering::SeqCst);
+        }
+    }
+
+    /// Number of words that cover `max_procs` proc numbers.
+    fn words_for(max_procs: u32) -> usize {
+        (max_procs as usize).div_ceil(64).min(FLUSH_WAITER_WORDS)
+    }
+
+    /// Takes word `w` (clears it); returns the bits that were set.
+    fn take_word(&self, w: usize) -> u64 {
+        let word = &self.words[w];
+        // Cheap test first: most words are empty.
+        if word.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // AcqRel: Acquire pairs with the Release of `mark`.
+        word.swap(0, Ordering::AcqRel)
+    }
+
+    /// Sets `bits` of word `w` again (procs still waiting).
+    fn put_back(&self, w: usize, bits: u64) {
+        if bits != 0 {
+            // SeqCst: pairs with the fences in a concurrent `notify` (see
+            // there): either it takes these bits, or we see its flush.
+            self.words[w].fetch_or(bits, Ordering::SeqCst);
+        }
+    }
+}
+
+/// What one notifier pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Notified {
+    /// Procs posted.
+    pub woken: usize,
+    /// Procs still waiting for WAL past the flush result.
+    pub waiting: usize,
+}
+
+/// What the notifier found in one marked proc's `flush_wanted`.
+enum Wanted {
+    /// Nothing (the wait ended): drop the bit.
+    Nothing,
+    /// WAL past the flush result: keep the bit.
+    Later,
+    /// Covered: swapped to 0 and posted.
+    Woken,
+}
+
+impl FlushWaiters {
+    /// A waiter: publishes `lsn` as `me`'s `flush_wanted` and marks it
+    /// (step 1 of the protocol). The caller then wakes the flusher and
+    /// re-checks the flush result before each sleep.
+    pub fn publish(&self, me: &Proc, lsn: u64) {
+        // SeqCst: with `mark`'s SeqCst, pairs with the SeqCst fence in
+        // `notify`: either the notifier sees our bit and request, or our
+        // re-check after our own fence sees its flush result.
+        me.flush_wanted.store(lsn, Ordering::SeqCst);
+        self.mark(me.procno());
+    }
+
+    /// The notifier (after advancing the flush result): posts every marked
+    /// proc whose `flush_wanted` is at or below `flushed()`, once each.
+    /// Another notifier may hold some bits with an older flush result and
+    /// put them back after our pass; so, while procs are left waiting, the
+    /// pass repeats if the flush result moved meanwhile.
+    pub fn notify(&self, procs: &[Proc], flushed: impl Fn() -> u64) -> Notified {
+        loop {
+            // SeqCst: pairs with the SeqCst store and mark in `publish`
+            // (and with the SeqCst put-back of a concurrent notifier).
+            fence(Ordering::SeqCst);
+            let at = flushed();
+            let n = self.pass(procs, at);
+            if n.waiting == 0 {
+                return n;
+            }
+            // SeqCst: orders our put-backs before the re-read, against a
+            // concurrent notifier's flush-result update and fence.
+            fence(Ordering::SeqCst);
+            if flushed() == at {
+                return n;
+            }
+        }
+    }
+
+    /// One pass over the marked procs with flush result `flushed`.
+    fn pass(&self, procs: &[Proc], flushed: u64) -> Notified {
+        let mut n = Notified::default();
+        for w in 0..Self::words_for(procs.len() as u32) {
+            let mut bits = self.take_word(w);
+            let mut keep = 0u64;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let Some(p) = procs.get(w * 64 + b as usize) else {
+                    continue;
+                };
+                match Self::wake_if_covered(p, flushed) {
+                    Wanted::Nothing => {}
+                    Wanted::Later => {
+                        keep |= 1 << b;
+                        n.waiting += 1;
+                    }
+                    Wanted::Woken => n.woken += 1,
+                }
+            }
+            self.put_back(w, keep);
+        }
+        n
+    }
+
+    /// Swaps `p`'s `flush_wanted` to 0 and posts it if `flushed` covers it.
+    fn wake_if_covered(p: &Proc, flushed: u64) -> Wanted {
+        let mut wanted = p.flush_wanted.load(Ordering::Relaxed);
+        loop {
+            if wanted == 0 {
+                return Wanted::Nothing;
+            }
+            if wanted > flushed {
+                return Wanted::Later;
+            }
+            // Relaxed: the post's Release orders the flush result before
+            // the waiter's wake-up (pairs with the Acquire consume in
+            // `Semaphore::wait_inner`); the swap makes the post happen at
+            // most once per request.
+            match p
+                .flush_wanted
+                .compare_exchange(wanted, 0, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    p.sem.post();
+                    return Wanted::Woken;
+                }
+                // The waiter ended its wait or published again: look again.
+                Err(now) => wanted = now,
+            }
+        }
+    }
+}
+
+impl Default for FlushWaiters {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -101,6 +101,25 @@ variant_enum!(
     }
 );
 
+// ---- issue 16 (durable commits) ----
+variant_enum!(
+    /// Who writes and syncs the WAL a durable commit waits for (issue 16).
+    GroupCommit {
+        /// PostgreSQL's XLogFlush: every committer waits for insertions,
+        /// then `acquire_or_wait(WALWriteLock)`; the winner flushes for all,
+        /// the others wake and re-check.
+        Leader = "leader",
+        /// Committers publish the LSN they need and sleep once on their
+        /// semaphore; the walwriter writes, syncs and wakes exactly the
+        /// covered waiters (MySQL 8's dedicated flusher and notifier).
+        Flusher = "flusher",
+        /// A committer that finds WALWriteLock free flushes itself (no
+        /// hand-off when idle: one client); otherwise it waits as in
+        /// `flusher`, and its request joins the next fdatasync.
+        Hybrid = "hybrid",
+    }
+);
+
 /// A boolean setting spelled as PostgreSQL does.
 pub fn parse_bool(s: &str) -> Option<bool> {
     match s.to_ascii_lowercase().as_str() {

@@ -139,4 +139,6 @@ pub struct XLogCtl {
     pub walwriter_latch: Latch,
     pub checkpointer: CheckpointerShared,
     pub wal_stats: WalStatsShared,
+    /// Procs waiting for the walwriter's flush (issue 16; all-zero: none).
+    pub flush_waiters: crate::proc::FlushWaiters,
 }

@@ -10,7 +10,8 @@
 //! `modern` variant has no knobs (the defaults).
 
 use shmem::variants::{
-    InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue, XidClear,
+    GroupCommit, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue,
+    XidClear,
 };
 use shmem::Settings;
 
@@ -27,6 +28,7 @@ pub enum Knob {
     WalInsertLocks(u32),
     Fsync(bool),
     InsertLockSpread(InsertLockSpread),
+    GroupCommit(GroupCommit),
 }
 
 /// A boolean as PostgreSQL spells it.
@@ -52,6 +54,7 @@ impl Knob {
             Knob::WalInsertLocks(_) => "wal_insert_locks",
             Knob::Fsync(_) => "fsync",
             Knob::InsertLockSpread(_) => "wal_insert_lock_spread",
+            Knob::GroupCommit(_) => "group_commit",
         }
     }
 
@@ -64,6 +67,7 @@ impl Knob {
             Knob::WalInsertion(v) => v.name().into(),
             Knob::WalReservation(v) => v.name().into(),
             Knob::XidClear(v) => v.name().into(),
+            Knob::GroupCommit(v) => v.name().into(),
             Knob::WalPreinit(b) | Knob::Fsync(b) => on_off(b).into(),
             Knob::WalInsertLocks(n) => n.to_string(),
             Knob::InsertLockSpread(v) => v.name().into(),
@@ -88,6 +92,7 @@ impl Knob {
             Knob::WalInsertLocks(n) => s.wal_insert_locks = n,
             Knob::Fsync(b) => s.fsync = b,
             Knob::InsertLockSpread(v) => s.wal_insert_lock_spread = v,
+            Knob::GroupCommit(v) => s.group_commit = v,
         }
     }
 }
@@ -148,6 +153,11 @@ pub const VARIANTS: &[Variant] = &[
     // ---- issue 16 (direct path) ----
     Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
         "issue 16: backends use at most one insertion lock per CPU"),
+    // issue 16
+    Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
+        "issue 16: the walwriter flushes for committers and wakes each once"),
+    Variant::new("hybrid-commit", &[Knob::GroupCommit(GroupCommit::Hybrid)],
+        "issue 16: a committer flushes itself when WALWriteLock is free, else hands over"),
 ];
 
 #[cfg(test)]

@@ -18,7 +18,14 @@
 //! every commit below it (group commit). The swap makes the post happen at
 //! most once per request even if the waiter re-publishes after a timeout.
 //! Waiters use bounded waits, so a missed wake-up costs latency, not
-//! progress.
+//! progress. The notifier reads only the waiter bitmap's words
+//! (`shmem::proc::FlushWaiters`), not every proc slot.
+//!
+//! Dedicated flusher (issue 16, `group_commit = flusher | hybrid`):
+//! backends hand their commit flush over the same way. While anybody waits
+//! and a round wrote something, the next round starts at once: the
+//! requests that arrived during one fdatasync fill the next (MySQL 8's
+//! log writer/flusher and notifier, in one process here).
 //!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
 //! writes and flushes everything inserted and exits 0: fast shutdown leaves
@@ -29,7 +36,6 @@ use backend::context::ProcContext;
 use backend::process::shutdown_requested;
 use backend::xlog::Xlog;
 use shmem::segment::AuxProc;
-use shmem::sync::{fence, Ordering};
 use shmem::waitevent;
 use shmem::Shmem;
 use std::path::Path;
@@ -45,7 +51,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
-        let waiting = notify_flush_waiters(shm, xlog.flush_lsn()).waiting;
+        let waiting = xlog.notify_flush_waiters().waiting;
         if preinit {
             xlog.preinit_buffers();
         }
@@ -55,51 +61,26 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         }
         if wrote && waiting > 0 {
             // Somebody still waits for WAL that was not finished yet, and we
-            // are making progress: go round again at once.
+            // are making progress: go round again at once. The requests
+            // that arrived during our fdatasync are what fills the next.
             continue;
         }
-        waitevent::during(waitevent::WALWRITER_MAIN, || latch.wait(delay));
+        // Waiters whose WAL lies behind an unfinished insertion: that
+        // inserter sets our latch when it commits, but one that does not
+        // (a non-transactional message) would leave them to their
+        // timeouts, so look again soon.
+        let nap = if waiting > 0 {
+            delay.min(UNFINISHED_INSERTION_NAP)
+        } else {
+            delay
+        };
+        waitevent::during(waitevent::WALWRITER_MAIN, || latch.wait(nap));
     }
     xlog.flush_all();
-    notify_flush_waiters(shm, xlog.flush_lsn());
+    xlog.notify_flush_waiters();
     0
 }
 
-/// What one notifier pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Notified {
-    /// Procs posted.
-    pub woken: usize,
-    /// Procs still waiting for WAL past the flush result.
-    pub waiting: usize,
-}
-
-/// Wakes every proc whose `flush_wanted` is at or below `flushed`.
-pub fn notify_flush_waiters(shm: &Shmem, flushed: u64) -> Notified {
-    // SeqCst: pairs with the SeqCst store of `flush_wanted` and the fence
-    // in the waiter (`Xlog::wait_for_walwriter`): either we see its request
-    // here, or it sees our flush result when it re-checks.
-    fence(Ordering::SeqCst);
-    let mut n = Notified::default();
-    for p in shm.procs() {
-        let wanted = p.flush_wanted.load(Ordering::Relaxed);
-        if wanted == 0 {
-            continue;
-        }
-        if wanted > flushed {
-            n.waiting += 1;
-            continue;
-        }
-        // Relaxed: the post's Release orders our flush result before the
-        // waiter's wake-up (pairs with the Acquire consume in
-        // `Semaphore::wait_inner`).
-        if p.flush_wanted
-            .compare_exchange(wanted, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            p.sem.post();
-            n.woken += 1;
-        }
-    }
-    n
-}
+/// How soon the walwriter looks again while flush waiters wait for WAL
+/// behind an insertion still in progress.
+const UNFINISHED_INSERTION_NAP: Duration = Duration::from_micros(200);

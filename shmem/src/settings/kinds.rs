@@ -9,8 +9,8 @@
 
 use super::Settings;
 use crate::variants::{
-    parse_bool, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue,
-    XidClear,
+    parse_bool, GroupCommit, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess,
+    WaitQueue, XidClear,
 };
 use std::fmt;
 
@@ -428,7 +428,8 @@ enum_fields!(
     Insertion,
     Reservation,
     XidClear,
-    InsertLockSpread
+    InsertLockSpread,
+    GroupCommit
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
