@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
         --clients) CLIENTS="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
         --workers) WORKERS="$2"; shift 2 ;;
-        -h|--help) sed -n 's/^#! \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) sed -n '1d; s/^#! \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "unknown option: $1" >&2; exit 2 ;;
     esac
 done
