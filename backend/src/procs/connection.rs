@@ -57,6 +57,8 @@ pub struct WalSession<'a> {
     activity: ActivityWriter<'a>,
     /// (segment size, timeline) from the control file, read once.
     geometry: (u64, u32),
+    /// `synchronous_commit` from the startup packet: this session's default.
+    startup_sync_level: Option<&'static str>,
 }
 
 impl<'a> WalSession<'a> {
@@ -71,7 +73,16 @@ impl<'a> WalSession<'a> {
             datadir: ctx.datadir.clone(),
             activity: stats::activity_writer(ctx.shm, ctx.procno),
             geometry,
+            startup_sync_level: None,
         }
+    }
+
+    /// Applies a startup packet's `synchronous_commit` as SET does, and
+    /// makes it the default SHOW and RESET see for this session.
+    pub fn start_with_synchronous_commit(&mut self, on: bool, level: &'static str) {
+        self.set_synchronous_commit(on);
+        self.set_synchronous_commit_level(level);
+        self.startup_sync_level = Some(level);
     }
 
     /// Leaves the ProcArray; ends an open transaction first.
@@ -205,6 +216,12 @@ impl Session for WalSession<'_> {
     }
 
     fn server_setting(&self, name: &str) -> Option<String> {
+        if let Some(level) = self
+            .startup_sync_level
+            .filter(|_| name == "synchronous_commit")
+        {
+            return Some(level.to_string());
+        }
         self.shm.settings().show(name)
     }
 
@@ -616,8 +633,8 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         writer.set_client_addr(&addr);
     }
     let mut session = WalSession::new(&ctx);
-    if let Some(on) = info.synchronous_commit {
-        session.set_synchronous_commit(on);
+    if let (Some(on), Some(level)) = (info.synchronous_commit, info.synchronous_commit_level) {
+        session.start_with_synchronous_commit(on, level);
     }
     let mut stream = PollingStream::new(stream, shm);
     if let Err(e) = protocol::serve(&mut stream, &mut session) {
