@@ -1,5 +1,6 @@
 //! `walbench torture` end to end (issue 15): short runs of the kill mode
-//! (default and alternative variants) and of the power-loss mode pass, and
+//! (default and alternative variants, and with a supervised library
+//! worker among the victims) and of the power-loss mode pass, and
 //! the power-loss mode catches a deliberately broken build
 //! (`WALSHM_TEST_BREAK=ack-before-fsync`, compiled in with the test
 //! build's `failpoints`): it reports lost > 0 and exits non-zero, keeping
@@ -107,6 +108,27 @@ fn kill_mode_default_variants_nothing_lost() {
     assert_passed(&o, &v, &data, "kill", 8);
     // Seed 15 draws more than one kind of victim.
     assert!(v["victims"].as_object().unwrap().len() >= 2, "{v}");
+}
+
+/// The worker-library victim: a supervised worker committing acknowledged
+/// transactions through the library runs beside the backends; seed 2
+/// draws it twice in 6 cycles (a victim whose process is missing would be
+/// counted as a backend), and nothing acknowledged is lost.
+#[test]
+fn kill_mode_with_a_library_worker_nothing_lost() {
+    let tmp = TempDir::new("torture-worker");
+    let args = [
+        "--cycles",
+        "6",
+        "--seed",
+        "2",
+        "--workers",
+        "2",
+        "--library-worker",
+    ];
+    let (o, v, data) = torture(&tmp, &args, &[]);
+    assert_passed(&o, &v, &data, "kill", 6);
+    assert!(int(&v["victims"], "worker") >= 1, "{v}");
 }
 
 #[test]

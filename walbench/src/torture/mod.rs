@@ -31,6 +31,7 @@ pub mod powerloss;
 pub mod report;
 pub mod server;
 pub mod victims;
+pub mod worker;
 
 use crate::cli::{self, Mode, Opt};
 use report::{Event, Summary};
@@ -80,6 +81,8 @@ pub struct Options {
     pub sets: Vec<String>,
     pub check_every_cycle: bool,
     pub keep: bool,
+    /// Run one supervised library worker beside the backends (`worker.rs`).
+    pub library_worker: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -96,6 +99,7 @@ enum Key {
     Variant,
     CheckEvery,
     Keep,
+    LibraryWorker,
 }
 
 fn spec() -> Vec<Opt<Key>> {
@@ -157,6 +161,12 @@ fn spec() -> Vec<Opt<Key>> {
             "--keep",
             "keep the data directory even when the run passes",
         ),
+        Opt::new(
+            Key::LibraryWorker,
+            "--library-worker",
+            "also run a supervised worker committing acknowledged transactions\n\
+             through the worker library (a victim too: \"worker\")",
+        ),
     ]
 }
 
@@ -205,6 +215,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
         sets: vec![],
         check_every_cycle: false,
         keep: false,
+        library_worker: false,
     };
     let mut variant_sets = vec![];
     let num = |v: &str, what: &str| -> Result<u64, String> {
@@ -248,6 +259,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             Key::CheckEvery => o.check_every_cycle = true,
             Key::Keep => o.keep = true,
+            Key::LibraryWorker => o.library_worker = true,
         }
         Ok(())
     })?;
@@ -340,6 +352,10 @@ pub fn run(o: &Options) -> Result<(), String> {
     .collect();
     for s in &o.sets {
         args.extend(["--set".to_string(), s.clone()]);
+    }
+    if o.library_worker {
+        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        args.extend(["--worker".to_string(), worker::worker_arg(&me, 100)]);
     }
     let env = journal
         .iter()
