@@ -65,7 +65,6 @@ pub fn main_with(args: &[String]) -> i32 {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
         Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
         Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
-        Some((mode, rest)) if mode == torture::worker::MODE => torture::worker::main(rest),
         _ => sweep::MODE.main(args),
     }
 }
