@@ -377,12 +377,13 @@ fn check_recovery(
         );
     }
     // After recovery and a clean stop: the WAL up to the shutdown
-    // checkpoint is valid, every commit once.
+    // checkpoint is valid, every commit once; the crash recovery ended
+    // with an end-of-recovery checkpoint record.
     let wal = tx_wal_check(d);
     assert_eq!(
         wal.records,
-        ok_before + 1,
-        "{what}: records after restart (recovered + shutdown checkpoint)"
+        ok_before + 2,
+        "{what}: records after restart (recovered + end-of-recovery and shutdown checkpoints)"
     );
 }
 

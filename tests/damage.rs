@@ -147,6 +147,30 @@ fn write_at_lsn(d: &Path, lsn: u64, bytes: &[u8]) {
     f.write_all_at(bytes, lsn & ((1 << 20) - 1)).unwrap();
 }
 
+/// The end of the end-of-recovery checkpoint that startup writes at
+/// `end`, the end of the WAL a crash recovery found (a CHECKPOINT_SHUTDOWN
+/// record starting exactly there): the zeroed tail starts after it.
+fn after_end_of_recovery_checkpoint(d: &Path, end: u64) -> u64 {
+    let geo = Geometry::new(1 << 20).unwrap();
+    let mut reader = walformat::WalReader::open(&d.join("pg_wal"), geo, 1, None, end)
+        .unwrap_or_else(|e| panic!("open WAL at {}: {e}", format_lsn(end)));
+    let r = reader
+        .next_record()
+        .unwrap_or_else(|e| panic!("record at {}: {e}", format_lsn(end)))
+        .expect("a record at the end of the recovered WAL");
+    assert_eq!(r.lsn, end, "the end-of-recovery checkpoint is at the cut");
+    assert!(
+        r.as_checkpoint().is_some_and(|(_, shutdown)| shutdown),
+        "the record at the cut is a CHECKPOINT_SHUTDOWN"
+    );
+    r.end
+}
+
+/// The bytes from `from` to the end of its 1 MB segment.
+fn rest_of_segment(d: &Path, from: u64) -> Vec<u8> {
+    read_at_lsn(d, from, ((1 << 20) - (from & ((1 << 20) - 1))) as usize)
+}
+
 fn read_at_lsn(d: &Path, lsn: u64, n: usize) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(seg_file(d, lsn >> 20)).unwrap();
@@ -433,7 +457,7 @@ fn discard_flag_moves_damaged_wal_aside_and_starts() {
     // holding it is cut there (zero after it).
     let la = walformat::look_ahead(&dir.join("pg_wal"), geo, 1, system_id(dir), stop).unwrap();
     assert_eq!(la.found, None, "valid WAL left after the damage: {la:?}");
-    let tail = read_at_lsn(dir, stop, ((1 << 20) - (stop & ((1 << 20) - 1))) as usize);
+    let tail = rest_of_segment(dir, after_end_of_recovery_checkpoint(dir, stop));
     assert!(
         tail.iter().all(|b| *b == 0),
         "bytes after the cut are not zero"
@@ -492,15 +516,14 @@ fn torn_tail_recovers_by_itself_and_is_zeroed_on_disk() {
     write_at_lsn(dir, w.end, &garbage);
     let s = start_or_exit(dir, tmp.path(), &["--workers", "0"])
         .unwrap_or_else(|o| panic!("torn tail refused\n{}", o.describe()));
-    let seg_rest = ((1 << 20) - (end & ((1 << 20) - 1))) as usize;
-    let tail = read_at_lsn(dir, end, seg_rest);
+    let tail = rest_of_segment(dir, after_end_of_recovery_checkpoint(dir, end));
     assert!(
         tail.iter().all(|b| *b == 0),
         "bytes after the end of WAL not zeroed on disk"
     );
     s.stop_ok();
     // Recovery ended exactly at the cut: the first record written after
-    // it (the shutdown checkpoint) starts where the cut record started.
+    // it (the end-of-recovery checkpoint) starts where the cut record started.
     let (after, _) = scan_records(&w.d);
     let next = after.iter().find(|r| r.lsn >= end).map(|r| r.lsn);
     assert_eq!(
@@ -542,7 +565,8 @@ fn torn_tail_zeroing_goes_through_the_fail_points() {
     );
     let s = start_or_exit(dir, tmp.path(), &["--workers", "0"])
         .unwrap_or_else(|o| panic!("torn tail refused\n{}", o.describe()));
-    let rest = read_at_lsn(dir, w.end, (page_end - w.end) as usize);
+    let after = after_end_of_recovery_checkpoint(dir, w.end);
+    let rest = read_at_lsn(dir, after, page_end.saturating_sub(after) as usize);
     assert!(rest.iter().all(|b| *b == 0), "garbage not zeroed");
     s.stop_ok();
     let wal = tx_wal_check(&w.d);
@@ -640,11 +664,7 @@ fn valid_wal_inside_the_window_is_a_tail_beyond_it_is_refused() {
             && log.contains("power-loss tail"),
         "no WARNING naming the stop\n{log}"
     );
-    let tail = read_at_lsn(
-        &inside,
-        stop,
-        ((1 << 20) - (stop & ((1 << 20) - 1))) as usize,
-    );
+    let tail = rest_of_segment(&inside, after_end_of_recovery_checkpoint(&inside, stop));
     assert!(tail.iter().all(|b| *b == 0), "tail not zeroed on disk");
     s.stop_ok();
     let (after, _) = scan_records(&d);

@@ -15,6 +15,7 @@ mod common;
 use common::wire::*;
 use common::*;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -30,9 +31,17 @@ fn start_under_load(tag: &str) -> (TempDir, DataDir, Server, u16) {
 
 /// `psql -X -A -t -v ON_ERROR_STOP=1 -c SQL` over the Unix socket.
 fn psql(psql: &Path, d: &DataDir, port: u16, sql: &str) -> Out {
+    psql_with_options(psql, d, port, None, sql)
+}
+
+/// [`psql`] with PGOPTIONS set to `options` (unset if None).
+fn psql_with_options(psql: &Path, d: &DataDir, port: u16, options: Option<&str>, sql: &str) -> Out {
     let mut c = Command::new(psql);
     for v in ["PGPASSWORD", "PGSERVICE", "PGOPTIONS", "PGHOSTADDR"] {
         c.env_remove(v);
+    }
+    if let Some(o) = options {
+        c.env("PGOPTIONS", o);
     }
     c.env("PGHOST", &d.path)
         .env("PGPORT", port.to_string())
@@ -226,6 +235,74 @@ fn unknown_relation_is_42p01_at_its_position() {
     // The session is still usable.
     wait_for_processes(&mut s, 5);
     drop(s);
+    srv.stop_ok();
+}
+
+#[test]
+fn synchronous_commit_from_pgoptions_and_in_pg_settings() {
+    let Some(bin) = pg_client("psql") else { return };
+    let tmp = TempDir::new("monitoring-sync-commit");
+    let d = init(&tmp.join("data"), &[]);
+    let (srv, port) = start_on_free_port(&d, tmp.path(), &[], &[], &[]);
+    let with = |options: &str, sql: &str| psql_with_options(&bin, &d, port, Some(options), sql);
+
+    // PGOPTIONS carries the full level; it is the session's default, so
+    // RESET returns to it, and pg_settings shows it as the session's value.
+    let o = with(
+        "-c synchronous_commit=remote_write",
+        "SHOW synchronous_commit; SET synchronous_commit = local; RESET synchronous_commit; \
+         SHOW synchronous_commit; SELECT setting FROM pg_settings WHERE name = 'synchronous_commit'",
+    );
+    assert_eq!(
+        rows(&o),
+        [["remote_write"], ["remote_write"], ["remote_write"]]
+    );
+    assert_eq!(
+        rows(&with(
+            "-c synchronous_commit=LOCAL",
+            "SHOW synchronous_commit"
+        )),
+        [["local"]]
+    );
+    assert_eq!(
+        rows(&with(
+            "-c synchronous_commit=false",
+            "SHOW synchronous_commit"
+        )),
+        [["off"]]
+    );
+
+    // A bad value: psql cannot connect (exit 2); on the wire a FATAL 22023,
+    // as SET's ERROR 22023 for the same value.
+    let bad = with("-c synchronous_commit=sometimes", "SELECT 1");
+    assert_eq!(bad.code(), Some(2), "{}", bad.describe());
+    let mut s = raw_connect(&socket_path(&d.path, port));
+    let options = ("options", "-c synchronous_commit=sometimes");
+    s.write_all(&startup_packet(&[("user", "x"), options]))
+        .unwrap();
+    let msgs = read_to_close(&mut s);
+    let err = msgs
+        .iter()
+        .find(|(t, _)| *t == b'E')
+        .expect("an ErrorResponse");
+    let f = fields(&err.1);
+    assert_eq!(f.get(&b'V').map(String::as_str), Some("FATAL"), "{f:?}");
+    assert_eq!(f.get(&b'C').map(String::as_str), Some("22023"), "{f:?}");
+    let set = psql(&bin, &d, port, "SET synchronous_commit = sometimes");
+    assert_eq!(set.code(), Some(1), "{}", set.describe());
+    assert!(set.stderr.contains("22023"), "{}", set.describe());
+
+    // pg_settings: an enum with PostgreSQL 15's values.
+    let row = rows(&psql(
+        &bin,
+        &d,
+        port,
+        "SELECT vartype, enumvals, setting FROM pg_settings WHERE name = 'synchronous_commit'",
+    ));
+    assert_eq!(
+        row,
+        [["enum", "{local,remote_write,remote_apply,on,off}", "on"]]
+    );
     srv.stop_ok();
 }
 

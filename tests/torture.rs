@@ -1,5 +1,6 @@
 //! `walbench torture` end to end (issue 15): short runs of the kill mode
-//! (default and alternative variants) and of the power-loss mode pass, and
+//! (default and alternative variants, and with a supervised library
+//! worker among the victims) and of the power-loss mode pass, and
 //! the power-loss mode catches a deliberately broken build
 //! (`WALSHM_TEST_BREAK=ack-before-fsync`, compiled in with the test
 //! build's `failpoints`): it reports lost > 0 and exits non-zero, keeping
@@ -7,6 +8,12 @@
 //! never from log text.
 
 mod common;
+
+/// The worker library's example producer, run by `child_worker`.
+#[allow(dead_code)]
+#[path = "../worker/examples/producer.rs"]
+mod producer_example;
+
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,6 +114,53 @@ fn kill_mode_default_variants_nothing_lost() {
     assert_passed(&o, &v, &data, "kill", 8);
     // Seed 15 draws more than one kind of victim.
     assert!(v["victims"].as_object().unwrap().len() >= 2, "{v}");
+}
+
+/// Child mode: this test binary run by the postmaster as the torture's
+/// supervised library worker (`--worker-cmd`), the library's example
+/// producer with the arguments in `WALSHM_TEST_ARGS_<worker name>`. In a
+/// normal test run that is not set and this test does nothing.
+#[test]
+fn child_worker() {
+    let Ok(name) = std::env::var("WALSHM_WORKER_NAME") else {
+        return;
+    };
+    let Ok(args) = std::env::var(format!("WALSHM_TEST_ARGS_{name}")) else {
+        return;
+    };
+    let args = args.split_whitespace().map(String::from).collect();
+    std::process::exit(producer_example::run_with(args));
+}
+
+/// The worker-library victim: a supervised worker committing acknowledged
+/// transactions through the library runs beside the backends; seed 2
+/// draws it twice in 6 cycles (a victim whose process is missing would be
+/// counted as a backend), and nothing acknowledged is lost.
+#[test]
+fn kill_mode_with_a_library_worker_nothing_lost() {
+    let tmp = TempDir::new("torture-worker");
+    let exe = std::env::current_exe().unwrap();
+    let cmd = format!(
+        "{} child_worker --exact --nocapture --quiet --test-threads=1",
+        exe.display()
+    );
+    let args = [
+        "--cycles",
+        "6",
+        "--seed",
+        "2",
+        "--workers",
+        "2",
+        "--worker-cmd",
+        &cmd,
+    ];
+    let env = [(
+        "WALSHM_TEST_ARGS_torture",
+        "--tx --ack --size 100 --prefix torture",
+    )];
+    let (o, v, data) = torture(&tmp, &args, &env);
+    assert_passed(&o, &v, &data, "kill", 6);
+    assert!(int(&v["victims"], "worker") >= 1, "{v}");
 }
 
 #[test]

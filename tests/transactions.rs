@@ -304,8 +304,8 @@ fn txid_commits_flushed_by_walwriter_within_delay() {
     assert_eq!(own.reason, "clean end of WAL", "{own:?}");
     assert_eq!(
         own.records,
-        recs.len() as u64 + 1,
-        "records after restart (recovered + shutdown checkpoint)"
+        recs.len() as u64 + 2,
+        "records after restart (recovered + end-of-recovery and shutdown checkpoints)"
     );
     if let Some(st) = pg_waldump_stats(&d, own.end_lsn) {
         assert_eq!(st.total_records, own.records, "pg_waldump record count");

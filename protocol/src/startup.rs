@@ -74,9 +74,14 @@ pub struct StartupInfo {
     pub database: String,
     pub application_name: String,
     /// `synchronous_commit` given at start-up (parameter or `-c` in `options`,
-    /// e.g. PGOPTIONS): the integrator applies it with `Session::set_synchronous_commit`
-    /// before calling `serve`.
+    /// e.g. PGOPTIONS): whether commits flush locally. The integrator applies
+    /// it with `Session::set_synchronous_commit` before calling `serve`.
     pub synchronous_commit: Option<bool>,
+    /// The same value's canonical level name (`remote_write`, `local`, ...),
+    /// as SET keeps it: the integrator applies it with
+    /// `Session::set_synchronous_commit_level` and makes it the session's
+    /// default, which SHOW prints and RESET returns to.
+    pub synchronous_commit_level: Option<&'static str>,
     /// All other run-time parameters sent at start-up (accepted, not applied).
     pub options: Vec<(String, String)>,
     /// `replication=true` (physical) or `replication=database`: the
@@ -245,11 +250,9 @@ fn interpret_startup(version: i32, params: Vec<(String, String)>) -> Result<Acce
                 client_encoding = settings::parse_client_encoding(&value).map_err(to_fatal)?
             }
             "synchronous_commit" => {
-                info.synchronous_commit = Some(
-                    settings::parse_synchronous_commit(&value)
-                        .map_err(to_fatal)?
-                        .0,
-                )
+                let (on, level) = settings::parse_synchronous_commit(&value).map_err(to_fatal)?;
+                info.synchronous_commit = Some(on);
+                info.synchronous_commit_level = Some(level);
             }
             _ => info.options.push((name, value)),
         }
@@ -715,6 +718,43 @@ mod tests {
             panic!()
         };
         assert_eq!(info.synchronous_commit, Some(false));
+        assert_eq!(info.synchronous_commit_level, Some("off"));
+    }
+
+    #[test]
+    fn options_carry_the_synchronous_commit_level() {
+        let mut s = duplex(packet(
+            PROTOCOL_3_0,
+            b"user\0u\0options\0-c synchronous_commit=Remote_Write\0\0",
+        ));
+        let Startup::Ready(info) =
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(info.synchronous_commit, Some(true));
+        assert_eq!(info.synchronous_commit_level, Some("remote_write"));
+    }
+
+    #[test]
+    fn a_bad_synchronous_commit_option_is_fatal_22023() {
+        let mut s = duplex(packet(
+            PROTOCOL_3_0,
+            b"user\0u\0options\0-c synchronous_commit=sometimes\0\0",
+        ));
+        assert_eq!(
+            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            Startup::Rejected
+        );
+        let reply = String::from_utf8_lossy(&s.output);
+        assert!(
+            reply.contains("SFATAL\0") && reply.contains("C22023\0"),
+            "{reply}"
+        );
+        assert!(
+            reply.contains("\"synchronous_commit\": \"sometimes\""),
+            "{reply}"
+        );
     }
 
     #[test]

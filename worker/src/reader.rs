@@ -23,7 +23,12 @@
 //! [`Committed`] turns the record stream into what a consumer wants: the
 //! transactional messages of committed transactions only, buffered per XID
 //! until the COMMIT (delivered) or ABORT (dropped), in commit order, each
-//! transaction's messages in LSN order.
+//! transaction's messages in LSN order. A CHECKPOINT_SHUTDOWN record drops
+//! every transaction still buffered: it is written only when no
+//! transaction can be open (a clean shutdown, or the end-of-recovery
+//! checkpoint with which startup ends a crash recovery), so a transaction
+//! that a crash cut off before its COMMIT or ABORT never commits and its
+//! messages are not kept forever.
 
 use crate::error::{Error, Result};
 use backend::context::ServerWatch;
@@ -195,6 +200,12 @@ impl<'w> Reader<'w> {
         self.current.as_ref().map(record_view)
     }
 
+    /// Whether the current record is a CHECKPOINT_SHUTDOWN.
+    fn at_shutdown_checkpoint(&self) -> bool {
+        let checkpoint = self.current.as_ref().and_then(|r| r.as_checkpoint());
+        matches!(checkpoint, Some((_, true)))
+    }
+
     /// The bound now: None for `Files`; the flush position otherwise, or
     /// ServerRestarted once that generation ended.
     fn bound_lsn(&self) -> Result<Option<Lsn>> {
@@ -346,11 +357,12 @@ pub struct Message {
 }
 
 /// The committed transactional messages of a reader (see the module
-/// header). Transactions cut short by a crash (no COMMIT, no ABORT) stay
-/// buffered and are never delivered.
+/// header). Transactions cut short by a crash (no COMMIT, no ABORT) are
+/// never delivered; they stay buffered until the next CHECKPOINT_SHUTDOWN.
 pub struct Committed<'w> {
     reader: Reader<'w>,
-    /// Messages of transactions still open, by XID.
+    /// Messages of transactions still open, by XID (emptied at each
+    /// CHECKPOINT_SHUTDOWN).
     pending: HashMap<u32, Vec<Message>>,
     ready: VecDeque<Message>,
 }
@@ -371,6 +383,10 @@ impl<'w> Committed<'w> {
             let left = deadline.saturating_duration_since(Instant::now());
             if !self.reader.advance_wait(left)? {
                 return Ok(None);
+            }
+            if self.reader.at_shutdown_checkpoint() {
+                self.pending.clear();
+                continue;
             }
             let rec = self.reader.view().expect("advance filled it");
             match rec.kind {
@@ -404,5 +420,11 @@ impl<'w> Committed<'w> {
     /// Where the underlying reader stands.
     pub fn position(&self) -> Lsn {
         self.reader.position()
+    }
+
+    /// How many transactions have buffered messages but no COMMIT or
+    /// ABORT (yet) up to the reader's position.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
     }
 }

@@ -17,6 +17,17 @@
 //!    `wal_keep_size` asks to keep).
 //!
 //! A failed control-file write is a PANIC, like a failed WAL flush.
+//!
+//! Kinds ([`CheckpointKind`]): online (backends insert meanwhile), shutdown
+//! (the last record of a clean stop) and end-of-recovery (PostgreSQL's
+//! CHECKPOINT_END_OF_RECOVERY: the startup process, alone after a crash
+//! recovery, writes it before any other process starts). The last two
+//! write a CHECKPOINT_SHUTDOWN record with redo at the record itself:
+//! nothing inserts while they run, and no transaction begun before such a
+//! record can still be open after it (a WAL reader may forget every
+//! transaction it saw begin but not end). End-of-recovery leaves the
+//! control file "in production", so that a crash after it is again a
+//! crash recovery, from this checkpoint on.
 
 use crate::context::ProcContext;
 use crate::control::{unix_now, ControlFile, DbState};
@@ -34,6 +45,38 @@ use walformat::{format_lsn, CheckPoint, Geometry, Lsn};
 
 /// How often the checkpointer looks at the WAL volume.
 const POLL: Duration = Duration::from_millis(200);
+
+/// What a checkpoint is for (see the module header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointKind {
+    Online,
+    Shutdown,
+    EndOfRecovery,
+}
+
+impl CheckpointKind {
+    /// Whether its record is a CHECKPOINT_SHUTDOWN (nothing inserts meanwhile).
+    fn is_shutdown_record(self) -> bool {
+        self != CheckpointKind::Online
+    }
+
+    /// The state the control file is left in.
+    fn db_state(self) -> DbState {
+        match self {
+            CheckpointKind::Shutdown => DbState::ShutDown,
+            CheckpointKind::Online | CheckpointKind::EndOfRecovery => DbState::InProduction,
+        }
+    }
+
+    /// How the completion log line names it.
+    fn label(self) -> &'static str {
+        match self {
+            CheckpointKind::Online => "",
+            CheckpointKind::Shutdown => " (shutdown)",
+            CheckpointKind::EndOfRecovery => " (end-of-recovery)",
+        }
+    }
+}
 
 /// The checkpointer's state; borrows the process's context.
 pub struct Checkpointer<'a> {
@@ -55,8 +98,8 @@ impl<'a> Checkpointer<'a> {
         }
     }
 
-    /// Creates a checkpoint; returns the checkpoint record's LSN.
-    pub fn checkpoint(&mut self, shutdown: bool) -> Lsn {
+    /// Creates a checkpoint of `kind`; returns the checkpoint record's LSN.
+    pub fn checkpoint(&mut self, kind: CheckpointKind) -> Lsn {
         let started = Instant::now();
         self.shm
             .xlog()
@@ -72,12 +115,17 @@ impl<'a> Checkpointer<'a> {
         let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Relaxed);
         let facts = &self.shm.xlog().facts;
         let cp = checkpoint_contents(redo, facts.timeline, next_xid);
-        let mut rec = walformat::checkpoint_record(&cp, shutdown);
+        let mut rec = walformat::checkpoint_record(&cp, kind.is_shutdown_record());
         let at = self.xlog.insert(&mut rec);
         self.xlog.flush(at.end);
-        // At shutdown nothing else inserts, so the record sits at redo.
-        let redo = if shutdown { at.start } else { redo };
-        self.update_control_file(at.start, redo, next_xid, shutdown);
+        // At shutdown or the end of recovery nothing else inserts, so the
+        // record sits at redo.
+        let redo = if kind.is_shutdown_record() {
+            at.start
+        } else {
+            redo
+        };
+        self.update_control_file(at.start, redo, next_xid, kind.db_state());
         let ck = &self.shm.xlog().checkpointer;
         // Relaxed: a threshold only; its readers (our own loop in `run`,
         // xlog's checkpoint trigger) use the value, nothing published with it.
@@ -87,7 +135,7 @@ impl<'a> Checkpointer<'a> {
             "LOG",
             &format!(
                 "checkpoint complete{}: lsn {}, redo {}; {removed} segment(s) removed, {recycled} recycled; {:.3} s",
-                if shutdown { " (shutdown)" } else { "" },
+                kind.label(),
                 format_lsn(at.start),
                 format_lsn(redo),
                 started.elapsed().as_secs_f64()
@@ -99,18 +147,14 @@ impl<'a> Checkpointer<'a> {
         at.start
     }
 
-    fn update_control_file(&mut self, checkpoint: Lsn, redo: Lsn, next_xid: u64, shutdown: bool) {
+    fn update_control_file(&mut self, checkpoint: Lsn, redo: Lsn, next_xid: u64, state: DbState) {
         let lock = self.shm.named_lock(NamedLock::ControlFile);
         lock.acquire(&self.ctx.env, LWLockMode::Exclusive);
         let mut c = match ControlFile::read(&self.ctx.datadir) {
             Ok(c) => c,
             Err(e) => panic!("could not read control file: {e}"),
         };
-        c.state = if shutdown {
-            DbState::ShutDown
-        } else {
-            DbState::InProduction
-        };
+        c.state = state;
         c.checkpoint = checkpoint;
         c.redo = redo;
         c.next_xid = next_xid;
@@ -231,13 +275,13 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         let wal_due = c.xlog.insert_lsn().saturating_sub(last_redo) >= wal_trigger;
         if requested || wal_due || last.elapsed() >= timeout {
             served = pending;
-            c.checkpoint(false);
+            c.checkpoint(CheckpointKind::Online);
             last = Instant::now();
             continue;
         }
         waitevent::during(waitevent::CHECKPOINTER_MAIN, || ck.latch.wait(POLL));
     }
-    c.checkpoint(true);
+    c.checkpoint(CheckpointKind::Shutdown);
     0
 }
 

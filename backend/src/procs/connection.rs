@@ -59,6 +59,8 @@ pub struct WalSession<'a> {
     /// first asked for (most sessions never do: not reading it at start
     /// saves a connection an open, stat, read and close).
     geometry: std::cell::OnceCell<(u64, u32)>,
+    /// `synchronous_commit` from the startup packet: this session's default.
+    startup_sync_level: Option<&'static str>,
 }
 
 impl<'a> WalSession<'a> {
@@ -70,6 +72,7 @@ impl<'a> WalSession<'a> {
             datadir: ctx.datadir.clone(),
             activity: stats::activity_writer(ctx.shm, ctx.procno),
             geometry: std::cell::OnceCell::new(),
+            startup_sync_level: None,
         }
     }
 
@@ -80,6 +83,14 @@ impl<'a> WalSession<'a> {
                 .map(|c| (c.seg_size, c.timeline))
                 .unwrap_or((16 << 20, 1))
         })
+    }
+
+    /// Applies a startup packet's `synchronous_commit` as SET does, and
+    /// makes it the default SHOW and RESET see for this session.
+    pub fn start_with_synchronous_commit(&mut self, on: bool, level: &'static str) {
+        self.set_synchronous_commit(on);
+        self.set_synchronous_commit_level(level);
+        self.startup_sync_level = Some(level);
     }
 
     /// Leaves the ProcArray; ends an open transaction first.
@@ -213,6 +224,12 @@ impl Session for WalSession<'_> {
     }
 
     fn server_setting(&self, name: &str) -> Option<String> {
+        if let Some(level) = self
+            .startup_sync_level
+            .filter(|_| name == "synchronous_commit")
+        {
+            return Some(level.to_string());
+        }
         self.shm.settings().show(name)
     }
 
@@ -624,8 +641,8 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         writer.set_client_addr(&addr);
     }
     let mut session = WalSession::new(&ctx);
-    if let Some(on) = info.synchronous_commit {
-        session.set_synchronous_commit(on);
+    if let (Some(on), Some(level)) = (info.synchronous_commit, info.synchronous_commit_level) {
+        session.start_with_synchronous_commit(on, level);
     }
     let mut stream = PollingStream::new(stream, shm);
     if let Err(e) = protocol::serve(&mut stream, &mut session) {

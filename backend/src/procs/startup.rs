@@ -65,7 +65,16 @@
 //! segment was synced by the crashed run's writer. This also makes the
 //! flush result step 5 sets (X) true: it is on disk.
 //!
+//! 6. after a crash (not after a clean shutdown, nor in archive recovery,
+//!    which ends with its own end-of-recovery checkpoint), write an
+//!    end-of-recovery checkpoint as PostgreSQL does (CreateCheckPoint with
+//!    CHECKPOINT_END_OF_RECOVERY): a CHECKPOINT_SHUTDOWN record at the end
+//!    of WAL, flushed, named by the control file as checkpoint and redo.
+//!    No transaction the crash cut off can be open after it, and the next
+//!    recovery starts there.
+//!
 //! Invariant on exit 0: `curr_byte_pos` is the end of valid WAL,
+//! (after a crash: the end of the end-of-recovery checkpoint record),
 //! `prev_byte_pos` the start of the last valid record, the buffers hold
 //! the page the next record goes to, and no byte after the end in its
 //! segment file is non-zero.
@@ -687,15 +696,6 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
     }
     install_end_of_wal(shm, datadir, &geo, tli, &r).map_err(|e| fatal(&e))?;
-    shm.xlog()
-        .checkpointer
-        .last_redo
-        // Relaxed: published to later processes by fork (see install_end_of_wal).
-        .store(control.redo, Ordering::Relaxed);
-    let mut c = control;
-    c.state = DbState::InProduction;
-    c.time = unix_now();
-    c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))?;
     log(
         "LOG",
         &format!(
@@ -707,7 +707,32 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
             r.stop_reason,
         ),
     );
-    Ok(())
+    if crashed {
+        end_of_recovery_checkpoint(shm, datadir);
+        return Ok(());
+    }
+    shm.xlog()
+        .checkpointer
+        .last_redo
+        // Relaxed: published to later processes by fork (see install_end_of_wal).
+        .store(control.redo, Ordering::Relaxed);
+    let mut c = control;
+    c.state = DbState::InProduction;
+    c.time = unix_now();
+    c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))
+}
+
+/// Step 6 after a crash: the end-of-recovery checkpoint (see the module
+/// header), written through the ordinary insertion path by this process,
+/// the only one running: a CHECKPOINT_SHUTDOWN record at the end of WAL,
+/// flushed, then the control file naming it (state "in production"), then
+/// segments before it removed or recycled as the checkpointer does. The
+/// control file says "in crash recovery" until it names the new
+/// checkpoint, so a crash anywhere before that repeats this recovery.
+fn end_of_recovery_checkpoint(shm: &Shmem, datadir: &Path) {
+    let ctx = crate::context::ProcContext::aux(shm, shmem::segment::AuxProc::Startup, datadir);
+    let mut checkpointer = crate::checkpointer::Checkpointer::new(&ctx);
+    checkpointer.checkpoint(crate::checkpointer::CheckpointKind::EndOfRecovery);
 }
 
 /// Archive recovery (see `restore.rs`), before reading WAL: with

@@ -310,7 +310,26 @@ fn stat_wal(env: &mut Env, _: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
     ]])
 }
 
+/// Settings PostgreSQL declares as enums whose walshm row is text (it
+/// accepts spellings PostgreSQL hides from `enumvals`, like `true` for
+/// synchronous_commit), with the values pg_settings lists, in PostgreSQL
+/// 15's order.
+const TEXT_ROWS_SHOWN_AS_ENUM: &[(&str, &[&str])] = &[(
+    "synchronous_commit",
+    &["local", "remote_write", "remote_apply", "on", "off"],
+)];
+
+/// Gives a row of [`TEXT_ROWS_SHOWN_AS_ENUM`] PostgreSQL's vartype and enumvals.
+fn as_postgres_declares(mut s: SettingRow) -> SettingRow {
+    if let Some((_, values)) = TEXT_ROWS_SHOWN_AS_ENUM.iter().find(|e| e.0 == s.name) {
+        s.vartype = "enum".to_string();
+        s.enumvals = Some(values.iter().map(|v| v.to_string()).collect());
+    }
+    s
+}
+
 fn setting_row(s: SettingRow) -> Vec<Value> {
+    let s = as_postgres_declares(s);
     vec![
         text(s.name),
         text(s.setting),
@@ -493,6 +512,23 @@ mod tests {
                 assert_eq!(row.len(), rel.columns.len(), "{}", rel.name);
             }
         }
+    }
+
+    #[test]
+    fn synchronous_commit_is_an_enum_in_pg_settings() {
+        let text_row = |name: &str| SettingRow {
+            name: name.to_string(),
+            vartype: "string".to_string(),
+            ..SettingRow::default()
+        };
+        let row = setting_row(text_row("synchronous_commit"));
+        assert_eq!(row[7], text("enum"));
+        assert_eq!(
+            row[11],
+            text("{local,remote_write,remote_apply,on,off}".to_string())
+        );
+        let other = setting_row(text_row("archive_command"));
+        assert_eq!((&other[7], &other[11]), (&text("string"), &Value::Null));
     }
 
     #[test]

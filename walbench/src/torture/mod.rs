@@ -31,6 +31,7 @@ pub mod powerloss;
 pub mod report;
 pub mod server;
 pub mod victims;
+pub mod worker;
 
 use crate::cli::{self, Mode, Opt};
 use report::{Event, Summary};
@@ -80,6 +81,9 @@ pub struct Options {
     pub sets: Vec<String>,
     pub check_every_cycle: bool,
     pub keep: bool,
+    /// A supervised library worker's command, run beside the backends
+    /// (`worker.rs`).
+    pub worker_cmd: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -96,6 +100,7 @@ enum Key {
     Variant,
     CheckEvery,
     Keep,
+    WorkerCmd,
 }
 
 fn spec() -> Vec<Opt<Key>> {
@@ -157,6 +162,13 @@ fn spec() -> Vec<Opt<Key>> {
             "--keep",
             "keep the data directory even when the run passes",
         ),
+        Opt::new(
+            Key::WorkerCmd,
+            "--worker-cmd CMD",
+            "also run CMD as a supervised worker that commits through the worker\n\
+             library and prints `ack LSN` lines (e.g. the example producer with\n\
+             --tx --ack); a victim too: \"worker\"",
+        ),
     ]
 }
 
@@ -205,6 +217,7 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
         sets: vec![],
         check_every_cycle: false,
         keep: false,
+        worker_cmd: None,
     };
     let mut variant_sets = vec![];
     let num = |v: &str, what: &str| -> Result<u64, String> {
@@ -248,6 +261,10 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             Key::CheckEvery => o.check_every_cycle = true,
             Key::Keep => o.keep = true,
+            Key::WorkerCmd => {
+                worker::comm_of(v).ok_or("--worker-cmd needs a program")?;
+                o.worker_cmd = Some(v.to_string())
+            }
         }
         Ok(())
     })?;
@@ -340,6 +357,9 @@ pub fn run(o: &Options) -> Result<(), String> {
     .collect();
     for s in &o.sets {
         args.extend(["--set".to_string(), s.clone()]);
+    }
+    if let Some(cmd) = &o.worker_cmd {
+        args.extend(["--worker".to_string(), worker::worker_arg(cmd)]);
     }
     let env = journal
         .iter()
@@ -529,6 +549,11 @@ impl Run<'_> {
         let v = VICTIMS[self.rng.below(VICTIMS.len() as u64) as usize];
         match v.how {
             How::Child(comm) => self.kill_child(&mut s, v.name, comm).map(|()| s),
+            How::LibraryWorker => match self.o.worker_cmd.as_deref().and_then(worker::comm_of) {
+                Some(comm) => self.kill_child(&mut s, v.name, &comm),
+                None => self.kill_child(&mut s, "backend", "backend"),
+            }
+            .map(|()| s),
             How::DuringRecovery => self.kill_startup(&mut s).map(|()| s),
             How::Postmaster => self.kill_postmaster(s),
         }

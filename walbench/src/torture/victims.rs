@@ -4,9 +4,9 @@
 //! a child of the postmaster by its `comm`, the startup process during the
 //! recovery window (a backend is killed first to start a crash restart,
 //! then the startup process as soon as it shows up), or the postmaster
-//! itself. Supervised workers (issue 12) are one more row:
-//! `Victim { name: "worker", how: How::Child("NAME") }` with the worker
-//! program's own name.
+//! itself. The supervised library worker (`--worker-cmd`, see
+//! `worker.rs`) is the row "worker", found by its program's comm; without
+//! that option, drawing it kills a backend instead.
 //!
 //! Children are read from `/proc` (the parent pid in `/proc/PID/stat`);
 //! a child that is gone by the time it is signalled is not an error (the
@@ -23,6 +23,8 @@ pub enum How {
     DuringRecovery,
     /// The postmaster (then its children go and it is started again).
     Postmaster,
+    /// The supervised library worker (`--worker-cmd`), by its comm.
+    LibraryWorker,
 }
 
 /// One kind of victim.
@@ -53,6 +55,10 @@ pub const VICTIMS: &[Victim] = &[
     Victim {
         name: "postmaster",
         how: How::Postmaster,
+    },
+    Victim {
+        name: "worker",
+        how: How::LibraryWorker,
     },
 ];
 
