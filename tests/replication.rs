@@ -391,7 +391,12 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
     );
     srv.stop_ok();
     let end = own_waldump(&d.path).end_lsn;
-    assert!(wait_received_upto(&out, &d, end, Duration::from_secs(12)));
+    assert!(
+        wait_received_upto(&out, &d, end, Duration::from_secs(12)),
+        "received up to {:X}, server's end {end:X}; pg_receivewal's log:\n{}",
+        received_upto(&out),
+        fs::read_to_string(out.with_extension("log")).unwrap_or_default()
+    );
     assert_matches_server(&out, &d, end);
 }
 
