@@ -182,7 +182,7 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
 /// CPUs this process may run on (its affinity mask): one system call,
 /// where `std::thread::available_parallelism` also opens and reads three
 /// cgroup files, on every connection. 1 if the mask cannot be read.
-fn cpus_allowed() -> u32 {
+pub(crate) fn cpus_allowed() -> u32 {
     // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is

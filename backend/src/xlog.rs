@@ -156,7 +156,7 @@ pub struct Xlog<'a> {
     /// No-I/O mode: where an insertion finishes once the generation ended.
     scratch: Vec<u8>,
     /// `xlog_write` advanced the flush position: wake the walsenders once
-    /// WALWriteLock is released (`wake_walsenders_after_release`).
+    /// WALWriteLock is released (`release_wal_write_lock`).
     walsenders_to_wake: bool,
     /// Who flushes for our commits (`group_commit`; always `Leader` for
     /// processes other than backends, see `group_commit_for`).
@@ -213,10 +213,9 @@ fn reserved_bytepos(shm: &Shmem) -> u64 {
 fn insert_locks_in_use(n_locks: usize, spread: InsertLockSpread) -> usize {
     match spread {
         InsertLockSpread::All => n_locks,
-        InsertLockSpread::Cpus => {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            n_locks.min(cpus).max(1)
-        }
+        InsertLockSpread::Cpus => n_locks
+            .min(crate::client_poll::cpus_allowed() as usize)
+            .max(1),
     }
 }
 
@@ -752,8 +751,7 @@ impl<'a> Xlog<'a> {
                 if self.write_lsn() < upto {
                     self.xlog_write(finished, false);
                 }
-                ww.release(&self.ctx.env);
-                self.wake_walsenders_after_release();
+                self.release_wal_write_lock();
                 return;
             }
             // Somebody is writing: sleep until it publishes a run or is done.
@@ -803,8 +801,7 @@ impl<'a> Xlog<'a> {
         if record > self.flush_lsn() {
             self.xlog_write(finished, true);
         }
-        ww.release(&self.ctx.env);
-        self.wake_walsenders_after_release();
+        self.release_wal_write_lock();
         self.notify_flush_waiters();
         true
     }
@@ -838,8 +835,7 @@ impl<'a> Xlog<'a> {
             if record > self.flush_lsn() {
                 self.xlog_write(finished, true);
             }
-            ww.release(&self.ctx.env);
-            self.wake_walsenders_after_release();
+            self.release_wal_write_lock();
             return;
         }
     }
@@ -868,8 +864,7 @@ impl<'a> Xlog<'a> {
             if wrote {
                 self.xlog_write(finished, true);
             }
-            ww.release(&self.ctx.env);
-            self.wake_walsenders_after_release();
+            self.release_wal_write_lock();
             return wrote;
         }
     }
@@ -944,10 +939,14 @@ impl<'a> Xlog<'a> {
         }
     }
 
-    /// After WALWriteLock's release: wakes the walsenders if our
-    /// `xlog_write` advanced the flush position (the wake-up's fence
-    /// follows the flush_result store either way, so none is lost).
-    fn wake_walsenders_after_release(&mut self) {
+    /// Releases WALWriteLock, then wakes the walsenders if our
+    /// `xlog_write` advanced the flush position: outside the lock, and the
+    /// wake-up's fence follows the flush_result store either way, so none
+    /// is lost. Every release of WALWriteLock in this file goes through here.
+    fn release_wal_write_lock(&mut self) {
+        self.shm
+            .named_lock(NamedLock::WalWrite)
+            .release(&self.ctx.env);
         if std::mem::take(&mut self.walsenders_to_wake) {
             shmem::walsnd::wake_walsenders(self.shm.repl());
         }
@@ -1126,7 +1125,7 @@ mod tests {
 
     #[test]
     fn backends_spread_over_at_most_one_insertion_lock_per_cpu() {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = crate::client_poll::cpus_allowed() as usize;
         assert_eq!(insert_locks_in_use(8, InsertLockSpread::All), 8);
         assert_eq!(insert_locks_in_use(8, InsertLockSpread::Cpus), cpus.min(8));
         assert_eq!(insert_locks_in_use(1, InsertLockSpread::Cpus), 1);
