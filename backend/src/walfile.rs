@@ -7,7 +7,8 @@
 //! Segments: a new segment is made as PostgreSQL's XLogFileInit does:
 //! written in full with zeros to a temporary file, synced, then linked into
 //! place under its final name; if another process linked it first, we use
-//! theirs. So a segment under its final name always has its full size. With
+//! theirs. So a segment under its final name always has its full size. The
+//! zeros are written a WAL page at a time (see [`ZERO_CHUNK`]). With
 //! `fsync = off` durability is not promised anyway, and the file is only
 //! extended to its size (sparse, as PostgreSQL's `wal_init_zero = off`),
 //! which halves the write volume when measuring the insert path alone.
@@ -54,7 +55,14 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-const ZERO_CHUNK: usize = 1 << 20;
+/// Zeros go to a new segment one WAL page per write. Linux (6.16 and later,
+/// ext4 among others) gives page-cache folios the size of the write that
+/// created them; with 1 MiB writes every later 8 KiB WAL write and its
+/// writeback walk the buffer heads of a 1 MiB folio, which cost 10-15 us of
+/// CPU per write-and-fdatasync here. Page-sized folios keep a commit's write
+/// as cheap as the page it touches, for 2,048 writes per 16 MiB segment
+/// made off the commit path.
+const ZERO_CHUNK: usize = walformat::XLOG_BLCKSZ;
 
 /// The named I/O operations a fail point can target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -448,7 +456,7 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io:
         }
         return Err(err);
     }
-    f.write_all(bytes)?;
+    write_page_by_page(&mut f, bytes)?;
     if !fsync {
         drop(f);
         return crate::powerloss::rename_with(&tmp, path, || std::fs::rename(&tmp, path));
@@ -458,6 +466,15 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8], fsync: bool) -> std::io:
     drop(f);
     crate::powerloss::rename_with(&tmp, path, || std::fs::rename(&tmp, path))?;
     sync_dir(dir)
+}
+
+/// Writes `bytes` at the file's position in [`ZERO_CHUNK`] pieces, so a
+/// segment image (restore's first segment) gets page-sized page-cache
+/// folios, as [`create_segment`] gives its zeros.
+fn write_page_by_page(f: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    bytes
+        .chunks(ZERO_CHUNK)
+        .try_for_each(|page| f.write_all(page))
 }
 
 /// Creates `path` afresh with mode 0600 (O_EXCL), removing a leftover of

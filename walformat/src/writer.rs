@@ -7,6 +7,7 @@ use crate::geometry::{maxalign, Geometry, Lsn};
 use crate::page::{page_header_size, write_page_header};
 use crate::record::RecordBuf;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
@@ -112,7 +113,13 @@ impl SegmentWriter {
         std::fs::create_dir_all(pg_wal_dir)?;
         for (segno, data) in &self.segments {
             let name = self.geo.file_name(self.tli, *segno);
-            std::fs::write(pg_wal_dir.join(name), data)?;
+            // One WAL page per write: Linux sizes page-cache folios by the
+            // write that made them, and the server's later 8 KiB writes to
+            // this segment cost less in page-sized folios than in one of
+            // several MiB.
+            let mut file = std::fs::File::create(pg_wal_dir.join(name))?;
+            data.chunks(XLOG_BLCKSZ)
+                .try_for_each(|page| file.write_all(page))?;
         }
         Ok(())
     }
