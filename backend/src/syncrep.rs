@@ -35,6 +35,17 @@
 //! under the lock unless a releaser already did.
 //!
 //! With no synchronous standby connected commits wait, as in PostgreSQL.
+//!
+//! One sleep per commit (`sync_rep_one_sleep = on`, the default; issue 13):
+//! PostgreSQL's committer sleeps twice, for its local flush (XLogFlush)
+//! and then here. A walsender sends only WAL below the local flush
+//! position, so a standby's write or flush report at or past L implies
+//! that the local flush reached L. The committer therefore only makes
+//! sure a local flush to its LSN is done or under way
+//! (`Xlog::request_flush`: flush as a leader if WALWriteLock is free, or
+//! set the walwriter's latch) and sleeps once, in this queue; `xact`
+//! checks the local flush after the wait (a cancelled wait flushes
+//! locally before it returns). `off` keeps PostgreSQL's order.
 
 use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
@@ -113,19 +124,32 @@ pub fn standby_config(shm: &Shmem) -> Option<&'static StandbyNames> {
         .as_ref()
 }
 
-/// After the local flush of a commit whose record ends at `lsn`: waits
-/// until the synchronous standbys cover it, as this session's
-/// `synchronous_commit` asks (see the module header).
-pub fn wait_for(ctx: &ProcContext, lsn: u64) {
+/// The queue mode this session's commits wait in; None when they do not
+/// wait for standbys (`local`, `off`, or no `synchronous_standby_names`).
+fn wait_mode_of(ctx: &ProcContext) -> Option<u32> {
     let mode = match session_level(ctx) {
-        Level::Local => return,
+        Level::Local => return None,
         Level::RemoteWrite => wait_mode::WRITE,
         Level::RemoteFlush => wait_mode::FLUSH,
         Level::RemoteApply => wait_mode::APPLY,
     };
-    if standby_config(ctx.shm).is_none() {
+    standby_config(ctx.shm).map(|_| mode)
+}
+
+/// Does a commit of this session wait for standbys (so that, with
+/// `sync_rep_one_sleep`, it may sleep only in the queue, see `xact`)?
+pub fn waits_for_standbys(ctx: &ProcContext) -> bool {
+    wait_mode_of(ctx).is_some()
+}
+
+/// After the local flush of a commit whose record ends at `lsn` (or its
+/// request, with `sync_rep_one_sleep`): waits until the synchronous
+/// standbys cover it, as this session's `synchronous_commit` asks (see
+/// the module header).
+pub fn wait_for(ctx: &ProcContext, lsn: u64) {
+    let Some(mode) = wait_mode_of(ctx) else {
         return;
-    }
+    };
     let ctl = ctx.shm.repl();
     if released(ctl, mode) >= lsn {
         return;

@@ -260,6 +260,13 @@ declare_settings! {
     group_commit: GroupCommit = GroupCommit::Leader =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
         "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the walwriter)";
+    // ---- issue 13: synchronous replication, one sleep per commit ----
+    /// A commit that waits for standbys only requests its local flush and
+    /// sleeps once, in the sync-rep queue (the walsender sends only
+    /// flushed WAL); off: PostgreSQL's order, flush then wait again.
+    sync_rep_one_sleep: bool = true =>
+        "sync_rep_one_sleep", Kind::Bool,
+        "a commit waiting for standbys requests its local flush and sleeps once, in the sync-rep queue (off: PostgreSQL's flush, then wait)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
