@@ -437,10 +437,13 @@ fn post_released(shm: &Shmem, woken: &[u32]) {
     }
 }
 
-/// pg_stat_replication.sync_state of every walsender.
+/// pg_stat_replication.sync_state of every walsender; stored only when it
+/// changed, so that a release pass (one per status update) does not dirty
+/// the cache lines of every walsender entry.
 fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], chosen: &[usize]) {
     let ctl = shm.repl();
-    for (i, s) in ctl.senders.iter().enumerate() {
+    let max = shm.settings().max_wal_senders as usize;
+    for (i, s) in ctl.senders[..max.min(ctl.senders.len())].iter().enumerate() {
         let state = if chosen.contains(&i) {
             match cfg.method {
                 Method::Priority => sync_state::SYNC,
@@ -451,7 +454,9 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
         } else {
             sync_state::ASYNC
         };
-        s.sync_state.store(state, Ordering::Relaxed);
+        if s.sync_state.load(Ordering::Relaxed) != state {
+            s.sync_state.store(state, Ordering::Relaxed);
+        }
     }
 }
 
