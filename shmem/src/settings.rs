@@ -267,6 +267,12 @@ declare_settings! {
     sync_rep_one_sleep: bool = true =>
         "sync_rep_one_sleep", Kind::Bool,
         "a commit waiting for standbys requests its local flush and sleeps once, in the sync-rep queue (off: PostgreSQL's flush, then wait)";
+    /// The walsender posts only the first waiter a status update
+    /// releases; each released waiter posts the next (off: the walsender
+    /// posts them all, as PostgreSQL does).
+    sync_rep_wake_chain: bool = true =>
+        "sync_rep_wake_chain", Kind::Bool,
+        "the walsender wakes the first released synchronous commit and each wakes the next (off: the walsender wakes them all)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
