@@ -675,6 +675,24 @@ mod tests {
     }
 
     #[test]
+    fn a_released_waiter_that_leaves_passes_the_wake_chain_on() {
+        let shm = &Shmem::create(&shmem::Settings::default(), 3, 1).unwrap();
+        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
+        assert!(enqueue(shm, 1, 200, wait_mode::FLUSH));
+        let ctl = shm.repl();
+        ctl.lock.lock();
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(300, 300, 0), &mut woken);
+        ctl.lock.unlock();
+        assert_eq!(woken, vec![0, 1]);
+        // Proc 0 was released, but a cancel ended its wait before it saw
+        // RELEASED: leaving, it must still wake proc 1.
+        leave_queue(shm, 0);
+        assert_eq!(shm.procs()[1].sem.count(), 1);
+        assert_eq!(queue_lsns(shm), Vec::<u64>::new());
+    }
+
+    #[test]
     fn levels_follow_synchronous_commit_names() {
         assert_eq!(level_of("remote_write"), Level::RemoteWrite);
         assert_eq!(level_of("ON"), Level::RemoteFlush);
