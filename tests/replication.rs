@@ -485,21 +485,35 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
 /// standby's report.
 #[test]
 fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
-    acknowledged_commits_survive_kill_9("rep-sync", "sync_rep_one_sleep=on");
+    acknowledged_commits_survive_kill_9("rep-sync", &["sync_rep_one_sleep=on"]);
+}
+
+/// One sleep with `group_commit = flusher`: the committer never flushes,
+/// it only sets the walwriter's latch before it sleeps in the queue.
+#[test]
+fn synchronous_commits_flushed_by_the_walwriter_survive_kill_9() {
+    acknowledged_commits_survive_kill_9(
+        "rep-sync-ww",
+        &["sync_rep_one_sleep=on", "group_commit=flusher"],
+    );
 }
 
 /// The same with PostgreSQL's order (`sync_rep_one_sleep = off`): the
 /// local flush, then the wait for the standby.
 #[test]
 fn synchronous_commits_flushed_then_replicated_survive_kill_9() {
-    acknowledged_commits_survive_kill_9("rep-sync-2", "sync_rep_one_sleep=off");
+    acknowledged_commits_survive_kill_9("rep-sync-2", &["sync_rep_one_sleep=off"]);
 }
 
-fn acknowledged_commits_survive_kill_9(name: &str, variant: &str) {
+fn acknowledged_commits_survive_kill_9(name: &str, variant: &[&str]) {
     let Some(bin) = pg_receivewal() else { return };
     let t = TempDir::new(name);
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let sets = ["synchronous_standby_names=pg_receivewal", variant];
+    let sets: Vec<&str> = ["synchronous_standby_names=pg_receivewal"]
+        .iter()
+        .chain(variant)
+        .copied()
+        .collect();
     let args = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
     let (srv, port) = start_on_free_port(&d, t.path(), &sets, &args, &[]);
     std::thread::sleep(Duration::from_millis(800));

@@ -1117,7 +1117,8 @@ impl<'a> Xlog<'a> {
     /// held, the holder's flush may stop below `record`, so the
     /// walwriter's latch is set: its next round starts after this call,
     /// when every insertion below `record` has finished (we waited for
-    /// them), so it flushes past `record`. False in no-I/O mode (the
+    /// them), so it flushes past `record`. With `group_commit = flusher`
+    /// the walwriter is always the one asked. False in no-I/O mode (the
     /// caller then flushes with `flush`).
     pub fn request_flush(&mut self, record: Lsn) -> bool {
         if record <= self.flush_lsn() {
@@ -1126,7 +1127,8 @@ impl<'a> Xlog<'a> {
         if self.no_io {
             return false;
         }
-        if !self.flush_if_idle(record) {
+        let flushed = self.group_commit != GroupCommit::Flusher && self.flush_if_idle(record);
+        if !flushed {
             self.shm.xlog().walwriter_latch.set();
         }
         true
