@@ -6,12 +6,20 @@
 #!    message; COMMIT; fsync = on, synchronous_commit = on) at N clients,
 #!    for each server: local only, and with synchronous replication to a
 #!    local `pg_receivewal --synchronous` (synchronous_standby_names =
-#!    'pg_receivewal'). For walshm also the commits released per status
-#!    update (from its walsender's exit log line), and the server's CPU
-#!    per commit: as root, the postmaster is moved into a cgroup v1
-#!    cpuacct group right after it starts, so that the backends and the
-#!    walsender it forks for the run are counted (processes it forked
-#!    before, such as the walwriter, are not, for either server).
+#!    'pg_receivewal'); walshm's sync rep three times: the defaults
+#!    (`sync_rep_one_sleep = on`: one sleep per commit; `sync_rep_wake_chain
+#!    = on`: the walsender wakes the first released commit, each the next),
+#!    `sync_rep_one_sleep = off` (PostgreSQL's flush, then wait) and
+#!    `sync_rep_wake_chain = off` (the walsender wakes every one). The points of one repetition run back to back, and the
+#!    --reps repetitions in turn, so that every ratio is same-run. For
+#!    walshm also the commits released per status update (from its
+#!    walsender's exit log line). Per commit: the server's CPU (as root:
+#!    the server runs in a cgroup v1 cpuacct group from its start, so that
+#!    every process it forks is counted, exited ones included), the
+#!    receiver's CPU (/proc/PID/stat), and the server's context switches
+#!    (voluntary + involuntary, summed over the tasks of the group's
+#!    processes, sampled from 0.7 s into the run to 0.5 s before its end,
+#!    while the backends live).
 #! 2. Asynchronous streaming: walshm running `--workers 16 --workload
 #!    emit:1024` (fsync = off) for S seconds with a plain pg_receivewal
 #!    attached: MB/s of WAL generated against MB/s received, and the lag
@@ -20,8 +28,9 @@
 #! Everything runs on Unix sockets in a temporary directory, removed on
 #! exit (trap); PostgreSQL runs as `postgres` when this runs as root.
 #!
-#! Usage: scripts/replication-bench.sh [--seconds S] [--clients N] [--only 1|2]
+#! Usage: scripts/replication-bench.sh [--seconds S] [--clients N] [--only 1|2] [--reps R]
 #!   --seconds S   length of each point (default 5)
+#!   --reps R      repetitions of part 1 (default 1), each printed, then the medians
 #!   --clients N   pgbench clients for part 1 (default 64)
 #!   --only 1|2    run only part 1 (sync) or part 2 (async)
 #!   --workers N   emit:1024 workers for part 2 (default 16)
@@ -33,12 +42,14 @@ SECS=5
 CLIENTS=64
 ONLY=""
 WORKERS=16
+REPS=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECS="$2"; shift 2 ;;
         --clients) CLIENTS="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
         --workers) WORKERS="$2"; shift 2 ;;
+        --reps) REPS="$2"; shift 2 ;;
         -h|--help) sed -n '1d; s/^#! \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "unknown option: $1" >&2; exit 2 ;;
     esac
@@ -98,32 +109,57 @@ printf '%s\n' "BEGIN;" "SELECT pg_logical_emit_message(true, 'test', repeat('x',
 chmod 644 "$WORK/commit64.sql"
 NPROC=$(nproc)
 
-# A cpuacct group for the server under test (root and cgroup v1 only).
+# A cpuacct group for the server under test (root and cgroup v1 only): the
+# servers start inside it (lib-servers.sh's PG_CGROUPS / W_CGROUPS), so
+# every process they fork is counted.
 CG=""
 if [ "$(id -u)" = 0 ] && [ -d /sys/fs/cgroup/cpuacct ]; then
     CG="/sys/fs/cgroup/cpuacct/replication-bench.$$"
     mkdir -p "$CG"
+    PG_CGROUPS="$CG" W_CGROUPS="$CG"
 fi
 remove_cg() { [ -z "$CG" ] || rmdir "$CG" 2>/dev/null || true; }
-cg_join() { [ -z "$CG" ] || echo "$1" >"$CG/cgroup.procs"; } # PID
 cg_ns() { if [ -n "$CG" ]; then cat "$CG/cpuacct.usage"; else echo 0; fi; }
 # Back to the root group, so that the group can be removed.
 cg_leave() { [ -z "$CG" ] || while read -r p; do echo "$p" >/sys/fs/cgroup/cpuacct/cgroup.procs 2>/dev/null || true; done <"$CG/cgroup.procs"; }
-CPU_US=""
+# cg_ctxsw: voluntary + involuntary context switches of every task of the
+# group's processes (0 without a group).
+cg_ctxsw() {
+    [ -n "$CG" ] || { echo 0; return; }
+    local p files=()
+    while read -r p; do files+=(/proc/"$p"/task/*/status); done <"$CG/cgroup.procs"
+    awk '/^(non)?voluntary_ctxt_switches:/ { n += $2 } END { print n + 0 }' "${files[@]}" 2>/dev/null
+}
+CPU_US="" RX_US="" CTX=""
 trap 'cleanup; cg_leave; remove_cg' EXIT
 
-bench() { # host port user -> tps; CPU_US: the group's CPU per transaction (us)
-    local out tps c0 c1 j=$(( CLIENTS < NPROC ? CLIENTS : NPROC ))
-    c0=$(cg_ns)
-    out=$("$PG_BINDIR/pgbench" -n -h "$1" -p "$2" -U "$3" -M prepared -f "$WORK/commit64.sql" \
-        -c "$CLIENTS" -j "$j" -T "$SECS" postgres 2>&1) || { echo "$out" >&2; echo fail >"$WORK/tps"; CPU_US=-; return; }
-    c1=$(cg_ns)
+# bench HOST PORT USER -> WORK/tps; CPU_US: the group's CPU per transaction
+# (us); RX_US: the receiver's (RX_PID, if any); CTX: the group's context
+# switches per transaction over the sampled window.
+bench() {
+    local out tps c0 c1 r0 r1 x0 x1 t0 t1 tx j=$(( CLIENTS < NPROC ? CLIENTS : NPROC ))
+    c0=$(cg_ns) r0=$(rx_ticks)
+    "$PG_BINDIR/pgbench" -n -h "$1" -p "$2" -U "$3" -M prepared -f "$WORK/commit64.sql" \
+        -c "$CLIENTS" -j "$j" -T "$SECS" postgres >"$WORK/pgbench.out" 2>&1 &
+    local pgb=$! started
+    started=$(date +%s.%N)
+    sleep 0.7
+    x0=$(cg_ctxsw) t0=$(date +%s.%N)
+    sleep "$(awk -v s="$SECS" -v a="$started" -v b="$t0" 'BEGIN { d = s - 0.5 - (b - a); print (d > 0.2 ? d : 0.2) }')"
+    x1=$(cg_ctxsw) t1=$(date +%s.%N)
+    if ! wait "$pgb"; then
+        cat "$WORK/pgbench.out" >&2; echo fail >"$WORK/tps"; CPU_US=- RX_US=- CTX=-; return
+    fi
+    c1=$(cg_ns) r1=$(rx_ticks)
+    out=$(cat "$WORK/pgbench.out")
     tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)$/\1/p' <<<"$out")
-    local tx
     tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     CPU_US=$(awk -v a="$c0" -v b="$c1" -v n="${tx:-0}" -v g="$CG" 'BEGIN { if (g != "" && n > 0) printf "%.1f", (b - a) / 1000 / n; else print "-" }')
+    RX_US=$(awk -v a="$r0" -v b="$r1" -v n="${tx:-0}" -v hz="$(getconf CLK_TCK)" -v rx="$RX_PID" 'BEGIN { if (rx != "" && n > 0) printf "%.1f", (b - a) / hz * 1e6 / n; else print "-" }')
+    CTX=$(awk -v a="$x0" -v b="$x1" -v t0="$t0" -v t1="$t1" -v tps="${tps:-0}" -v g="$CG" 'BEGIN { if (g != "" && tps > 0) printf "%.2f", (b - a) / ((t1 - t0) * tps); else print "-" }')
     echo "${tps:-fail}" >"$WORK/tps"
 }
+rx_ticks() { if [ -n "$RX_PID" ]; then cpu_ticks "$RX_PID"; else echo 0; fi; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
@@ -131,39 +167,89 @@ echo "replication-bench: $(uname -srm), nproc=$NPROC; $("$PG_BINDIR/postgres" --
 # cpu_ticks PID: user + system CPU of PID in clock ticks (0 when gone).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
+# One point of part 1: ROW NAME of the results, then the server's start.
+# point NAME START_CMD ARGS...: runs bench against it, with a synchronous
+# receiver when NAME ends in "sync"; appends "NAME tps cpu rx ctx upd" to
+# WORK/points.
+point() {
+    local name=$1 upd=-; shift
+    "$@"
+    local host port user
+    case "$name" in
+        pg*) host=$PGSOCK port=$PG_PORT user=$PG_USER ;;
+        *) host=$WDATA port=$W_PORT user=walshm ;;
+    esac
+    case "$name" in
+        *sync*) start_rx "$host" "$port" "$WORK/rx-$name" --synchronous ;;
+    esac
+    bench "$host" "$port" "$user"
+    stop_rx
+    case "$name" in
+        pg*) stop_pg ;;
+        *)
+            sleep 0.5
+            stop_walshm
+            upd=$(sed -n 's/.*synchronous replication: .*(\([0-9.]*\) per update).*/\1/p' "$WORK/walshm.log" | tail -n1)
+            ;;
+    esac
+    echo "$name $(cat "$WORK/tps") $CPU_US $RX_US $CTX ${upd:--}" >>"$WORK/points"
+}
+
+W_SYNC=(--set fsync=on --set synchronous_commit=on --set synchronous_standby_names=pg_receivewal)
 part1() {
-    echo "part 1: pgbench -M prepared -c $CLIENTS -T $SECS, BEGIN; emit(true, 64 B); COMMIT; fsync=on, synchronous_commit=on"
+    echo "part 1: pgbench -M prepared -c $CLIENTS -T $SECS, BEGIN; emit(true, 64 B); COMMIT; fsync=on, synchronous_commit=on; $REPS repetition(s)"
+    : >"$WORK/points"
+    local rep
+    for rep in $(seq 1 "$REPS"); do
+        point pg-local start_pg ""
+        point pg-sync start_pg "pg_receivewal"
+        point w-local start_walshm --set fsync=on --set synchronous_commit=on
+        point w-sync-2sleep start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=off
+        point w-sync start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=on
+        point w-sync-nochain start_walshm "${W_SYNC[@]}" --set sync_rep_wake_chain=off
+        echo "repetition $rep:"
+        tail -n 6 "$WORK/points" | report_points
+    done
+    if [ "$REPS" -gt 1 ]; then
+        echo "medians over $REPS repetitions (of each figure and of each same-run ratio):"
+        report_medians <"$WORK/points"
+    fi
+    echo "(us/tx: CPU per transaction of the server (all its processes, cgroup cpuacct) and of pg_receivewal; ctx/tx: the server's context switches per transaction; '-' when not root)"
+}
 
-    start_pg ""
-    cg_join "$PG_PID"
-    bench "$PGSOCK" "$PG_PORT" "$PG_USER"; pg_local=$(cat "$WORK/tps") pg_local_cpu=$CPU_US
-    stop_pg
-    start_pg "pg_receivewal"
-    cg_join "$PG_PID"
-    start_rx "$PGSOCK" "$PG_PORT" "$WORK/rx-pg" --synchronous
-    bench "$PGSOCK" "$PG_PORT" "$PG_USER"; pg_sync=$(cat "$WORK/tps") pg_sync_cpu=$CPU_US
-    stop_rx
-    stop_pg
+# report_points: the table of one repetition (6 lines of WORK/points).
+report_points() {
+    awk '{ tps[$1] = $2; cpu[$1] = $3; rx[$1] = $4; ctx[$1] = $5; upd[$1] = $6; order[++n] = $1 }
+    function r(a, b) { return (b > 0) ? sprintf("%.2f", a / b) : "-" }
+    END {
+        printf "  %-14s %10s %10s %10s %9s %12s\n", "point", "tps", "us/tx", "rx us/tx", "ctx/tx", "per update"
+        for (i = 1; i <= n; i++) { k = order[i]; printf "  %-14s %10.0f %10s %10s %9s %12s\n", k, tps[k], cpu[k], rx[k], ctx[k], upd[k] }
+        printf "  walshm sync / PostgreSQL sync: %s (two-sleep form: %s); walshm sync / local: %s (PostgreSQL: %s); one-sleep / two-sleep: %s; wake chain / none: %s\n",
+            r(tps["w-sync"], tps["pg-sync"]), r(tps["w-sync-2sleep"], tps["pg-sync"]), r(tps["w-sync"], tps["w-local"]),
+            r(tps["pg-sync"], tps["pg-local"]), r(tps["w-sync"], tps["w-sync-2sleep"]), r(tps["w-sync"], tps["w-sync-nochain"])
+    }'
+}
 
-    start_walshm --set fsync=on --set synchronous_commit=on
-    cg_join "$W_PID"
-    bench "$WDATA" "$W_PORT" walshm; w_local=$(cat "$WORK/tps") w_local_cpu=$CPU_US
-    stop_walshm
-    start_walshm --set fsync=on --set synchronous_commit=on --set synchronous_standby_names=pg_receivewal
-    cg_join "$W_PID"
-    start_rx "$WDATA" "$W_PORT" "$WORK/rx-w" --synchronous
-    bench "$WDATA" "$W_PORT" walshm; w_sync=$(cat "$WORK/tps") w_sync_cpu=$CPU_US
-    stop_rx
-    sleep 0.5
-    per_update=$(sed -n 's/.*synchronous replication: .*(\([0-9.]*\) per update).*/\1/p' "$WORK/walshm.log" | tail -n1)
-    stop_walshm
-
-    printf '%-10s %14s %14s %10s %14s %14s\n' server "local tps" "sync-rep tps" "sync/local" "local us/tx" "sync us/tx"
-    printf '%-10s %14s %14s %10s %14s %14s\n' PostgreSQL "$pg_local" "$pg_sync" "$(ratio "$pg_sync" "$pg_local")" "$pg_local_cpu" "$pg_sync_cpu"
-    printf '%-10s %14s %14s %10s %14s %14s\n' walshm "$w_local" "$w_sync" "$(ratio "$w_sync" "$w_local")" "$w_local_cpu" "$w_sync_cpu"
-    echo "(us/tx: CPU of the server's backends and walsender per transaction, cgroup cpuacct; '-' when not root)"
-    echo "walshm sync-rep / PostgreSQL sync-rep: $(ratio "$w_sync" "$pg_sync"); commits released per status update: ${per_update:-?}"
-
+# report_medians: medians of every figure and ratio over the repetitions.
+report_medians() {
+    awk 'function med(arr, m,   i, j, t) { for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (arr[j] < arr[i]) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
+            return (m % 2) ? arr[(m + 1) / 2] : (arr[m / 2] + arr[m / 2 + 1]) / 2 }
+    { rep = int((NR - 1) / 6) + 1; v[$1, "tps", rep] = $2; v[$1, "cpu", rep] = $3; v[$1, "rx", rep] = $4; v[$1, "ctx", rep] = $5; v[$1, "upd", rep] = $6; reps = rep; names[$1] = 1 }
+    END {
+        split("pg-local pg-sync w-local w-sync-2sleep w-sync w-sync-nochain", order, " ")
+        split("tps cpu rx ctx upd", figs, " ")
+        printf "  %-14s %10s %10s %10s %9s %12s\n", "point", "tps", "us/tx", "rx us/tx", "ctx/tx", "per update"
+        for (i = 1; i <= 6; i++) {
+            k = order[i]; line = sprintf("  %-14s", k)
+            for (f = 1; f <= 5; f++) { m = 0; delete a; for (r = 1; r <= reps; r++) { x = v[k, figs[f], r]; if (x != "-" && x != "") a[++m] = x + 0 }
+                w = (f == 1) ? 10 : (f == 4 ? 9 : (f == 5 ? 12 : 10)); line = line sprintf(" %" w "s", m ? sprintf(f == 1 ? "%.0f" : "%.2f", med(a, m)) : "-") }
+            print line
+        }
+        split("w-sync/pg-sync w-sync-2sleep/pg-sync w-sync/w-local pg-sync/pg-local w-sync/w-sync-2sleep w-sync/w-sync-nochain", ratios, " ")
+        for (i = 1; i <= 6; i++) { split(ratios[i], ab, "/"); m = 0; delete a; list = ""
+            for (r = 1; r <= reps; r++) { b = v[ab[2], "tps", r] + 0; if (b > 0) { a[++m] = v[ab[1], "tps", r] / b; list = list sprintf(" %.2f", a[m]) } }
+            printf "  %-26s median %s (each:%s)\n", ratios[i], m ? sprintf("%.2f", med(a, m)) : "-", list }
+    }'
 }
 
 part2() {

@@ -228,6 +228,29 @@ fn start_on(d: &DataDir, logdir: &Path, port: u16, args: &[&str]) -> Server {
     s
 }
 
+/// Waits until a walsender other than `not` streams (pg_stat_replication
+/// state `streaming`): pg_receivewal has reconnected. After a kill, WAL
+/// still queued in the socket (up to the walsender's 4 MB send buffer)
+/// keeps arriving for a while, so progress alone does not show that
+/// streaming resumed; a server stopped before the receiver reconnects
+/// (it waits 5 s) would never hand it the end of WAL.
+fn wait_streaming_again(d: &DataDir, port: u16, not: i32) -> bool {
+    wait_until(TIMEOUT, || {
+        let Ok(mut s) = handshake(&socket_path(&d.path, port)) else {
+            return false;
+        };
+        let rows = query(
+            &mut s,
+            "SELECT pid FROM pg_stat_replication WHERE state = 'streaming'",
+        );
+        data_rows(&rows).iter().any(|r| {
+            r[0].as_deref()
+                .and_then(|p| p.parse::<i32>().ok())
+                .is_some_and(|p| p != not)
+        })
+    })
+}
+
 fn pid_of(srv: &Server, comm: &str) -> Option<i32> {
     srv.children()
         .into_iter()
@@ -379,6 +402,10 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
         let ws = pid_of(&srv, "walsender").expect("a walsender while streaming");
         kill(ws, libc::SIGKILL);
         srv.wait_ready_n(round + 2, TIMEOUT);
+        assert!(
+            wait_streaming_again(&d, port, ws),
+            "round {round}: pg_receivewal did not stream again after the kill"
+        );
     }
     let have = received_upto(&out);
     assert!(
@@ -415,18 +442,26 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     let out = t.join("recv");
     let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
     assert!(progressed(&out, 0), "no streaming");
+    let rx_log = || fs::read_to_string(out.with_extension("log")).unwrap_or_default();
     for _ in 0..2 {
         rx.kill();
         let have = received_upto(&out);
         rx = Receiver::start(&bin, &d, port, &out, &[]);
         assert!(
             progressed(&out, have),
-            "no progress after restarting pg_receivewal"
+            "no progress after restarting pg_receivewal (from {have:X} to {:X}); its log:\n{}",
+            received_upto(&out),
+            rx_log()
         );
     }
     kill_group(srv);
     let have = received_upto(&out);
     srv = start_on(&d, t.path(), port, &args);
+    assert!(
+        wait_streaming_again(&d, port, 0),
+        "pg_receivewal did not stream again after the server's restart; its log:\n{}",
+        rx_log()
+    );
     assert!(
         progressed(&out, have),
         "no progress after the server's restart"
@@ -445,13 +480,40 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
 /// synchronous_standby_names = 'pg_receivewal' and `pg_receivewal
 /// --synchronous`: no commit is acknowledged before the receiver connects,
 /// and after kill -9 of the primary every acknowledged commit is in the
-/// receiver's directory.
+/// receiver's directory. The default, `sync_rep_one_sleep = on`: a
+/// committer only requests its local flush and sleeps once, for the
+/// standby's report.
 #[test]
 fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
+    acknowledged_commits_survive_kill_9("rep-sync", &["sync_rep_one_sleep=on"]);
+}
+
+/// One sleep with `group_commit = flusher`: the committer never flushes,
+/// it only sets the walwriter's latch before it sleeps in the queue.
+#[test]
+fn synchronous_commits_flushed_by_the_walwriter_survive_kill_9() {
+    acknowledged_commits_survive_kill_9(
+        "rep-sync-ww",
+        &["sync_rep_one_sleep=on", "group_commit=flusher"],
+    );
+}
+
+/// The same with PostgreSQL's order (`sync_rep_one_sleep = off`): the
+/// local flush, then the wait for the standby.
+#[test]
+fn synchronous_commits_flushed_then_replicated_survive_kill_9() {
+    acknowledged_commits_survive_kill_9("rep-sync-2", &["sync_rep_one_sleep=off"]);
+}
+
+fn acknowledged_commits_survive_kill_9(name: &str, variant: &[&str]) {
     let Some(bin) = pg_receivewal() else { return };
-    let t = TempDir::new("rep-sync");
+    let t = TempDir::new(name);
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let sets = ["synchronous_standby_names=pg_receivewal"];
+    let sets: Vec<&str> = ["synchronous_standby_names=pg_receivewal"]
+        .iter()
+        .chain(variant)
+        .copied()
+        .collect();
     let args = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
     let (srv, port) = start_on_free_port(&d, t.path(), &sets, &args, &[]);
     std::thread::sleep(Duration::from_millis(800));
@@ -599,6 +661,51 @@ fn a_synchronous_commit_wait_yields_to_cancel_and_to_fast_shutdown() {
         !rest.iter().any(|m| m.0 == b'C' || m.0 == b'D'),
         "a commit whose wait the shutdown ended was acknowledged: {rest:?}"
     );
+}
+
+/// With a synchronous standby named but none connected, a session at
+/// `synchronous_commit = local` or `off` commits without waiting (in both
+/// forms of the commit wait), while one at `remote_write` waits.
+#[test]
+fn local_and_off_commits_do_not_wait_for_a_missing_standby() {
+    for variant in ["sync_rep_one_sleep=on", "sync_rep_one_sleep=off"] {
+        let sets = ["synchronous_standby_names=nobody", "fsync=off", variant];
+        let Some((_t, d, srv, port)) = start_1mb_segments("rep-local", &sets) else {
+            return;
+        };
+        let sock = socket_path(&d.path, port);
+        let (mut s, _, _) = keyed_session(&sock);
+        let emit = msg(
+            b'Q',
+            &cstr("SELECT pg_logical_emit_message(true, 'p', 'x')"),
+        );
+        for level in ["local", "off"] {
+            let set = msg(b'Q', &cstr(&format!("SET synchronous_commit = {level}")));
+            assert_eq!(error_code(&exchange(&mut s, &set)), None);
+            let started = Instant::now();
+            // exchange panics if no ReadyForQuery comes within the socket's
+            // read timeout (a commit that waited for the standby).
+            let reply = exchange(&mut s, &emit);
+            assert_eq!(error_code(&reply), None, "{variant}, {level}: {reply:?}");
+            assert!(
+                reply.iter().any(|m| m.0 == b'C'),
+                "{variant}, {level}: the commit did not complete: {reply:?}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{variant}, {level}: the commit took {:?}",
+                started.elapsed()
+            );
+        }
+        let set = msg(b'Q', &cstr("SET synchronous_commit = remote_write"));
+        assert_eq!(error_code(&exchange(&mut s, &set)), None);
+        s.write_all(&emit).unwrap();
+        assert!(
+            silent_for(&mut s, Duration::from_millis(500)),
+            "{variant}: a remote_write commit did not wait"
+        );
+        srv.stop_ok();
+    }
 }
 
 /// A slot keeps WAL while it lags and releases it once its receiver

@@ -24,9 +24,14 @@
 //!    head and unlink every waiter whose LSN is now covered, set it
 //!    RELEASED (Release, pairs with the waiter's Acquire load); after the
 //!    unlock post their semaphores — one pass releases the whole group,
-//!    in LSN order;
-//! 4. waiter: wakes, sees RELEASED, returns. Spurious wake-ups (a stale
-//!    semaphore post) just loop.
+//!    in LSN order. With `sync_rep_wake_chain` (default) the releaser
+//!    posts only the first, and each released waiter's `wake_next` names
+//!    the next one (stored before its RELEASED);
+//! 4. waiter: wakes, sees RELEASED, posts its `wake_next` (chain), returns.
+//!    Spurious wake-ups (a stale semaphore post) just loop; a waiter that
+//!    leaves the queue and finds itself released passes the chain on, and
+//!    a chain broken by a process that died is mended by the waiters'
+//!    bounded sleeps (`WAIT_SLICE`): a delay, never a hang.
 //!
 //! Interruptions: a cancel request ends the wait with a WARNING (the
 //! commit is already durable locally, as PostgreSQL says); a fast shutdown
@@ -35,6 +40,17 @@
 //! under the lock unless a releaser already did.
 //!
 //! With no synchronous standby connected commits wait, as in PostgreSQL.
+//!
+//! One sleep per commit (`sync_rep_one_sleep = on`, the default; issue 13):
+//! PostgreSQL's committer sleeps twice, for its local flush (XLogFlush)
+//! and then here. A walsender sends only WAL below the local flush
+//! position, so a standby's write or flush report at or past L implies
+//! that the local flush reached L. The committer therefore only makes
+//! sure a local flush to its LSN is done or under way
+//! (`Xlog::request_flush`: flush as a leader if WALWriteLock is free, or
+//! set the walwriter's latch) and sleeps once, in this queue; `xact`
+//! checks the local flush after the wait (a cancelled wait flushes
+//! locally before it returns). `off` keeps PostgreSQL's order.
 
 use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
@@ -113,19 +129,32 @@ pub fn standby_config(shm: &Shmem) -> Option<&'static StandbyNames> {
         .as_ref()
 }
 
-/// After the local flush of a commit whose record ends at `lsn`: waits
-/// until the synchronous standbys cover it, as this session's
-/// `synchronous_commit` asks (see the module header).
-pub fn wait_for(ctx: &ProcContext, lsn: u64) {
+/// The queue mode this session's commits wait in; None when they do not
+/// wait for standbys (`local`, `off`, or no `synchronous_standby_names`).
+fn wait_mode_of(ctx: &ProcContext) -> Option<u32> {
     let mode = match session_level(ctx) {
-        Level::Local => return,
+        Level::Local => return None,
         Level::RemoteWrite => wait_mode::WRITE,
         Level::RemoteFlush => wait_mode::FLUSH,
         Level::RemoteApply => wait_mode::APPLY,
     };
-    if standby_config(ctx.shm).is_none() {
+    standby_config(ctx.shm).map(|_| mode)
+}
+
+/// Does a commit of this session wait for standbys (so that, with
+/// `sync_rep_one_sleep`, it may sleep only in the queue, see `xact`)?
+pub fn waits_for_standbys(ctx: &ProcContext) -> bool {
+    wait_mode_of(ctx).is_some()
+}
+
+/// After the local flush of a commit whose record ends at `lsn` (or its
+/// request, with `sync_rep_one_sleep`): waits until the synchronous
+/// standbys cover it, as this session's `synchronous_commit` asks (see
+/// the module header).
+pub fn wait_for(ctx: &ProcContext, lsn: u64) {
+    let Some(mode) = wait_mode_of(ctx) else {
         return;
-    }
+    };
     let ctl = ctx.shm.repl();
     if released(ctl, mode) >= lsn {
         return;
@@ -138,6 +167,7 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
         // Acquire pairs with the Release store of RELEASED in `release_covered`.
         if me.state.load(Ordering::Acquire) == wait_state::RELEASED {
             me.state.store(wait_state::NOT_WAITING, Ordering::Relaxed);
+            pass_on_wake(ctx.shm, ctx.procno);
             return;
         }
         if shutdown_requested() {
@@ -236,18 +266,27 @@ fn unlink(ctl: &ReplCtl, waiters: &[SyncRepWaiter], me: u32) {
     w.next.store(0, Ordering::Relaxed);
 }
 
-/// A waiter gives up: unlinks itself unless a releaser already did.
+/// A waiter gives up: unlinks itself unless a releaser already did (then
+/// it passes the wake chain on, so that the waiters after it are not left
+/// to their time-outs).
 fn leave_queue(shm: &Shmem, procno: u32) {
     let ctl = shm.repl();
     let waiters = shm.syncrep_waiters();
     ctl.lock.lock();
-    if waiters[procno as usize].state.load(Ordering::Relaxed) == wait_state::WAITING {
-        unlink(ctl, waiters, procno + 1);
-    }
+    let released = match waiters[procno as usize].state.load(Ordering::Relaxed) {
+        wait_state::WAITING => {
+            unlink(ctl, waiters, procno + 1);
+            false
+        }
+        state => state == wait_state::RELEASED,
+    };
     waiters[procno as usize]
         .state
         .store(wait_state::NOT_WAITING, Ordering::Relaxed);
     ctl.lock.unlock();
+    if released {
+        pass_on_wake(shm, procno);
+    }
 }
 
 /// What one walsender's receiver reported, for the release computation.
@@ -367,7 +406,7 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
     let mut woken = Vec::new();
     release_covered(shm, &covered, &mut woken);
     ctl.lock.unlock();
-    post_released(shm, &woken);
+    post_released(shm, &woken, shm.settings().sync_rep_wake_chain);
     let n = woken.len() as u64;
     if n > 0 {
         ctl.released_commits.fetch_add(n, Ordering::Relaxed);
@@ -379,7 +418,8 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
 /// Walks the queue from its head, releasing each waiter whose mode's
 /// position `covered` reaches (their proc numbers are pushed on `woken`,
 /// for `post_released` once the lock is released); stops at the first LSN
-/// beyond all three. Caller holds the lock.
+/// beyond all three. Each released waiter's `wake_next` names the next one
+/// (the wake chain), stored before its RELEASED. Caller holds the lock.
 fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
     let highest = covered.highest();
     let ctl = shm.repl();
@@ -394,29 +434,62 @@ fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
         }
         if lsn <= covered.of(w.mode.load(Ordering::Relaxed)) {
             unlink(ctl, waiters, at);
-            // Release pairs with the waiter's Acquire load in `wait_for`.
-            w.state.store(wait_state::RELEASED, Ordering::Release);
             woken.push(at - 1);
         }
         at = next;
+    }
+    let successors = woken.iter().skip(1).map(|&p| p + 1).chain([0]);
+    for (&procno, wake_next) in woken.iter().zip(successors) {
+        let w = &waiters[procno as usize];
+        // Relaxed: published by the Release store of RELEASED just below.
+        w.wake_next.store(wake_next, Ordering::Relaxed);
+        // Release pairs with the waiter's Acquire load in `wait_for`.
+        w.state.store(wait_state::RELEASED, Ordering::Release);
     }
 }
 
 /// Posts the semaphores of released waiters, after ReplCtl::lock is
 /// released: a futex wake on 2 oversubscribed cores can hand the CPU to
-/// the woken backend, which must not find the spinlock still held. A
-/// waiter that saw RELEASED first and returned absorbs the late post as a
-/// spurious wake-up (its wait loops re-check their condition).
-fn post_released(shm: &Shmem, woken: &[u32]) {
-    for &procno in woken {
+/// the woken backend, which must not find the spinlock still held. With
+/// `chain` only the first is posted here and each woken waiter posts the
+/// next (`pass_on_wake`): the walsender, which the scheduler tends to
+/// preempt in favour of every backend it wakes, is switched out once per
+/// release pass instead of once per commit. A waiter that saw RELEASED
+/// first and returned absorbs the late post as a spurious wake-up (its
+/// wait loops re-check their condition).
+fn post_released(shm: &Shmem, woken: &[u32], chain: bool) {
+    let n = if chain {
+        woken.len().min(1)
+    } else {
+        woken.len()
+    };
+    for &procno in &woken[..n] {
         shm.procs()[procno as usize].sem.post();
     }
 }
 
-/// pg_stat_replication.sync_state of every walsender.
+/// A released waiter (or one that found itself released as it left the
+/// queue): posts the next waiter of its release pass, if the pass chained
+/// one to it. Without the chain `wake_next` is stored as well, but the
+/// walsender posted everybody, so the extra post is only a spurious
+/// wake-up; it is skipped then.
+fn pass_on_wake(shm: &Shmem, procno: u32) {
+    // Relaxed: ordered after the caller's Acquire load of RELEASED.
+    let next = shm.syncrep_waiters()[procno as usize]
+        .wake_next
+        .swap(0, Ordering::Relaxed);
+    if next != 0 && shm.settings().sync_rep_wake_chain {
+        shm.procs()[next as usize - 1].sem.post();
+    }
+}
+
+/// pg_stat_replication.sync_state of every walsender; stored only when it
+/// changed, so that a release pass (one per status update) does not dirty
+/// the cache lines of every walsender entry.
 fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], chosen: &[usize]) {
     let ctl = shm.repl();
-    for (i, s) in ctl.senders.iter().enumerate() {
+    let max = shm.settings().max_wal_senders as usize;
+    for (i, s) in ctl.senders[..max.min(ctl.senders.len())].iter().enumerate() {
         let state = if chosen.contains(&i) {
             match cfg.method {
                 Method::Priority => sync_state::SYNC,
@@ -427,7 +500,9 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
         } else {
             sync_state::ASYNC
         };
-        s.sync_state.store(state, Ordering::Relaxed);
+        if s.sync_state.load(Ordering::Relaxed) != state {
+            s.sync_state.store(state, Ordering::Relaxed);
+        }
     }
 }
 
@@ -557,7 +632,18 @@ mod tests {
         ctl.lock.unlock();
         assert_eq!(woken, vec![1, 2]);
         assert_eq!(shm.procs()[1].sem.count(), 0, "posted under the lock");
-        post_released(shm, &woken);
+        post_released(shm, &woken, true);
+        // The chain: only the first is posted by the releaser; it posts
+        // the next as it wakes, and the last posts nobody.
+        assert_eq!(
+            (shm.procs()[1].sem.count(), shm.procs()[2].sem.count()),
+            (1, 0)
+        );
+        pass_on_wake(shm, 1);
+        assert_eq!(shm.procs()[2].sem.count(), 1, "the chain passes on");
+        pass_on_wake(shm, 2);
+        pass_on_wake(shm, 1);
+        assert_eq!(shm.procs().iter().map(|p| p.sem.count()).sum::<u32>(), 2);
         assert_eq!(queue_lsns(shm), vec![150, 250, 300]);
         let state = |p: usize| shm.syncrep_waiters()[p].state.load(Ordering::Relaxed);
         assert_eq!(
@@ -568,7 +654,6 @@ mod tests {
             (state(0), state(3)),
             (wait_state::WAITING, wait_state::WAITING)
         );
-        assert_eq!(shm.procs()[1].sem.count(), 1, "released waiters are posted");
         assert_eq!(shm.procs()[0].sem.count(), 0);
         // A waiter that gives up leaves the queue; a covered LSN never queues.
         leave_queue(shm, 3);
@@ -578,9 +663,33 @@ mod tests {
         release_covered(shm, &covered(260, 220, 160), &mut woken);
         assert_eq!(woken, vec![4]);
         ctl.lock.unlock();
+        // Without the chain the releaser posts every released waiter.
+        post_released(shm, &[0, 3], false);
+        assert_eq!(
+            (shm.procs()[0].sem.count(), shm.procs()[3].sem.count()),
+            (1, 1)
+        );
         assert_eq!(queue_lsns(shm), vec![300]);
         ctl.released_flush.store(400, Ordering::Relaxed);
         assert!(!enqueue(shm, 3, 350, wait_mode::FLUSH));
+    }
+
+    #[test]
+    fn a_released_waiter_that_leaves_passes_the_wake_chain_on() {
+        let shm = &Shmem::create(&shmem::Settings::default(), 3, 1).unwrap();
+        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
+        assert!(enqueue(shm, 1, 200, wait_mode::FLUSH));
+        let ctl = shm.repl();
+        ctl.lock.lock();
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(300, 300, 0), &mut woken);
+        ctl.lock.unlock();
+        assert_eq!(woken, vec![0, 1]);
+        // Proc 0 was released, but a cancel ended its wait before it saw
+        // RELEASED: leaving, it must still wake proc 1.
+        leave_queue(shm, 0);
+        assert_eq!(shm.procs()[1].sem.count(), 1);
+        assert_eq!(queue_lsns(shm), Vec::<u64>::new());
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //! 1. insert the commit record (it carries the XID in `xl_xid`);
 //! 2. synchronous commit of a transaction that wrote WAL before its commit
 //!    record: flush WAL up to the end of the commit record (group flush: one
-//!    fdatasync covers every commit below the flushed position). Only after
-//!    this may the commit be acknowledged: it is on disk. A transaction that
+//!    fdatasync covers every commit below the flushed position), then wait
+//!    for the synchronous standbys (`syncrep`; with `sync_rep_one_sleep`
+//!    the flush is only requested and the one sleep is the standby wait,
+//!    whose report implies the local flush). Only after this may the
+//!    commit be acknowledged: it is on disk. A transaction that
 //!    wrote nothing before its commit record (`txid_current()`), or any
 //!    commit with `synchronous_commit = off`, does not wait: it advances
 //!    the asynchronous-commit LSN and the walwriter flushes it within
@@ -16,9 +19,10 @@
 
 use crate::context::ProcContext;
 use crate::procarray::{ProcArray, Snapshot};
+use crate::syncrep;
 use crate::xlog::{Inserted, Xlog};
 use shmem::proc::{Proc, ProcCounters};
-use walformat::RecordBuf;
+use walformat::{Lsn, RecordBuf};
 
 /// One backend's transaction machinery.
 /// Borrows the process's context, as its `Xlog` and `ProcArray` do.
@@ -27,6 +31,8 @@ pub struct Xact<'a> {
     pub procarray: ProcArray<'a>,
     me: &'a Proc,
     synchronous: bool,
+    /// `sync_rep_one_sleep`: see `make_durable`.
+    one_sleep: bool,
     snapshot: Snapshot,
     /// The last XID we committed, checked against the next snapshot.
     last_committed: u32,
@@ -46,6 +52,7 @@ impl<'a> Xact<'a> {
             procarray,
             me: ctx.me,
             synchronous: ctx.settings.synchronous_commit.flushes_locally(),
+            one_sleep: ctx.settings.sync_rep_one_sleep,
             snapshot: Snapshot::default(),
             last_committed: 0,
             xid: 0,
@@ -119,8 +126,7 @@ impl<'a> Xact<'a> {
         walformat::commit_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
         let at = self.xlog.insert(&mut self.commit_buf);
         if self.synchronous && self.wrote_wal {
-            self.xlog.flush(at.end);
-            crate::syncrep::wait_for(self.xlog.context(), at.end);
+            self.make_durable(at.end);
             ProcCounters::bump(&self.me.counters.sync_commits, 1);
         }
         // Otherwise the walwriter flushes it within wal_writer_delay.
@@ -129,6 +135,26 @@ impl<'a> Xact<'a> {
         self.xid = 0;
         ProcCounters::bump(&self.me.counters.transactions, 1);
         Some(at)
+    }
+
+    /// Step 2 of the commit order: the commit record, ending at `end`, is
+    /// flushed locally and, as `synchronous_commit` asks, reported by the
+    /// synchronous standbys. With `sync_rep_one_sleep` a commit that waits
+    /// for standbys requests its flush and sleeps only in the sync-rep
+    /// queue (see `syncrep`): the standbys' report implies the local
+    /// flush, which is checked afterwards all the same (and made, if a
+    /// cancel ended the wait first).
+    fn make_durable(&mut self, end: Lsn) {
+        let ctx = self.xlog.context();
+        if self.one_sleep && syncrep::waits_for_standbys(ctx) && self.xlog.request_flush(end) {
+            syncrep::wait_for(ctx, end);
+            if self.xlog.flush_lsn() < end {
+                self.xlog.flush(end);
+            }
+            return;
+        }
+        self.xlog.flush(end);
+        syncrep::wait_for(ctx, end);
     }
 
     /// Leaves the ProcArray (backend exit).

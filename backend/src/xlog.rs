@@ -1109,6 +1109,30 @@ impl<'a> Xlog<'a> {
             ),
         );
     }
+
+    /// Issue 13 (one sleep per synchronous-replication commit): makes sure
+    /// a flush covering `record` is done or will be, without waiting for
+    /// one somebody else is doing. If WALWriteLock is free we flush as a
+    /// leader (`flush_if_idle`, which also wakes the walsenders); if it is
+    /// held, the holder's flush may stop below `record`, so the
+    /// walwriter's latch is set: its next round starts after this call,
+    /// when every insertion below `record` has finished (we waited for
+    /// them), so it flushes past `record`. With `group_commit = flusher`
+    /// the walwriter is always the one asked. False in no-I/O mode (the
+    /// caller then flushes with `flush`).
+    pub fn request_flush(&mut self, record: Lsn) -> bool {
+        if record <= self.flush_lsn() {
+            return true;
+        }
+        if self.no_io {
+            return false;
+        }
+        let flushed = self.group_commit != GroupCommit::Flusher && self.flush_if_idle(record);
+        if !flushed {
+            self.shm.xlog().walwriter_latch.set();
+        }
+        true
+    }
 }
 
 /// WAL volume since the last redo point that calls for a checkpoint: half

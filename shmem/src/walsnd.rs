@@ -275,7 +275,10 @@ impl SyncCommit {
 }
 
 /// One proc's sync-rep wait (PostgreSQL's PGPROC waitLSN / syncRepState /
-/// syncRepLinks). Queue fields under `ReplCtl::lock`.
+/// syncRepLinks). Queue fields under `ReplCtl::lock`; `wake_next` (the
+/// released waiter this one posts when it wakes, proc number plus one;
+/// `sync_rep_wake_chain`) is written under the lock before `state`
+/// becomes RELEASED and read by its owner after it saw RELEASED.
 #[repr(C)]
 #[derive(Default)]
 pub struct SyncRepWaiter {
@@ -284,6 +287,7 @@ pub struct SyncRepWaiter {
     pub state: AtomicU32,
     pub next: AtomicU32,
     pub prev: AtomicU32,
+    pub wake_next: AtomicU32,
 }
 
 impl ReplCtl {

@@ -5,7 +5,9 @@
 //! requested position up to the flush position, read from the segment
 //! files (read-only), keepalives, and the receiver's status updates, which
 //! it publishes in its `WalSnd` entry, applies to its slot and uses to
-//! release synchronous commits (`syncrep::release_waiters`). It measures
+//! release synchronous commits (`syncrep::release_waiters`: one pass per
+//! batch of status updates read in one wake-up, posting only the first
+//! released waiter with `sync_rep_wake_chain`). It measures
 //! the lag columns of pg_stat_replication (`lagtracker`): a sample (sent
 //! position, time) after each batch sent, read back when the receiver
 //! reports its write, flush and apply positions.
@@ -774,36 +776,51 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         }
     }
 
-    /// Handles every complete client message in the buffer.
+    /// Handles every complete client message in the buffer; then, if
+    /// status updates came, releases the synchronous commits they cover
+    /// in one pass (several updates read in one wake-up cost one pass).
     fn handle_client_messages(&mut self) -> Option<StreamEnd> {
-        loop {
+        let mut reported = false;
+        let end = loop {
             let (tag, body) = match repl::take_message(&mut self.inbuf) {
                 Ok(Some(m)) => m,
-                Ok(None) => return None,
-                Err(e) => return Some(StreamEnd::Error(e)),
+                Ok(None) => break None,
+                Err(e) => break Some(StreamEnd::Error(e)),
             };
             match tag {
                 b'd' => match repl::parse_stream_message(&body) {
-                    Ok(StreamMessage::Status(st)) => self.status_update(st),
+                    Ok(StreamMessage::Status(st)) => {
+                        self.status_update(st);
+                        reported = true;
+                    }
                     Ok(StreamMessage::HotStandbyFeedback) => {
                         self.last_reply = Instant::now();
                     }
-                    Err(e) => return Some(StreamEnd::Error(e)),
+                    Err(e) => break Some(StreamEnd::Error(e)),
                 },
-                b'c' => return Some(StreamEnd::ClientCopyDone),
-                b'X' => return Some(StreamEnd::Ended(End::ClientGone)),
+                b'c' => break Some(StreamEnd::ClientCopyDone),
+                b'X' => break Some(StreamEnd::Ended(End::ClientGone)),
                 other => {
-                    return Some(StreamEnd::Error(SqlError::fatal(
+                    break Some(StreamEnd::Error(SqlError::fatal(
                         sqlstate::PROTOCOL_VIOLATION,
                         format!("invalid standby message type \"{}\"", other as char),
                     )))
                 }
             }
+        };
+        if reported
+            && entry(self.shm, self.me)
+                .sync_priority
+                .load(Ordering::Relaxed)
+                > 0
+        {
+            syncrep::release_waiters(self.shm);
         }
+        end
     }
 
-    /// A standby status update: publish, advance the slot, release
-    /// synchronous commits, answer a reply request.
+    /// A standby status update: publish, advance the slot, answer a reply
+    /// request (the release follows in `handle_client_messages`).
     fn status_update(&mut self, st: repl::StandbyStatus) {
         self.last_reply = Instant::now();
         self.ping_sent = false;
@@ -819,9 +836,6 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         self.publish_lags(&st);
         if let Some(idx) = self.slot {
             slots::advance(self.shm, idx, st.flush);
-        }
-        if e.sync_priority.load(Ordering::Relaxed) > 0 {
-            syncrep::release_waiters(self.shm);
         }
         if st.reply_requested {
             let ka = repl::keepalive(self.flush_lsn(), walformat::pg_now_us(), false);
