@@ -124,10 +124,24 @@ impl Geometry {
         self.bytepos_to_lsn(pos, true)
     }
 
+    /// Splits a byte position into (full segments, usable bytes into the
+    /// last one). Issue 16: with the default segment size the divisor is a
+    /// constant, which the compiler turns into a multiply by its
+    /// reciprocal; a 64-bit `div` was a visible part of every insertion.
+    #[inline]
+    fn split_segments(&self, pos: u64) -> (u64, u64) {
+        const DEFAULT_USABLE: u64 =
+            (DEFAULT_SEG_SIZE / BLCKSZ) * (BLCKSZ - SHORT_PHD) - (LONG_PHD - SHORT_PHD);
+        if self.seg_size == DEFAULT_SEG_SIZE {
+            (pos / DEFAULT_USABLE, pos % DEFAULT_USABLE)
+        } else {
+            let usable = self.usable_bytes_in_segment();
+            (pos / usable, pos % usable)
+        }
+    }
+
     fn bytepos_to_lsn(&self, pos: u64, end: bool) -> Lsn {
-        let usable = self.usable_bytes_in_segment();
-        let full_segs = pos / usable;
-        let mut left = pos % usable;
+        let (full_segs, mut left) = self.split_segments(pos);
         let seg_offset = if left < Self::usable_bytes_in_first_page() {
             if end && left == 0 {
                 0
@@ -164,7 +178,8 @@ impl Geometry {
 
     /// Segment number containing `lsn` (`XLByteToSeg`).
     pub fn seg_no(&self, lsn: Lsn) -> u64 {
-        lsn / self.seg_size
+        // seg_size is a power of two (`Geometry::new`): a shift, not a `div`.
+        lsn >> self.seg_size.trailing_zeros()
     }
 
     /// Offset of `lsn` inside its segment (`XLogSegmentOffset`).
