@@ -99,7 +99,7 @@ use shmem::segment::NamedLock;
 use shmem::settings::Settings;
 use shmem::stats::{bump, FlatCounters};
 use shmem::sync::{fence, AtomicU64, Ordering};
-use shmem::variants::{GroupCommit, InsertLockSpread, Insertion, Reservation};
+use shmem::variants::{GroupCommit, InsertLockSpread, InsertLockWait, Insertion, Reservation};
 use shmem::{Proc, Shmem};
 use std::fs::File;
 use std::path::PathBuf;
@@ -112,6 +112,10 @@ const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 /// copy, short enough that a backend waiting for one page is not held up by
 /// a multi-megabyte write).
 const MAX_WRITE_PAGES: usize = 64;
+
+/// `wal_insert_lock_wait = scan-yield`: how many times a backend that found
+/// every insertion lock busy yields the CPU and scans again before it sleeps.
+const INSERT_LOCK_YIELDS: u32 = 2;
 
 /// Where a record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +146,8 @@ pub struct Xlog<'a> {
     locks_in_use: usize,
     /// The insertion lock we hold, if any.
     holding: Option<usize>,
+    /// What we do when our insertion lock is busy (`wal_insert_lock_wait`).
+    lock_wait: InsertLockWait,
     fsync: bool,
     insertion: Insertion,
     reservation: Reservation,
@@ -238,6 +244,7 @@ impl<'a> Xlog<'a> {
             lock_to_try: 0,
             locks_in_use: 1,
             holding: None,
+            lock_wait: s.wal_insert_lock_wait,
             fsync: s.fsync,
             insertion: s.wal_insertion,
             reservation: s.wal_reservation,
@@ -337,6 +344,13 @@ impl<'a> Xlog<'a> {
             Insertion::Single => 0,
             Insertion::Parallel => self.lock_to_try,
         };
+        if self.insertion == Insertion::Parallel && self.lock_wait != InsertLockWait::Queue {
+            if let Some(j) = self.take_a_free_insert_lock(i) {
+                self.lock_to_try = j;
+                self.holding = Some(j);
+                return j;
+            }
+        }
         let l = self.shm.insert_lock(i);
         if !l.lock.acquire(&self.ctx.env, LWLockMode::Exclusive)
             && self.insertion == Insertion::Parallel
@@ -347,6 +361,32 @@ impl<'a> Xlog<'a> {
         }
         self.holding = Some(i);
         i
+    }
+
+    /// `wal_insert_lock_wait = scan | scan-yield`: takes the first free
+    /// insertion lock in use, starting at `first`, without waiting; with
+    /// `scan-yield` gives the CPU away and scans again, up to
+    /// `INSERT_LOCK_YIELDS` times. None when every one stayed busy.
+    fn take_a_free_insert_lock(&self, first: usize) -> Option<usize> {
+        let rounds = match self.lock_wait {
+            InsertLockWait::ScanYield => INSERT_LOCK_YIELDS + 1,
+            _ => 1,
+        };
+        for round in 0..rounds {
+            if round > 0 {
+                shmem::sync::yield_now();
+            }
+            for k in 0..self.locks_in_use {
+                let j = (first + k) % self.locks_in_use;
+                let l = self.shm.insert_lock(j);
+                if l.lock
+                    .conditional_acquire(&self.ctx.env, LWLockMode::Exclusive)
+                {
+                    return Some(j);
+                }
+            }
+        }
+        None
     }
 
     fn release_insert_lock(&mut self, i: usize) {
