@@ -39,12 +39,25 @@
 //! free lock in use (`take_a_free_insert_lock`, one load per busy lock);
 //! `scan-yield` also gives the CPU away (`sched_yield`) and re-scans, up to
 //! `INSERT_LOCK_YIELDS` times, before sleeping. Measured (emit:1024,
-//! fsync=off, tmpfs, 2 cores, shared, 3 pairs each): at 256 clients
-//! `scan-yield` used 0.80-0.93x the server CPU per record of `queue` and
-//! about 0.6x its context switches, but at 16 clients 1.09-1.32x the CPU
-//! (the yields find nobody to run) and at 64 0.85-1.09x; `scan` alone
+//! fsync=off, tmpfs, 2 cores, shared, same-binary interleaved pairs): at
+//! 256 clients `scan-yield` used 0.80-1.05x (median 0.89, 6 pairs) the
+//! server CPU per record of `queue` and 0.59-0.81x its context switches,
+//! with records/s unchanged (median 1.0); at 16 clients it used 0.93-1.32x
+//! (median 1.17) the CPU: the yields find nobody to run. `scan` alone
 //! changed nothing measurable. So `queue` stays the default. Any lock works
 //! for any insertion: `wait_insertions_to_finish` looks at all of them.
+//!
+//! Per-record cost (issue 16, emit:16 at 2 clients, perf of the server's
+//! processes, 2 cores, shared): backends 70 %, walwriter 25 % (the kernel
+//! copying WAL into tmpfs, 13 % of all), checkpointer 5 % (removing old
+//! segments). In the backends: CRC-32C 10 %, building the record and its
+//! copies 17 % (`try_rebuild`, memmove), the reservation spinlock's line
+//! moving between the two cores (most of `insert`'s own 7 %), insertion
+//! lock 9 %, LSN conversions 7 %, page zeroing 4 %. Kept: the short-input
+//! CRC (`walformat::record`, 17 -> 7.5 ns per record) and a plain store of
+//! `insertingAt` at release (`LWLock::release_clear_var`). Dropped after
+//! measuring: a constant-divisor LSN conversion, an inlined `acquire` fast
+//! path, a record header written as one array (no gain in same-run A/Bs).
 //!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
 //! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one
