@@ -843,7 +843,8 @@ impl LWLock {
     /// Reads `var` as the variant requires.
     fn read_var(&self, env: &LockEnv, var: &AtomicU64) -> u64 {
         match env.var_access {
-            // Acquire pairs with the swap in `update_var`/`release_clear_var`:
+            // Acquire pairs with the swap in `update_var` and the Release
+            // store in `release_clear_var`:
             // WAL the holder copied before advertising is visible.
             VarAccess::Atomic => var.load(Ordering::Acquire),
             VarAccess::WaitListLock => {
@@ -946,10 +947,17 @@ impl LWLock {
     /// Sets `var` to `val` and releases the lock.
     pub fn release_clear_var(&self, env: &LockEnv, var: &AtomicU64, val: u64) {
         match env.var_access {
-            // Release ordering: the value is reset before the lock is free,
-            // so a new holder's value cannot be overwritten by ours.
+            // Release pairs with the Acquire load in `read_var`; the
+            // Release fetch_sub in `release` that follows orders this store
+            // before the lock is seen free (pairs with the Acquire state
+            // load in `conflicts_with_var` and the next holder's Acquire
+            // compare-exchange), so a new holder's value cannot be
+            // overwritten by ours. Issue 16: a plain store, not the swap
+            // PostgreSQL uses: on x86 a swap is a second locked instruction
+            // per insertion, and it must wait for the record's stores to
+            // drain just as the release's fetch_sub then does again.
             VarAccess::Atomic => {
-                var.swap(val, Ordering::AcqRel);
+                var.store(val, Ordering::Release);
             }
             VarAccess::WaitListLock => {
                 let locked = self.wait_list_lock(env);

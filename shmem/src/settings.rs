@@ -33,8 +33,8 @@
 mod kinds;
 
 use crate::variants::{
-    GroupCommit, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue,
-    XidClear,
+    GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation, VarAccess,
+    WaitQueue, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -251,6 +251,12 @@ declare_settings! {
     wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::All =>
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
         "insertion locks in use: all, or cpus (at most one per CPU)";
+    /// What a backend does when its insertion lock is busy: `queue`
+    /// (PostgreSQL's: sleep on it), `scan` (take any free one first) or
+    /// `scan-yield` (also yield and re-scan before sleeping).
+    wal_insert_lock_wait: InsertLockWait = InsertLockWait::Queue =>
+        "wal_insert_lock_wait", Kind::Enum(InsertLockWait::NAMES),
+        "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan)";
     // ---- issue 16: durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
     /// `leader` (PostgreSQL's XLogFlush) stays the default: `hybrid` and

@@ -101,6 +101,23 @@ variant_enum!(
     }
 );
 
+variant_enum!(
+    /// What a backend does when its WAL insertion lock is busy (issue 16).
+    InsertLockWait {
+        /// Sleep on that lock, and prefer the next one next time
+        /// (PostgreSQL's WALInsertLockAcquire).
+        Queue = "queue",
+        /// First take any other insertion lock that is free; sleep only
+        /// when every one is busy. Under oversubscription a busy lock is
+        /// mostly one whose holder was preempted, while another is free.
+        Scan = "scan",
+        /// As `scan`, but when every lock is busy give the CPU away
+        /// (`sched_yield`, so a preempted holder can run) and scan again,
+        /// a few times, before sleeping.
+        ScanYield = "scan-yield",
+    }
+);
+
 // ---- issue 16 (durable commits) ----
 variant_enum!(
     /// Who writes and syncs the WAL a durable commit waits for (issue 16).

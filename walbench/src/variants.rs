@@ -10,8 +10,8 @@
 //! `modern` variant has no knobs (the defaults).
 
 use shmem::variants::{
-    GroupCommit, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess, WaitQueue,
-    XidClear,
+    GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation, VarAccess,
+    WaitQueue, XidClear,
 };
 use shmem::Settings;
 
@@ -29,6 +29,7 @@ pub enum Knob {
     Fsync(bool),
     InsertLockSpread(InsertLockSpread),
     GroupCommit(GroupCommit),
+    InsertLockWait(InsertLockWait),
 }
 
 /// A boolean as PostgreSQL spells it.
@@ -55,6 +56,7 @@ impl Knob {
             Knob::Fsync(_) => "fsync",
             Knob::InsertLockSpread(_) => "wal_insert_lock_spread",
             Knob::GroupCommit(_) => "group_commit",
+            Knob::InsertLockWait(_) => "wal_insert_lock_wait",
         }
     }
 
@@ -71,6 +73,7 @@ impl Knob {
             Knob::WalPreinit(b) | Knob::Fsync(b) => on_off(b).into(),
             Knob::WalInsertLocks(n) => n.to_string(),
             Knob::InsertLockSpread(v) => v.name().into(),
+            Knob::InsertLockWait(v) => v.name().into(),
         }
     }
 
@@ -93,6 +96,7 @@ impl Knob {
             Knob::Fsync(b) => s.fsync = b,
             Knob::InsertLockSpread(v) => s.wal_insert_lock_spread = v,
             Knob::GroupCommit(v) => s.group_commit = v,
+            Knob::InsertLockWait(v) => s.wal_insert_lock_wait = v,
         }
     }
 }
@@ -153,6 +157,10 @@ pub const VARIANTS: &[Variant] = &[
     // ---- issue 16 (direct path) ----
     Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
         "issue 16: backends use at most one insertion lock per CPU"),
+    Variant::new("scan-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Scan)],
+        "issue 16: a backend whose insertion lock is busy takes any free one first"),
+    Variant::new("scan-yield-insert-locks", &[Knob::InsertLockWait(InsertLockWait::ScanYield)],
+        "issue 16: as scan-insert-locks, and yields and re-scans before sleeping"),
     // issue 16
     Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
         "issue 16: the walwriter flushes for committers and wakes each once"),

@@ -9,8 +9,8 @@
 
 use super::Settings;
 use crate::variants::{
-    parse_bool, GroupCommit, InsertLockSpread, Insertion, LockLayout, Reservation, VarAccess,
-    WaitQueue, XidClear,
+    parse_bool, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
+    VarAccess, WaitQueue, XidClear,
 };
 use std::fmt;
 
@@ -429,7 +429,8 @@ enum_fields!(
     Reservation,
     XidClear,
     InsertLockSpread,
-    GroupCommit
+    GroupCommit,
+    InsertLockWait
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
