@@ -259,7 +259,18 @@ declare_settings! {
     /// clients and tied it at 16-64 (2 cores, shared; issue 16 notes).
     group_commit: GroupCommit = GroupCommit::Leader =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
-        "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the walwriter)";
+        "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the next releaser of WALWriteLock covers it or hands it the flush)";
+    // ---- issue 16: group commit (commit_delay / commit_siblings) ----
+    /// Microseconds a flush leader sleeps before its fdatasync so that
+    /// more commits join it (PostgreSQL's commit_delay; 0 = off).
+    commit_delay_us: u32 = 0 =>
+        "commit_delay", Kind::int(Unit::US, Unit::US, 0, 100_000),
+        "sleep before a group flush so more commits join it (0 = off), if commit_siblings others are in a transaction";
+    /// Other transactions that must be active for `commit_delay` to apply
+    /// (PostgreSQL's commit_siblings).
+    commit_siblings: u32 = 5 =>
+        "commit_siblings", Kind::count(0, 1000),
+        "concurrent open transactions required before commit_delay applies";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
