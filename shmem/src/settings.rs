@@ -253,13 +253,13 @@ declare_settings! {
         "insertion locks in use: all, or cpus (at most one per CPU)";
     // ---- issue 16: durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
-    /// `leader` (PostgreSQL's XLogFlush) stays the default: `hybrid` and
-    /// `flusher` cut context switches per commit by a third at 16-256
-    /// clients, but lost the same-run A/B on tps and server CPU at 4
-    /// clients and tied it at 16-64 (2 cores, shared; issue 16 notes).
-    group_commit: GroupCommit = GroupCommit::Leader =>
+    /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it won
+    /// 1.07-1.7x tps at 16-64 clients with a quarter fewer context
+    /// switches per commit and tied at 1, 4 and 256; `leader` is
+    /// PostgreSQL's XLogFlush (issue 16 notes).
+    group_commit: GroupCommit = GroupCommit::Hybrid =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
-        "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the next releaser of WALWriteLock covers it or hands it the flush)";
+        "who flushes for a durable commit: hybrid (itself when WALWriteLock is free, else the next releaser covers it or hands it the flush), leader (PostgreSQL's) or flusher (always the walwriter)";
     // ---- issue 16: group commit (commit_delay / commit_siblings) ----
     /// Microseconds a flush leader sleeps before its fdatasync so that
     /// more commits join it (PostgreSQL's commit_delay; 0 = off).
