@@ -191,6 +191,15 @@ const WALWRITER_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis
 /// walwriter that stopped, which is a crash restart anyway).
 const FLUSHER_WAIT_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// First and longest bounded sleep of a `hybrid` committer. Every release
+/// of WALWriteLock posts or hands off to each waiter (the loom model
+/// `loom_flushwaiters` checks that none is missed), so a timeout is only a
+/// guard; at 256 clients on 2 cores a flush round can take longer than
+/// 5 ms of wall time (the leader waits for a CPU), and a shorter timeout
+/// made waiters wake, find the lock held and sleep again.
+const HYBRID_WAIT_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
+const HYBRID_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The `group_commit` variant this process uses. Only backends hand their
 /// flush to the walwriter: the walwriter itself, the startup process (no
 /// walwriter runs yet), the checkpointer (its shutdown checkpoint is
@@ -797,7 +806,7 @@ impl<'a> Xlog<'a> {
     /// flush to us (one post, then we lead). The walwriter is not needed:
     /// every release of WALWriteLock notifies (`release_wal_write_lock`).
     fn flush_as_hybrid(&mut self, record: Lsn) {
-        let mut nap = FLUSHER_WAIT_FIRST;
+        let mut nap = HYBRID_WAIT_FIRST;
         loop {
             if self.lead_if_free(record) {
                 return;
@@ -821,7 +830,7 @@ impl<'a> Xlog<'a> {
             if !posted {
                 // Timed out (a long fdatasync): look again, a bit later
                 // next time.
-                nap = (nap * 2).min(WALWRITER_WAIT_MAX);
+                nap = (nap * 2).min(HYBRID_WAIT_MAX);
             }
             // Posted but not covered: the flush was handed to us.
             self.withdraw_flush_request();
