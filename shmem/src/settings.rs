@@ -253,10 +253,11 @@ declare_settings! {
         "insertion locks in use: all, or cpus (at most one per CPU)";
     // ---- issue 16: durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
-    /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it won
-    /// 1.07-1.7x tps at 16-64 clients with a quarter fewer context
-    /// switches per commit and tied at 1, 4 and 256; `leader` is
-    /// PostgreSQL's XLogFlush (issue 16 notes).
+    /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it used
+    /// 6-20 % less server CPU per commit at 16-256 clients, with a quarter
+    /// fewer context switches, tps 1.0-1.24x, and tied at 1 and 4 clients
+    /// (within the noise); `leader` is PostgreSQL's XLogFlush (issue 16
+    /// notes).
     group_commit: GroupCommit = GroupCommit::Hybrid =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
         "who flushes for a durable commit: hybrid (itself when WALWriteLock is free, else the next releaser covers it or hands it the flush), leader (PostgreSQL's) or flusher (always the walwriter)";
