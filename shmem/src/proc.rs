@@ -163,6 +163,12 @@ const FLUSH_WAITER_WORDS: usize = 96;
 /// while the notifier holds the word is simply set again (bits are
 /// idempotent). A bit left over after its wait ended (`flush_wanted` 0) is
 /// dropped by the next notifier pass.
+///
+/// A pass ends every covered request (swap to 0) before it posts any
+/// (`notify_with`), so that a `hybrid` notifier can first hand the next
+/// flush to the oldest uncovered backend (`hand_off`: the same swap, then
+/// one post) without the posts, each of which may preempt it, delaying
+/// the next fdatasync. Either way each request is posted at most once.
 #[repr(C, align(128))]
 pub struct FlushWaiters {
     words: [AtomicU64; FLUSH_WAITER_WORDS],
@@ -227,16 +233,23 @@ pub struct Notified {
     pub woken: usize,
     /// Procs still waiting for WAL past the flush result.
     pub waiting: usize,
+    /// Of those, how many have a proc number below the pass's
+    /// `leaders_below` (backends that can lead a flush themselves).
+    pub leaders_waiting: usize,
+    /// Of those, the one with the lowest request among proc numbers below
+    /// the pass's `leaders_below` (a candidate to hand the flush to, see
+    /// `FlushWaiters::hand_off`).
+    pub oldest: Option<u32>,
 }
 
 /// What the notifier found in one marked proc's `flush_wanted`.
 enum Wanted {
     /// Nothing (the wait ended): drop the bit.
     Nothing,
-    /// WAL past the flush result: keep the bit.
-    Later,
-    /// Covered: swapped to 0 and posted.
-    Woken,
+    /// WAL past the flush result (this LSN): keep the bit.
+    Later(u64),
+    /// Covered: swapped to 0, to be posted.
+    Covered,
 }
 
 impl FlushWaiters {
@@ -257,28 +270,74 @@ impl FlushWaiters {
     /// put them back after our pass; so, while procs are left waiting, the
     /// pass repeats if the flush result moved meanwhile.
     pub fn notify(&self, procs: &[Proc], flushed: impl Fn() -> u64) -> Notified {
-        loop {
+        self.notify_with(procs, 0, flushed, |_| {})
+    }
+
+    /// `notify`, also reporting in `Notified::oldest` the still-waiting
+    /// proc below `leaders_below` with the lowest request, and calling
+    /// `first` with the result before any post: a hybrid leader hands the
+    /// next flush over there, before the posts (each of which may preempt
+    /// it) delay the next fdatasync. The covered requests are ended (their
+    /// `flush_wanted` swapped to 0) before `first` runs and posted after.
+    pub fn notify_with(
+        &self,
+        procs: &[Proc],
+        leaders_below: u32,
+        flushed: impl Fn() -> u64,
+        first: impl FnOnce(&Notified),
+    ) -> Notified {
+        let mut covered = [0u64; FLUSH_WAITER_WORDS];
+        let n = loop {
             // SeqCst: pairs with the SeqCst store and mark in `publish`
             // (and with the SeqCst put-back of a concurrent notifier).
             fence(Ordering::SeqCst);
             let at = flushed();
-            let n = self.pass(procs, at);
+            let n = self.pass(procs, at, leaders_below, &mut covered);
             if n.waiting == 0 {
-                return n;
+                break n;
             }
             // SeqCst: orders our put-backs before the re-read, against a
             // concurrent notifier's flush-result update and fence.
             fence(Ordering::SeqCst);
             if flushed() == at {
-                return n;
+                break n;
+            }
+        };
+        first(&n);
+        Self::post_covered(procs, &covered);
+        n
+    }
+
+    /// Posts every proc whose bit is set in `covered` (requests a pass
+    /// ended). The post's Release orders the flush result before the
+    /// waiter's wake-up (pairs with the Acquire consume in
+    /// `Semaphore::wait_inner`).
+    fn post_covered(procs: &[Proc], covered: &[u64]) {
+        for (w, &word) in covered.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(p) = procs.get(w * 64 + b) {
+                    p.sem.post();
+                }
             }
         }
     }
 
-    /// One pass over the marked procs with flush result `flushed`.
-    fn pass(&self, procs: &[Proc], flushed: u64) -> Notified {
+    /// One pass over the marked procs with flush result `flushed`; the
+    /// covered ones are ended and added to `covered` (posted later).
+    fn pass(
+        &self,
+        procs: &[Proc],
+        flushed: u64,
+        leaders_below: u32,
+        covered: &mut [u64; FLUSH_WAITER_WORDS],
+    ) -> Notified {
         let mut n = Notified::default();
-        for w in 0..Self::words_for(procs.len() as u32) {
+        let mut oldest_lsn = u64::MAX;
+        let words = Self::words_for(procs.len() as u32);
+        for (w, covered_here) in covered.iter_mut().enumerate().take(words) {
             let mut bits = self.take_word(w);
             let mut keep = 0u64;
             while bits != 0 {
@@ -287,13 +346,24 @@ impl FlushWaiters {
                 let Some(p) = procs.get(w * 64 + b as usize) else {
                     continue;
                 };
-                match Self::wake_if_covered(p, flushed) {
+                match Self::end_if_covered(p, flushed) {
                     Wanted::Nothing => {}
-                    Wanted::Later => {
+                    Wanted::Later(lsn) => {
                         keep |= 1 << b;
                         n.waiting += 1;
+                        let procno = (w * 64) as u32 + b;
+                        if procno < leaders_below {
+                            n.leaders_waiting += 1;
+                            if lsn < oldest_lsn {
+                                oldest_lsn = lsn;
+                                n.oldest = Some(procno);
+                            }
+                        }
                     }
-                    Wanted::Woken => n.woken += 1,
+                    Wanted::Covered => {
+                        *covered_here |= 1 << b;
+                        n.woken += 1;
+                    }
                 }
             }
             self.put_back(w, keep);
@@ -301,32 +371,56 @@ impl FlushWaiters {
         n
     }
 
-    /// Swaps `p`'s `flush_wanted` to 0 and posts it if `flushed` covers it.
-    fn wake_if_covered(p: &Proc, flushed: u64) -> Wanted {
+    /// Swaps `p`'s `flush_wanted` to 0 if `flushed` covers it (the caller
+    /// then posts it, once).
+    fn end_if_covered(p: &Proc, flushed: u64) -> Wanted {
         let mut wanted = p.flush_wanted.load(Ordering::Relaxed);
         loop {
             if wanted == 0 {
                 return Wanted::Nothing;
             }
             if wanted > flushed {
-                return Wanted::Later;
+                return Wanted::Later(wanted);
             }
-            // Relaxed: the post's Release orders the flush result before
-            // the waiter's wake-up (pairs with the Acquire consume in
-            // `Semaphore::wait_inner`); the swap makes the post happen at
-            // most once per request.
+            // Relaxed: the later post's Release publishes the flush result
+            // (see `post_covered`); the swap makes the post happen at most
+            // once per request.
             match p
                 .flush_wanted
                 .compare_exchange(wanted, 0, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => {
-                    p.sem.post();
-                    return Wanted::Woken;
-                }
+                Ok(_) => return Wanted::Covered,
                 // The waiter ended its wait or published again: look again.
                 Err(now) => wanted = now,
             }
         }
+    }
+}
+
+impl FlushWaiters {
+    /// Hands the next flush to waiting proc `procno` (`group_commit =
+    /// hybrid`, after a flush left it uncovered): ends its request (swaps
+    /// `flush_wanted` to 0, as a notifier does) and posts it, so that it
+    /// wakes, finds its WAL not flushed and tries to lead. False if its
+    /// request already ended or changed: then it is awake anyway (it
+    /// re-publishes only after waking, and tries to lead before sleeping
+    /// again). At most one post per request, as with `notify`.
+    pub fn hand_off(&self, procs: &[Proc], procno: u32) -> bool {
+        let Some(p) = procs.get(procno as usize) else {
+            return false;
+        };
+        let wanted = p.flush_wanted.load(Ordering::Relaxed);
+        // Relaxed: as in `wake_if_covered`; the post's Release orders what
+        // we did before it (our flush) before the woken proc's look.
+        if wanted == 0
+            || p.flush_wanted
+                .compare_exchange(wanted, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        p.sem.post();
+        true
     }
 }
 

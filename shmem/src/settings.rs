@@ -259,13 +259,25 @@ declare_settings! {
         "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan)";
     // ---- issue 16: durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
-    /// `leader` (PostgreSQL's XLogFlush) stays the default: `hybrid` and
-    /// `flusher` cut context switches per commit by a third at 16-256
-    /// clients, but lost the same-run A/B on tps and server CPU at 4
-    /// clients and tied it at 16-64 (2 cores, shared; issue 16 notes).
-    group_commit: GroupCommit = GroupCommit::Leader =>
+    /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it used
+    /// 6-20 % less server CPU per commit at 16-256 clients, with a quarter
+    /// fewer context switches, tps 1.0-1.24x, and tied at 1 and 4 clients
+    /// (within the noise); `leader` is PostgreSQL's XLogFlush (issue 16
+    /// notes).
+    group_commit: GroupCommit = GroupCommit::Hybrid =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
-        "who flushes for a durable commit: leader (PostgreSQL's), flusher (always the walwriter) or hybrid (itself when idle, else the walwriter)";
+        "who flushes for a durable commit: hybrid (itself when WALWriteLock is free, else the next releaser covers it or hands it the flush), leader (PostgreSQL's) or flusher (always the walwriter)";
+    // ---- issue 16: group commit (commit_delay / commit_siblings) ----
+    /// Microseconds a flush leader sleeps before its fdatasync so that
+    /// more commits join it (PostgreSQL's commit_delay; 0 = off).
+    commit_delay_us: u32 = 0 =>
+        "commit_delay", Kind::int(Unit::US, Unit::US, 0, 100_000),
+        "sleep before a group flush so more commits join it (0 = off), if commit_siblings others are in a transaction";
+    /// Other transactions that must be active for `commit_delay` to apply
+    /// (PostgreSQL's commit_siblings).
+    commit_siblings: u32 = 5 =>
+        "commit_siblings", Kind::count(0, 1000),
+        "concurrent open transactions required before commit_delay applies";
     // ---- issue 13: synchronous replication, one sleep per commit ----
     /// A commit that waits for standbys only requests its local flush and
     /// sleeps once, in the sync-rep queue (the walsender sends only

@@ -131,8 +131,9 @@ variant_enum!(
         /// covered waiters (MySQL 8's dedicated flusher and notifier).
         Flusher = "flusher",
         /// A committer that finds WALWriteLock free flushes itself (no
-        /// hand-off when idle: one client); otherwise it waits as in
-        /// `flusher`, and its request joins the next fdatasync.
+        /// hand-off when idle: one client); otherwise it publishes its LSN
+        /// and sleeps once, until whoever releases WALWriteLock covers it
+        /// or hands it the next flush (one post either way).
         Hybrid = "hybrid",
     }
 );

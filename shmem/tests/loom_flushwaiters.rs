@@ -9,7 +9,12 @@
 //!   which puts back a bit the other needed;
 //! - each request is posted at most once (a semaphore count left over is
 //!   0 or 1, never 2);
-//! - a waiter that was woken sees a flush result covering its LSN.
+//! - a waiter that was woken sees a flush result covering its LSN;
+//! - `group_commit = hybrid`: committers that lead when the write lock is
+//!   free and otherwise publish and sleep, every lock release notifying
+//!   and handing the next flush to the oldest uncovered waiter, all finish
+//!   (no committer sleeps forever when the leader's flush did not cover
+//!   it), each covered by a flush.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_flushwaiters`.
 #![cfg(loom)]
@@ -104,5 +109,86 @@ fn one_waiter_two_concurrent_notifiers() {
         older.join().unwrap();
         waiter.join().unwrap();
         check_posts(&w);
+    });
+}
+
+/// The hybrid world: `World` plus WALWriteLock (a try-lock is all a
+/// hybrid committer uses) and what each committer's insertion finished.
+struct Hybrid {
+    w: Arc<World>,
+    write_lock: loom::sync::atomic::AtomicBool,
+}
+
+impl Hybrid {
+    /// `Xlog::lead_if_free`: if the lock is free, flush up to our own LSN
+    /// (as if later insertions were not finished), release, notify and
+    /// hand off (`release_wal_write_lock`). True if `lsn` is flushed.
+    fn lead_if_free(&self, procno: usize, lsn: u64) -> bool {
+        let w = &self.w;
+        if self
+            .write_lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return w.flushed.load(Ordering::Acquire) >= lsn;
+        }
+        w.procs[procno].flush_wanted.store(0, Ordering::Relaxed);
+        w.flushed.fetch_max(lsn, Ordering::Release);
+        self.write_lock.store(false, Ordering::Release);
+        let procs = &w.procs;
+        w.waiters.notify_with(
+            procs,
+            procs.len() as u32,
+            || w.flushed.load(Ordering::Acquire),
+            |n| {
+                if let Some(next) = n.oldest {
+                    w.waiters.hand_off(procs, next);
+                }
+            },
+        );
+        true
+    }
+
+    /// `Xlog::flush_as_hybrid`, untimed.
+    fn commit(&self, procno: usize, lsn: u64) {
+        let w = &self.w;
+        let me = &w.procs[procno];
+        loop {
+            if self.lead_if_free(procno, lsn) {
+                return;
+            }
+            w.waiters.publish(me, lsn);
+            // SeqCst: as the waiter's fence in `flush_as_hybrid`.
+            fence(Ordering::SeqCst);
+            if w.flushed.load(Ordering::Acquire) >= lsn || self.lead_if_free(procno, lsn) {
+                me.flush_wanted.store(0, Ordering::Relaxed);
+                return;
+            }
+            me.sem.wait();
+            if w.flushed.load(Ordering::Acquire) >= lsn {
+                me.flush_wanted.store(0, Ordering::Relaxed);
+                return;
+            }
+            me.flush_wanted.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn hybrid_committers_hand_the_flush_on() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let h = Arc::new(Hybrid {
+            w: world(2),
+            write_lock: loom::sync::atomic::AtomicBool::new(false),
+        });
+        let other = {
+            let h = h.clone();
+            loom::thread::spawn(move || h.commit(1, 20))
+        };
+        h.commit(0, 10);
+        other.join().unwrap();
+        assert!(h.w.flushed.load(Ordering::Acquire) >= 20);
     });
 }

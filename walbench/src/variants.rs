@@ -164,8 +164,8 @@ pub const VARIANTS: &[Variant] = &[
     // issue 16
     Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
         "issue 16: the walwriter flushes for committers and wakes each once"),
-    Variant::new("hybrid-commit", &[Knob::GroupCommit(GroupCommit::Hybrid)],
-        "issue 16: a committer flushes itself when WALWriteLock is free, else hands over"),
+    Variant::new("leader-commit", &[Knob::GroupCommit(GroupCommit::Leader)],
+        "issue 16: PostgreSQL's XLogFlush: whoever gets WALWriteLock flushes, the others wake and re-check"),
 ];
 
 #[cfg(test)]

@@ -21,11 +21,13 @@
 //! progress. The notifier reads only the waiter bitmap's words
 //! (`shmem::proc::FlushWaiters`), not every proc slot.
 //!
-//! Dedicated flusher (issue 16, `group_commit = flusher | hybrid`):
-//! backends hand their commit flush over the same way. While anybody waits
-//! and a round wrote something, the next round starts at once: the
-//! requests that arrived during one fdatasync fill the next (MySQL 8's
-//! log writer/flusher and notifier, in one process here).
+//! Dedicated flusher (issue 16, `group_commit = flusher`): backends hand
+//! their commit flush over the same way. While anybody waits and a round
+//! wrote something, the next round starts at once: the requests that
+//! arrived during one fdatasync fill the next (MySQL 8's log
+//! writer/flusher and notifier, in one process here). With `hybrid` the
+//! backends pass the flush among themselves (see `backend::xlog`): only
+//! waiting no-I/O processes keep us going round at once.
 //!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
 //! writes and flushes everything inserted and exits 0: fast shutdown leaves
@@ -51,7 +53,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
-        let waiting = xlog.notify_flush_waiters().waiting;
+        let waiting = xlog.waiting_for_walwriter(xlog.notify_flush_waiters());
         if preinit {
             xlog.preinit_buffers();
         }
