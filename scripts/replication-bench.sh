@@ -8,9 +8,10 @@
 #!    local `pg_receivewal --synchronous` (synchronous_standby_names =
 #!    'pg_receivewal'); walshm's sync rep three times: the defaults
 #!    (`sync_rep_one_sleep = on`: one sleep per commit; `sync_rep_wake_chain
-#!    = on`: the walsender wakes the first released commit, each the next),
+#!    = off`: the walsender wakes every released commit),
 #!    `sync_rep_one_sleep = off` (PostgreSQL's flush, then wait) and
-#!    `sync_rep_wake_chain = off` (the walsender wakes every one). The points of one repetition run back to back, and the
+#!    `sync_rep_wake_chain = on` (the walsender wakes the first released
+#!    commit, each the next). The points of one repetition run back to back, and the
 #!    --reps repetitions in turn, so that every ratio is same-run. For
 #!    walshm also the commits released per status update (from its
 #!    walsender's exit log line). Per commit: the server's CPU (as root:
@@ -206,7 +207,7 @@ part1() {
         point w-local start_walshm --set fsync=on --set synchronous_commit=on
         point w-sync-2sleep start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=off
         point w-sync start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=on
-        point w-sync-nochain start_walshm "${W_SYNC[@]}" --set sync_rep_wake_chain=off
+        point w-sync-chain start_walshm "${W_SYNC[@]}" --set sync_rep_wake_chain=on
         echo "repetition $rep:"
         tail -n 6 "$WORK/points" | report_points
     done
@@ -226,7 +227,7 @@ report_points() {
         for (i = 1; i <= n; i++) { k = order[i]; printf "  %-14s %10.0f %10s %10s %9s %12s\n", k, tps[k], cpu[k], rx[k], ctx[k], upd[k] }
         printf "  walshm sync / PostgreSQL sync: %s (two-sleep form: %s); walshm sync / local: %s (PostgreSQL: %s); one-sleep / two-sleep: %s; wake chain / none: %s\n",
             r(tps["w-sync"], tps["pg-sync"]), r(tps["w-sync-2sleep"], tps["pg-sync"]), r(tps["w-sync"], tps["w-local"]),
-            r(tps["pg-sync"], tps["pg-local"]), r(tps["w-sync"], tps["w-sync-2sleep"]), r(tps["w-sync"], tps["w-sync-nochain"])
+            r(tps["pg-sync"], tps["pg-local"]), r(tps["w-sync"], tps["w-sync-2sleep"]), r(tps["w-sync-chain"], tps["w-sync"])
     }'
 }
 
@@ -236,7 +237,7 @@ report_medians() {
             return (m % 2) ? arr[(m + 1) / 2] : (arr[m / 2] + arr[m / 2 + 1]) / 2 }
     { rep = int((NR - 1) / 6) + 1; v[$1, "tps", rep] = $2; v[$1, "cpu", rep] = $3; v[$1, "rx", rep] = $4; v[$1, "ctx", rep] = $5; v[$1, "upd", rep] = $6; reps = rep; names[$1] = 1 }
     END {
-        split("pg-local pg-sync w-local w-sync-2sleep w-sync w-sync-nochain", order, " ")
+        split("pg-local pg-sync w-local w-sync-2sleep w-sync w-sync-chain", order, " ")
         split("tps cpu rx ctx upd", figs, " ")
         printf "  %-14s %10s %10s %10s %9s %12s\n", "point", "tps", "us/tx", "rx us/tx", "ctx/tx", "per update"
         for (i = 1; i <= 6; i++) {
@@ -245,7 +246,7 @@ report_medians() {
                 w = (f == 1) ? 10 : (f == 4 ? 9 : (f == 5 ? 12 : 10)); line = line sprintf(" %" w "s", m ? sprintf(f == 1 ? "%.0f" : "%.2f", med(a, m)) : "-") }
             print line
         }
-        split("w-sync/pg-sync w-sync-2sleep/pg-sync w-sync/w-local pg-sync/pg-local w-sync/w-sync-2sleep w-sync/w-sync-nochain", ratios, " ")
+        split("w-sync/pg-sync w-sync-2sleep/pg-sync w-sync/w-local pg-sync/pg-local w-sync/w-sync-2sleep w-sync-chain/w-sync", ratios, " ")
         for (i = 1; i <= 6; i++) { split(ratios[i], ab, "/"); m = 0; delete a; list = ""
             for (r = 1; r <= reps; r++) { b = v[ab[2], "tps", r] + 0; if (b > 0) { a[++m] = v[ab[1], "tps", r] / b; list = list sprintf(" %.2f", a[m]) } }
             printf "  %-26s median %s (each:%s)\n", ratios[i], m ? sprintf("%.2f", med(a, m)) : "-", list }

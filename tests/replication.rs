@@ -489,12 +489,18 @@ fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
 }
 
 /// One sleep with `group_commit = flusher`: the committer never flushes,
-/// it only sets the walwriter's latch before it sleeps in the queue.
+/// it only sets the walwriter's latch before it sleeps in the queue. Also
+/// `sync_rep_wake_chain = on`: the walsender wakes the first released
+/// commit and each wakes the next.
 #[test]
 fn synchronous_commits_flushed_by_the_walwriter_survive_kill_9() {
     acknowledged_commits_survive_kill_9(
         "rep-sync-ww",
-        &["sync_rep_one_sleep=on", "group_commit=flusher"],
+        &[
+            "sync_rep_one_sleep=on",
+            "group_commit=flusher",
+            "sync_rep_wake_chain=on",
+        ],
     );
 }
 

@@ -24,7 +24,7 @@
 //!    head and unlink every waiter whose LSN is now covered, set it
 //!    RELEASED (Release, pairs with the waiter's Acquire load); after the
 //!    unlock post their semaphores — one pass releases the whole group,
-//!    in LSN order. With `sync_rep_wake_chain` (default) the releaser
+//!    in LSN order. With `sync_rep_wake_chain` (off by default) the releaser
 //!    posts only the first, and each released waiter's `wake_next` names
 //!    the next one (stored before its RELEASED);
 //! 4. waiter: wakes, sees RELEASED, posts its `wake_next` (chain), returns.
@@ -608,10 +608,18 @@ mod tests {
         out
     }
 
+    /// Settings with `sync_rep_wake_chain` on (it is off by default).
+    fn chained() -> shmem::Settings {
+        shmem::Settings {
+            sync_rep_wake_chain: true,
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn waiters_queue_in_lsn_order_and_one_pass_releases_the_covered_group() {
         // An unnamed segment: it goes with the test process.
-        let shm = &Shmem::create(&shmem::Settings::default(), 5, 1).unwrap();
+        let shm = &Shmem::create(&chained(), 5, 1).unwrap();
         for (procno, lsn, mode) in [
             (0, 300, wait_mode::FLUSH),
             (1, 100, wait_mode::FLUSH),
@@ -676,7 +684,7 @@ mod tests {
 
     #[test]
     fn a_released_waiter_that_leaves_passes_the_wake_chain_on() {
-        let shm = &Shmem::create(&shmem::Settings::default(), 3, 1).unwrap();
+        let shm = &Shmem::create(&chained(), 3, 1).unwrap();
         assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
         assert!(enqueue(shm, 1, 200, wait_mode::FLUSH));
         let ctl = shm.repl();

@@ -288,15 +288,18 @@ declare_settings! {
     sync_rep_one_sleep: bool = true =>
         "sync_rep_one_sleep", Kind::Bool,
         "a commit waiting for standbys requests its local flush and sleeps once, in the sync-rep queue (off: PostgreSQL's flush, then wait)";
-    /// The walsender posts only the first waiter a status update
-    /// releases; each released waiter posts the next (off: the walsender
-    /// posts them all, as PostgreSQL does). Each post let the woken
-    /// backend preempt the walsender; with the chain its CPU per commit
-    /// fell from ~9.5 to ~6-8 us and the server's from 125 to 115 us
-    /// (medians, 64 clients, 2 cores, shared).
-    sync_rep_wake_chain: bool = true =>
+    /// On: the walsender posts only the first waiter a status update
+    /// releases and each released waiter posts the next; off (default):
+    /// the walsender posts them all, as PostgreSQL does. On a shared,
+    /// loaded machine the chain saved walsender CPU (each post let the
+    /// woken backend preempt it: ~9.5 against 6-8 us per commit), but on a
+    /// quiet one the serial wake-ups cost more than they save:
+    /// replication-bench, 64 clients, 2 cores, 3 same-run repetitions,
+    /// chain/none 0.89, 0.76, 0.78 tps at 97 against 78 us of server CPU
+    /// per commit (medians).
+    sync_rep_wake_chain: bool = false =>
         "sync_rep_wake_chain", Kind::Bool,
-        "the walsender wakes the first released synchronous commit and each wakes the next (off: the walsender wakes them all)";
+        "on: the walsender wakes the first released synchronous commit and each wakes the next; off (default): the walsender wakes them all, as PostgreSQL";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
