@@ -113,12 +113,7 @@ fn kill_postmaster_keeps_acks(variant: &str) {
     s.wait_ready(TIMEOUT);
     let kids = s.wait_children(16);
     std::thread::sleep(Duration::from_millis(800));
-    s.signal(libc::SIGKILL);
-    let o1 = s.wait_exit(TIMEOUT);
-    assert!(
-        wait_until(TIMEOUT, || kids.iter().all(|(p, _)| !alive(*p))),
-        "children survived the postmaster"
-    );
+    let o1 = s.kill9_with_children(&kids);
     let acks1 = parse_acks(&o1.stdout);
     assert!(!acks1.is_empty(), "no acks before the kill");
     let o2 = run_for(

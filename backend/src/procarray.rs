@@ -208,6 +208,26 @@ impl<'a> ProcArray<'a> {
 
 /// Startup: restore the XID counter from the control file and the highest
 /// XID recovery saw.
+/// Whether at least `min` processes other than `me` have an XID
+/// (PostgreSQL's MinimumActiveBackends, for commit_siblings): read without
+/// ProcArrayLock, a hint only.
+pub fn others_in_transaction(shm: &Shmem, me: u32, min: u32) -> bool {
+    let members = shm.proc_array_members();
+    let procs = shm.procs();
+    let n = (shm.proc_array().num_members.load(Ordering::Relaxed) as usize).min(members.len());
+    let active = members[..n]
+        .iter()
+        .map(|m| m.load(Ordering::Relaxed))
+        .filter(|&procno| procno != me)
+        .filter(|&procno| {
+            procs
+                .get(procno as usize)
+                .is_some_and(|p| p.xid.load(Ordering::Relaxed) != 0)
+        });
+    let need = min.max(1) as usize;
+    active.take(need).count() == need
+}
+
 pub fn restore_next_xid(shm: &Shmem, control_next: u64, max_seen: u32) {
     let mut next = control_next.max(FIRST_NORMAL_XID as u64);
     if max_seen != 0 {

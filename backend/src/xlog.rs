@@ -281,6 +281,7 @@ impl<'a> Xlog<'a> {
         let s = &ctx.settings;
         let facts = &shm.xlog().facts;
         let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
+        let locks_in_use = insert_locks_in_use(shm.n_insert_locks(), s.wal_insert_lock_spread);
         Xlog {
             ctx,
             shm,
@@ -291,8 +292,8 @@ impl<'a> Xlog<'a> {
             tli: facts.timeline,
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
-            lock_to_try: 0,
-            locks_in_use: 1,
+            lock_to_try: ctx.procno as usize % locks_in_use,
+            locks_in_use,
             holding: None,
             lock_wait: s.wal_insert_lock_wait,
             fsync: s.fsync,
@@ -306,14 +307,6 @@ impl<'a> Xlog<'a> {
             walsenders_to_wake: false,
             group_commit: group_commit_for(ctx),
         }
-        .with_locks_in_use(shm.n_insert_locks(), s.wal_insert_lock_spread)
-    }
-
-    /// Sets how many insertion locks we spread over and our first choice.
-    fn with_locks_in_use(mut self, n_locks: usize, spread: InsertLockSpread) -> Self {
-        self.locks_in_use = insert_locks_in_use(n_locks, spread);
-        self.lock_to_try = self.ctx.procno as usize % self.locks_in_use;
-        self
     }
 
     /// No-I/O mode: whether an operation since the last call did not
@@ -947,37 +940,18 @@ impl<'a> Xlog<'a> {
     /// flush.
     fn delay_before_flush(&self, finished: Lsn) -> Lsn {
         let s = &self.ctx.settings;
-        if s.commit_delay_us == 0 || !self.fsync || !self.siblings_active(s.commit_siblings) {
+        if s.commit_delay_us == 0
+            || !self.fsync
+            || !crate::procarray::others_in_transaction(
+                self.shm,
+                self.ctx.procno,
+                s.commit_siblings,
+            )
+        {
             return finished;
         }
         std::thread::sleep(std::time::Duration::from_micros(s.commit_delay_us as u64));
         self.wait_insertions_to_finish(finished).max(finished)
-    }
-
-    /// Whether at least `min` other processes have an XID (PostgreSQL's
-    /// MinimumActiveBackends; read without ProcArrayLock, a hint only).
-    fn siblings_active(&self, min: u32) -> bool {
-        let pa = self.shm.proc_array();
-        let members = self.shm.proc_array_members();
-        let procs = self.shm.procs();
-        let n = (pa.num_members.load(Ordering::Relaxed) as usize).min(members.len());
-        let mut found = 0;
-        for m in &members[..n] {
-            let procno = m.load(Ordering::Relaxed);
-            if procno == self.ctx.procno {
-                continue;
-            }
-            let active = procs
-                .get(procno as usize)
-                .is_some_and(|p| p.xid.load(Ordering::Relaxed) != 0);
-            if active {
-                found += 1;
-                if found >= min {
-                    return true;
-                }
-            }
-        }
-        false
     }
 
     /// Posts every proc waiting for a flush the flush result now covers;

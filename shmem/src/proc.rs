@@ -409,14 +409,9 @@ impl FlushWaiters {
         let Some(p) = procs.get(procno as usize) else {
             return false;
         };
-        let wanted = p.flush_wanted.load(Ordering::Relaxed);
-        // Relaxed: as in `wake_if_covered`; the post's Release orders what
-        // we did before it (our flush) before the woken proc's look.
-        if wanted == 0
-            || p.flush_wanted
-                .compare_exchange(wanted, 0, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        // Every request counts as covered here; the post's Release orders
+        // what we did before it (our flush) before the woken proc's look.
+        if !matches!(Self::end_if_covered(p, u64::MAX), Wanted::Covered) {
             return false;
         }
         p.sem.post();

@@ -505,6 +505,19 @@ impl Server {
         kill(self.pid, sig)
     }
 
+    /// kill -9 of the postmaster: waits for it to exit and for every one
+    /// of `kids` (from `wait_children`) to follow it, then returns its
+    /// output.
+    pub fn kill9_with_children(self, kids: &[(i32, String)]) -> Out {
+        self.signal(libc::SIGKILL);
+        let o = self.wait_exit(TIMEOUT);
+        assert!(
+            wait_until(TIMEOUT, || kids.iter().all(|(p, _)| !alive(*p))),
+            "children survived the postmaster"
+        );
+        o
+    }
+
     /// Waits for the postmaster to exit (after a signal sent elsewhere).
     pub fn wait_exit(mut self, timeout: Duration) -> Out {
         let deadline = Instant::now() + timeout;
