@@ -224,8 +224,9 @@ pub fn others_in_transaction(shm: &Shmem, me: u32, min: u32) -> bool {
                 .get(procno as usize)
                 .is_some_and(|p| p.xid.load(Ordering::Relaxed) != 0)
         });
-    let need = min.max(1) as usize;
-    active.take(need).count() == need
+    // min = 0: always true, as PostgreSQL's (commit_siblings = 0 means
+    // commit_delay applies whatever else is running).
+    active.take(min as usize).count() == min as usize
 }
 
 pub fn restore_next_xid(shm: &Shmem, control_next: u64, max_seen: u32) {
