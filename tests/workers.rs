@@ -66,10 +66,7 @@ fn spawn_external(args: &str, out: &Path) -> Child {
 
 /// The `ack LSN` lines of a text.
 fn acks(text: &str) -> Vec<u64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("ack "))
-        .map(|l| walformat::parse_lsn(l.trim()).expect("ack LSN"))
-        .collect()
+    parse_acks(text)
 }
 
 fn read_acks(path: &Path) -> Vec<u64> {
