@@ -38,8 +38,7 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 
 /// The attach lines in a status file (none if it does not exist yet).
 fn attaches(status: &Path) -> Vec<Attach> {
-    fs::read_to_string(status)
-        .unwrap_or_default()
+    complete_lines(&fs::read_to_string(status).unwrap_or_default())
         .lines()
         .filter(|l| l.starts_with("attached "))
         .map(|l| Attach {

@@ -1305,17 +1305,22 @@ pub fn tx_wal_check(d: &DataDir) -> TxWal {
     w
 }
 
+/// The newline-ended lines of a file another process is still appending
+/// to (a line's last bytes may not be visible yet).
+pub fn complete_lines(text: &str) -> &str {
+    match text.rfind('\n') {
+        Some(end) => &text[..end],
+        None => "",
+    }
+}
+
 /// The LSNs of the `ack X/Y` lines of a run's stdout. Only lines ended by
 /// a newline count: a live stdout file read while a backend's one-line
 /// `write` straddles a page boundary shows the line's first page before the
 /// rest (the CI flake of stop 20: `bad ack line ""`), and a line cut short
 /// by kill -9 was never an acknowledgement.
 pub fn parse_acks(stdout: &str) -> Vec<u64> {
-    let complete = match stdout.rfind('\n') {
-        Some(end) => &stdout[..end],
-        None => "",
-    };
-    complete
+    complete_lines(stdout)
         .lines()
         .filter_map(|l| l.strip_prefix("ack "))
         .map(|s| walformat::parse_lsn(s.trim()).unwrap_or_else(|_| panic!("bad ack line {s:?}")))
