@@ -34,7 +34,7 @@ mod kinds;
 
 use crate::variants::{
     GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation, VarAccess,
-    WaitQueue, XidClear,
+    WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -300,6 +300,17 @@ declare_settings! {
     sync_rep_wake_chain: bool = false =>
         "sync_rep_wake_chain", Kind::Bool,
         "on: the walsender wakes the first released synchronous commit and each wakes the next; off (default): the walsender wakes them all, as PostgreSQL";
+    // ---- issue 16: wal_sync_method ----
+    /// How WAL is made durable, with PostgreSQL's names and meaning on
+    /// Linux (see `backend::walfile`): `fdatasync` (default) or `fsync`
+    /// after writing; `open_datasync` / `open_sync` open each segment with
+    /// O_DSYNC / O_SYNC, so every write is durable when it returns and no
+    /// sync call is made (pg_stat_wal's `wal_sync` and the `fdatasyncs`
+    /// counters stay 0, commits per fdatasync is null; count `wal_write`).
+    /// Ignored with `fsync = off`.
+    wal_sync_method: WalSyncMethod = WalSyncMethod::Fdatasync =>
+        "wal_sync_method", Kind::Enum(WalSyncMethod::NAMES),
+        "how WAL is made durable: fdatasync (default) or fsync after writing, open_datasync (O_DSYNC) or open_sync (O_SYNC) writes";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
