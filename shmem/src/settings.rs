@@ -307,7 +307,12 @@ declare_settings! {
     /// O_DSYNC / O_SYNC, so every write is durable when it returns and no
     /// sync call is made (pg_stat_wal's `wal_sync` and the `fdatasyncs`
     /// counters stay 0, commits per fdatasync is null; count `wal_write`).
-    /// Ignored with `fsync = off`.
+    /// Ignored with `fsync = off`. Measured (pgbench -M prepared durable
+    /// autocommit, 2 cores, shared, 6 same-run pairs, open_datasync /
+    /// fdatasync medians): 1 client tps 1.11x, server CPU/commit 0.92x;
+    /// 16 clients 1.00x / 0.98x; 64 clients 0.96x / 1.02x; commits per
+    /// durable write equal (7.2 at 16, 21 at 64). No clear win at every
+    /// client count, so fdatasync stays the default (PostgreSQL's).
     wal_sync_method: WalSyncMethod = WalSyncMethod::Fdatasync =>
         "wal_sync_method", Kind::Enum(WalSyncMethod::NAMES),
         "how WAL is made durable: fdatasync (default) or fsync after writing, open_datasync (O_DSYNC) or open_sync (O_SYNC) writes";
