@@ -14,7 +14,10 @@
 //!   starts; every valid name is accepted;
 //! - with `open_datasync` pg_stat_wal's `wal_sync` and the summary's
 //!   `wal_fdatasyncs` stay 0 while `wal_write` and the commits go up;
-//!   with `fdatasync` they do not (so the check tells the paths apart).
+//!   with `fdatasync` they do not (so the check tells the paths apart);
+//! - with `open_datasync` a failed write (fail point `wal_write`) is a
+//!   PANIC and a crash restart that loses no ack, and the `wal_fsync` point
+//!   never fires (it does with `fdatasync`).
 //!
 //! Verdicts come from exit codes, ack lines, the WAL, pg_stat_wal rows and
 //! the JSON summary and report, never from log wording.
@@ -207,5 +210,52 @@ fn open_datasync_writes_without_syncing() {
     assert!(
         commits > 0 && fdatasyncs > 0,
         "fdatasync: {commits} commits, {fdatasyncs} syncs"
+    );
+}
+
+/// A short acknowledged run with `method` and `WALSHM_FAILPOINTS=spec`
+/// (ONCE replaced by a marker path, created by the process the point
+/// fires in): whether it fired, the crash restarts the summary counts, and
+/// the acks checked against the recovered WAL.
+fn failpoint_run(method: &str, spec: &str) -> (bool, u64, usize) {
+    let tmp = TempDir::new(&format!("sm-fp-{method}"));
+    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
+    let marker = tmp.join("fired-once");
+    let spec = spec.replace("ONCE", marker.to_str().unwrap());
+    let set = format!("wal_sync_method={method}");
+    let env = [("WALSHM_FAILPOINTS", spec.as_str())];
+    let mut s = start_with_env(&d.path, tmp.path(), &ack_args("8", &set), &env);
+    s.wait_ready(TIMEOUT);
+    let fired = wait_until(Duration::from_millis(1500), || marker.exists());
+    if fired {
+        // The PANIC, the crash restart and recovery, then load again.
+        std::thread::sleep(Duration::from_millis(300));
+        s.wait_children(8);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let o = s.stop_ok();
+    let wal = tx_wal_check(&d);
+    let checked = check_acks(&parse_acks(&o.stdout), &wal);
+    (fired, parse_summary(&o.stdout).crash_restarts, checked)
+}
+
+/// With open_datasync the write is the sync: a failed one is a PANIC
+/// (crash restart, nothing acked lost), and the `wal_fsync` point never
+/// fires because no sync call is made; with fdatasync it does.
+#[test]
+fn open_datasync_failed_write_panics_and_never_syncs() {
+    let (fired, restarts, checked) =
+        failpoint_run("open_datasync", "wal_write=eio:after=30:once=ONCE");
+    assert!(fired, "the wal_write fail point did not fire");
+    assert_eq!(restarts, 1, "a failed O_DSYNC write is not a crash restart");
+    assert!(checked > 0, "no acks");
+    let (fired, restarts, checked) = failpoint_run("open_datasync", "wal_fsync=eio:once=ONCE");
+    assert!(!fired, "open_datasync made a sync call");
+    assert_eq!(restarts, 0);
+    assert!(checked > 0, "no acks");
+    let (fired, restarts, _) = failpoint_run("fdatasync", "wal_fsync=eio:after=30:once=ONCE");
+    assert!(
+        fired && restarts == 1,
+        "fdatasync: fired {fired}, {restarts} restarts"
     );
 }
