@@ -11,6 +11,14 @@
 //!   there anyway);
 //! * `SYNC path` after an fdatasync returned (every earlier write of that
 //!   file, by any process, is then durable: the page cache is shared);
+//! * `SYNC path offset len` with [`SYNC_RANGE`] after a write through a
+//!   descriptor opened with O_DSYNC (or O_SYNC, which includes it:
+//!   `wal_sync_method = open_datasync | open_sync`) returned: the kernel
+//!   synced that byte range before the write returned, so every earlier
+//!   write of those bytes is durable, and nothing is said of the rest of
+//!   the file. The flag is read from the descriptor itself (`F_GETFL`), so
+//!   the record follows what the kernel was asked, not what a setting
+//!   says;
 //! * `CREATE path` after a new directory entry appeared (a segment linked
 //!   into place), `RENAME from to` after a rename (with the before-image of
 //!   the file it replaced, if any), `DIRSYNC dir` after a directory fsync
@@ -46,7 +54,8 @@
 //! record cut short by a SIGKILL in the middle of its append is skipped, and
 //! reading resumes at the next magic. `flags` bit 0 on RENAME: the target
 //! existed and `data` holds its old contents; bit 1 on WRITE: the
-//! before-image could not be read (the write cannot be undone).
+//! before-image could not be read (the write cannot be undone); bit 2 on
+//! SYNC: only `offset..offset+len` was synced (an O_DSYNC write).
 
 use std::fs::File;
 use std::io::Write;
@@ -67,6 +76,9 @@ pub const REPLACED: u32 = 1;
 /// `flags` bit of a WRITE record whose before-image could not be read: the
 /// write cannot be undone (the rewriter keeps it).
 pub const NO_IMAGE: u32 = 2;
+/// `flags` bit of a SYNC record that covers only its `offset..offset+len`
+/// (a write through an O_DSYNC descriptor), not the whole file.
+pub const SYNC_RANGE: u32 = 4;
 
 /// What a record says happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +338,41 @@ fn record_write(file: &File, offset: u64, len: usize) {
     });
 }
 
+/// After `len` bytes at `offset` were written to `file`: if `file` was
+/// opened with O_DSYNC (O_SYNC includes the bit), the write was also a
+/// sync of those bytes, recorded as a ranged SYNC.
+#[inline(always)]
+pub fn after_write(file: &File, offset: u64, len: usize) {
+    if active() {
+        record_sync_write(file, offset, len);
+    }
+}
+
+#[cold]
+fn record_sync_write(file: &File, offset: u64, len: usize) {
+    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns and
+    // keeps open for the call; it touches no memory of ours.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags == -1 || flags & libc::O_DSYNC == 0 {
+        return;
+    }
+    if let Some(path) = path_of(file) {
+        append(Record {
+            offset,
+            len: len as u64,
+            flags: SYNC_RANGE,
+            ..record(Kind::Sync, path)
+        });
+    }
+}
+
+/// Is write `w` (a WRITE record) made durable by sync `s` (a SYNC record
+/// of the same file)? A whole-file sync covers every earlier write; a
+/// ranged one ([`SYNC_RANGE`]) the writes that lie inside its range.
+pub fn sync_covers(s: &Record, w: &Record) -> bool {
+    s.flags & SYNC_RANGE == 0 || (w.offset >= s.offset && w.offset + w.len <= s.offset + s.len)
+}
+
 /// After an fdatasync of `file` returned.
 #[inline(always)]
 pub fn after_sync(file: &File) {
@@ -402,6 +449,29 @@ mod tests {
             },
             record(Kind::DirSync, "/d/global".into()),
         ]
+    }
+
+    #[test]
+    fn a_ranged_sync_covers_only_the_writes_inside_it() {
+        let w = |offset, len| Record {
+            offset,
+            len,
+            ..record(Kind::Write, "/d/seg".into())
+        };
+        let ranged = Record {
+            offset: 8192,
+            len: 8192,
+            flags: SYNC_RANGE,
+            ..record(Kind::Sync, "/d/seg".into())
+        };
+        assert!(sync_covers(&ranged, &w(8192, 8192)));
+        assert!(sync_covers(&ranged, &w(9000, 100)));
+        assert!(!sync_covers(&ranged, &w(0, 8192)));
+        assert!(!sync_covers(&ranged, &w(8000, 400)));
+        assert!(sync_covers(
+            &record(Kind::Sync, "/d/seg".into()),
+            &w(0, 8192)
+        ));
     }
 
     #[test]

@@ -43,11 +43,36 @@
 //! comma-separated names of deliberate bugs, see [`test_break`], so the
 //! torture checker can be shown to catch them.
 //!
+//! Sync method (`wal_sync_method`, PostgreSQL's names and meaning on
+//! Linux; issue 16): with `fdatasync` (default) and `fsync`, a WAL write
+//! reaches the page cache and [`sync_wal`] makes it durable later (at a
+//! flush, and at once for a segment written to its end). With
+//! `open_datasync` / `open_sync`, [`open_or_create_segment`] opens the
+//! segment with O_DSYNC / O_SYNC ([`sync_open_flag`], PostgreSQL's
+//! get_sync_bit), so each [`write_at`] returns only once its bytes are
+//! durable, and no sync call is ever made on that descriptor
+//! ([`write_is_durable`], PostgreSQL's issue_xlog_fsync quick exit), also
+//! not at a segment switch. Invariants, for every method: with
+//! `fsync = off` no sync flag and no sync call; a new segment's zero fill
+//! is synced (`sync_all`) before it is linked into place, whatever the
+//! method (the temporary file is never opened with a sync flag: its 2,048
+//! page writes would each wait for the disk); every open, write and sync
+//! goes through the fail points below, so with `open_*` the `wal_write`
+//! point (the write that is also the sync) is where a failed sync shows;
+//! in the power-loss journal a write through a descriptor carrying
+//! O_DSYNC (O_SYNC includes it) is a WRITE followed by a SYNC of exactly
+//! those bytes ([`crate::powerloss::after_write`]). PostgreSQL also adds
+//! O_DIRECT to the open_* flags when no WAL is read back (wal_level
+//! minimal, no senders); walshm's walsenders, archiver and readers read
+//! the WAL through the page cache, so it never does.
+//!
 //! Callers' policy: a failed WAL write or fdatasync is a PANIC (the process
 //! aborts, the postmaster restarts everything, recovery runs): after a failed
 //! fdatasync the kernel may have dropped the dirty pages, so retrying could
-//! acknowledge WAL that is not on disk.
+//! acknowledge WAL that is not on disk. With `open_*` a failed write is
+//! that failed sync, and a PANIC the same way.
 
+use shmem::variants::WalSyncMethod;
 use shmem::waitevent::{self, WaitEvent};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -340,20 +365,72 @@ pub fn write_at(op: Op, file: &File, bytes: &[u8], offset: u64) -> std::io::Resu
         return Err(err);
     }
     crate::powerloss::before_write(file, offset, bytes.len());
-    io(op, || file.write_all_at(bytes, offset))
+    io(op, || file.write_all_at(bytes, offset))?;
+    crate::powerloss::after_write(file, offset, bytes.len());
+    Ok(())
 }
 
 /// fdatasync.
 pub fn sync_data(op: Op, file: &File) -> std::io::Result<()> {
+    sync_with(op, file, File::sync_data)
+}
+
+/// Makes the WAL written into `file` durable as `method` says: fdatasync
+/// or fsync. Nothing to do for the `open_*` methods (their writes were
+/// durable when they returned); callers skip the call for them
+/// ([`write_is_durable`]), as PostgreSQL's issue_xlog_fsync does.
+pub fn sync_wal(op: Op, file: &File, method: WalSyncMethod) -> std::io::Result<()> {
+    match method {
+        WalSyncMethod::Fsync => sync_with(op, file, File::sync_all),
+        WalSyncMethod::Fdatasync => sync_data(op, file),
+        WalSyncMethod::OpenSync | WalSyncMethod::OpenDatasync => Ok(()),
+    }
+}
+
+/// The name of the system call `method` makes WAL durable with (errors).
+pub fn sync_call_name(method: WalSyncMethod) -> &'static str {
+    match method {
+        WalSyncMethod::Fsync => "fsync",
+        WalSyncMethod::Fdatasync => "fdatasync",
+        WalSyncMethod::OpenSync => "write (O_SYNC)",
+        WalSyncMethod::OpenDatasync => "write (O_DSYNC)",
+    }
+}
+
+/// Runs the sync `f` of `file` behind `op`'s fail point, then journals it.
+fn sync_with(
+    op: Op,
+    file: &File,
+    f: impl FnOnce(&File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     if let Some((err, _)) = injected(op) {
         return Err(err);
     }
-    io(op, || file.sync_data())?;
+    io(op, || f(file))?;
     crate::powerloss::after_sync(file);
     Ok(())
 }
 
-/// Opens segment `path` for writing, creating it zero-filled if absent.
+/// The open(2) flag that makes each write durable under `method`
+/// (PostgreSQL's get_sync_bit, without O_DIRECT: see the module header);
+/// none with `fsync = off` or a method that syncs after writing.
+pub fn sync_open_flag(method: WalSyncMethod, fsync: bool) -> libc::c_int {
+    match method {
+        _ if !fsync => 0,
+        WalSyncMethod::OpenSync => libc::O_SYNC,
+        WalSyncMethod::OpenDatasync => libc::O_DSYNC,
+        WalSyncMethod::Fsync | WalSyncMethod::Fdatasync => 0,
+    }
+}
+
+/// Is WAL durable as soon as its write returns (an `open_*` method with
+/// `fsync = on`)? Then no sync call is made, nor counted.
+pub fn write_is_durable(method: WalSyncMethod, fsync: bool) -> bool {
+    sync_open_flag(method, fsync) != 0
+}
+
+/// Opens segment `path` for writing, creating it zero-filled if absent,
+/// with `sync_flag` ([`sync_open_flag`]) on the descriptor.
 ///
 /// An existing file of the wrong size (truncated, or damaged) is never
 /// written into: every reader refuses such a segment whole, so WAL written
@@ -368,9 +445,16 @@ pub fn open_or_create_segment(
     path: &Path,
     seg_size: u64,
     fsync: bool,
+    sync_flag: libc::c_int,
     first_page: &[u8],
 ) -> std::io::Result<File> {
-    match OpenOptions::new().write(true).open(path) {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(sync_flag)
+            .open(path)
+    };
+    match open() {
         Ok(f) if f.metadata()?.len() == seg_size => return Ok(f),
         Ok(f) => {
             let len = f.metadata()?.len();
@@ -390,7 +474,7 @@ pub fn open_or_create_segment(
         Err(e) => return Err(e),
     }
     create_segment(path, seg_size, fsync, first_page)?;
-    OpenOptions::new().write(true).open(path)
+    open()
 }
 
 /// Creates a zero-filled segment at `path`, beginning with `first_page`,
@@ -573,6 +657,37 @@ mod tests {
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// PostgreSQL's get_sync_bit and issue_xlog_fsync quick exit: a flag
+    /// only for open_* with fsync on, and a segment opened with it carries
+    /// O_DSYNC (what the power-loss journal reads back with F_GETFL).
+    #[test]
+    fn open_methods_open_segments_with_a_sync_flag() {
+        use std::os::unix::io::AsRawFd;
+        for (m, flag) in [
+            (WalSyncMethod::Fdatasync, 0),
+            (WalSyncMethod::Fsync, 0),
+            (WalSyncMethod::OpenDatasync, libc::O_DSYNC),
+            (WalSyncMethod::OpenSync, libc::O_SYNC),
+        ] {
+            assert_eq!(sync_open_flag(m, true), flag, "{m:?}");
+            assert_eq!(write_is_durable(m, true), flag != 0, "{m:?}");
+            assert_eq!(sync_open_flag(m, false), 0, "{m:?} with fsync = off");
+            assert!(!write_is_durable(m, false), "{m:?} with fsync = off");
+        }
+        let dir = std::env::temp_dir().join(format!("walshm-syncflag-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let seg = dir.join("000000010000000000000001");
+        for (flag, dsync) in [(0, false), (libc::O_DSYNC, true), (libc::O_SYNC, true)] {
+            let f = open_or_create_segment(&seg, 1 << 16, true, flag, &[1; 8]).unwrap();
+            // SAFETY: F_GETFL only reads the flags of `f`'s open descriptor.
+            let got = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+            assert_eq!(got & libc::O_DSYNC != 0, dsync, "flag {flag:#x}: {got:#x}");
+            write_at(Op::WalWrite, &f, &[2; 512], 8192).unwrap();
+            sync_wal(Op::WalFsync, &f, WalSyncMethod::Fsync).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

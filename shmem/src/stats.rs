@@ -137,7 +137,8 @@ counter_structs!(FlatCounters, FlatTotals, "Mechanism and WAL counters of one pr
     /// walwriter's pre-initialization (seed 003).
     pages_init_backend,
     pages_init_walwriter,
-    /// fdatasync calls on WAL.
+    /// fdatasync (with `wal_sync_method = fsync`: fsync) calls on WAL; 0
+    /// with `open_*`, whose writes are durable without one.
     fdatasyncs,
     /// XLogFlush calls: one per synchronous commit (checkpoints and WAL
     /// switches add a few), the numerator of "commits per fdatasync".

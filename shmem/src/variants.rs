@@ -146,3 +146,20 @@ pub fn parse_bool(s: &str) -> Option<bool> {
         _ => None,
     }
 }
+
+variant_enum!(
+    /// How WAL is made durable (PostgreSQL's `wal_sync_method`, issue 16;
+    /// Linux's values: `fsync_writethrough` does not exist there). The
+    /// `open_*` methods open segments with a sync flag, so each write is
+    /// durable when it returns and no separate sync is issued.
+    WalSyncMethod {
+        /// fsync(2) after writing (data and all metadata).
+        Fsync = "fsync",
+        /// fdatasync(2) after writing (PostgreSQL's default on Linux).
+        Fdatasync = "fdatasync",
+        /// Segments opened with O_SYNC.
+        OpenSync = "open_sync",
+        /// Segments opened with O_DSYNC.
+        OpenDatasync = "open_datasync",
+    }
+);

@@ -1349,6 +1349,50 @@ pub fn check_acks(acks: &[u64], wal: &TxWal) -> usize {
     acks.len()
 }
 
+/// After a kill -9 whose run printed `acks_before`: a short second run
+/// with `args` (recovery, then 300 ms of load), then every ack of both runs
+/// must be a COMMIT record of the WAL, which `tx_wal_check` reads with
+/// walshm's reader and pg_waldump. Returns the acks checked and whether
+/// pg_waldump took part.
+pub fn recover_and_check_acks(
+    d: &DataDir,
+    logdir: &Path,
+    args: &[&str],
+    acks_before: &[u64],
+) -> (usize, bool) {
+    let o = run_for(&d.path, logdir, args, Duration::from_millis(300));
+    let wal = tx_wal_check(d);
+    let mut all = acks_before.to_vec();
+    all.extend(parse_acks(&o.stdout));
+    (check_acks(&all, &wal), wal.pg_checked)
+}
+
+/// The live process `DIR/postmaster.pid` names, if any.
+pub fn live_postmaster(datadir: &Path) -> Option<i32> {
+    fs::read_to_string(datadir.join("postmaster.pid"))
+        .ok()
+        .and_then(|s| s.lines().next()?.trim().parse::<i32>().ok())
+        .filter(|p| *p > 0 && alive(*p))
+}
+
+/// `postmaster start -D d --set NAME=VALUE` must fail with an error that
+/// names the setting, and no server may be running afterwards.
+pub fn assert_start_refused(d: &DataDir, name: &str, value: &str) {
+    let set = format!("{name}={value}");
+    let dir = d.path.to_str().expect("UTF-8 data directory");
+    let o = postmaster(&["start", "-D", dir, "--set", &set]);
+    assert_ne!(o.code(), Some(0), "{set}: {}", o.describe());
+    assert!(
+        o.stderr.contains(name),
+        "{set}: the error does not name the setting: {}",
+        o.describe()
+    );
+    assert!(
+        live_postmaster(&d.path).is_none(),
+        "{set}: a server started"
+    );
+}
+
 /// The summary's transaction counters.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TxLine {

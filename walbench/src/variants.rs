@@ -11,7 +11,7 @@
 
 use shmem::variants::{
     GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation, VarAccess,
-    WaitQueue, XidClear,
+    WaitQueue, WalSyncMethod, XidClear,
 };
 use shmem::Settings;
 
@@ -30,6 +30,7 @@ pub enum Knob {
     InsertLockSpread(InsertLockSpread),
     GroupCommit(GroupCommit),
     InsertLockWait(InsertLockWait),
+    WalSyncMethod(WalSyncMethod),
 }
 
 /// A boolean as PostgreSQL spells it.
@@ -57,6 +58,7 @@ impl Knob {
             Knob::InsertLockSpread(_) => "wal_insert_lock_spread",
             Knob::GroupCommit(_) => "group_commit",
             Knob::InsertLockWait(_) => "wal_insert_lock_wait",
+            Knob::WalSyncMethod(_) => "wal_sync_method",
         }
     }
 
@@ -74,6 +76,7 @@ impl Knob {
             Knob::WalInsertLocks(n) => n.to_string(),
             Knob::InsertLockSpread(v) => v.name().into(),
             Knob::InsertLockWait(v) => v.name().into(),
+            Knob::WalSyncMethod(v) => v.name().into(),
         }
     }
 
@@ -97,6 +100,7 @@ impl Knob {
             Knob::InsertLockSpread(v) => s.wal_insert_lock_spread = v,
             Knob::GroupCommit(v) => s.group_commit = v,
             Knob::InsertLockWait(v) => s.wal_insert_lock_wait = v,
+            Knob::WalSyncMethod(v) => s.wal_sync_method = v,
         }
     }
 }
@@ -166,6 +170,11 @@ pub const VARIANTS: &[Variant] = &[
         "issue 16: the walwriter flushes for committers and wakes each once"),
     Variant::new("leader-commit", &[Knob::GroupCommit(GroupCommit::Leader)],
         "issue 16: PostgreSQL's XLogFlush: whoever gets WALWriteLock flushes, the others wake and re-check"),
+    // issue 16: wal_sync_method (meaningful with fsync on)
+    Variant::new("open-datasync", &[Knob::WalSyncMethod(WalSyncMethod::OpenDatasync)],
+        "issue 16: WAL segments opened with O_DSYNC, each write durable, no fdatasync"),
+    Variant::new("fsync-method", &[Knob::WalSyncMethod(WalSyncMethod::Fsync)],
+        "issue 16: fsync instead of fdatasync"),
 ];
 
 #[cfg(test)]

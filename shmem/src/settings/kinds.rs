@@ -10,7 +10,7 @@
 use super::Settings;
 use crate::variants::{
     parse_bool, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
-    VarAccess, WaitQueue, XidClear,
+    VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use std::fmt;
 
@@ -430,7 +430,8 @@ enum_fields!(
     XidClear,
     InsertLockSpread,
     GroupCommit,
-    InsertLockWait
+    InsertLockWait,
+    WalSyncMethod
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid

@@ -3,7 +3,8 @@
 //! power loss could have left, using the journal the I/O seam kept
 //! (`backend::powerloss`, its format and its ordering guarantees).
 //!
-//! 1. Unsynced operations: a WRITE not followed by a SYNC of its file, a
+//! 1. Unsynced operations: a WRITE not followed by a SYNC of its file (or,
+//!    for a ranged SYNC of an O_DSYNC write, of its bytes), a
 //!    CREATE or RENAME not followed by a DIRSYNC of the directory holding
 //!    the new name.
 //! 2. Newest first, each unsynced write is kept, dropped or torn (one third
@@ -20,7 +21,7 @@
 //! Every choice comes from the seeded generator: a run replays exactly.
 
 use super::Rng;
-use backend::powerloss::{decode_all, Kind, Record, NO_IMAGE, REPLACED};
+use backend::powerloss::{decode_all, sync_covers, Kind, Record, NO_IMAGE, REPLACED};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -122,7 +123,9 @@ pub fn unsynced(records: &[Record]) -> Vec<usize> {
         match r.kind {
             Kind::Write => writes.entry(&r.path).or_default().push(i),
             Kind::Sync => {
-                writes.remove(r.path.as_path());
+                if let Some(w) = writes.get_mut(r.path.as_path()) {
+                    w.retain(|&j| !sync_covers(r, &records[j]));
+                }
             }
             Kind::Create => entries.entry(parent(&r.path)).or_default().push(i),
             Kind::Rename => {
@@ -351,6 +354,28 @@ mod tests {
         let o = rewrite(&recs, &mut Rng::new(seed_for(1))).unwrap();
         assert_eq!(o.writes_dropped + o.writes_kept + o.writes_torn, 0);
         assert_eq!(std::fs::read(&f).unwrap()[..1024], [7; 1024]);
+    }
+
+    /// An O_DSYNC write's ranged SYNC makes only the bytes it names durable.
+    #[test]
+    fn a_ranged_sync_covers_only_its_bytes() {
+        let f = Path::new("/d/pg_wal/seg");
+        let ranged = |offset, len| Record {
+            offset,
+            len,
+            flags: backend::powerloss::SYNC_RANGE,
+            ..rec(Kind::Sync, f)
+        };
+        let written = |offset| Record {
+            offset,
+            len: 8192,
+            ..rec(Kind::Write, f)
+        };
+        let recs = vec![written(0), written(8192), ranged(8192, 8192)];
+        assert_eq!(unsynced(&recs), vec![0]);
+        let mut whole = recs.clone();
+        whole.push(rec(Kind::Sync, f));
+        assert!(unsynced(&whole).is_empty());
     }
 
     #[test]
