@@ -19,9 +19,8 @@
 //! - bad values of `group_commit`, `commit_delay` and `commit_siblings`
 //!   are refused with an error naming the setting, and no server starts.
 //!
-//! Only `wal_sync_method = fdatasync` exists (see the issue notes:
-//! open_datasync measured slower here), so there is no per-method loop.
-//! Verdicts come from exit codes, the ack lines, the WAL and JSON, never
+//! Every test here runs with `wal_sync_method = fdatasync` (the default);
+//! tests/sync_method.rs covers the other methods. Verdicts come from exit codes, the ack lines, the WAL and JSON, never
 //! from log wording.
 
 mod common;
@@ -116,16 +115,7 @@ fn kill_postmaster_keeps_acks(variant: &str) {
     let o1 = s.kill9_with_children(&kids);
     let acks1 = parse_acks(&o1.stdout);
     assert!(!acks1.is_empty(), "no acks before the kill");
-    let o2 = run_for(
-        &d.path,
-        tmp.path(),
-        &ack_args("4", &set),
-        Duration::from_millis(300),
-    );
-    let wal = tx_wal_check(&d);
-    let mut all = acks1.clone();
-    all.extend(parse_acks(&o2.stdout));
-    let checked = check_acks(&all, &wal);
+    let (checked, _) = recover_and_check_acks(&d, tmp.path(), &ack_args("4", &set), &acks1);
     eprintln!(
         "{variant}: kill -9 postmaster: {} acks before, {checked} checked",
         acks1.len()
@@ -230,7 +220,6 @@ fn commit_delay_kill9_children_nothing_acked_lost() {
 fn bad_group_commit_settings_are_refused() {
     let tmp = TempDir::new("gc-bad");
     let d = init(&tmp.join("data"), &[]);
-    let dir = d.path.to_str().unwrap();
     for (name, bad) in [
         ("group_commit", "convoy"),
         ("commit_delay", "-1"),
@@ -239,18 +228,7 @@ fn bad_group_commit_settings_are_refused() {
         ("commit_siblings", "1001"),
         ("commit_siblings", "many"),
     ] {
-        let set = format!("{name}={bad}");
-        let o = postmaster(&["start", "-D", dir, "--set", &set]);
-        assert_ne!(o.code(), Some(0), "{set}: {}", o.describe());
-        assert!(
-            o.stderr.contains(name),
-            "{set}: the error does not name the setting: {}",
-            o.describe()
-        );
-        assert!(
-            live_postmaster(&d.path).is_none(),
-            "{set}: a server started"
-        );
+        assert_start_refused(&d, name, bad);
     }
     // The limits themselves are accepted (PostgreSQL's ranges).
     let mut s = shmem::settings::Settings::default();
@@ -262,14 +240,6 @@ fn bad_group_commit_settings_are_refused() {
     ] {
         assert!(s.set_assignment(ok).is_ok(), "{ok} refused");
     }
-}
-
-/// The live process `postmaster.pid` names, if any.
-fn live_postmaster(datadir: &std::path::Path) -> Option<i32> {
-    std::fs::read_to_string(datadir.join("postmaster.pid"))
-        .ok()
-        .and_then(|s| s.lines().next()?.trim().parse::<i32>().ok())
-        .filter(|p| *p > 0 && alive(*p))
 }
 
 /// `walbench torture` with the new variants: a short kill-mode run passes.
