@@ -59,6 +59,7 @@ struct Receiver {
 impl Receiver {
     fn start(bin: &Path, d: &DataDir, port: u16, out: &Path, extra: &[&str]) -> Receiver {
         fs::create_dir_all(out).unwrap();
+        remove_half_padded_partial(out);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -84,6 +85,21 @@ impl Receiver {
         if let Some(mut c) = self.child.take() {
             kill(-(c.id() as i32), libc::SIGKILL);
             let _ = c.wait();
+        }
+    }
+}
+
+/// pg_receivewal makes a new `.partial` file by writing zeros up to the
+/// segment size before any WAL; killed while doing so, it leaves a file of
+/// neither 0 nor the segment's size, which it then refuses to open again
+/// ("should be 0 or N bytes"), as PostgreSQL 15 does. Such a file holds only
+/// zeros: remove it, as an operator would, before restarting the receiver.
+fn remove_half_padded_partial(out: &Path) {
+    for e in fs::read_dir(out).into_iter().flatten().flatten() {
+        let is_partial = e.file_name().to_string_lossy().ends_with(".partial");
+        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+        if is_partial && len != 0 && len != SEG {
+            let _ = fs::remove_file(e.path());
         }
     }
 }
