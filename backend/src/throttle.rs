@@ -43,6 +43,12 @@
 //! argument) in slices of `SLEEP_SLICE`, showing the wait event
 //! IPC:ReplicationThrottle, and sets the walwriter's latch so that the WAL
 //! already inserted gets flushed (the walsender sends only flushed WAL).
+//! Once asleep it goes on only when the receivers are `resume_margin`
+//! (L/8) inside the limit, and it announces the W it waits for in
+//! `ThrottleCtl::wake_at_write`, so that publishers wake the waiters once
+//! per such round instead of at every status update (16 backends woken
+//! for each reply cost the walsender and the receiver more CPU per MB
+//! than the streaming itself).
 //! It is entered before the insertion lock is taken, so it never holds an
 //! insertion lock or WALWriteLock, and it never waits for anything a
 //! synchronous commit holds. It ends at a fast shutdown (the backend's
@@ -57,7 +63,7 @@
 use crate::context::ProcContext;
 use crate::process::shutdown_requested;
 use shmem::segment::NUM_AUX_PROCS;
-use shmem::sync::Ordering;
+use shmem::sync::{fence, Ordering};
 use shmem::walsnd::{sender_state, ThrottleSleep, WalSnd};
 use shmem::{waitevent, Shmem};
 use std::cell::Cell;
@@ -151,13 +157,9 @@ pub fn least_reported_write(shm: &Shmem) -> Option<Lsn> {
         .min()
 }
 
-/// The point to publish for limit `limit`: W + limit, 0 when none counts.
-fn throttle_point(shm: &Shmem, limit: u64) -> Lsn {
-    least_reported_write(shm).map_or(0, |w| w.saturating_add(limit).max(1))
-}
-
 /// Walsender side: re-computes and publishes the throttle point and wakes
-/// the throttled backends. Called after a batch of status updates and
+/// the throttled backends once the receivers reached what they wait for
+/// (or none counts any more). Called after a batch of status updates and
 /// when a walsender leaves the CopyBoth phase; does nothing when off.
 pub fn publish(shm: &Shmem) {
     let limit = limit_bytes(shm);
@@ -165,13 +167,27 @@ pub fn publish(shm: &Shmem) {
         return;
     }
     let ctl = shm.repl();
+    let t = &ctl.throttle;
     // Under the lock: the last publisher computed from every position
     // stored before it took the lock, so no older minimum wins.
     ctl.lock.lock();
-    let point = throttle_point(shm, limit);
-    ctl.throttle.allowed_upto.store(point, Ordering::Relaxed);
+    let w = least_reported_write(shm);
+    let point = w.map_or(0, |w| w.saturating_add(limit).max(1));
+    t.allowed_upto.store(point, Ordering::Relaxed);
     ctl.lock.unlock();
-    ctl.throttle.wake_all();
+    // Pairs with the fence in `wait_for_receivers` (store positions, then
+    // load the target; the sleeper stores its target, then loads them).
+    fence(Ordering::SeqCst);
+    if w.is_none_or(|w| w >= t.wake_at_write.load(Ordering::SeqCst)) {
+        t.wake_at_write.store(u64::MAX, Ordering::SeqCst);
+        t.wake_all();
+    }
+}
+
+/// Once throttled, a backend goes on only when the receivers are this
+/// much inside the limit (fewer, larger rounds of sleep and wake-up).
+fn resume_margin(limit: u64) -> u64 {
+    limit / 8
 }
 
 /// Do backends wait for the receivers right now?
@@ -189,21 +205,32 @@ fn wait_for_receivers(ctx: &ProcContext, limit: u64, insert_lsn: &dyn Fn() -> Ls
     let previous = waitevent::report(waitevent::REPLICATION_THROTTLE);
     let started = Instant::now();
     let mut slept = false;
+    let mut nudge = true;
     while !must_stop(ctx) {
         // SeqCst: pairs with the increment in `wake_all`, made after the
         // positions it announces were stored.
         let seen = t.seq.load(Ordering::SeqCst);
-        let Some(w) = least_reported_write(ctx.shm) else {
-            break;
-        };
         let at = insert_lsn();
-        if at <= w.saturating_add(limit) {
+        // First the limit itself; once asleep, the limit less the margin.
+        let margin = if slept { resume_margin(limit) } else { 0 };
+        let wanted = at.saturating_sub(limit) + margin;
+        if !behind(ctx.shm, wanted) {
             break;
         }
-        flush_for_the_walsender(ctx.shm, at);
-        slept = true;
-        if t.sleep(seen, SLEEP_SLICE) == ThrottleSleep::Interrupted {
+        t.wake_at_write.fetch_min(wanted, Ordering::SeqCst);
+        // Pairs with the fence in `publish` (see shmem::walsnd).
+        fence(Ordering::SeqCst);
+        if !behind(ctx.shm, wanted) {
             break;
+        }
+        if std::mem::take(&mut nudge) {
+            flush_for_the_walsender(ctx.shm, at);
+        }
+        slept = true;
+        match t.sleep(seen, SLEEP_SLICE) {
+            ThrottleSleep::Interrupted => break,
+            ThrottleSleep::TimedOut => nudge = true,
+            ThrottleSleep::Woken => {}
         }
     }
     waitevent::restore(previous);
@@ -213,6 +240,12 @@ fn wait_for_receivers(ctx: &ProcContext, limit: u64, insert_lsn: &dyn Fn() -> Ls
         t.wait_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
+}
+
+/// Is some counted receiver's write position still below `wanted`? (false
+/// too when none counts: nobody holds us.)
+fn behind(shm: &Shmem, wanted: Lsn) -> bool {
+    least_reported_write(shm).is_some_and(|w| w < wanted)
 }
 
 /// A fast shutdown (a forked backend's SIGTERM) or the end of the server

@@ -45,7 +45,13 @@
 //! sleeper's re-check sees the new positions or its futex wait finds `seq`
 //! changed and returns at once, and either the publisher sees `waiters`
 //! nonzero or the sleeper's `seq` load sees the increment (no lost
-//! wake-up; the sleep also has a timeout as a guard).
+//! wake-up; the sleep also has a timeout as a guard). So that a
+//! publication wakes nobody in vain, a sleeper first lowers
+//! `wake_at_write` to the receivers' write position it waits for and
+//! re-checks after a SeqCst fence; a publisher, after storing the
+//! positions and a SeqCst fence, wakes only when they reached it (Dekker
+//! again: either the sleeper's re-check sees the positions or the
+//! publisher sees its target).
 
 use crate::spin::SpinLock;
 use crate::sync::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -227,6 +233,11 @@ pub struct ThrottleCtl {
     pub seq: AtomicU32,
     /// Backends in the throttle wait (publishers wake only when nonzero).
     pub waiters: AtomicU32,
+    /// The least write position (W) a throttled backend waits for: a
+    /// publisher wakes the waiters only once W reaches it, then sets it
+    /// to u64::MAX (waiters lower it with fetch_min before they sleep; 0,
+    /// the initial state, wakes at every publication).
+    pub wake_at_write: AtomicU64,
     /// Throttle waits that slept, and their total time in microseconds
     /// (`postmaster status --json`: `throttle`).
     pub waits: AtomicU64,

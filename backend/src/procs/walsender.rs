@@ -83,6 +83,9 @@ const IDLE_POLL: Duration = Duration::from_millis(1000);
 /// Flow control: a reply asked for and not received after this long is
 /// asked for again.
 const REPLY_REASK: Duration = Duration::from_millis(500);
+/// Flow control: least spacing of the replies asked for only because
+/// backends wait (a quarter of the limit unreported asks at once).
+const WAITERS_ASK_SPACING: Duration = Duration::from_millis(10);
 
 extern "C" fn on_sigurg(_: libc::c_int) {}
 
@@ -120,6 +123,8 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     lag: LagTracker,
     /// Flow control: when we last asked for a reply not yet received.
     reply_asked: Option<Instant>,
+    /// Flow control: when we last asked for a reply at all.
+    last_ask: Instant,
 }
 
 fn entry(shm: &Shmem, i: usize) -> &WalSnd {
@@ -276,6 +281,7 @@ pub fn run<S: Read + Write + AsRawFd>(
         ping_sent: false,
         lag: LagTracker::default(),
         reply_asked: None,
+        last_ask: Instant::now(),
     };
     ws.entry().usename.store(&info.user);
     let end = ws.command_loop();
@@ -950,16 +956,20 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
 
     /// Flow control: asks the receiver for its position (see the module
     /// header) when a quarter of the limit we sent is unreported, or when
-    /// backends wait and anything is.
+    /// backends wait and anything is (then at most every
+    /// WAITERS_ASK_SPACING); one request outstanding at a time.
     fn ask_for_reply_if_throttling(&mut self, sent: Lsn) {
         let limit = throttle::limit_bytes(self.shm);
         if limit == 0 || self.reply_asked.is_some_and(|t| t.elapsed() < REPLY_REASK) {
             return;
         }
         let unreported = sent.saturating_sub(self.entry().write.load(Ordering::Relaxed));
-        if unreported == 0 || (unreported < limit / 4 && !throttle::has_waiters(self.shm)) {
+        let for_waiters =
+            || self.last_ask.elapsed() >= WAITERS_ASK_SPACING && throttle::has_waiters(self.shm);
+        if unreported == 0 || (unreported < limit / 4 && !for_waiters()) {
             return;
         }
+        self.last_ask = Instant::now();
         let ka = repl::keepalive(sent, walformat::pg_now_us(), true);
         self.send(&ka);
         self.reply_asked = Some(Instant::now());
