@@ -302,7 +302,7 @@ part2_point() {
     ival=$(( limit << 14 )); [ "$ival" -gt 1048576 ] && ival=1048576; [ "$ival" -lt 8192 ] && ival=8192
     bound=$(( (limit << 20) + WORKERS * ival ))
     t_start=$(date +%s.%N)
-    for _ in $(seq 1 $(( SECS * 8 ))); do
+    for _ in $(seq 1 80); do
         lag=$(sql "$lagq" | cut -d. -f1)
         if [ -n "$lag" ] && { [ "$limit" = 0 ] || [ "$lag" -le "$inside" ]; }; then
             catchup=$(awk -v a="$t_start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - a }')
@@ -345,8 +345,8 @@ part2_point() {
         t = t1 - t0; gen = (f - s) / t / 1e6; sent = (r - q) / t / 1e6;
         printf "  generated %.1f MB/s, sent %.1f MB/s (%.0f%%), lag at the end %.1f MB\n", gen, sent, 100 * sent / gen, (f - r) / 1e6 }'
     awk -v w="$worst" -v c="$catchup" -v l="$limit" -v b="$bound" 'BEGIN {
-        printf "  largest sampled lag %.1f MiB (limit %s, bound %.0f MiB); warm-up until %s s after the receiver started\n",
-            w / 1048576, (l == 0 ? "off" : l " MiB"), b / 1048576, (c == "-" ? "never within the limit (measured anyway)" : "within it: " c) }'
+        printf "  largest sampled lag %.1f MiB (limit %s, bound %.0f MiB); window from %s after the receiver started (reported%s)\n",
+            w / 1048576, (l == 0 ? "off" : l " MiB"), b / 1048576, (c == "-" ? "a 20 s warm-up, never within the limit" : c " s"), (l == 0 ? "" : ", within the limit") }'
     echo "  throttle: ${throttle:--}"
     awk -v t0="$t0" -v t1="$t1" -v w0="$ws_cpu0" -v w1="$ws_cpu1" -v r0="$rx_cpu0" -v r1="$rx_cpu1" \
         -v hz="$(getconf CLK_TCK)" -v q="$sent_start" -v r="$sent_lsn" 'BEGIN {
