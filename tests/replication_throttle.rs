@@ -256,3 +256,52 @@ fn fast_shutdown_while_throttled_ends_the_backends_promptly() {
     assert!(gone, "throttled backends did not end within 3 s of SIGTERM");
     assert!(o.status.success(), "{}", o.describe());
 }
+
+/// Rows of `q` on a new session, or its SQLSTATE.
+fn rows_or_code(d: &DataDir, port: u16, q: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let mut s = handshake(&socket_path(&d.path, port)).expect("SQL connection");
+    let msgs = exchange(&mut s, &msg(b'Q', &cstr(q)));
+    match error_code(&msgs) {
+        Some(code) => Err(code),
+        None => Ok(data_rows(&msgs)),
+    }
+}
+
+/// Interval input (PostgreSQL's forms) compares with the lag columns: the
+/// throttled receiver's write_lag is under a minute and not over it; bad
+/// input is 22007 as in PostgreSQL.
+#[test]
+fn lag_columns_compare_with_interval_input() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("throttle-interval");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let (srv, port) = start(&t, &d, LIMIT_MB);
+    let _rx = Receiver::start(&bin, &d, port, &t.join("recv"));
+    let under = "SELECT application_name FROM pg_stat_replication WHERE write_lag < interval '1 min' AND write_lag >= '0 s'::interval";
+    let mut last = Ok(Vec::new());
+    let measured = wait_until(Duration::from_secs(10), || {
+        last = rows_or_code(&d, port, under);
+        last.as_ref().is_ok_and(|r| !r.is_empty())
+    });
+    assert!(
+        measured,
+        "no receiver with write_lag under a minute: {last:?}"
+    );
+    assert_eq!(
+        last.unwrap()[0][0].as_deref(),
+        Some("pg_receivewal"),
+        "application_name"
+    );
+    let over =
+        "SELECT application_name FROM pg_stat_replication WHERE write_lag > '00:01:00'::interval";
+    assert_eq!(rows_or_code(&d, port, over), Ok(Vec::new()));
+    let forms = "SELECT '1 second'::interval, interval '5 min', '-1 day -1 s'::interval, '90 min'::interval = '01:30:00'";
+    let row = &rows_or_code(&d, port, forms).unwrap()[0];
+    let want = ["00:00:01", "00:05:00", "-1 days -00:00:01", "t"];
+    assert_eq!(row, &want.map(|s| Some(s.to_string())).to_vec());
+    assert_eq!(
+        rows_or_code(&d, port, "SELECT 'fish'::interval"),
+        Err("22007".to_string())
+    );
+    srv.stop_ok();
+}
