@@ -101,7 +101,11 @@ fn status(d: &DataDir) -> (u64, serde_json::Value, usize) {
     let o = postmaster(&["status", "-D", d.path.to_str().unwrap(), "--json"]);
     let j: serde_json::Value = serde_json::from_str(&o.stdout)
         .unwrap_or_else(|e| panic!("status --json: {e}\n{}", o.describe()));
-    let insert = walformat::parse_lsn(j["insert_lsn"].as_str().unwrap()).unwrap();
+    // 0 while the segment cannot be read (during a crash restart).
+    let insert = j["insert_lsn"]
+        .as_str()
+        .and_then(|l| walformat::parse_lsn(l).ok())
+        .unwrap_or(0);
     let waiting = j["processes"].as_array().map_or(0, |p| {
         p.iter()
             .filter(|p| p["wait_event"] == "ReplicationThrottle")
@@ -304,4 +308,48 @@ fn lag_columns_compare_with_interval_input() {
         Err("22007".to_string())
     );
     srv.stop_ok();
+}
+
+/// kill -9 of a throttled backend is a normal crash: the server restarts
+/// by itself and its workers insert again (the stopped receiver's
+/// connection went with the crash, so nobody holds them).
+#[test]
+fn kill_9_of_a_throttled_backend_is_a_normal_crash_restart() {
+    let Some(Held { _t, d, srv, rx }) = throttle_every_worker("throttle-crash") else {
+        return;
+    };
+    let before: Vec<i32> = srv.children().into_iter().map(|(p, _)| p).collect();
+    let victim = srv
+        .children()
+        .into_iter()
+        .find(|(_, c)| c == "backend")
+        .map(|(p, _)| p)
+        .expect("a backend");
+    kill(victim, libc::SIGKILL);
+    // Restarted: backends that are all new processes.
+    let restarted = wait_until(Duration::from_secs(15), || {
+        let kids = srv.children();
+        kids.iter().any(|(_, c)| c == "backend")
+            && kids
+                .iter()
+                .filter(|(_, c)| c == "backend")
+                .all(|(p, _)| !before.contains(p))
+    });
+    assert!(
+        restarted,
+        "no crash restart after kill -9 of a throttled backend"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (after, _, _) = status(&d);
+    let mut last = (0, serde_json::Value::Null, 0);
+    let moving = wait_until(Duration::from_secs(5), || {
+        last = status(&d);
+        last.2 == 0 && last.0 > after + 4 * LIMIT_MB * MB
+    });
+    drop(rx);
+    srv.stop_ok();
+    assert!(
+        moving,
+        "workers did not insert after the crash restart: {last:?}"
+    );
 }
