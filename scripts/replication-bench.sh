@@ -24,7 +24,13 @@
 #! 2. Asynchronous streaming: walshm running `--workers 16 --workload
 #!    emit:1024` (fsync = off) for S seconds with a plain pg_receivewal
 #!    attached: MB/s of WAL generated against MB/s received, and the lag
-#!    (flush position minus what was received) at the end.
+#!    (flush position minus what was received) at the end; once per
+#!    `max_replication_lag` in --lag-limits (walshm's flow control, 0 =
+#!    off), each measured over S seconds from when the receiver first
+#!    reported (with a limit: first was within it): also the largest lag
+#!    sampled every 0.25 s (insert position minus the receiver's reported
+#!    write, pg_stat_replication) and the throttle counters (`postmaster
+#!    status --json`).
 #!
 #! Everything runs on Unix sockets in a temporary directory, removed on
 #! exit (trap); PostgreSQL runs as `postgres` when this runs as root.
@@ -35,6 +41,8 @@
 #!   --clients N   pgbench clients for part 1 (default 64)
 #!   --only 1|2    run only part 1 (sync) or part 2 (async)
 #!   --workers N   emit:1024 workers for part 2 (default 16)
+#!   --lag-limits "L ..."  max_replication_lag values in MB for part 2
+#!                 (default "0 64 256"; 0 = off)
 #! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
 #! (default target/release/postmaster, built with cargo if missing).
 set -euo pipefail
@@ -44,6 +52,7 @@ CLIENTS=64
 ONLY=""
 WORKERS=16
 REPS=1
+LAG_LIMITS="0 64 256"
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECS="$2"; shift 2 ;;
@@ -51,6 +60,7 @@ while [ $# -gt 0 ]; do
         --only) ONLY="$2"; shift 2 ;;
         --workers) WORKERS="$2"; shift 2 ;;
         --reps) REPS="$2"; shift 2 ;;
+        --lag-limits) LAG_LIMITS="$2"; shift 2 ;;
         -h|--help) sed -n '1d; s/^#! \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "unknown option: $1" >&2; exit 2 ;;
     esac
@@ -254,29 +264,74 @@ report_medians() {
 }
 
 part2() {
-    echo "part 2: walshm --workers $WORKERS --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached"
+    echo "part 2: walshm --workers $WORKERS --workload emit:1024 (fsync=off) for $SECS s, async pg_receivewal attached; max_replication_lag (MB): $LAG_LIMITS"
     sql() { "$PG_BINDIR/psql" -X -A -t -h "$WDATA" -p "$W_PORT" -U walshm -d postgres -c "$1"; }
     lsn_bytes() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) + 16#$lo )); }
+    local limit
+    for limit in $LAG_LIMITS; do
+        part2_point "$limit"
+    done
+}
+
+# drop_bench_slot: once its walsender has gone (retried for 2 s).
+drop_bench_slot() {
+    local _i
+    for _i in $(seq 20); do
+        sql "SELECT pg_drop_replication_slot('bench')" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "warning: could not drop slot bench" >&2
+}
+
+# part2_point LIMIT_MB: one asynchronous point with max_replication_lag.
+part2_point() {
+    local limit=$1 lagq="SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), write_lsn) FROM pg_stat_replication"
+    start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --set max_replication_lag="${limit}MB" \
+        --workers "$WORKERS" --workload emit:1024
     # A slot keeps the WAL the receiver has not got yet (bounded), so that a
-    # receiver that falls behind shows as lag instead of losing its segments.
-    start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB
+    # receiver that falls behind shows as lag instead of losing its
+    # segments; made for each point (at the insert position) and dropped
+    # after it, so that no point starts behind the previous one's end.
     sql "SELECT pg_create_physical_replication_slot('bench', true)" >/dev/null
-    stop_walshm
-    start_walshm --set fsync=off --set max_slot_wal_keep_size=8GB --workers "$WORKERS" --workload emit:1024
     start_rx "$WDATA" "$W_PORT" "$WORK/rx-async" --slot bench
+    # Warm-up: until the receiver reported, and with a limit until it is
+    # within it (+ L/16: each worker may insert a check interval, L/64 up
+    # to 1 MiB, past the point); the measured window starts then. bound:
+    # the limit plus one check interval per worker.
+    local lag worst=0 catchup="-" t_start inside=$(( (limit << 20) + (limit << 16) )) ival bound
+    ival=$(( limit << 14 )); [ "$ival" -gt 1048576 ] && ival=1048576; [ "$ival" -lt 8192 ] && ival=8192
+    bound=$(( (limit << 20) + WORKERS * ival ))
+    t_start=$(date +%s.%N)
+    for _ in $(seq 1 80); do
+        lag=$(sql "$lagq" | cut -d. -f1)
+        if [ -n "$lag" ] && { [ "$limit" = 0 ] || [ "$lag" -le "$inside" ]; }; then
+            catchup=$(awk -v a="$t_start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - a }')
+            break
+        fi
+        sleep 0.25
+    done
     t0=$(date +%s.%N)
     start_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
     row0=$(sql "SELECT * FROM pg_stat_replication")
     sent0=$(cut -d'|' -f11 <<<"$row0")
     ws_pid=$(cut -d'|' -f1 <<<"$row0")
     ws_cpu0=$(cpu_ticks "$ws_pid") rx_cpu0=$(cpu_ticks "$RX_PID")
-    sleep "$SECS"
+    # Lag samples every 0.25 s over the window: the largest.
+    local end_at
+    end_at=$(awk -v a="$t0" -v s="$SECS" 'BEGIN { printf "%.3f", a + s }')
+    while awk -v e="$end_at" -v n="$(date +%s.%N)" 'BEGIN { exit !(n < e) }'; do
+        lag=$(sql "$lagq" | cut -d. -f1)
+        if [ -n "$lag" ] && [ "$lag" -gt "$worst" ]; then worst=$lag; fi
+        sleep 0.25
+    done
     ws_cpu1=$(cpu_ticks "$ws_pid") rx_cpu1=$(cpu_ticks "$RX_PID")
     row=$(sql "SELECT * FROM pg_stat_replication")
     flush_lsn=$(lsn_bytes "$(sql 'SELECT pg_current_wal_flush_lsn()')")
     t1=$(date +%s.%N)
+    throttle=$("$WALSHM_BIN" status -D "$WDATA" --json | sed -n 's/.*"throttle":{\([^}]*\)}.*/\1/p')
     sent1=$(cut -d'|' -f11 <<<"$row")
     stop_rx
+    drop_bench_slot
     stop_walshm
     if [ -z "$sent0" ] || [ -z "$sent1" ]; then
         echo "pg_receivewal was not streaming at the start or the end of the run (see $WORK/rx-async.log)"
@@ -285,13 +340,18 @@ part2() {
     fi
     sent_start=$(lsn_bytes "$sent0")
     sent_lsn=$(lsn_bytes "$sent1")
+    echo "max_replication_lag = ${limit}MB:"
     awk -v s="$start_lsn" -v f="$flush_lsn" -v q="$sent_start" -v r="$sent_lsn" -v t0="$t0" -v t1="$t1" 'BEGIN {
         t = t1 - t0; gen = (f - s) / t / 1e6; sent = (r - q) / t / 1e6;
-        printf "generated %.1f MB/s, sent %.1f MB/s (%.0f%%), lag at the end %.1f MB\n", gen, sent, 100 * sent / gen, (f - r) / 1e6 }'
+        printf "  generated %.1f MB/s, sent %.1f MB/s (%.0f%%), lag at the end %.1f MB\n", gen, sent, 100 * sent / gen, (f - r) / 1e6 }'
+    awk -v w="$worst" -v c="$catchup" -v l="$limit" -v b="$bound" 'BEGIN {
+        printf "  largest sampled lag %.1f MiB (limit %s, bound %.0f MiB); window from %s after the receiver started (reported%s)\n",
+            w / 1048576, (l == 0 ? "off" : l " MiB"), b / 1048576, (c == "-" ? "a 20 s warm-up, never within the limit" : c " s"), (l == 0 ? "" : ", within the limit") }'
+    echo "  throttle: ${throttle:--}"
     awk -v t0="$t0" -v t1="$t1" -v w0="$ws_cpu0" -v w1="$ws_cpu1" -v r0="$rx_cpu0" -v r1="$rx_cpu1" \
         -v hz="$(getconf CLK_TCK)" -v q="$sent_start" -v r="$sent_lsn" 'BEGIN {
         t = t1 - t0; mb = (r - q) / 1e6; if (mb <= 0) mb = 1e-9; ws = (w1 - w0) / hz; rx = (r1 - r0) / hz;
-        printf "CPU: walsender %.0f%% of a core (%.2f ms/MB sent), pg_receivewal %.0f%% (%.2f ms/MB)\n",
+        printf "  CPU: walsender %.0f%% of a core (%.2f ms/MB sent), pg_receivewal %.0f%% (%.2f ms/MB)\n",
             100 * ws / t, 1000 * ws / mb, 100 * rx / t, 1000 * rx / mb }'
 }
 

@@ -975,7 +975,10 @@ fn interval_us(text: &str) -> Option<i64> {
 /// (usename, usesysid as pg_stat_activity does) and write_lag /
 /// flush_lag as intervals (type OID 1186) between 0 and the test's
 /// length; replay_lag stays NULL, because pg_receivewal reports no apply
-/// position.
+/// position. PostgreSQL 15 shows NULL too: its walsender reads the apply
+/// lag at InvalidXLogRecPtr, which reaches no sample (LagTrackerRead gives
+/// -1), and never clears it (applyPtr never equals sentPtr), so the
+/// column keeps its initial -1 (issue 13 checked; walshm matches).
 #[test]
 fn lag_columns_and_usename_once_the_receiver_reported() {
     let Some((t, d, srv, port)) = start_1mb_segments("rep-lag", &["fsync=off"]) else {

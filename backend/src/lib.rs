@@ -31,6 +31,7 @@ pub mod procs;
 pub mod restore;
 pub mod slots;
 pub mod syncrep;
+pub mod throttle;
 pub mod timeline;
 pub mod walfile;
 pub mod xact;

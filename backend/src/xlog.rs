@@ -359,6 +359,8 @@ impl<'a> Xlog<'a> {
     /// Inserts a record; returns where it landed. A WAL switch at a segment
     /// start inserts nothing and returns `start == end ==` that position.
     pub fn insert(&mut self, rec: &mut RecordBuf) -> Inserted {
+        // Flow control (issue 13): before any lock is taken.
+        crate::throttle::before_insert(self.ctx, rec.total_len() as u64, || self.insert_lsn());
         let lock = self.acquire_insert_lock();
         let placed = if rec.is_switch() {
             self.reserve_switch()

@@ -76,11 +76,32 @@ fn wal_positions(shm: &Shmem) -> (u64, u64, u64) {
     )
 }
 
+/// `max_replication_lag`'s state: the published throttle point (null
+/// when off or no receiver counts), the backends waiting now, the waits
+/// so far and their total time.
+fn throttle_json(shm: &Shmem) -> String {
+    let t = &shm.repl().throttle;
+    let point = t.allowed_upto.load(Ordering::Relaxed);
+    format!(
+        "{{\"allowed_upto\":{},\"waiting\":{},\"waits\":{},\"wait_us\":{}}}",
+        if point == 0 {
+            "null".into()
+        } else {
+            json_string(&walformat::format_lsn(point))
+        },
+        t.waiters.load(Ordering::Relaxed),
+        t.waits.load(Ordering::Relaxed),
+        t.wait_us.load(Ordering::Relaxed)
+    )
+}
+
 /// The server's state as read from the segment.
 struct Running {
     pid: i32,
     uptime_s: u64,
     wal: (u64, u64, u64),
+    /// Flow control's counters (issue 13), as a JSON object.
+    throttle: String,
     procs: Vec<ProcActivity>,
 }
 
@@ -138,12 +159,13 @@ fn json(r: &Running) -> String {
         })
         .collect();
     format!(
-        "{{\"running\":true,\"pid\":{},\"uptime_s\":{},\"insert_lsn\":{},\"write_lsn\":{},\"flush_lsn\":{},\"processes\":[{}]}}\n",
+        "{{\"running\":true,\"pid\":{},\"uptime_s\":{},\"insert_lsn\":{},\"write_lsn\":{},\"flush_lsn\":{},\"throttle\":{},\"processes\":[{}]}}\n",
         r.pid,
         r.uptime_s,
         lsn(r.wal.0),
         lsn(r.wal.1),
         lsn(r.wal.2),
+        r.throttle,
         procs.join(",")
     )
 }
@@ -191,6 +213,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
         pid: info.pid,
         uptime_s: now.saturating_sub(info.start_unix_s),
         wal: wal_positions(&shm),
+        throttle: throttle_json(&shm),
         procs: stats::activity(&shm),
     };
     print!("{}", if opts.json { json(&r) } else { text(&r) });

@@ -316,6 +316,14 @@ declare_settings! {
     wal_sync_method: WalSyncMethod = WalSyncMethod::Fdatasync =>
         "wal_sync_method", Kind::Enum(WalSyncMethod::NAMES),
         "how WAL is made durable: fdatasync (default) or fsync after writing, open_datasync (O_DSYNC) or open_sync (O_SYNC) writes";
+    // ---- issue 13: flow control of asynchronous streaming ----
+    /// walshm's own (PostgreSQL has no flow control): while a receiver
+    /// streams, a backend about to insert WAL waits while the insert
+    /// position is more than this far ahead of the least write position
+    /// the streaming receivers reported (`throttle`). 0 (default): off.
+    max_replication_lag_mb: u32 = 0 =>
+        "max_replication_lag", Kind::int(Unit::MB, Unit::MB, 0, 1_000_000),
+        "walshm only: inserting backends wait while WAL is this far ahead of the slowest streaming receiver's reported write (0 = off, PostgreSQL's behaviour)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

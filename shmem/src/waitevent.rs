@@ -160,6 +160,10 @@ wait_events! {
     CONTROL_FILE_WRITE_UPDATE = (PG_WAIT_IO, 6, "ControlFileWriteUpdate");
     /// Syncing the control file.
     CONTROL_FILE_SYNC_UPDATE = (PG_WAIT_IO, 7, "ControlFileSyncUpdate");
+    /// A backend held back by `max_replication_lag` until the receivers'
+    /// reported write positions advance (walshm's own: PostgreSQL has no
+    /// flow control; issue 13).
+    REPLICATION_THROTTLE = (PG_WAIT_IPC, 13, "ReplicationThrottle");
 }
 
 thread_local! {

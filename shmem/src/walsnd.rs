@@ -31,6 +31,27 @@
 //! unblocks it atomically, so a signal sent between the re-check and the
 //! sleep is not lost. SIGURG's default action is to ignore it, so a signal
 //! to a pid that has just exited (or been reused) is harmless.
+//!
+//! Flow control (`max_replication_lag`, issue 13; [`ThrottleCtl`], its own
+//! cache line): `allowed_upto` is the "throttle point" walsenders publish
+//! (under `ReplCtl::lock`, so that concurrent publishers cannot leave an
+//! older minimum behind a newer one): the least write position reported by
+//! the receivers of the streaming walsenders plus the limit, 0 when no
+//! receiver counts (throttling off). Inserting backends read it every few
+//! kB of WAL and never write it. A throttled backend counts itself in
+//! `waiters`, reads `seq`, re-checks, and sleeps on `seq` as a futex; a
+//! publisher stores the new point, increments `seq` and, when `waiters` is
+//! nonzero, wakes every sleeper. All of these are SeqCst: either the
+//! sleeper's re-check sees the new positions or its futex wait finds `seq`
+//! changed and returns at once, and either the publisher sees `waiters`
+//! nonzero or the sleeper's `seq` load sees the increment (no lost
+//! wake-up; the sleep also has a timeout as a guard). So that a
+//! publication wakes nobody in vain, a sleeper first lowers
+//! `wake_at_write` to the receivers' write position it waits for and
+//! re-checks after a SeqCst fence; a publisher, after storing the
+//! positions and a SeqCst fence, wakes only when they reached it (Dekker
+//! again: either the sleeper's re-check sees the positions or the
+//! publisher sees its target).
 
 use crate::spin::SpinLock;
 use crate::sync::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -193,6 +214,97 @@ pub struct ReplCtl {
     pub release_passes: AtomicU64,
     pub senders: [WalSnd; MAX_WAL_SENDERS],
     pub slots: [SlotShared; MAX_SLOTS],
+    /// Flow control (issue 13, see the module header).
+    pub throttle: ThrottleCtl,
+}
+
+/// Flow control of inserting backends by the receivers' progress
+/// (`max_replication_lag`; see the module header). Alone on its cache
+/// line: backends read `allowed_upto` on their insert path, and the
+/// sync-rep queue's lock beside it is written at every synchronous commit.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct ThrottleCtl {
+    /// Insertions may go on while the insert position is at or below this
+    /// LSN; 0: no receiver counts, nobody is throttled.
+    pub allowed_upto: AtomicU64,
+    /// Bumped after each publication of `allowed_upto`: the futex word
+    /// throttled backends sleep on.
+    pub seq: AtomicU32,
+    /// Backends in the throttle wait (publishers wake only when nonzero).
+    pub waiters: AtomicU32,
+    /// The least write position (W) a throttled backend waits for: a
+    /// publisher wakes the waiters only once W reaches it, then sets it
+    /// to u64::MAX (waiters lower it with fetch_min before they sleep; 0,
+    /// the initial state, wakes at every publication).
+    pub wake_at_write: AtomicU64,
+    /// Throttle waits that slept, and their total time in microseconds
+    /// (`postmaster status --json`: `throttle`).
+    pub waits: AtomicU64,
+    pub wait_us: AtomicU64,
+}
+
+/// How a throttle sleep ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThrottleSleep {
+    /// Woken, or `seq` had already changed.
+    Woken,
+    TimedOut,
+    /// A signal handler ran (a library worker's SIGTERM: let it see it).
+    Interrupted,
+}
+
+#[cfg(not(loom))]
+impl ThrottleCtl {
+    /// Sleeps while `seq` still holds `seen`, at most `timeout`.
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) -> ThrottleSleep {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `seq` is a valid, aligned 32-bit word in the shared
+        // segment for the duration of the call; FUTEX_WAIT without
+        // FUTEX_PRIVATE_FLAG keys the wait on the shared page (publishers
+        // are other processes); `ts` lives on this stack frame.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                &self.seq as *const AtomicU32,
+                libc::FUTEX_WAIT,
+                seen,
+                &ts as *const libc::timespec,
+            )
+        };
+        if r == 0 {
+            return ThrottleSleep::Woken;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ETIMEDOUT) => ThrottleSleep::TimedOut,
+            Some(libc::EINTR) => ThrottleSleep::Interrupted,
+            _ => ThrottleSleep::Woken,
+        }
+    }
+
+    /// After a new `allowed_upto` (or a receiver left): bumps `seq` and
+    /// wakes every throttled backend. One add and one load when none waits.
+    pub fn wake_all(&self) {
+        // SeqCst: pairs with the SeqCst increment of `waiters` and load of
+        // `seq` by the sleeper (see the module header).
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        // SAFETY: FUTEX_WAKE only reads the address to find waiters; the
+        // word is valid and aligned.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                &self.seq as *const AtomicU32,
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            );
+        }
+    }
 }
 
 /// SyncRepWaiter::state values.

@@ -40,11 +40,20 @@
 //! to the flush position, asks the receiver for a reply, waits (bounded)
 //! for its write or flush report to reach the end, and ends the stream
 //! with CommandComplete "COPY 0", as PostgreSQL's WalSndDone does.
+//!
+//! Flow control (`max_replication_lag`, `throttle`): after each batch of
+//! status updates the walsender publishes the throttle point and wakes
+//! throttled backends; when it leaves the CopyBoth phase (receiver gone,
+//! CopyDone, exit) it publishes again, so its receiver stops counting at
+//! once. While the limit is on it asks for a reply (a keepalive with the
+//! reply flag, one outstanding at a time) when a quarter of the limit it
+//! sent is unreported or backends wait: pg_receivewal reports on its own
+//! only every `--status-interval` (10 s by default).
 
 use crate::lagtracker::{self, LagTracker};
 use crate::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
 use crate::walfile::{self, Op};
-use crate::{slots, syncrep};
+use crate::{slots, syncrep, throttle};
 use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
 use protocol::{sqlstate, ReplicationMode, SqlError, StartupInfo};
 use shmem::sync::Ordering;
@@ -71,6 +80,12 @@ const STREAM_SNDBUF: libc::c_int = 4 << 20;
 const SHUTDOWN_REPLY_WAIT: Duration = Duration::from_secs(10);
 /// ppoll timeout when no keepalive timer applies.
 const IDLE_POLL: Duration = Duration::from_millis(1000);
+/// Flow control: a reply asked for and not received after this long is
+/// asked for again.
+const REPLY_REASK: Duration = Duration::from_millis(500);
+/// Flow control: least spacing of the replies asked for only because
+/// backends wait (a quarter of the limit unreported asks at once).
+const WAITERS_ASK_SPACING: Duration = Duration::from_millis(10);
 
 extern "C" fn on_sigurg(_: libc::c_int) {}
 
@@ -106,6 +121,10 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     last_reply: Instant,
     ping_sent: bool,
     lag: LagTracker,
+    /// Flow control: when we last asked for a reply not yet received.
+    reply_asked: Option<Instant>,
+    /// Flow control: when we last asked for a reply at all.
+    last_ask: Instant,
 }
 
 fn entry(shm: &Shmem, i: usize) -> &WalSnd {
@@ -180,6 +199,7 @@ fn free_entry(shm: &Shmem, i: usize) {
     ctl.lock.lock();
     ctl.senders[i].pid.store(0, Ordering::Release);
     ctl.lock.unlock();
+    throttle::publish(shm);
 }
 
 /// Blocks SIGURG (it is only unblocked inside `ppoll`) and installs a
@@ -260,6 +280,8 @@ pub fn run<S: Read + Write + AsRawFd>(
         last_reply: Instant::now(),
         ping_sent: false,
         lag: LagTracker::default(),
+        reply_asked: None,
+        last_ask: Instant::now(),
     };
     ws.entry().usename.store(&info.user);
     let end = ws.command_loop();
@@ -640,6 +662,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         self.entry()
             .state
             .store(sender_state::STARTUP, Ordering::Relaxed);
+        // Our receiver no longer holds the backends back.
+        throttle::publish(self.shm);
         self.segment = None;
         match end {
             StreamEnd::ClientCopyDone => {
@@ -808,6 +832,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 }
             }
         };
+        if reported {
+            throttle::publish(self.shm);
+        }
         if reported
             && entry(self.shm, self.me)
                 .sync_priority
@@ -824,6 +851,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     fn status_update(&mut self, st: repl::StandbyStatus) {
         self.last_reply = Instant::now();
         self.ping_sent = false;
+        self.reply_asked = None;
         let e = entry(self.shm, self.me);
         // Relaxed: each is a position read by monitors and by
         // syncrep::release_waiters, which needs no order between them.
@@ -878,6 +906,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 }
                 self.lag.record(sent, walformat::pg_now_us());
                 self.entry().sent.store(sent, Ordering::Relaxed);
+                self.ask_for_reply_if_throttling(sent);
                 continue;
             }
             self.entry()
@@ -901,6 +930,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             if let Some(end) = self.keepalive_timer(sent) {
                 return end;
             }
+            self.ask_for_reply_if_throttling(sent);
             self.sleep_until_flush_or_message(sent);
         }
     }
@@ -922,6 +952,27 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let ka = repl::keepalive(sent, walformat::pg_now_us(), true);
         self.send(&ka);
         self.ping_sent = true;
+    }
+
+    /// Flow control: asks the receiver for its position (see the module
+    /// header) when a quarter of the limit we sent is unreported, or when
+    /// backends wait and anything is (then at most every
+    /// WAITERS_ASK_SPACING); one request outstanding at a time.
+    fn ask_for_reply_if_throttling(&mut self, sent: Lsn) {
+        let limit = throttle::limit_bytes(self.shm);
+        if limit == 0 || self.reply_asked.is_some_and(|t| t.elapsed() < REPLY_REASK) {
+            return;
+        }
+        let unreported = sent.saturating_sub(self.entry().write.load(Ordering::Relaxed));
+        let for_waiters =
+            || self.last_ask.elapsed() >= WAITERS_ASK_SPACING && throttle::has_waiters(self.shm);
+        if unreported == 0 || (unreported < limit / 4 && !for_waiters()) {
+            return;
+        }
+        self.last_ask = Instant::now();
+        let ka = repl::keepalive(sent, walformat::pg_now_us(), true);
+        self.send(&ka);
+        self.reply_asked = Some(Instant::now());
     }
 
     /// Half of wal_sender_timeout without a reply: ask for one; all of

@@ -13,6 +13,7 @@ pub mod analyze;
 pub mod catalog;
 pub mod eval;
 pub mod functions;
+pub mod interval;
 pub mod lexer;
 pub mod numeric;
 pub mod parser;

@@ -503,12 +503,11 @@ pub fn parse_text(ty: SqlType, input: &str) -> Result<Value, SqlError> {
             .parse::<std::net::IpAddr>()
             .map(|a| Value::Text(a.to_string()))
             .map_err(|_| invalid_syntax(ty, input)),
-        SqlType::Timestamptz | SqlType::Interval | SqlType::Record => {
-            Err(SqlError::not_supported(format!(
-                "input of type {} is not supported by walshm",
-                ty.display_name()
-            )))
-        }
+        SqlType::Interval => super::interval::parse(input).map(Value::Int),
+        SqlType::Timestamptz | SqlType::Record => Err(SqlError::not_supported(format!(
+            "input of type {} is not supported by walshm",
+            ty.display_name()
+        ))),
     }
 }
 
@@ -605,9 +604,7 @@ pub fn format_text(value: &Value, ty: SqlType) -> Option<Vec<u8>> {
                 b"f".to_vec()
             }
         }
-        Value::Int(us) if ty == SqlType::Interval => {
-            crate::replication::format_interval(*us).into_bytes()
-        }
+        Value::Int(us) if ty == SqlType::Interval => super::interval::format(*us).into_bytes(),
         Value::Int(i) => i.to_string().into_bytes(),
         Value::Text(s) => s.clone().into_bytes(),
         Value::Bytea(b) => {
