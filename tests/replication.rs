@@ -16,6 +16,7 @@
 
 mod common;
 
+use common::receiver::{pg_receivewal, Receiver};
 use common::wire::{
     cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
     read_to_close, socket_path, start_on_free_port, startup_packet,
@@ -25,9 +26,8 @@ use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SEG: u64 = 1 << 20;
@@ -46,68 +46,12 @@ fn start_1mb_segments(name: &str, sets: &[&str]) -> Option<(TempDir, DataDir, Se
     Some((t, d, srv, port))
 }
 
-/// pg_receivewal, or None (loud skip).
-fn pg_receivewal() -> Option<PathBuf> {
-    common::wire::pg_client("pg_receivewal")
-}
-
-/// A running pg_receivewal in its own process group, killed on drop.
-struct Receiver {
-    child: Option<Child>,
-}
-
-impl Receiver {
-    fn start(bin: &Path, d: &DataDir, port: u16, out: &Path, extra: &[&str]) -> Receiver {
-        fs::create_dir_all(out).unwrap();
-        remove_half_padded_partial(out);
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(out.with_extension("log"))
-            .unwrap();
-        let child = Command::new(bin)
-            .arg("-h")
-            .arg(&d.path)
-            .args(["-p", &port.to_string(), "-w", "-v", "-s", "1", "-D"])
-            .arg(out)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("spawn pg_receivewal");
-        Receiver { child: Some(child) }
-    }
-
-    /// SIGKILL of its whole group, and wait.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(-(c.id() as i32), libc::SIGKILL);
-            let _ = c.wait();
-        }
-    }
-}
-
-/// pg_receivewal makes a new `.partial` file by writing zeros up to the
-/// segment size before any WAL; killed while doing so, it leaves a file of
-/// neither 0 nor the segment's size, which it then refuses to open again
-/// ("should be 0 or N bytes"), as PostgreSQL 15 does. Such a file holds only
-/// zeros: remove it, as an operator would, before restarting the receiver.
-fn remove_half_padded_partial(out: &Path) {
-    for e in fs::read_dir(out).into_iter().flatten().flatten() {
-        let is_partial = e.file_name().to_string_lossy().ends_with(".partial");
-        let len = e.metadata().map(|m| m.len()).unwrap_or(0);
-        if is_partial && len != 0 && len != SEG {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The receiver every test here runs: verbose, a status report every
+/// second, then `extra`.
+fn receiver(bin: &Path, d: &DataDir, port: u16, out: &Path, extra: &[&str]) -> Receiver {
+    let mut args = vec!["-v", "-s", "1"];
+    args.extend_from_slice(extra);
+    Receiver::start(bin, d, port, out, &args)
 }
 
 /// Segment numbers of the complete files in `out`, and the partial one.
@@ -359,7 +303,7 @@ fn streams_under_load_and_matches_the_server_after_a_clean_stop() {
     let args = ["--workers", "2", "--workload", "emit-tx:100"];
     let (srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
     let out = t.join("recv");
-    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    let mut rx = receiver(&bin, &d, port, &out, &[]);
     assert!(
         wait_until(Duration::from_secs(15), || received(&out).0.len() >= 3),
         "pg_receivewal did not complete 3 segments"
@@ -408,7 +352,7 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
     let args = ["--workers", "1", "--workload", "emit-tx:2048"];
     let (mut srv, port) = start_on_free_port(&d, t.path(), &[], &args, &[]);
     let out = t.join("recv");
-    let _rx = Receiver::start(&bin, &d, port, &out, &[]);
+    let _rx = receiver(&bin, &d, port, &out, &[]);
     for round in 0..2 {
         let have = received_upto(&out);
         assert!(
@@ -456,13 +400,13 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     let args = ["--workers", "1", "--workload", "emit-tx:2048"];
     let mut srv = start_on(&d, t.path(), port, &args);
     let out = t.join("recv");
-    let mut rx = Receiver::start(&bin, &d, port, &out, &[]);
+    let mut rx = receiver(&bin, &d, port, &out, &[]);
     assert!(progressed(&out, 0), "no streaming");
     let rx_log = || fs::read_to_string(out.with_extension("log")).unwrap_or_default();
     for _ in 0..2 {
         rx.kill();
         let have = received_upto(&out);
-        rx = Receiver::start(&bin, &d, port, &out, &[]);
+        rx = receiver(&bin, &d, port, &out, &[]);
         assert!(
             progressed(&out, have),
             "no progress after restarting pg_receivewal (from {have:X} to {:X}); its log:\n{}",
@@ -544,7 +488,7 @@ fn acknowledged_commits_survive_kill_9(name: &str, variant: &[&str]) {
         "commits were acknowledged with no synchronous standby connected"
     );
     let out = t.join("recv");
-    let mut rx = Receiver::start(&bin, &d, port, &out, &["--synchronous"]);
+    let mut rx = receiver(&bin, &d, port, &out, &["--synchronous"]);
     assert!(
         wait_until(Duration::from_secs(15), || parse_acks(&srv.stdout()).len()
             >= 300),
@@ -755,7 +699,7 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
     );
 
     let out = t.join("recv");
-    let mut rx = Receiver::start(&bin, &d, port, &out, &["--slot", "s1"]);
+    let mut rx = receiver(&bin, &d, port, &out, &["--slot", "s1"]);
     let flushed = flush_lsn(&d, port);
     assert!(
         wait_until(Duration::from_secs(15), || slot_restart_lsn(&d, port, "s1")
@@ -986,7 +930,7 @@ fn lag_columns_and_usename_once_the_receiver_reported() {
     };
     let bin = pg_receivewal().unwrap();
     let started = Instant::now();
-    let _rx = Receiver::start(
+    let _rx = receiver(
         &bin,
         &d,
         port,
@@ -1080,7 +1024,7 @@ fn synchronous_commit_levels_server_wide() {
     };
     let bin = pg_receivewal().unwrap();
     assert_eq!(show_sync(&d, port).as_deref(), Some("remote_write"));
-    let mut rx = Receiver::start(&bin, &d, port, &t.join("recv"), &["--synchronous"]);
+    let mut rx = receiver(&bin, &d, port, &t.join("recv"), &["--synchronous"]);
     // Once the receiver streams, a remote_write commit returns.
     assert!(
         wait_until(Duration::from_secs(15), || commit_waits(

@@ -16,14 +16,11 @@
 
 mod common;
 
+use common::receiver::{pg_receivewal, Receiver};
 use common::wire::{
     cstr, data_rows, error_code, exchange, handshake, msg, socket_path, start_on_free_port,
 };
 use common::*;
-use std::fs;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
@@ -33,45 +30,6 @@ const WORKERS: &str = "8";
 /// Overshoot allowed: every worker may insert one check interval (64 kB
 /// at 4 MB) plus a record past the point; doubled for scheduling noise.
 const SLACK: u64 = 2 * 8 * (64 << 10) + MB / 2;
-
-fn pg_receivewal() -> Option<PathBuf> {
-    common::wire::pg_client("pg_receivewal")
-}
-
-/// pg_receivewal in its own process group, SIGKILLed on drop.
-struct Receiver {
-    child: Child,
-}
-
-impl Receiver {
-    fn start(bin: &Path, d: &DataDir, port: u16, out: &Path) -> Receiver {
-        fs::create_dir_all(out).unwrap();
-        let log = fs::File::create(out.with_extension("log")).unwrap();
-        let child = Command::new(bin)
-            .arg("-h")
-            .arg(&d.path)
-            .args(["-p", &port.to_string(), "-w", "-D"])
-            .arg(out)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("spawn pg_receivewal");
-        Receiver { child }
-    }
-
-    fn signal(&self, sig: i32) {
-        kill(-(self.child.id() as i32), sig);
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
 
 fn start(t: &TempDir, d: &DataDir, limit_mb: u64) -> (Server, u16) {
     let lim = format!("max_replication_lag={limit_mb}MB");
@@ -138,7 +96,7 @@ fn lag_stays_bounded_with_the_limit_and_not_without() {
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
 
     let (srv, port) = start(&t, &d, 0);
-    let rx = Receiver::start(&bin, &d, port, &t.join("recv-off"));
+    let rx = Receiver::start(&bin, &d, port, &t.join("recv-off"), &[]);
     let mut worst = 0;
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until && worst <= LIMIT_MB * MB + SLACK {
@@ -153,7 +111,7 @@ fn lag_stays_bounded_with_the_limit_and_not_without() {
     );
 
     let (srv, port) = start(&t, &d, LIMIT_MB);
-    let _rx = Receiver::start(&bin, &d, port, &t.join("recv-on"));
+    let _rx = Receiver::start(&bin, &d, port, &t.join("recv-on"), &[]);
     wait_throttle_point(&d);
     // The receiver connected while the workers ran: it starts behind and
     // holds them until it is within the limit; from then on it must stay.
@@ -205,7 +163,7 @@ fn throttle_every_worker(tag: &str) -> Option<Held> {
     let t = TempDir::new(tag);
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
     let (srv, port) = start(&t, &d, LIMIT_MB);
-    let rx = Receiver::start(&bin, &d, port, &t.join("recv"));
+    let rx = Receiver::start(&bin, &d, port, &t.join("recv"), &[]);
     wait_throttle_point(&d);
     rx.signal(libc::SIGSTOP);
     let workers: usize = WORKERS.parse().unwrap();
@@ -280,7 +238,7 @@ fn lag_columns_compare_with_interval_input() {
     let t = TempDir::new("throttle-interval");
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
     let (srv, port) = start(&t, &d, LIMIT_MB);
-    let _rx = Receiver::start(&bin, &d, port, &t.join("recv"));
+    let _rx = Receiver::start(&bin, &d, port, &t.join("recv"), &[]);
     let under = "SELECT application_name FROM pg_stat_replication WHERE write_lag < interval '1 min' AND write_lag >= '0 s'::interval";
     let mut last = Ok(Vec::new());
     let measured = wait_until(Duration::from_secs(10), || {

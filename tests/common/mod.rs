@@ -5,6 +5,7 @@
 //! PostgreSQL 15's `pg_waldump`.
 #![allow(dead_code)]
 
+pub mod receiver;
 pub mod wire;
 
 use std::fs;
