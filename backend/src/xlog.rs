@@ -111,11 +111,16 @@
 //! hand-off posts a waiter, and until that waiter runs and takes
 //! WALWriteLock the lock is free, so a commit arriving then used to lead a
 //! flush of its own and split the group. With the baton it joins the
-//! handed-off flush instead. Same-run A/B, one binary, off/on, 5 pairs
-//! (2 cores, shared): commits per fdatasync 1.03-1.22x (median 1.12) at
-//! 64 clients and 1.03-1.13x (median 1.06) at 16, every pair up; server
-//! CPU per commit median 0.94x at 64 and 0.96x at 16, tps 1.05x and 0.98x,
-//! both within the noise (single pairs 0.91-1.19x), so not the default.
+//! handed-off flush instead. Same-run A/Bs, one binary, off/on, pgbench
+//! autocommit (2 cores, shared): at 64 clients 8 pairs (both orders),
+//! commits per fdatasync 1.03-1.23x (every pair up), server CPU per commit
+//! median 0.96x, context switches 0.85x in the 3 pairs counted cleanly;
+//! at 256 clients 3 pairs, commits per fdatasync 1.06-2.0x, CPU 0.72-0.96x,
+//! tps 1.04-1.25x; at 16 clients 5 pairs, commits per fdatasync median
+//! 1.06x, CPU 0.96x, tps 0.98x; at 4 clients 3 pairs, tps 0.72-0.92x (the
+//! disk idles while the handed-off backend waits to be scheduled, and
+//! there is little to gather). So it stays off by default until a quiet
+//! machine confirms where it wins.
 //!
 //! Where a durable commit's server CPU goes (issue 16; pgbench -M prepared
 //! autocommit `pg_logical_emit_message(true, ...)`, perf -F 999 of the

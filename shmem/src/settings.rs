@@ -304,10 +304,9 @@ declare_settings! {
     /// `group_commit = hybrid`: while a flush handed to a waiting backend
     /// is in flight (posted, WALWriteLock not yet taken), other committers
     /// do not lead but join it (`shmem::proc::FlushWaiters`' baton). Off
-    /// by default: same-run A/Bs (2 cores, shared, 5 pairs) raised commits
-    /// per fdatasync (median 1.12x at 64 clients, 1.06x at 16, every pair
-    /// up) but server CPU per commit and tps only within the noise
-    /// (`backend::xlog`'s notes).
+    /// by default: same-run A/Bs (2 cores, shared) raised commits per
+    /// fdatasync at 16-256 clients and cut CPU per commit at 256, but lost
+    /// tps at 4 clients (`backend::xlog`'s notes).
     group_commit_baton: bool = false =>
         "group_commit_baton", Kind::Bool,
         "hybrid group commit: committers arriving while a flush is being handed to a waiting backend join it instead of leading their own";
