@@ -110,6 +110,50 @@
 //! O_SYNC (every `write_run` is then durable when it returns; see
 //! `walfile`'s header).
 //!
+//! The baton (`group_commit_baton`, off by default; `FlushWaiters`): a
+//! hand-off posts a waiter, and until that waiter runs and takes
+//! WALWriteLock the lock is free, so a commit arriving then used to lead a
+//! flush of its own and split the group. With the baton it joins the
+//! handed-off flush instead. Same-run A/Bs, one binary, off/on, pgbench
+//! autocommit (2 cores, shared): at 64 clients 8 pairs (both orders),
+//! commits per fdatasync 1.03-1.23x (every pair up), server CPU per commit
+//! median 0.96x, context switches 0.85x in the 3 pairs counted cleanly;
+//! at 256 clients 3 pairs, commits per fdatasync 1.06-2.0x, CPU 0.72-0.96x,
+//! tps 1.04-1.25x; at 16 clients 5 pairs, commits per fdatasync median
+//! 1.06x, CPU 0.96x, tps 0.98x; at 4 clients 3 pairs, tps 0.72-0.92x (the
+//! disk idles while the handed-off backend waits to be scheduled, and
+//! there is little to gather). So it stays off by default until a quiet
+//! machine confirms where it wins.
+//!
+//! Where a durable commit's server CPU goes (issue 16; pgbench -M prepared
+//! autocommit `pg_logical_emit_message(true, ...)`, perf -F 999 of the
+//! server's processes only, ext4, 2 cores, shared; us per transaction,
+//! walshm / PostgreSQL 15): at 16 clients 47 / 63 in all, of which the
+//! kernel's context-switch return (`finish_task_switch`, a VM's cost of
+//! every sleep and preemption) 18 / 22, futex 12 / 17, recv 8 (PG: recv 2
+//! plus epoll_wait 7), send 5.5 / 4.5, fdatasync 5.7 / 7.9, pwrite 1.2 /
+//! 1.4, user space about 8; at 64 clients 41.5 / 66.5 (futex 11.4 / 16.1,
+//! fdatasync 2.0 / 4.7); at 4 clients 71 in all, fdatasync 20.6 (about
+//! 40 us of CPU per call, two sleeps in it: writeback, then the cache
+//! flush). A backend makes per transaction one recv, one send, about 0.9
+//! futex waits and 0.9 wakes (strace -c: 1413 recv, 1413 send, 2113 futex
+//! for 1413 transactions at 16 clients; PostgreSQL: 1.8 recv, 0.8
+//! epoll_wait, 2.7 futex), i.e. one sleep in recv and one in the commit
+//! wait: the floor of this design. Context switches at 16 clients
+//! (sched_switch): recv 37 %, commit wait 37 %, fdatasync 12 %,
+//! preempted by the wake-up it caused (send to pgbench, post of a waiter)
+//! 18 %; LWLock sleeps under 1 %. What is left is the kernel's price per
+//! switch. pgbench's own CPU per transaction is the same against both
+//! servers when measured directly (perf stat of pgbench, 16 clients:
+//! 16.2 and 17.3 against walshm, 17.4 and 18.9 against PostgreSQL), its
+//! system calls per transaction too (2 recv, one of them EAGAIN, 1 send,
+//! about 0.4 ppoll), and both servers answer with the same 94 bytes in
+//! one send. Tried and dropped (same-run A/Bs): SCHED_BATCH for the whole
+//! server (tps 0.13x at 16 clients, 0.37x at 64, more CPU per commit);
+//! commit_delay=100 at 4 clients (tps 0.4-0.6x); a 100 us EEVDF slice
+//! (sched_attr.sched_runtime) for the server (no difference within the
+//! noise).
+//!
 //! Lock-free reservation (`wal_reservation = atomic`): `CurrBytePos` is
 //! advanced with one fetch-add, and `xl_prev` is handed over from the
 //! predecessor through `shmem::prevlink` (its header states the bound the
@@ -209,6 +253,8 @@ pub struct Xlog<'a> {
     /// `xlog_write` advanced the flush position: wake the walsenders once
     /// WALWriteLock is released (`release_wal_write_lock`).
     walsenders_to_wake: bool,
+    /// Set by `lead_if_free` when it led a flush (read by `pass_baton_on`).
+    led: bool,
     /// Who flushes for our commits (`group_commit`; always `Leader` for
     /// processes other than backends, see `group_commit_for`).
     group_commit: GroupCommit,
@@ -309,6 +355,7 @@ impl<'a> Xlog<'a> {
             stale: false,
             scratch: Vec::new(),
             walsenders_to_wake: false,
+            led: false,
             group_commit: group_commit_for(ctx),
         }
     }
@@ -880,8 +927,12 @@ impl<'a> Xlog<'a> {
     /// every release of WALWriteLock notifies (`release_wal_write_lock`).
     fn flush_as_hybrid(&mut self, record: Lsn) {
         let mut nap = HYBRID_WAIT_FIRST;
+        let mut heed_baton = self.ctx.settings.group_commit_baton;
+        let mut baton = false;
+        self.led = false;
         loop {
-            if self.lead_if_free(record) {
+            if self.lead_if_free(record, heed_baton) {
+                self.pass_baton_on(baton);
                 return;
             }
             let waiters = &self.shm.xlog().flush_waiters;
@@ -889,49 +940,78 @@ impl<'a> Xlog<'a> {
             // SeqCst: pairs with the fence in `release_wal_write_lock`
             // (after its release, before it reads the waiter bits): either
             // that releaser sees our bit, or we see the lock free below (or
-            // its flush).
+            // its flush); and with the fence of the pass the baton's holder
+            // runs after clearing it (see `FlushWaiters`' baton).
             fence(Ordering::SeqCst);
-            if record <= self.flush_lsn() || self.lead_if_free(record) {
-                self.withdraw_flush_request();
+            if record <= self.flush_lsn() || self.lead_if_free(record, heed_baton) {
+                baton |= self.withdraw_flush_request();
+                self.pass_baton_on(baton);
                 return;
             }
             let posted = self.me.sem.wait_timeout(nap);
+            // A hand-off's post: the next flush is ours, or we are covered.
+            baton |= waiters.take_baton(self.ctx.procno);
             if record <= self.flush_lsn() {
-                self.withdraw_flush_request();
+                baton |= self.withdraw_flush_request();
+                self.pass_baton_on(baton);
                 return;
             }
             if !posted {
                 // Timed out (a long fdatasync): look again, a bit later
-                // next time.
+                // next time, and lead even if a baton is out (its holder
+                // may be gone).
                 nap = (nap * 2).min(HYBRID_WAIT_MAX);
+                heed_baton = false;
             }
             // Posted but not covered: the flush was handed to us.
-            self.withdraw_flush_request();
+            baton |= self.withdraw_flush_request();
         }
+    }
+
+    /// We took the baton (a hand-off woke us) and are done: if we did not
+    /// lead (somebody else's flush covered us), committers who deferred to
+    /// us may be asleep, so run the notifier pass a leader's release would
+    /// have run (it also hands the next flush on). After leading, our
+    /// release already ran one; one more is a cheap no-op pass.
+    fn pass_baton_on(&mut self, baton: bool) {
+        let heeded = self.ctx.settings.group_commit_baton;
+        if heeded && baton && !std::mem::take(&mut self.led) {
+            self.notify_flush_waiters();
+        }
+        self.led = false;
     }
 
     /// Ends our published flush request (if a notifier ended it first, its
     /// post may still come: semaphore waits absorb a stray post).
-    fn withdraw_flush_request(&self) {
-        self.me.flush_wanted.store(0, Ordering::Relaxed);
+    /// Returns true if the request had been ended by a hand-off to us
+    /// (we then hold the baton, see `pass_baton_on`).
+    fn withdraw_flush_request(&self) -> bool {
+        self.shm.xlog().flush_waiters.withdraw(self.me)
     }
 
     /// If nobody holds WALWriteLock: take it and flush for everybody up to
     /// what insertions finished (after `commit_delay`, see
     /// `delay_before_flush`). True if `record` is flushed on return.
-    fn lead_if_free(&mut self, record: Lsn) -> bool {
+    fn lead_if_free(&mut self, record: Lsn, heed_baton: bool) -> bool {
         let finished = self.wait_insertions_to_finish(record);
+        let waiters = &self.shm.xlog().flush_waiters;
+        if heed_baton && waiters.baton_held_by_other(self.ctx.procno) {
+            return record <= self.flush_lsn();
+        }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
         if !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
             return record <= self.flush_lsn();
         }
-        // We lead: a request we published must not make us post ourselves.
+        // We lead: a request we published must not make us post ourselves;
+        // a baton handed to us is ours to drop (our release notifies).
         self.withdraw_flush_request();
+        let _ = waiters.take_baton(self.ctx.procno);
         if record > self.flush_lsn() {
             let finished = self.delay_before_flush(finished);
             self.xlog_write(finished, true);
         }
         self.release_wal_write_lock();
+        self.led = true;
         true
     }
 
@@ -978,16 +1058,25 @@ impl<'a> Xlog<'a> {
         let procs = self.shm.procs();
         let leaders_below = self.shm.layout().max_backends;
         let hand_off = self.ctx.settings.group_commit == GroupCommit::Hybrid;
-        waiters.notify_with(
-            procs,
-            leaders_below,
-            || self.flush_lsn(),
-            |n| {
-                if let (true, Some(next)) = (hand_off, n.oldest) {
-                    waiters.hand_off(procs, next);
-                }
-            },
-        )
+        loop {
+            let mut baton_withdrawn = false;
+            let n = waiters.notify_with(
+                procs,
+                leaders_below,
+                || self.flush_lsn(),
+                |n| {
+                    if let (true, Some(next)) = (hand_off, n.oldest) {
+                        baton_withdrawn = !waiters.hand_off(procs, next);
+                    }
+                },
+            );
+            // A hand-off that failed took its baton back; a committer that
+            // saw it meanwhile deferred and sleeps: a pass after the take-
+            // back sees it (see `FlushWaiters`' baton).
+            if !(baton_withdrawn && self.ctx.settings.group_commit_baton) {
+                return n;
+            }
+        }
     }
 
     /// Of the waiters a notifier pass left waiting, those only the
@@ -1325,7 +1414,7 @@ impl<'a> Xlog<'a> {
         if self.no_io {
             return false;
         }
-        let flushed = self.group_commit != GroupCommit::Flusher && self.lead_if_free(record);
+        let flushed = self.group_commit != GroupCommit::Flusher && self.lead_if_free(record, false);
         if !flushed {
             self.shm.xlog().walwriter_latch.set();
         }
