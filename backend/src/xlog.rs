@@ -63,7 +63,10 @@
 //! 1/2/4/16/64/256 clients: emit:1024 1.06/1.13/1.02/1.00/1.06/1.17,
 //! emit:16 0.99/0.95/0.95/0.99/0.94/1.20 (where it does not engage the
 //! code path is queue's: those differ by noise, pairs spread 0.69-1.29).
-//! `wal_insert_lock_wait = queue` keeps the old form.
+//! Not closed: in a later run one insertion lock (`wal_insertion =
+//! single`) still did 1.12-1.22x adaptive's records/s at 256 clients (3
+//! pairs; adaptive/queue 1.03-1.49 in the same run), with 10x fewer
+//! buffer waits. `wal_insert_lock_wait = queue` keeps the old form.
 //!
 //! Per-record cost (issue 16, emit:16 at 2 clients, perf of the server's
 //! processes, 2 cores, shared): backends 70 %, walwriter 25 % (the kernel
