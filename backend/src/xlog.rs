@@ -66,7 +66,13 @@
 //! Not closed: in a later run one insertion lock (`wal_insertion =
 //! single`) still did 1.12-1.22x adaptive's records/s at 256 clients (3
 //! pairs; adaptive/queue 1.03-1.49 in the same run), with 10x fewer
-//! buffer waits. `wal_insert_lock_wait = queue` keeps the old form.
+//! buffer waits. Adding `wal_insert_lock_spread = cpus` to `adaptive`
+//! (the other locks stay free) did 1.11-1.43x adaptive alone at 256
+//! clients (3 pairs) with 3x fewer buffer waits, about single's figures;
+//! tried and dropped as part of `adaptive` (scanning only one lock per CPU
+//! once engaged): 1.33x queue at 256 but 0.90-1.02 (median 0.92) at 16
+//! clients on emit:16, where its scans then hit busy locks and yield.
+//! `wal_insert_lock_wait = queue` keeps the old form.
 //!
 //! Per-record cost (issue 16, emit:16 at 2 clients, perf of the server's
 //! processes, 2 cores, shared): backends 70 %, walwriter 25 % (the kernel
