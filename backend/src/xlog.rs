@@ -60,9 +60,10 @@
 //! buffer waits 0.003-0.006; at 1-4 clients it never engages (scans per
 //! record < 0.0002), emit:16 engages at most 1.4 % of acquisitions.
 //! Same-run records/s adaptive/queue (3 interleaved pairs, medians) at
-//! 1/2/4/16/64/256 clients: emit:1024 1.06/1.13/1.02/1.00/1.06/1.17,
-//! emit:16 0.99/0.95/0.95/0.99/0.94/1.20 (where it does not engage the
-//! code path is queue's: those differ by noise, pairs spread 0.69-1.29).
+//! 1/2/4/16/64/256 clients: emit:1024 1.01/1.16/1.04/1.06/1.01/1.21,
+//! emit:16 1.23/0.90/0.92/0.98/1.02/1.22. At 1-4 clients it never
+//! engages (0 scans), so the code path is queue's and those ratios are the
+//! machine's noise (pairs spread 0.77-1.29; earlier runs 1.02-1.11 there).
 //! Not closed: in a later run one insertion lock (`wal_insertion =
 //! single`) still did 1.12-1.22x adaptive's records/s at 256 clients (3
 //! pairs; adaptive/queue 1.03-1.49 in the same run), with 10x fewer
