@@ -191,6 +191,25 @@ fn variant_insert_lock_wait_scan_yield() {
     );
 }
 
+/// Issue 16: PostgreSQL's form, no longer the default: always sleep on a
+/// busy insertion lock.
+#[test]
+fn variant_insert_lock_wait_queue() {
+    variant("v-queue", "wal_insert_lock_wait=queue");
+}
+
+/// Issue 16: the default `adaptive` with sixteen backends over two
+/// insertion locks, where waits are frequent enough to engage scanning.
+#[test]
+fn variant_insert_lock_wait_adaptive_engaged() {
+    conformance_run(
+        "v-adaptive",
+        16,
+        100,
+        &["wal_insert_lock_wait=adaptive", "wal_insert_locks=2"],
+    );
+}
+
 /// Four 8 kB WAL buffers: backends must write pages out themselves.
 #[test]
 fn variant_wal_buffers_4() {

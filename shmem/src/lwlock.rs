@@ -455,6 +455,10 @@ impl LWLock {
                 extra += self.dequeue_self(env);
                 break;
             }
+            if !result {
+                // Woken before, and the lock was busy again (issue 16).
+                env.count_flat(|c| &c.lwlock_futile_wakeups, 1);
+            }
             match env.sleep_until_woken(self) {
                 Woken::ByWaker(n) => extra += n,
                 Woken::Ended(n) => {

@@ -252,11 +252,13 @@ declare_settings! {
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
         "insertion locks in use: all, or cpus (at most one per CPU)";
     /// What a backend does when its insertion lock is busy: `queue`
-    /// (PostgreSQL's: sleep on it), `scan` (take any free one first) or
-    /// `scan-yield` (also yield and re-scan before sleeping).
-    wal_insert_lock_wait: InsertLockWait = InsertLockWait::Queue =>
+    /// (PostgreSQL's: sleep on it), `scan` (take any free one first),
+    /// `scan-yield` (also yield and re-scan before sleeping) or `adaptive`
+    /// (default: `queue` until this backend's recent acquisitions waited
+    /// often, then `scan-yield`; see backend/src/xlog.rs).
+    wal_insert_lock_wait: InsertLockWait = InsertLockWait::Adaptive =>
         "wal_insert_lock_wait", Kind::Enum(InsertLockWait::NAMES),
-        "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan)";
+        "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan), adaptive (queue, scan-yield while waits are frequent)";
     // ---- issue 16: durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
     /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it used

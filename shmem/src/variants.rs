@@ -115,6 +115,10 @@ variant_enum!(
         /// (`sched_yield`, so a preempted holder can run) and scan again,
         /// a few times, before sleeping.
         ScanYield = "scan-yield",
+        /// `queue` while this backend rarely waits; `scan-yield` while a
+        /// recent share of its acquisitions waited (oversubscription: a
+        /// busy lock's holder is then mostly preempted).
+        Adaptive = "adaptive",
     }
 );
 

@@ -165,6 +165,8 @@ pub const VARIANTS: &[Variant] = &[
         "issue 16: a backend whose insertion lock is busy takes any free one first"),
     Variant::new("scan-yield-insert-locks", &[Knob::InsertLockWait(InsertLockWait::ScanYield)],
         "issue 16: as scan-insert-locks, and yields and re-scans before sleeping"),
+    Variant::new("queue-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Queue)],
+        "issue 16: always sleep on a busy insertion lock (PostgreSQL's; the default is adaptive)"),
     // issue 16
     Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
         "issue 16: the walwriter flushes for committers and wakes each once"),
