@@ -40,23 +40,11 @@ fn ack_args<'a>(workers: &'a str, set: &'a str) -> Vec<&'a str> {
     ack_args_with(workers, &[set])
 }
 
-/// `ack_args` with several `--set` assignments.
+/// `ack_args` with several `--set` assignments (checkpoints every second).
 fn ack_args_with<'a>(workers: &'a str, sets: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--workers",
-        workers,
-        "--workload",
-        "emit-tx:100",
-        "--ack",
-        "--set",
-        "fsync=on",
-        "--set",
-        "checkpoint_timeout=1",
-    ];
-    for set in sets {
-        args.extend(["--set", set]);
-    }
-    args
+    let mut all = vec!["checkpoint_timeout=1"];
+    all.extend_from_slice(sets);
+    durable_ack_args(workers, &all)
 }
 
 /// The PID of one child named `comm`.

@@ -33,17 +33,7 @@ const METHODS: [&str; 4] = ["fdatasync", "fsync", "open_datasync", "open_sync"];
 
 /// An acknowledged emit-tx run of `workers` backends, fsync on, `method`.
 fn ack_args<'a>(workers: &'a str, method_set: &'a str) -> Vec<&'a str> {
-    vec![
-        "--workers",
-        workers,
-        "--workload",
-        "emit-tx:100",
-        "--ack",
-        "--set",
-        "fsync=on",
-        "--set",
-        method_set,
-    ]
+    durable_ack_args(workers, &[method_set])
 }
 
 /// kill -9 of the whole group during an acknowledged run with `method`,

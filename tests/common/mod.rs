@@ -1350,6 +1350,24 @@ pub fn check_acks(acks: &[u64], wal: &TxWal) -> usize {
     acks.len()
 }
 
+/// Arguments of an acknowledged, durable run: `workers` backends of
+/// `emit-tx:100 --ack` with fsync on, then `--set` for each of `sets`.
+pub fn durable_ack_args<'a>(workers: &'a str, sets: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--workers",
+        workers,
+        "--workload",
+        "emit-tx:100",
+        "--ack",
+        "--set",
+        "fsync=on",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    args
+}
+
 /// After a kill -9 whose run printed `acks_before`: a short second run
 /// with `args` (recovery, then 300 ms of load), then every ack of both runs
 /// must be a COMMIT record of the WAL, which `tx_wal_check` reads with
