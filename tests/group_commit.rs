@@ -25,7 +25,6 @@
 
 mod common;
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
 /// The variants under test (the first is PostgreSQL's algorithm).
@@ -276,25 +275,9 @@ fn bad_group_commit_settings_are_refused() {
 fn walbench_torture_accepts_group_commit() {
     for v in ["flusher", "leader"] {
         let tmp = TempDir::new(&format!("gc-torture-{v}"));
-        let data = tmp.join("data");
-        let json = tmp.join("report.json");
         let set = variant_set(v);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walbench"));
-        cmd.arg("torture")
-            .arg("-D")
-            .arg(&data)
-            .arg("--json")
-            .arg(&json)
-            .args(["--cycles", "3", "--seed", "16", "--set", &set])
-            .env_remove("WALSHM_TEST_BREAK");
-        let o = run_cmd(&mut cmd, Duration::from_secs(90));
-        if let Some(pid) = live_postmaster(&data) {
-            // SAFETY: kill has no memory effects; the group is the server's.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-        }
+        let (o, r, _) = torture(&tmp, &["--cycles", "3", "--seed", "16", "--set", &set], &[]);
         assert_eq!(o.code(), Some(0), "{v}: {}", o.describe());
-        let text = std::fs::read_to_string(&json).expect("torture JSON report");
-        let r: serde_json::Value = serde_json::from_str(&text).expect("JSON");
         assert_eq!(r["lost"], 0, "{v}: {r}");
         assert_eq!(r["cycles"], 3, "{v}: {r}");
         assert!(r["acknowledged"].as_u64().unwrap_or(0) > 0, "{v}: {r}");

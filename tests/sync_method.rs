@@ -25,7 +25,6 @@
 mod common;
 use common::wire::{data_rows, exchange, handshake, msg, socket_path, start_on_free_port};
 use common::*;
-use std::process::Command;
 use std::time::Duration;
 
 /// PostgreSQL 15's `wal_sync_method` values on Linux.
@@ -80,25 +79,19 @@ fn open_sync_kill9_group_nothing_acked_lost() {
 #[test]
 fn open_datasync_survives_power_loss() {
     let tmp = TempDir::new("sm-power");
-    let data = tmp.join("data");
-    let json = tmp.join("report.json");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_walbench"));
-    cmd.arg("torture")
-        .arg("-D")
-        .arg(&data)
-        .arg("--json")
-        .arg(&json)
-        .args(["--power-loss", "--cycles", "4", "--seed", "16"])
-        .args(["--set", "wal_sync_method=open_datasync"])
-        .env_remove("WALSHM_TEST_BREAK");
-    let o = run_cmd(&mut cmd, Duration::from_secs(90));
-    if let Some(pid) = live_postmaster(&data) {
-        // SAFETY: kill has no memory effects; the group is the server's.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
-    }
-    let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("no JSON report ({e})\n{}", o.describe()));
-    let r: serde_json::Value = serde_json::from_str(&text).expect("JSON report");
+    let (o, r, _) = torture(
+        &tmp,
+        &[
+            "--power-loss",
+            "--cycles",
+            "4",
+            "--seed",
+            "16",
+            "--set",
+            "wal_sync_method=open_datasync",
+        ],
+        &[],
+    );
     assert_eq!(o.code(), Some(0), "{}\n{r}", o.describe());
     assert_eq!(r["mode"], "power-loss", "{r}");
     assert_eq!(r["cycles"], 4, "{r}");

@@ -15,61 +15,11 @@ mod common;
 mod producer_example;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 fn walbench_bin() -> &'static str {
     env!("CARGO_BIN_EXE_walbench")
-}
-
-/// Every run of one test is bounded by this (the watchdog kills walbench,
-/// the guard its server).
-const RUN_TIMEOUT: Duration = Duration::from_secs(100);
-
-/// Kills a server walbench left behind (it runs in a process group of its
-/// own) if the test fails half-way.
-struct ServerGuard(PathBuf);
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        let pid = std::fs::read_to_string(self.0.join("postmaster.pid"))
-            .ok()
-            .and_then(|s| s.lines().next()?.trim().parse::<i32>().ok());
-        if let Some(pid) = pid.filter(|p| *p > 0 && alive(*p)) {
-            // SAFETY: kill has no memory effects; the group is the server's.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-        }
-    }
-}
-
-/// Runs `walbench torture -D TMP/data --json TMP/report.json ARGS` with
-/// `env`; its output, the JSON report and the data directory.
-fn torture(
-    tmp: &TempDir,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (Out, serde_json::Value, PathBuf) {
-    let data = tmp.join("data");
-    let json = tmp.join("report.json");
-    let _guard = ServerGuard(data.clone());
-    let mut cmd = Command::new(walbench_bin());
-    cmd.arg("torture")
-        .arg("-D")
-        .arg(&data)
-        .arg("--json")
-        .arg(&json)
-        .args(args)
-        .env_remove("WALSHM_TEST_BREAK");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let o = run_cmd(&mut cmd, RUN_TIMEOUT);
-    let text = std::fs::read_to_string(&json)
-        .unwrap_or_else(|e| panic!("no JSON report ({e})\n{}", o.describe()));
-    let v: serde_json::Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON report: {e}\n{text}"));
-    (o, v, data)
 }
 
 fn int(v: &serde_json::Value, key: &str) -> u64 {
