@@ -85,7 +85,11 @@ thread_local! {
 
 /// The limit in bytes (0: off).
 pub fn limit_bytes(shm: &Shmem) -> u64 {
-    shm.settings().max_replication_lag_mb as u64 * (1 << 20)
+    mb_to_bytes(shm.settings().max_replication_lag_mb)
+}
+
+fn mb_to_bytes(mb: u32) -> u64 {
+    u64::from(mb) << 20
 }
 
 /// Bytes a backend inserts between two looks at the throttle point.
@@ -100,7 +104,7 @@ pub fn check_interval(limit: u64) -> u64 {
 pub fn before_insert(ctx: &ProcContext, len: u64, insert_lsn: impl Fn() -> Lsn) {
     let mb = ctx.settings.max_replication_lag_mb;
     if mb != 0 {
-        check_if_due(ctx, mb as u64 * (1 << 20), len, &insert_lsn);
+        check_if_due(ctx, mb_to_bytes(mb), len, &insert_lsn);
     }
 }
 
