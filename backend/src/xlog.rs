@@ -87,6 +87,31 @@
 //! measuring: a constant-divisor LSN conversion, an inlined `acquire` fast
 //! path, a record header written as one array (no gain in same-run A/Bs).
 //!
+//! Session 22 (emit:16 at 2 clients, fsync=off, tmpfs, perf of the whole
+//! machine, 2 cores, shared with other builds): backends 55 %, walwriter
+//! 16 % (kernel copy into tmpfs 6.4 %, page allocation, memset of
+//! pre-initialized pages 1.7 %), checkpointer 3 %, other programs 25 %.
+//! Per record (about 300 ns of server CPU on both cores): `insert` 18 ns,
+//! building the record (`try_rebuild`) 15, CRC-32C 13, memmove 11,
+//! insertion lock acquire+release 12, LSN conversions 9, the workload
+//! loop 7. Kept: the record's end and `xl_prev` derived from its start by
+//! an addition when on the same page (`Geometry::bytepos_to_lsn_near`;
+//! microbenchmark of insert's three conversions: 7.1-12.7 against
+//! 10.1-13.2 ns per record, faster in 5 of 6 interleaved rounds; whole-
+//! server A/Bs were within this machine's +-30 % noise). Kept: the
+//! checkpointer recycles as many future segments as one checkpoint
+//! distance fills (was a quarter of max_wal_size, half of what the writer
+//! then needed: the rest were new files, whose tmpfs pages the writer
+//! allocated and the checkpointer freed): same-run server CPU per record
+//! recycled/before 0.66, 0.66, 0.73 (emit:1024, 2 clients; records/s
+//! 2.56/1.64, 2.55/1.63, 2.46/1.69 M), 0.71, 0.68, 0.91 (emit:1024, 256
+//! clients; 2.04/1.50, 1.96/1.36, 1.79/1.52 M), median 0.90 on emit:16 at
+//! 2 and 16 clients (2 cores, shared). Dropped:
+//! `wal_insert_lock_spread = auto` as the default (one insertion lock per
+//! CPU while active backends exceed 16 per CPU, re-decided every 1024
+//! acquisitions while waits were frequent): same-run records/s auto/all
+//! at 256 clients on emit:1024 0.93, 0.74, 0.91 (3 pairs).
+//!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
 //! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one
 //! `pwrite`, a completed segment fdatasynced at once, the last one when a
@@ -486,9 +511,16 @@ impl<'a> Xlog<'a> {
             let at = self.insert_lsn();
             return Inserted { start: at, end: at };
         };
+        // The end and the previous record mostly lie on the start's page:
+        // converted from the start by an addition (`bytepos_to_lsn_near`).
         let start = self.geo.bytepos_to_recptr(start_pos);
-        let end = self.geo.bytepos_to_end_recptr(end_pos);
-        rec.finish(self.geo.bytepos_to_recptr(prev_pos));
+        let end = self
+            .geo
+            .bytepos_to_lsn_near(start_pos, start, end_pos, true);
+        rec.finish(
+            self.geo
+                .bytepos_to_lsn_near(start_pos, start, prev_pos, false),
+        );
         self.copy_record(rec.bytes(), start, end, rec.is_switch());
         self.release_insert_lock(lock);
 

@@ -195,8 +195,13 @@ impl<'a> Checkpointer<'a> {
         let insert_seg = self.geo.seg_no(self.xlog.insert_lsn());
         let mut future = segs.iter().filter(|&&n| n > insert_seg).count() as u64;
         let mut last = segs.last().copied().unwrap_or(insert_seg).max(insert_seg);
-        // Recycle into up to a quarter of max_wal_size of future segments.
-        let keep_future = ((s.max_wal_size_mb as u64) << 20) / self.geo.seg_size / 4;
+        // Recycle into as many future segments as the WAL written until the
+        // next checkpoint fills (half of max_wal_size, at most 64 segments;
+        // PostgreSQL's XLOGfileslop): those segments then exist when the
+        // writer reaches them, so writing them allocates no file pages (on
+        // tmpfs: no page allocation and zeroing in the writer, no freeing
+        // here). Issue 16: a quarter left half of them to be created anew.
+        let keep_future = crate::xlog::checkpoint_wal_trigger(s) / self.geo.seg_size + 1;
         let keep_future = keep_future.clamp(1, 64);
         let cutoff =
             crate::archive::keep_unarchived(s.archive_mode, &pg_wal, &self.geo, tli, &segs, cutoff);
