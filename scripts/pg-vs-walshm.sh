@@ -28,8 +28,11 @@
 #!           percent; pgb% the same for pgbench
 #!   limit   client: pgbench is the limit (its threads are >= 90% busy, or
 #!           srv% + pgb% >= 90 and pgb% >= srv%); server: the cores are
-#!           >= 90% full and the server takes the larger share; wait: they
-#!           are not full, so round trips, fsync or lock waits set the pace.
+#!           >= 90% full and the server takes the larger share; others:
+#!           srv% + pgb% < 90 but the machine was >= 90% busy (/proc/stat:
+#!           other processes took the CPU, the figures are not a limit);
+#!           wait: the cores are not full, so round trips, fsync or lock
+#!           waits set the pace.
 #!           When the cores are full, tps = nproc / (srvCPU + pgbCPU): a
 #!           server only gains by its own share of that sum
 #! Every figure covers the whole pgbench run, its connection set-up included.
@@ -368,16 +371,29 @@ cpu_share() {
     awk -v a="$1" -v w="$2" -v n="$NPROC" 'BEGIN {
         if (a !~ /^-?[0-9]+$/ || w + 0 <= 0) print "-"; else printf "%.3f\n", a / (w * n) }'
 }
-# client_limit SRV_SHARE PGB_SHARE THREADS: "client" when pgbench's THREADS
-# are >= 90% busy, or the machine is >= 90% full and pgbench's share is at
-# least the server's; "server" when it is full and the server's share is
-# larger; "wait" when it is not full; "-" when a share is unknown.
+# client_limit SRV_SHARE PGB_SHARE THREADS BUSY: "client" when pgbench's
+# THREADS are >= 90% busy, or server and pgbench fill >= 90% of the machine
+# and pgbench's share is at least the server's; "server" when they fill it
+# and the server's share is larger; "others" when they do not, but the
+# machine was >= 90% BUSY (a share, "-" if unknown: other processes took
+# the CPU); "wait" otherwise; "-" when a share is unknown.
 client_limit() {
-    awk -v s="$1" -v p="$2" -v j="$3" -v n="$NPROC" 'BEGIN {
+    awk -v s="$1" -v p="$2" -v j="$3" -v b="$4" -v n="$NPROC" 'BEGIN {
         if (s !~ /^[0-9.]+$/ || p !~ /^[0-9.]+$/) { print "-"; exit }
         if (p * n >= 0.9 * j || (s + p >= 0.9 && p >= s)) print "client"
         else if (s + p >= 0.9) print "server"
+        else if (b ~ /^[0-9.]+$/ && b >= 0.9) print "others"
         else print "wait" }'
+}
+# machine_jiffies: "BUSY TOTAL" CPU time of the whole machine so far
+# (/proc/stat; busy = all but idle and iowait).
+machine_jiffies() {
+    awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+}
+# busy_share "BUSY0 TOTAL0" "BUSY1 TOTAL1": the machine's busy share between.
+busy_share() {
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[2] - x[2] <= 0) print "-"; else printf "%.3f\n", (y[1] - x[1]) / (y[2] - x[2]) }'
 }
 # percent SHARE: a 0..1 share in whole percent ("-" as it is).
 percent() { awk -v x="$1" 'BEGIN { if (x !~ /^[0-9.]+$/) print x; else printf "%.0f", x * 100 }'; }
@@ -386,7 +402,7 @@ percent() { awk -v x="$1" 'BEGIN { if (x !~ /^[0-9.]+$/) print x; else printf "%
 # sets R_TPS R_TX R_SCPU R_PCPU R_CS R_FS and R_POLL R_SSHARE R_PSHARE
 # R_LIMIT ("-" for what is unknown, R_TPS "fail" if pgbench failed).
 measure() {
-    local n=$1 script=$2 mode=$3 c=$4 j out fs0 fs1 s0 s1 p0 p1 cs="" extra=()
+    local n=$1 script=$2 mode=$3 c=$4 j out fs0 fs1 s0 s1 p0 p1 m0 m1 cs="" extra=()
     j=$(( c < NPROC ? c : NPROC ))
     if [ "$mode" = connect ]; then mode=simple; extra=(-C); fi
     local cmd=("$PG_BINDIR/pgbench" -n -h "${HOST[$n]}" -p "${PORT[$n]}" -U "${USR[$n]}" -M "$mode"
@@ -402,14 +418,14 @@ measure() {
     fi
     fs0=$(wal_sync "$n")
     wait_idle "$n" "${IDLE[$n]}"
-    s0=$(group_cpu_ns "$n") p0=$(group_cpu_ns bench)
+    s0=$(group_cpu_ns "$n") p0=$(group_cpu_ns bench) m0=$(machine_jiffies)
     if ! out=$("${cmd[@]}" 2>&1) || ! grep -q "number of failed transactions: 0 " <<<"$out"; then
         printf '%s %s %s c=%s:\n%s\n' "${LABEL[$n]}" "$script" "$mode" "$c" "$out" >>"$WORK/pgbench-failures.log"
-        R_TPS=fail R_TX=0 R_SCPU=- R_PCPU=- R_CS=- R_FS=- R_POLL=- R_SSHARE=- R_PSHARE=- R_LIMIT=-
+        R_TPS=fail R_TX=0 R_SCPU=- R_PCPU=- R_CS=- R_FS=- R_POLL=- R_SSHARE=- R_PSHARE=- R_LIMIT=- R_BUSY=-
         return
     fi
     wait_idle "$n" "${IDLE[$n]}"
-    s1=$(group_cpu_ns "$n") p1=$(group_cpu_ns bench)
+    m1=$(machine_jiffies) s1=$(group_cpu_ns "$n") p1=$(group_cpu_ns bench)
     fs1=$(wal_sync "$n")
     R_TPS=$(sed -n 's/^tps = \([0-9.]*\) (.*)$/\1/p' <<<"$out")
     R_TX=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*$/\1/p' <<<"$out")
@@ -421,6 +437,7 @@ measure() {
     R_PCPU=$(per_tx "$(( p1 - p0 ))" 1000 "$R_TX")
     R_CS=$(per_tx "$cs" 1 "$R_TX")
     if [ -n "$fs0" ] && [ -n "$fs1" ]; then R_FS=$(per_tx "$(( fs1 - fs0 ))" 1 "$R_TX"); else R_FS=-; fi
+    R_BUSY=$(busy_share "$m0" "$m1")
     client_side "$(( s1 - s0 ))" "$(( p1 - p0 ))" "$(pgbench_wall_ns "$out")" "$j"
 }
 # pgbench_wall_ns OUTPUT: how long the pgbench run of OUTPUT took, ns: its
@@ -433,13 +450,13 @@ pgbench_wall_ns() {
          END { if (tps + 0 > 0) printf "%.0f\n", (tx / tps + conn / 1000) * 1e9 }' <<<"$1"
 }
 # client_side SRV_NS PGB_NS WALL_NS THREADS: R_POLL R_SSHARE R_PSHARE R_LIMIT
-# of the run just measured (R_TX transactions).
+# of the run just measured (R_TX transactions, machine busy share R_BUSY).
 client_side() {
     R_POLL=$(per_tx "$(polls_counted)" 1 "$R_TX")
     R_SSHARE=$(cpu_share "$1" "$3")
     R_PSHARE=$(cpu_share "$2" "$3")
     [ "$CPU_METHOD" = proc ] && [ "$2" = 0 ] && R_PSHARE=-
-    R_LIMIT=$(client_limit "$R_SSHARE" "$R_PSHARE" "$4")
+    R_LIMIT=$(client_limit "$R_SSHARE" "$R_PSHARE" "$4" "$R_BUSY")
 }
 # per_tx AMOUNT UNIT TX: AMOUNT / UNIT / TX, or "-" when unknown.
 per_tx() {
@@ -458,7 +475,7 @@ ratio() {
 }
 
 if [ -n "$CSV" ]; then
-    echo "durability,script,mode,clients,server,binary,seconds,tps,transactions,server_cpu_us_per_tx,pgbench_cpu_us_per_tx,ctx_switches_per_tx,fdatasyncs_per_tx,cpu_method,cs_method,pgbench_polls_per_tx,server_cpu_share,pgbench_cpu_share,limit,server_session" >"$CSV"
+    echo "durability,script,mode,clients,server,binary,seconds,tps,transactions,server_cpu_us_per_tx,pgbench_cpu_us_per_tx,ctx_switches_per_tx,fdatasyncs_per_tx,cpu_method,cs_method,pgbench_polls_per_tx,server_cpu_share,pgbench_cpu_share,limit,server_session,machine_busy_share" >"$CSV"
 fi
 binary_of() { case "$1" in pg) echo "$PG_BINDIR/postgres" ;; w) echo "$WALSHM_BIN" ;; b) echo "$BASELINE_BIN" ;; esac; }
 
@@ -467,7 +484,7 @@ echo "PostgreSQL: $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN${BASEL
 echo "pgbench -n -T $SECONDS_PER_POINT, -j min(clients, nproc); max_connections=$MAX_CONN on all; durability on = fsync+synchronous_commit on"
 echo "srvCPU = server CPU us/tx ($CPU_NOTE); pgbCPU = pgbench CPU us/tx"
 echo "cs = server context switches/tx ($CS_NOTE); fsync = pg_stat_wal.wal_sync/tx"
-echo "poll = pgbench poll calls/tx (${POLL_EVENTS:-not counted: no perf syscall tracepoints}); srv%, pgb% = share of the $NPROC CPUs; limit: client/server/wait (see --help)"
+echo "poll = pgbench poll calls/tx (${POLL_EVENTS:-not counted: no perf syscall tracepoints}); srv%, pgb% = share of the $NPROC CPUs; limit: client/server/others/wait (see --help)"
 echo "servers in $SERVER_SESSION session(s) (autogroup scheduling: $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo unknown))"
 NPOINTS=0
 for _ in $DURABILITY; do for _ in $POINTS; do for _ in $CLIENTS; do NPOINTS=$(( NPOINTS + 1 )); done; done; done
@@ -503,7 +520,7 @@ for dur in $DURABILITY; do
                     "$(sig3 "$R_CS")" "$(sig3 "$R_FS")" "$(sig3 "$R_POLL")" "$(percent "$R_SSHARE")" \
                     "$(percent "$R_PSHARE")" "$R_LIMIT")"
                 if [ -n "$CSV" ]; then
-                    echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD,$R_POLL,$R_SSHARE,$R_PSHARE,$R_LIMIT,$SERVER_SESSION" >>"$CSV"
+                    echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD,$R_POLL,$R_SSHARE,$R_PSHARE,$R_LIMIT,$SERVER_SESSION,$R_BUSY" >>"$CSV"
                 fi
             done
             line="$line |$(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[pg]}")" "$(ratio "${SCPU[pg]}" "${SCPU[w]}")")"

@@ -48,6 +48,7 @@ const NEW_KEYS: &[&str] = &[
     "pgbench_cpu_share",
     "limit",
     "server_session",
+    "machine_busy_share",
 ];
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
@@ -126,12 +127,15 @@ fn share(row: &HashMap<&str, &str>, key: &str) -> Option<f64> {
     Some(s)
 }
 
-/// The script's documented rule: client, server or wait from the shares.
-fn expected_limit(srv: f64, pgb: f64, threads: f64, cpus: f64) -> &'static str {
+/// The script's documented rule: client, server, others or wait from the
+/// shares (`busy`: the whole machine's busy share, if known).
+fn expected_limit(srv: f64, pgb: f64, threads: f64, cpus: f64, busy: Option<f64>) -> &'static str {
     if pgb * cpus >= 0.9 * threads || (srv + pgb >= 0.9 && pgb >= srv) {
         "client"
     } else if srv + pgb >= 0.9 {
         "server"
+    } else if busy.is_some_and(|b| b >= 0.9) {
+        "others"
     } else {
         "wait"
     }
@@ -153,6 +157,7 @@ fn check_row(row: &HashMap<&str, &str>, cpus: f64) {
     }
     let clients = number(row, "clients");
     let threads = clients.min(cpus);
+    let busy = share(row, "machine_busy_share");
     match (
         share(row, "server_cpu_share"),
         share(row, "pgbench_cpu_share"),
@@ -161,7 +166,7 @@ fn check_row(row: &HashMap<&str, &str>, cpus: f64) {
             assert!(s > 0.0 && p > 0.0, "a CPU share of 0 in {row:?}");
             assert_eq!(
                 row["limit"],
-                expected_limit(s, p, threads, cpus),
+                expected_limit(s, p, threads, cpus, busy),
                 "limit does not follow from the shares in {row:?}"
             );
         }
@@ -247,31 +252,34 @@ fn unknown_server_session_is_refused() {
 #[test]
 fn limit_word_follows_the_documented_rule() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-vs-walshm.sh");
-    // (server share, pgbench share, pgbench threads)
-    let cases: &[(&str, &str, &str)] = &[
-        ("0.50", "0.45", "2"), // full, server larger
-        ("0.45", "0.50", "2"), // full, pgbench larger
-        ("0.45", "0.45", "2"), // full, equal: pgbench
-        ("0.40", "0.40", "2"), // not full
-        ("0.10", "0.46", "1"), // pgbench's one thread 92% busy
-        ("0.10", "0.44", "1"), // 88% busy: not yet
-        ("-", "0.40", "2"),    // unknown share
+    // (server share, pgbench share, pgbench threads, machine busy share)
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("0.50", "0.45", "2", "1.0"),  // full, server larger
+        ("0.45", "0.50", "2", "1.0"),  // full, pgbench larger
+        ("0.45", "0.45", "2", "0.95"), // full, equal: pgbench
+        ("0.40", "0.40", "2", "0.85"), // not full
+        ("0.40", "0.40", "2", "-"),    // not full, machine unknown
+        ("0.40", "0.40", "2", "0.97"), // others fill the machine
+        ("0.10", "0.46", "1", "0.6"),  // pgbench's one thread 92% busy
+        ("0.10", "0.44", "1", "0.6"),  // 88% busy: not yet
+        ("-", "0.40", "2", "1.0"),     // unknown share
     ];
-    for &(srv, pgb, threads) in cases {
+    for &(srv, pgb, threads, busy) in cases {
         let o = run_cmd(
             Command::new("bash").arg("-c").arg(format!(
-                "source <(sed -n '/^client_limit()/,/^}}/p' '{}'); NPROC=2; client_limit {srv} {pgb} {threads}",
+                "source <(sed -n '/^client_limit()/,/^}}/p' '{}'); NPROC=2; client_limit {srv} {pgb} {threads} {busy}",
                 script.display()
             )),
             Duration::from_secs(10),
         );
-        let want = match (srv, pgb, threads) {
-            ("-", _, _) => "-",
+        let want = match srv {
+            "-" => "-",
             _ => expected_limit(
                 srv.parse().unwrap(),
                 pgb.parse().unwrap(),
                 threads.parse().unwrap(),
                 2.0,
+                busy.parse().ok(),
             ),
         };
         assert_eq!(
@@ -282,9 +290,9 @@ fn limit_word_follows_the_documented_rule() {
         );
     }
     // The table above covers every word.
-    for w in ["client", "server", "wait", "-"] {
+    for w in ["client", "server", "others", "wait", "-"] {
         assert!(
-            cases.iter().any(|&(s, p, j)| {
+            cases.iter().any(|&(s, p, j, b)| {
                 s == "-" && w == "-"
                     || s != "-"
                         && expected_limit(
@@ -292,6 +300,7 @@ fn limit_word_follows_the_documented_rule() {
                             p.parse().unwrap(),
                             j.parse().unwrap(),
                             2.0,
+                            b.parse().ok(),
                         ) == w
             }),
             "no case gives {w}"
