@@ -4,12 +4,38 @@
 # for them, and stopping them again. The caller sets ROOT, WORK, MAX_CONN,
 # PGDATA, PGSOCK, WDATA and PG_PID="" PG_LAUNCHER="" W_PID="" as it needs;
 # optionally PG_CGROUPS / W_CGROUPS: cgroup directories (space-separated)
-# each server's process tree is started in, so its CPU can be accounted.
+# each server's process tree is started in, so its CPU can be accounted,
+# and SERVER_SESSION (see run_server_bg).
 
 # CG_EXEC "DIR..." CMD...: runs CMD (exec, same pid) after moving itself into
 # every cgroup directory DIR (none: CMD runs where it is). Works in the
 # foreground, in the background (&) and under setsid/perf.
 CG_EXEC=(bash -c 'for d in $1; do echo $$ >"$d/cgroup.procs" || exit 1; done; shift; exec "$@"' cg_exec)
+
+# run_server_bg VAR LOG CMD...: starts CMD in the background, its output
+# appended to LOG, and puts its pid (a process group leader) into VAR.
+# SERVER_SESSION=own (default): CMD runs in a session of its own (setsid),
+# as a server started as a service does; with the kernel's autogroup
+# scheduling (/proc/sys/kernel/sched_autogroup_enabled) it is then also a
+# scheduling group of its own, weighed against this script's session (where
+# pgbench runs) as one entity. SERVER_SESSION=shared: CMD stays in this
+# script's session (its own process group only), so its processes and
+# pgbench's threads are scheduled as peers. Every server of a run is started
+# the same way: the placement changes how often pgbench wakes up per reply
+# (issue 16), so a comparison must not mix them.
+run_server_bg() {
+    local var=$1 log=$2 pid; shift 2
+    if [ "${SERVER_SESSION:-own}" = shared ]; then
+        set -m   # job control: the background job gets its own process group
+        "$@" >>"$log" 2>&1 &
+        pid=$!
+        set +m
+    else
+        setsid "$@" >>"$log" 2>&1 &
+        pid=$!
+    fi
+    printf -v "$var" '%s' "$pid"
+}
 
 # need_pg_tools NAME...: every NAME is in PG_BINDIR (default PG 15's), or exit.
 need_pg_tools() {
@@ -119,11 +145,9 @@ init_pg() {
 launch_pg() {
     : >"$WORK/pg.log"
     [ "$(id -u)" = 0 ] && chown "$PG_USER" "$WORK/pg.log"
-    "${CG_EXEC[@]}" "${PG_CGROUPS:-}" "${PG_AS[@]}" "$PG_BINDIR/postgres" -D "$PGDATA" \
-        -c port="$PG_PORT" -c listen_addresses='' \
-        -c unix_socket_directories="$PGSOCK" -c max_connections="$MAX_CONN" \
-        "$@" >>"$WORK/pg.log" 2>&1 &
-    PG_LAUNCHER=$!
+    run_server_bg PG_LAUNCHER "$WORK/pg.log" "${CG_EXEC[@]}" "${PG_CGROUPS:-}" "${PG_AS[@]}" \
+        "$PG_BINDIR/postgres" -D "$PGDATA" -c port="$PG_PORT" -c listen_addresses='' \
+        -c unix_socket_directories="$PGSOCK" -c max_connections="$MAX_CONN" "$@"
     for _ in $(seq 1 300); do
         [ -z "$PG_PID" ] && [ -s "$PGDATA/postmaster.pid" ] && PG_PID=$(head -n1 "$PGDATA/postmaster.pid")
         [ -n "$PG_PID" ] && "$PG_BINDIR/pg_isready" -q -h "$PGSOCK" -p "$PG_PORT" && return 0
@@ -142,7 +166,8 @@ init_walshm() {
 
 # launch_walshm READY ARGS...: walshm on WDATA/W_PORT with MAX_CONN and the
 # extra ARGS, logging to WORK/walshm.log, in its own process group (and in
-# the cgroups W_CGROUPS); returns once the command READY succeeds, or exits.
+# the cgroups W_CGROUPS; session: run_server_bg); returns once the command
+# READY succeeds, or exits.
 launch_walshm() {
     local ready=$1; shift
     spawn_walshm W_PID "$WALSHM_BIN" "$WDATA" "$W_PORT" "$WORK/walshm.log" "${W_CGROUPS:-}" "$ready" "$@"
@@ -155,10 +180,9 @@ launch_walshm() {
 spawn_walshm() {
     local var=$1 bin=$2 dir=$3 port=$4 log=$5 cgroups=$6 ready=$7 pid; shift 7
     : >"$log"
-    setsid "${CG_EXEC[@]}" "$cgroups" "$bin" start -D "$dir" --set port="$port" \
-        --set max_connections="$MAX_CONN" "$@" >>"$log" 2>&1 &
-    pid=$!
-    printf -v "$var" '%s' "$pid"
+    run_server_bg "$var" "$log" "${CG_EXEC[@]}" "$cgroups" "$bin" start -D "$dir" \
+        --set port="$port" --set max_connections="$MAX_CONN" "$@"
+    pid=${!var}
     for _ in $(seq 1 300); do
         "$ready" && return 0
         kill -0 "$pid" 2>/dev/null || break

@@ -17,9 +17,37 @@
 #!           group; "-" when perf or cgroup2 is unavailable)
 #!   fsync   fdatasyncs per transaction: pg_stat_wal.wal_sync before and
 #!           after, queried with psql outside the timed run
+#!   poll    pgbench's poll/ppoll/select calls per transaction (perf stat
+#!           syscall tracepoints on pgbench; "-" without them): how often
+#!           pgbench goes to sleep and is woken per reply. About 2 recv + 1
+#!           poll per reply when each reply arrives alone, far below 1 poll
+#!           when replies pile up while pgbench works; each wake-up costs
+#!           pgbench CPU, so pgbCPU rises with it (see "Why pgbCPU differs")
+#!   srv%    server CPU as a share of the machine (nproc x the run's time:
+#!           transactions / tps + pgbench's initial connection time),
+#!           percent; pgb% the same for pgbench
+#!   limit   client: pgbench is the limit (its threads are >= 90% busy, or
+#!           srv% + pgb% >= 90 and pgb% >= srv%); server: the cores are
+#!           >= 90% full and the server takes the larger share; others:
+#!           srv% + pgb% < 90 but the machine was >= 90% busy (/proc/stat:
+#!           other processes took the CPU, the figures are not a limit);
+#!           wait: the cores are not full, so round trips, fsync or lock
+#!           waits set the pace.
+#!           When the cores are full, tps = nproc / (srvCPU + pgbCPU): a
+#!           server only gains by its own share of that sum
 #! Every figure covers the whole pgbench run, its connection set-up included.
 #! Ratios: w/PG = walshm tps / PG tps, PG/w = PG srvCPU / walshm srvCPU
 #! (issue 16's targets: >= 2 both); with --baseline also w/b and b/w.
+#!
+#! Why pgbCPU differs between servers (issue 16): it is pgbench's real CPU
+#! (its cgroup, perf stat task-clock, its rusage and /proc utime+stime agree
+#! within ~1 us/tx), and its CPU per transaction depends on how its wake-ups
+#! fall: one wake-up (a poll over all of a thread's connections, two recv,
+#! a context switch) per reply, or one per several replies. That depends on
+#! the scheduler: every server is started in its own session (--server-session
+#! own, like a service), hence its own autogroup when autogroup scheduling is
+#! on; a server in pgbench's own session (shared) is scheduled as peers of
+#! pgbench's threads, and then walshm's fast replies pile up as PG's do.
 #!
 #! Scripts (pgbench -n -f): emit16 (non-transactional 16-byte
 #! pg_logical_emit_message), txid (txid_current()), commit64 (BEGIN; 64-byte
@@ -31,7 +59,8 @@
 #! other (PG, walshm, baseline), all started at once per durability setting.
 #! Servers listen on Unix sockets only; PostgreSQL runs as the `postgres`
 #! system user when this runs as root. Servers, directories and cgroups are
-#! removed on exit (trap), whatever happens.
+#! removed on exit (trap), whatever happens; the work directory is made
+#! under TMPDIR (default /tmp).
 #!
 #! Usage: scripts/pg-vs-walshm.sh [options]
 #!   --seconds S        pgbench -T per point and server (default 3)
@@ -46,7 +75,11 @@
 #!                      (explicit --clients / --modes win)
 #!   --baseline BIN     a second walshm postmaster binary, measured in the
 #!                      same run as a third server (before/after in one table)
+#!   --server-session own|shared
+#!                      own (default): each server in a session (autogroup) of
+#!                      its own; shared: in this script's session, with pgbench
 #!   --csv FILE         also write every figure, one row per server and point
+#! Lists take spaces or commas: --modes simple,extended --clients 4,16.
 #! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
 #! (default target/release/postmaster, built with cargo if missing),
 #! PGVS_NO_CGROUPS=1 (use the /proc and rusage fallback even as root).
@@ -56,14 +89,17 @@ set -euo pipefail
 
 SECONDS_PER_POINT=3
 CLIENTS="" MODES="" SCRIPTS="emit16 txid commit64 autocommit multi select1"
-DURABILITY="on off" CONNECT=0 QUICK=0 BASELINE_BIN="" CSV=""
+DURABILITY="on off" CONNECT=0 QUICK=0 BASELINE_BIN="" CSV="" SERVER_SESSION=own
+# list_arg VALUE: a list given with spaces or commas, space-separated.
+list_arg() { tr ',' ' ' <<<"$1"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECONDS_PER_POINT="$2"; shift 2 ;;
-        --clients) CLIENTS="$2"; shift 2 ;;
-        --scripts) SCRIPTS="$2"; shift 2 ;;
-        --modes) MODES="$2"; shift 2 ;;
-        --durability) DURABILITY="$2"; shift 2 ;;
+        --clients) CLIENTS=$(list_arg "$2"); shift 2 ;;
+        --scripts) SCRIPTS=$(list_arg "$2"); shift 2 ;;
+        --modes) MODES=$(list_arg "$2"); shift 2 ;;
+        --durability) DURABILITY=$(list_arg "$2"); shift 2 ;;
+        --server-session) SERVER_SESSION="$2"; shift 2 ;;
         --connect) CONNECT=1; shift ;;
         --quick) QUICK=1; shift ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
@@ -87,6 +123,7 @@ done
 for d in $DURABILITY; do
     case "$d" in on|off) ;; *) echo "unknown durability: $d (on or off)" >&2; exit 2 ;; esac
 done
+case "$SERVER_SESSION" in own|shared) ;; *) echo "unknown --server-session: $SERVER_SESSION (own or shared)" >&2; exit 2 ;; esac
 if [ -n "$BASELINE_BIN" ] && [ ! -x "$BASELINE_BIN" ]; then
     echo "error: --baseline $BASELINE_BIN is not an executable" >&2; exit 2
 fi
@@ -114,7 +151,7 @@ for c in $CLIENTS; do [ "$c" -gt "$MAX_CLIENTS" ] && MAX_CLIENTS=$c; done
 MAX_CONN=$(( MAX_CLIENTS + 44 ))
 [ "$MAX_CONN" -lt 300 ] && MAX_CONN=300
 
-WORK="$(mktemp -d /tmp/pg-vs-walshm.XXXXXX)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/pg-vs-walshm.XXXXXX")"
 chmod 755 "$WORK"
 PG_PID="" PG_LAUNCHER="" W_PID="" B_PID=""
 PG_STOP_QUIT=1
@@ -308,11 +345,64 @@ record_idle() {
 }
 
 NPROC=$(nproc)
+# --- where the client is the limit (issue 16): pgbench's wake-ups, shares
+# of the machine, the limit word. POLL_EVENTS: the poll-family syscall
+# tracepoints perf can count here (none: the poll column shows "-").
+POLL_EVENTS=""
+if command -v perf >/dev/null; then
+    for e in ppoll poll select pselect6; do
+        perf stat -x, -o /dev/null -e "syscalls:sys_enter_$e" -- true >/dev/null 2>&1 \
+            && POLL_EVENTS="$POLL_EVENTS${POLL_EVENTS:+,}syscalls:sys_enter_$e"
+    done
+fi
+# POLL_COUNTING: the prefix that runs a command under a perf stat counting
+# its poll calls into WORK/polls.out (empty without POLL_EVENTS). It goes
+# outside pgbench's cgroup: perf's own CPU is not charged to pgbench.
+POLL_COUNTING=()
+[ -n "$POLL_EVENTS" ] && POLL_COUNTING=(perf stat -x, -o "$WORK/polls.out" -e "$POLL_EVENTS" --)
+# polls_counted: the poll calls counted by the last POLL_COUNTING run.
+polls_counted() {
+    [ -n "$POLL_EVENTS" ] || return 0
+    awk -F, '$3 ~ /^syscalls:sys_enter_/ && $1 ~ /^[0-9]+$/ { n += $1; ok = 1 } END { if (ok) print n }' "$WORK/polls.out"
+}
+# cpu_share NS WALL_NS: NS of CPU as a share of the machine (0..1) over
+# WALL_NS, "-" when unknown.
+cpu_share() {
+    awk -v a="$1" -v w="$2" -v n="$NPROC" 'BEGIN {
+        if (a !~ /^-?[0-9]+$/ || w + 0 <= 0) print "-"; else printf "%.3f\n", a / (w * n) }'
+}
+# client_limit SRV_SHARE PGB_SHARE THREADS BUSY: "client" when pgbench's
+# THREADS are >= 90% busy, or server and pgbench fill >= 90% of the machine
+# and pgbench's share is at least the server's; "server" when they fill it
+# and the server's share is larger; "others" when they do not, but the
+# machine was >= 90% BUSY (a share, "-" if unknown: other processes took
+# the CPU); "wait" otherwise; "-" when a share is unknown.
+client_limit() {
+    awk -v s="$1" -v p="$2" -v j="$3" -v b="$4" -v n="$NPROC" 'BEGIN {
+        if (s !~ /^[0-9.]+$/ || p !~ /^[0-9.]+$/) { print "-"; exit }
+        if (p * n >= 0.9 * j || (s + p >= 0.9 && p >= s)) print "client"
+        else if (s + p >= 0.9) print "server"
+        else if (b ~ /^[0-9.]+$/ && b >= 0.9) print "others"
+        else print "wait" }'
+}
+# machine_jiffies: "BUSY TOTAL" CPU time of the whole machine so far
+# (/proc/stat; busy = all but idle and iowait).
+machine_jiffies() {
+    awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+}
+# busy_share "BUSY0 TOTAL0" "BUSY1 TOTAL1": the machine's busy share between.
+busy_share() {
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[2] - x[2] <= 0) print "-"; else printf "%.3f\n", (y[1] - x[1]) / (y[2] - x[2]) }'
+}
+# percent SHARE: a 0..1 share in whole percent ("-" as it is).
+percent() { awk -v x="$1" 'BEGIN { if (x !~ /^[0-9.]+$/) print x; else printf "%.0f", x * 100 }'; }
+
 # measure NAME SCRIPT MODE CLIENTS: one pgbench run against server NAME;
-# sets R_TPS R_TX R_SCPU R_PCPU R_CS R_FS ("-" for what is unknown, R_TPS
-# "fail" if pgbench failed).
+# sets R_TPS R_TX R_SCPU R_PCPU R_CS R_FS and R_POLL R_SSHARE R_PSHARE
+# R_LIMIT ("-" for what is unknown, R_TPS "fail" if pgbench failed).
 measure() {
-    local n=$1 script=$2 mode=$3 c=$4 j out fs0 fs1 s0 s1 p0 p1 cs="" extra=()
+    local n=$1 script=$2 mode=$3 c=$4 j out fs0 fs1 s0 s1 p0 p1 m0 m1 cs="" extra=()
     j=$(( c < NPROC ? c : NPROC ))
     if [ "$mode" = connect ]; then mode=simple; extra=(-C); fi
     local cmd=("$PG_BINDIR/pgbench" -n -h "${HOST[$n]}" -p "${PORT[$n]}" -U "${USR[$n]}" -M "$mode"
@@ -322,19 +412,20 @@ measure() {
     else
         cmd=("${CG_EXEC[@]}" "${CGS[bench]}" "${cmd[@]}")
     fi
+    cmd=("${POLL_COUNTING[@]}" "${cmd[@]}")
     if [ "$CS_METHOD" = perf ]; then
         cmd=(perf stat -x, -o "$WORK/perf.out" -a -e context-switches -G "${PERFNAME[$n]}" -- "${cmd[@]}")
     fi
     fs0=$(wal_sync "$n")
     wait_idle "$n" "${IDLE[$n]}"
-    s0=$(group_cpu_ns "$n") p0=$(group_cpu_ns bench)
+    s0=$(group_cpu_ns "$n") p0=$(group_cpu_ns bench) m0=$(machine_jiffies)
     if ! out=$("${cmd[@]}" 2>&1) || ! grep -q "number of failed transactions: 0 " <<<"$out"; then
         printf '%s %s %s c=%s:\n%s\n' "${LABEL[$n]}" "$script" "$mode" "$c" "$out" >>"$WORK/pgbench-failures.log"
-        R_TPS=fail R_TX=0 R_SCPU=- R_PCPU=- R_CS=- R_FS=-
+        R_TPS=fail R_TX=0 R_SCPU=- R_PCPU=- R_CS=- R_FS=- R_POLL=- R_SSHARE=- R_PSHARE=- R_LIMIT=- R_BUSY=-
         return
     fi
     wait_idle "$n" "${IDLE[$n]}"
-    s1=$(group_cpu_ns "$n") p1=$(group_cpu_ns bench)
+    m1=$(machine_jiffies) s1=$(group_cpu_ns "$n") p1=$(group_cpu_ns bench)
     fs1=$(wal_sync "$n")
     R_TPS=$(sed -n 's/^tps = \([0-9.]*\) (.*)$/\1/p' <<<"$out")
     R_TX=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*$/\1/p' <<<"$out")
@@ -346,6 +437,26 @@ measure() {
     R_PCPU=$(per_tx "$(( p1 - p0 ))" 1000 "$R_TX")
     R_CS=$(per_tx "$cs" 1 "$R_TX")
     if [ -n "$fs0" ] && [ -n "$fs1" ]; then R_FS=$(per_tx "$(( fs1 - fs0 ))" 1 "$R_TX"); else R_FS=-; fi
+    R_BUSY=$(busy_share "$m0" "$m1")
+    client_side "$(( s1 - s0 ))" "$(( p1 - p0 ))" "$(pgbench_wall_ns "$out")" "$j"
+}
+# pgbench_wall_ns OUTPUT: how long the pgbench run of OUTPUT took, ns: its
+# transactions / tps plus its initial connection time (not perf's or the
+# wrappers' start-up).
+pgbench_wall_ns() {
+    awk '/^number of transactions actually processed: / { tx = $6 }
+         /^initial connection time = / { conn = $5 }
+         /^tps = / { tps = $3 }
+         END { if (tps + 0 > 0) printf "%.0f\n", (tx / tps + conn / 1000) * 1e9 }' <<<"$1"
+}
+# client_side SRV_NS PGB_NS WALL_NS THREADS: R_POLL R_SSHARE R_PSHARE R_LIMIT
+# of the run just measured (R_TX transactions, machine busy share R_BUSY).
+client_side() {
+    R_POLL=$(per_tx "$(polls_counted)" 1 "$R_TX")
+    R_SSHARE=$(cpu_share "$1" "$3")
+    R_PSHARE=$(cpu_share "$2" "$3")
+    [ "$CPU_METHOD" = proc ] && [ "$2" = 0 ] && R_PSHARE=-
+    R_LIMIT=$(client_limit "$R_SSHARE" "$R_PSHARE" "$4" "$R_BUSY")
 }
 # per_tx AMOUNT UNIT TX: AMOUNT / UNIT / TX, or "-" when unknown.
 per_tx() {
@@ -364,7 +475,7 @@ ratio() {
 }
 
 if [ -n "$CSV" ]; then
-    echo "durability,script,mode,clients,server,binary,seconds,tps,transactions,server_cpu_us_per_tx,pgbench_cpu_us_per_tx,ctx_switches_per_tx,fdatasyncs_per_tx,cpu_method,cs_method" >"$CSV"
+    echo "durability,script,mode,clients,server,binary,seconds,tps,transactions,server_cpu_us_per_tx,pgbench_cpu_us_per_tx,ctx_switches_per_tx,fdatasyncs_per_tx,cpu_method,cs_method,pgbench_polls_per_tx,server_cpu_share,pgbench_cpu_share,limit,server_session,machine_busy_share" >"$CSV"
 fi
 binary_of() { case "$1" in pg) echo "$PG_BINDIR/postgres" ;; w) echo "$WALSHM_BIN" ;; b) echo "$BASELINE_BIN" ;; esac; }
 
@@ -373,18 +484,20 @@ echo "PostgreSQL: $("$PG_BINDIR/postgres" --version); walshm: $WALSHM_BIN${BASEL
 echo "pgbench -n -T $SECONDS_PER_POINT, -j min(clients, nproc); max_connections=$MAX_CONN on all; durability on = fsync+synchronous_commit on"
 echo "srvCPU = server CPU us/tx ($CPU_NOTE); pgbCPU = pgbench CPU us/tx"
 echo "cs = server context switches/tx ($CS_NOTE); fsync = pg_stat_wal.wal_sync/tx"
+echo "poll = pgbench poll calls/tx (${POLL_EVENTS:-not counted: no perf syscall tracepoints}); srv%, pgb% = share of the $NPROC CPUs; limit: client/server/others/wait (see --help)"
+echo "servers in $SERVER_SESSION session(s) (autogroup scheduling: $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo unknown))"
 NPOINTS=0
 for _ in $DURABILITY; do for _ in $POINTS; do for _ in $CLIENTS; do NPOINTS=$(( NPOINTS + 1 )); done; done; done
 NSERVERS=$(wc -w <<<"$SERVERS")
 echo "$NPOINTS points x $NSERVERS servers x $SECONDS_PER_POINT s = $(( NPOINTS * NSERVERS * SECONDS_PER_POINT )) s of pgbench (plus ~1 s per run for set-up and statistics)"
 echo "w/PG = walshm/PG tps, PG/w = PG/walshm srvCPU${BASELINE_BIN:+; w/b = walshm/baseline tps, b/w = baseline/walshm srvCPU}; all per whole run incl. connection set-up"
 echo
-BLOCK='%7s %6s %6s %5s %5s'
+BLOCK='%7s %6s %6s %5s %5s %5s %4s %4s %-6s'
 line="$(printf '%-10s %-8s %-3s %4s' "" "" "" "")"
-for n in $SERVERS; do line="$line |$(printf ' %-33s' "${LABEL[$n]}")"; done
+for n in $SERVERS; do line="$line |$(printf ' %-56s' "${LABEL[$n]}")"; done
 echo "${line%"${line##*[! ]}"}"
 line="$(printf '%-10s %-8s %-3s %4s' script mode dur cl)"
-for n in $SERVERS; do line="$line |$(printf "$BLOCK" tps srvCPU pgbCPU cs fsync)"; done
+for n in $SERVERS; do line="$line |$(printf "$BLOCK" tps srvCPU pgbCPU cs fsync poll srv% pgb% limit)"; done
 line="$line |$(printf '%5s %5s' w/PG PG/w)"
 [ -n "$BASELINE_BIN" ] && line="$line $(printf '%5s %5s' w/b b/w)"
 echo "$line"
@@ -404,9 +517,10 @@ for dur in $DURABILITY; do
                 tps_shown=$R_TPS
                 [ "$R_TPS" != fail ] && tps_shown=$(printf '%.0f' "$R_TPS")
                 line="$line |$(printf "$BLOCK" "$tps_shown" "$(sig3 "$R_SCPU")" "$(sig3 "$R_PCPU")" \
-                    "$(sig3 "$R_CS")" "$(sig3 "$R_FS")")"
+                    "$(sig3 "$R_CS")" "$(sig3 "$R_FS")" "$(sig3 "$R_POLL")" "$(percent "$R_SSHARE")" \
+                    "$(percent "$R_PSHARE")" "$R_LIMIT")"
                 if [ -n "$CSV" ]; then
-                    echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD" >>"$CSV"
+                    echo "$dur,$script,$mode,$c,${LABEL[$n]},$(binary_of "$n"),$SECONDS_PER_POINT,$R_TPS,$R_TX,$R_SCPU,$R_PCPU,$R_CS,$R_FS,$CPU_METHOD,$CS_METHOD,$R_POLL,$R_SSHARE,$R_PSHARE,$R_LIMIT,$SERVER_SESSION,$R_BUSY" >>"$CSV"
                 fi
             done
             line="$line |$(printf '%5s %5s' "$(ratio "${TPS[w]}" "${TPS[pg]}")" "$(ratio "${SCPU[pg]}" "${SCPU[w]}")")"
