@@ -373,7 +373,10 @@ fn open_files(pid: i32) -> usize {
 
 #[test]
 fn connections_end_at_once_and_the_walwriter_keeps_no_sockets() {
-    let mut r = Reply::start("reply-fds", FLUSHER);
+    // The walwriter wakes only when a reply is handed off: a client that
+    // saw EOF only once the walwriter closed its copy would wait for it.
+    let sets = [FLUSHER, &["wal_writer_delay=10000"]].concat();
+    let mut r = Reply::start("reply-fds", &sets);
     let ww = r.child("walwriter");
     let before = open_files(ww);
     let worst_eof = Arc::new(Mutex::new(Duration::ZERO));
@@ -396,8 +399,15 @@ fn connections_end_at_once_and_the_walwriter_keeps_no_sockets() {
     }
     let worst = *worst_eof.lock().unwrap();
     assert!(worst < Duration::from_secs(1), "EOF took {worst:?}");
-    // The walwriter closes the duplicates of ended connections.
-    let bounded = wait_until(Duration::from_secs(5), || open_files(ww) <= before + 1);
+    // The walwriter closes the duplicates of ended connections at its next
+    // round (each probe's commit makes one).
+    let bounded = wait_until(Duration::from_secs(5), || {
+        let mut s = handshake_retrying(&r.socket());
+        single_value(&exchange(&mut s, &query(&durable_emit("probe"))));
+        drop(s);
+        std::thread::sleep(Duration::from_millis(20));
+        open_files(ww) <= before + 1
+    });
     assert!(
         bounded,
         "walwriter fds: {} before, {} after",
