@@ -90,6 +90,15 @@ fn single_value(reply: &[(u8, Vec<u8>)]) -> String {
     rows[0][0].clone().expect("a value")
 }
 
+/// A session inside a transaction that holds an XID: deferral needs
+/// another process in a transaction (a lone committer flushes itself).
+fn hold_a_transaction(path: &Path) -> UnixStream {
+    let mut s = handshake(path).expect("handshake");
+    exchange(&mut s, &query("BEGIN"));
+    single_value(&exchange(&mut s, &query("SELECT txid_current()")));
+    s
+}
+
 /// Reads messages until `n` ReadyForQuery have arrived; None on EOF/error.
 fn read_replies(s: &mut UnixStream, n: usize) -> Option<Vec<(u8, Vec<u8>)>> {
     let mut v = Vec::new();
@@ -230,6 +239,7 @@ fn kill9_of_a_backend_loses_no_acknowledged_commit() {
 #[test]
 fn pipelined_commits_and_selects_are_answered_in_order() {
     let mut r = Reply::start("reply-pipe", FLUSHER);
+    let _other = hold_a_transaction(&r.socket());
     let mut s = handshake(&r.socket()).expect("handshake");
     let rounds = 150;
     // Each durable commit is written alone, so that its reply is handed
@@ -278,6 +288,7 @@ fn pipelined_commits_and_selects_are_answered_in_order() {
 #[test]
 fn the_next_query_waits_for_the_flushers_reply() {
     let mut r = Reply::start("reply-stop", FLUSHER);
+    let _other = hold_a_transaction(&r.socket());
     let mut s = handshake(&r.socket()).expect("handshake");
     let ww = r.child("walwriter");
     for i in 0..4 {
@@ -336,6 +347,7 @@ fn pgbench_pipelines_run_clean() {
 #[test]
 fn a_client_that_stops_reading_gets_every_reply_later() {
     let mut r = Reply::start("reply-full", FLUSHER);
+    let _other = hold_a_transaction(&r.socket());
     let mut s = handshake(&r.socket()).expect("handshake");
     // Big replies fill the socket buffers while durable commits queue
     // behind them; nothing is read until everything was sent.
@@ -377,6 +389,7 @@ fn connections_end_at_once_and_the_walwriter_keeps_no_sockets() {
     // saw EOF only once the walwriter closed its copy would wait for it.
     let sets = [FLUSHER, &["wal_writer_delay=10000"]].concat();
     let mut r = Reply::start("reply-fds", &sets);
+    let _other = hold_a_transaction(&r.socket());
     let ww = r.child("walwriter");
     let before = open_files(ww);
     let worst_eof = Arc::new(Mutex::new(Duration::ZERO));

@@ -59,6 +59,10 @@ use std::time::Duration;
 const SETTLE_WAIT_FIRST: Duration = Duration::from_millis(5);
 const SETTLE_WAIT_MAX: Duration = Duration::from_millis(100);
 
+/// How often a backend yields while the walwriter is in the middle of
+/// sending its reply, before it sleeps (`wait_out_a_send`).
+const SENDING_YIELDS: u32 = 20;
+
 /// Whether this connection backend defers its durable commits' replies.
 pub fn enabled(ctx: &ProcContext) -> bool {
     ctx.settings.commit_reply == CommitReply::Flusher
@@ -126,6 +130,7 @@ impl<'a, S: Read + Write + AsRawFd> ReplyStream<'a, S> {
     /// returned), so that nothing is reordered after it.
     pub fn settle(&mut self) -> io::Result<()> {
         let mut nap = SETTLE_WAIT_FIRST;
+        self.wait_out_a_send();
         loop {
             match self.me.reply.settle_step() {
                 Settled::Nothing | Settled::Done => return Ok(()),
@@ -140,6 +145,19 @@ impl<'a, S: Read + Write + AsRawFd> ReplyStream<'a, S> {
                     }
                 }
             }
+        }
+    }
+
+    /// The walwriter is sending our reply (SENDING): its send() has woken
+    /// the client, whose next query may be what woke us. The send ends in
+    /// microseconds, so yield a few times rather than sleep on the
+    /// semaphore (a sleep and a post per transaction).
+    fn wait_out_a_send(&self) {
+        for _ in 0..SENDING_YIELDS {
+            if self.me.reply.state() != shmem::proc::REPLY_SENDING {
+                return;
+            }
+            shmem::sync::yield_now();
         }
     }
 

@@ -175,12 +175,14 @@ pub const REPLY_RETURNED: u32 = 5;
 ///    PENDING (Release; pairs with the flusher's Acquire `claim`);
 /// 2. the flusher claims it (CAS PENDING -> SENDING) only once its flush
 ///    result covers `lsn`, clears the XID, sends, and stores DONE or
-///    RETURNED (`finish`: SeqCst, then a SeqCst look at `waiting`);
+///    RETURNED (`finish`: the store, a SeqCst fence, then a look at
+///    `waiting`);
 /// 3. the owner, before it reads its next message or writes anything,
 ///    `settle`s: DONE/RETURNED (Acquire, pairs with `finish`) are taken
-///    back to EMPTY; PENDING/SENDING make it set `waiting` (SeqCst), look
-///    at the state again and sleep on its semaphore. Dekker's pattern on
-///    (`state`, `waiting`) with SeqCst on both sides: either the owner
+///    back to EMPTY; PENDING/SENDING make it set `waiting`, make a SeqCst
+///    fence, look at the state again and sleep on its semaphore. Dekker's
+///    pattern on (`state`, `waiting`) with a SeqCst fence on both sides
+///    (fences, not SeqCst accesses: loom checks this): either the owner
 ///    sees the final state, or the flusher sees `waiting` and posts (once:
 ///    it swaps `waiting` to 0). Waits are bounded, so a lost wake-up would
 ///    cost latency, never progress; a post that arrives after a timed-out
@@ -301,9 +303,13 @@ impl ReplySlot {
         let all = sent >= self.len.load(Ordering::Relaxed) as usize;
         self.sent.store(sent as u32, Ordering::Relaxed);
         let state = if all { REPLY_DONE } else { REPLY_RETURNED };
-        // SeqCst: pairs with the SeqCst store of `waiting` in `settle_step`.
-        self.state.store(state, Ordering::SeqCst);
-        self.waiting.swap(0, Ordering::SeqCst) != 0
+        // Release: pairs with the owner's Acquire `state()` (it then sees
+        // `sent`). The SeqCst fence pairs with the one in `settle_step`:
+        // either the owner's second look sees this state, or our swap sees
+        // its `waiting`.
+        self.state.store(state, Ordering::Release);
+        fence(Ordering::SeqCst);
+        self.waiting.swap(0, Ordering::Relaxed) != 0
     }
 
     /// Owner, step 3, one look (see [`Settled`]). `Busy` leaves
@@ -316,9 +322,10 @@ impl ReplySlot {
             return Settled::Nothing;
         }
         if !finished(s) {
-            // SeqCst: pairs with the SeqCst state store in `finish`.
-            self.waiting.store(1, Ordering::SeqCst);
-            s = self.state.load(Ordering::SeqCst);
+            // The SeqCst fence pairs with the one in `finish` (Dekker).
+            self.waiting.store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            s = self.state();
             if !finished(s) {
                 return Settled::Busy;
             }
