@@ -42,6 +42,30 @@
 //! - Crash: a reply is not sent before its commit is durable, so kill -9
 //!   of anybody loses only replies never sent, i.e. commits never
 //!   acknowledged; the crash restart is today's.
+//! - A lone committer (no other process in a transaction) is not deferred:
+//!   it flushes itself as with `backend` (at 1 client the wake-up of the
+//!   walwriter cost 0.55-0.69x tps).
+//!
+//! Measured (scripts/pg-vs-walshm.sh, WALSHM_SETS / BASELINE_SETS, one
+//! binary, pgbench -M prepared durable autocommit, 2 s points, 2 cores,
+//! shared and noisy; two same-run pairs, one per order; flusher / backend
+//! tps, backend / flusher server CPU per tx): 1 client 0.88 / 0.89 and
+//! 0.99 / 0.97; 4 clients 1.15 / 1.12 and 1.16 / 1.10; 16 clients 1.33 /
+//! 1.16 and 1.17 / 1.16 (context switches per tx 2.13 vs 2.72, 2.02 vs
+//! 2.66); 64 clients 1.14 / 1.09 and 0.89 / 0.98 (commits per fdatasync
+//! 43 vs 22, 59 vs 21; context switches 1.98 vs 2.58, 2.14 vs 2.63); 256
+//! clients 0.66 / 0.67 and 0.59 / 0.61 (context switches 3.8-4.0 vs 2.7).
+//! The multi script: 0.71-1.17x tps, no clear winner. So `backend` stays
+//! the default: `flusher` wins at 4-16 clients and fills fdatasyncs at 64,
+//! but loses at 256, where a perf profile shows the backends sleeping in
+//! futex waits (14 % of all samples; recv only 6 %), i.e. in lock or
+//! settle waits rather than in recv: one process clearing and sending for
+//! up to 256 commits per round serializes what 256 backends did in
+//! parallel, and ProcArrayLock held for the batch clear makes snapshot
+//! takers wait (not confirmed: the callers of those futex waits were not
+//! resolved). Without the yield in `wait_out_a_send` a backend whose next
+//! query arrived while the walwriter was still in `finish` slept on its
+//! semaphore once more (context switches per tx 2.45 vs 2.67 only).
 
 use crate::context::ProcContext;
 use crate::procarray::ProcArray;
