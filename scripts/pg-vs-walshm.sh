@@ -82,7 +82,9 @@
 #! Lists take spaces or commas: --modes simple,extended --clients 4,16.
 #! Environment: PG_BINDIR (default /usr/lib/postgresql/15/bin), WALSHM_BIN
 #! (default target/release/postmaster, built with cargo if missing),
-#! PGVS_NO_CGROUPS=1 (use the /proc and rusage fallback even as root).
+#! PGVS_NO_CGROUPS=1 (use the /proc and rusage fallback even as root),
+#! WALSHM_SETS / BASELINE_SETS ("NAME=VALUE ...": extra --set for the walshm
+#! / baseline server; with --baseline of the same binary, a settings A/B).
 #! Default full run: 100 points x 2 servers x 3 s = 10 min of pgbench, about
 #! 12 min in all.
 set -euo pipefail
@@ -263,11 +265,15 @@ init_walshm
 [ -n "$BASELINE_BIN" ] && init_walshm "$BASELINE_BIN" "$BDATA" "$WORK/baseline-init.log"
 walshm_ready() { [ -S "$WDATA/.s.PGSQL.$W_PORT" ] && "$PG_BINDIR/pg_isready" -q -h "$WDATA" -p "$W_PORT"; }
 baseline_ready() { [ -S "$BDATA/.s.PGSQL.$B_PORT" ] && "$PG_BINDIR/pg_isready" -q -h "$BDATA" -p "$B_PORT"; }
+# WALSHM_SETS / BASELINE_SETS: extra "NAME=VALUE ..." for the walshm and
+# baseline servers (one binary, two settings: an A/B in one run).
+sets_args() { local s; for s in $1; do printf -- '--set\n%s\n' "$s"; done; }
 start_walshms() { # fsync synchronous_commit
-    launch_walshm walshm_ready --set fsync="$1" --set synchronous_commit="$2"
+    local wx bx; mapfile -t wx < <(sets_args "${WALSHM_SETS:-}"); mapfile -t bx < <(sets_args "${BASELINE_SETS:-}")
+    launch_walshm walshm_ready --set fsync="$1" --set synchronous_commit="$2" "${wx[@]}"
     if [ -n "$BASELINE_BIN" ]; then
         spawn_walshm B_PID "$BASELINE_BIN" "$BDATA" "$B_PORT" "$WORK/baseline.log" "${CGS[b]}" \
-            baseline_ready --set fsync="$1" --set synchronous_commit="$2"
+            baseline_ready --set fsync="$1" --set synchronous_commit="$2" "${bx[@]}"
     fi
 }
 stop_walshms() { stop_walshm; stop_walshm_pid "$B_PID"; B_PID=""; }

@@ -19,7 +19,7 @@ mod common;
 use common::receiver::{pg_receivewal, Receiver};
 use common::wire::{
     cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
-    read_to_close, socket_path, start_on_free_port, startup_packet,
+    read_to_close, silent_for, socket_path, start_on_free_port, startup_packet,
 };
 use common::*;
 use std::collections::HashSet;
@@ -565,23 +565,6 @@ fn cancel(path: &Path, pid: i32, key: i32) {
     p.extend_from_slice(&pid.to_be_bytes());
     p.extend_from_slice(&key.to_be_bytes());
     c.write_all(&p).unwrap();
-}
-
-/// True if nothing arrives on `s` within `d`.
-fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
-    use std::os::fd::AsRawFd;
-    std::thread::sleep(d);
-    let mut b = [0u8; 1];
-    // SAFETY: a one-byte peek into a live buffer of our own socket.
-    let n = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            b.as_mut_ptr() as *mut libc::c_void,
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }
 
 /// With no synchronous standby connected a commit waits; a cancel ends

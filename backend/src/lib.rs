@@ -28,6 +28,7 @@ pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod reply;
 pub mod restore;
 pub mod slots;
 pub mod syncrep;

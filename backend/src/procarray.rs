@@ -184,6 +184,24 @@ impl<'a> ProcArray<'a> {
         bump(&c.xid_clears, 1);
     }
 
+    /// Clears the XIDs of other procs' transactions, `(procno, xid)`, under
+    /// one ProcArrayLock acquisition: the walwriter ends the transactions
+    /// whose commit replies it sends (`crate::reply`), once they are
+    /// durable and before their clients hear of it.
+    pub fn end_transactions_of(&self, ended: &[(u32, u32)]) {
+        let env = &self.ctx.env;
+        let lock = self.shm.named_lock(NamedLock::ProcArray);
+        let procs = self.shm.procs();
+        let c = &self.shm.proc_stats(self.me).counters.flat;
+        lock.acquire(env, LWLockMode::Exclusive);
+        for &(procno, xid) in ended {
+            self.clear_locked(&procs[procno as usize], xid);
+        }
+        lock.release(env);
+        bump(&c.procarray_lock_acquisitions, 1);
+        bump(&c.xid_clears, ended.len() as u64);
+    }
+
     /// Caller holds ProcArrayLock exclusively.
     fn clear_locked(&self, p: &Proc, xid: u32) {
         p.xid.store(0, Ordering::Relaxed);

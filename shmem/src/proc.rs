@@ -107,6 +107,9 @@ pub struct Proc {
     /// proc itself; the walwriter swaps it to 0 and posts `sem` once the
     /// flush result covers it (see walwriter's notifier).
     pub flush_wanted: AtomicU64,
+    /// Deferred commit reply (issue 16, `commit_reply = flusher`); on its
+    /// own lines after the slot's first 128 bytes.
+    pub reply: ReplySlot,
 }
 
 impl Proc {
@@ -128,6 +131,7 @@ impl Proc {
             wait_event_info: AtomicU32::new(0),
             counters: ProcCounters::default(),
             flush_wanted: AtomicU64::new(0),
+            reply: ReplySlot::new(),
         }
     }
 
@@ -137,7 +141,219 @@ impl Proc {
 }
 
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Proc>() == 128);
+const _: () = assert!(std::mem::size_of::<Proc>() == 128 + std::mem::size_of::<ReplySlot>());
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<ReplySlot>().is_multiple_of(128));
+
+/// Bytes of reply a [`ReplySlot`] carries (a commit's CommandComplete,
+/// DataRow and ReadyForQuery are 20-60 bytes).
+pub const REPLY_MAX: usize = 192;
+const REPLY_WORDS: usize = REPLY_MAX / 8;
+
+/// `ReplySlot::state` values. Truth table (who moves it, to what):
+///
+/// | state | meaning | next (by) |
+/// | --- | --- | --- |
+/// | EMPTY | nothing deferred | PREPARED (owner, at commit) |
+/// | PREPARED | commit record inserted, not flushed, XID still set; only the owner looks at it | PENDING (owner, hand-off), EMPTY (owner finished it itself) |
+/// | PENDING | handed to the flusher: `lsn`, `xid`, `len` bytes | SENDING (flusher, once `lsn` is flushed) |
+/// | SENDING | the flusher clears `xid` and sends | DONE or RETURNED (flusher) |
+/// | DONE | XID cleared, bytes sent (or the client is gone) | EMPTY (owner) |
+/// | RETURNED | XID cleared, only `sent` of `len` bytes went out | EMPTY (owner, after sending the rest) |
+pub const REPLY_EMPTY: u32 = 0;
+pub const REPLY_PREPARED: u32 = 1;
+pub const REPLY_PENDING: u32 = 2;
+pub const REPLY_SENDING: u32 = 3;
+pub const REPLY_DONE: u32 = 4;
+pub const REPLY_RETURNED: u32 = 5;
+
+/// A commit reply handed from a backend to the flusher (issue 16,
+/// `commit_reply = flusher`; used by `backend::reply`).
+///
+/// Protocol (the owner is the backend whose slot it is):
+/// 1. the owner writes `lsn`, `xid`, `len` and the bytes, then stores
+///    PENDING (Release; pairs with the flusher's Acquire `claim`);
+/// 2. the flusher claims it (CAS PENDING -> SENDING) only once its flush
+///    result covers `lsn`, clears the XID, sends, and stores DONE or
+///    RETURNED (`finish`: the store, a SeqCst fence, then a look at
+///    `waiting`);
+/// 3. the owner, before it reads its next message or writes anything,
+///    `settle`s: DONE/RETURNED (Acquire, pairs with `finish`) are taken
+///    back to EMPTY; PENDING/SENDING make it set `waiting`, make a SeqCst
+///    fence, look at the state again and sleep on its semaphore. Dekker's
+///    pattern on (`state`, `waiting`) with a SeqCst fence on both sides
+///    (fences, not SeqCst accesses: loom checks this): either the owner
+///    sees the final state, or the flusher sees `waiting` and posts (once:
+///    it swaps `waiting` to 0). Waits are bounded, so a lost wake-up would
+///    cost latency, never progress; a post that arrives after a timed-out
+///    wait is absorbed like any other (PGSemaphore semantics).
+///
+/// `conn` names the connection (0: none): the flusher keeps a duplicate of
+/// the socket `fd` of proc `pid` for as long as `conn` stays the same.
+#[repr(C, align(128))]
+pub struct ReplySlot {
+    pub state: AtomicU32,
+    pub waiting: AtomicU32,
+    pub conn: AtomicU32,
+    pub fd: AtomicI32,
+    pub xid: AtomicU32,
+    pub len: AtomicU32,
+    pub sent: AtomicU32,
+    /// Connection counter of this slot (owner only): the next `conn`.
+    pub conn_seq: AtomicU32,
+    /// End of the commit record that must be flushed before the reply.
+    pub lsn: AtomicU64,
+    bytes: [AtomicU64; REPLY_WORDS],
+}
+
+impl Default for ReplySlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplySlot {
+    pub fn new() -> Self {
+        ReplySlot {
+            state: AtomicU32::new(REPLY_EMPTY),
+            waiting: AtomicU32::new(0),
+            conn: AtomicU32::new(0),
+            fd: AtomicI32::new(-1),
+            xid: AtomicU32::new(0),
+            len: AtomicU32::new(0),
+            sent: AtomicU32::new(0),
+            conn_seq: AtomicU32::new(0),
+            lsn: AtomicU64::new(0),
+            bytes: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The state (Acquire: pairs with the Release/SeqCst store that set it).
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Owner, at commit: the commit ending at `lsn` of `xid` is not flushed
+    /// yet and its reply may be handed off.
+    pub fn prepare(&self, lsn: u64, xid: u32) {
+        self.lsn.store(lsn, Ordering::Relaxed);
+        self.xid.store(xid, Ordering::Relaxed);
+        self.state.store(REPLY_PREPARED, Ordering::Relaxed);
+    }
+
+    /// Owner: drops a PREPARED commit it finished itself.
+    pub fn unprepare(&self) {
+        self.state.store(REPLY_EMPTY, Ordering::Relaxed);
+    }
+
+    /// Owner, step 1: hands `bytes` (at most REPLY_MAX; none: the flusher
+    /// only flushes and clears the XID) over. The slot must be PREPARED.
+    pub fn hand_off(&self, bytes: &[u8]) {
+        debug_assert!(bytes.len() <= REPLY_MAX);
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.bytes[i].store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        self.len.store(bytes.len() as u32, Ordering::Relaxed);
+        self.sent.store(0, Ordering::Relaxed);
+        // Release: pairs with the Acquire of `claim`.
+        self.state.store(REPLY_PENDING, Ordering::Release);
+    }
+
+    /// The flush position a PENDING slot waits for (None: not pending).
+    pub fn pending_lsn(&self) -> Option<u64> {
+        (self.state() == REPLY_PENDING).then(|| self.lsn.load(Ordering::Relaxed))
+    }
+
+    /// Flusher, step 2: takes a PENDING slot whose commit `flushed` covers;
+    /// returns its XID.
+    pub fn claim(&self, flushed: u64) -> Option<u32> {
+        if self.state() != REPLY_PENDING || self.lsn.load(Ordering::Relaxed) > flushed {
+            return None;
+        }
+        // Acquire: pairs with the Release in `hand_off` (the bytes and
+        // fields written before it are visible).
+        self.state
+            .compare_exchange(
+                REPLY_PENDING,
+                REPLY_SENDING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .ok()
+            .map(|_| self.xid.load(Ordering::Relaxed))
+    }
+
+    /// The handed-off bytes from `from` on, copied into `into`.
+    pub fn copy_bytes(&self, from: usize, into: &mut Vec<u8>) {
+        into.clear();
+        let len = self.len.load(Ordering::Relaxed) as usize;
+        for w in &self.bytes[..len.div_ceil(8)] {
+            into.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        into.truncate(len);
+        into.drain(..from.min(len));
+    }
+
+    /// Flusher, end of step 2: `sent` of the bytes went out (all of them:
+    /// DONE; fewer: RETURNED, the owner sends the rest). Returns true if
+    /// the owner waits and must be posted (exactly one caller sees true).
+    pub fn finish(&self, sent: usize) -> bool {
+        let all = sent >= self.len.load(Ordering::Relaxed) as usize;
+        self.sent.store(sent as u32, Ordering::Relaxed);
+        let state = if all { REPLY_DONE } else { REPLY_RETURNED };
+        // Release: pairs with the owner's Acquire `state()` (it then sees
+        // `sent`). The SeqCst fence pairs with the one in `settle_step`:
+        // either the owner's second look sees this state, or our swap sees
+        // its `waiting`.
+        self.state.store(state, Ordering::Release);
+        fence(Ordering::SeqCst);
+        self.waiting.swap(0, Ordering::Relaxed) != 0
+    }
+
+    /// Owner, step 3, one look (see [`Settled`]). `Busy` leaves
+    /// `waiting` set after a second look: the caller may sleep on its
+    /// semaphore and look again.
+    pub fn settle_step(&self) -> Settled {
+        let finished = |s: u32| matches!(s, REPLY_DONE | REPLY_RETURNED);
+        let mut s = self.state();
+        if !finished(s) && !matches!(s, REPLY_PENDING | REPLY_SENDING) {
+            return Settled::Nothing;
+        }
+        if !finished(s) {
+            // The SeqCst fence pairs with the one in `finish` (Dekker).
+            self.waiting.store(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            s = self.state();
+            if !finished(s) {
+                return Settled::Busy;
+            }
+        }
+        self.waiting.store(0, Ordering::Relaxed);
+        let sent = self.sent.load(Ordering::Relaxed) as usize;
+        self.state.store(REPLY_EMPTY, Ordering::Relaxed);
+        if s == REPLY_DONE {
+            Settled::Done
+        } else {
+            Settled::Returned(sent)
+        }
+    }
+}
+
+/// What the owner's `settle_step` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing handed off (EMPTY or PREPARED).
+    Nothing,
+    /// The flusher has it still (PENDING or SENDING).
+    Busy,
+    /// Sent in full (or the client is gone); the slot is EMPTY again.
+    Done,
+    /// Only this many bytes went out; the owner sends the rest (its copy
+    /// is still in the slot, `copy_bytes`). The slot is EMPTY again.
+    Returned(usize),
+}
 
 /// Capacity of [`FlushWaiters`] in proc numbers: above any `max_procs` the
 /// settings allow with a reasonable `--workers` (4096 connections, 1024

@@ -33,8 +33,8 @@
 mod kinds;
 
 use crate::variants::{
-    GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation, VarAccess,
-    WaitQueue, WalSyncMethod, XidClear,
+    CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
+    VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -336,6 +336,13 @@ declare_settings! {
     group_commit_baton: bool = false =>
         "group_commit_baton", Kind::Bool,
         "hybrid group commit: committers arriving while a flush is being handed to a waiting backend join it instead of leading their own";
+    // ---- issue 16: commit replies (helper "respond") ----
+    /// Who sends a durable commit's reply: `backend` (waits for its flush,
+    /// then replies) or `flusher` (hands the reply to the walwriter, which
+    /// sends it after the covering fdatasync; see backend/src/reply.rs).
+    commit_reply: CommitReply = CommitReply::Backend =>
+        "commit_reply", Kind::Enum(CommitReply::NAMES),
+        "who sends a durable commit's reply: backend (after waiting for the flush) or flusher (the walwriter, after its fdatasync)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

@@ -167,3 +167,16 @@ variant_enum!(
         OpenDatasync = "open_datasync",
     }
 );
+
+// ---- issue 16 (commit replies) ----
+variant_enum!(
+    /// Who sends a durable commit's reply (issue 16).
+    CommitReply {
+        /// The committing backend waits for its flush, then replies
+        /// (PostgreSQL's way).
+        Backend = "backend",
+        /// The backend hands its reply to the walwriter and reads on; the
+        /// walwriter sends it after the fdatasync that covers the commit.
+        Flusher = "flusher",
+    }
+);

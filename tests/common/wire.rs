@@ -296,3 +296,20 @@ pub fn start_on_free_port(
     );
     (srv, port)
 }
+
+/// True if nothing arrives on `s` within `d`.
+pub fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    std::thread::sleep(d);
+    let mut b = [0u8; 1];
+    // SAFETY: a one-byte peek into a live buffer of our own socket.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr() as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+}

@@ -29,6 +29,12 @@
 //! backends pass the flush among themselves (see `backend::xlog`): only
 //! waiting no-I/O processes keep us going round at once.
 //!
+//! Commit replies (issue 16, `commit_reply = flusher`): after each round
+//! the walwriter also sends the replies backends handed over for commits
+//! the flush now covers, clearing their XIDs first (`backend::reply`);
+//! handed-off replies still waiting count as waiters, so the next round
+//! starts at once.
+//!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
 //! writes and flushes everything inserted and exits 0: fast shutdown leaves
 //! every inserted record on disk.
@@ -50,10 +56,12 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     let delay = Duration::from_millis(ctx.settings.wal_writer_delay_ms as u64);
     let preinit = ctx.settings.wal_preinit;
     let latch = &shm.xlog().walwriter_latch;
+    let mut replies = backend::reply::Flusher::new(&ctx);
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
-        let waiting = xlog.waiting_for_walwriter(xlog.notify_flush_waiters());
+        let waiting = xlog.waiting_for_walwriter(xlog.notify_flush_waiters())
+            + replies.send_covered(xlog.flush_lsn());
         if preinit {
             xlog.preinit_buffers();
         }
@@ -80,6 +88,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     }
     xlog.flush_all();
     xlog.notify_flush_waiters();
+    replies.send_covered(xlog.flush_lsn());
     0
 }
 

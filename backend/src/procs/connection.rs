@@ -644,15 +644,30 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     if let (Some(on), Some(level)) = (info.synchronous_commit, info.synchronous_commit_level) {
         session.start_with_synchronous_commit(on, level);
     }
-    let mut stream = PollingStream::new(stream, shm);
-    if let Err(e) = protocol::serve(&mut stream, &mut session) {
+    let stream = PollingStream::new(stream, shm);
+    let served = if crate::reply::enabled(&ctx) {
+        // Durable commits' replies go out through the walwriter (issue 16).
+        crate::reply::register_connection(me, fd);
+        session.xact.defer_replies(true);
+        let mut stream = crate::reply::ReplyStream::new(stream, shm, me);
+        let served = protocol::serve(&mut stream, &mut session);
+        let settled = stream.settle();
+        session.close();
+        crate::reply::end_connection(me, fd);
+        served.and(settled)
+    } else {
+        let mut stream = stream;
+        let served = protocol::serve(&mut stream, &mut session);
+        session.close();
+        served
+    };
+    if let Err(e) = served {
         if e.kind() != std::io::ErrorKind::BrokenPipe
             && e.kind() != std::io::ErrorKind::ConnectionReset
         {
             log("LOG", &format!("connection ended: {e}"));
         }
     }
-    session.close();
     me.cancel_key.store(0, Ordering::Relaxed);
     shm.free_backend_proc(procno);
     0

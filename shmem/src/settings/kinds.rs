@@ -431,7 +431,8 @@ enum_fields!(
     InsertLockSpread,
     GroupCommit,
     InsertLockWait,
-    WalSyncMethod
+    WalSyncMethod,
+    crate::variants::CommitReply
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
