@@ -159,17 +159,46 @@ fn load_args(p: &PointSpec) -> Result<Vec<String>, String> {
     Ok(args)
 }
 
+/// Records a backend may insert between our reads of its counters and
+/// still count as read at one moment.
+const COUNTS_SKEW_RECORDS: u64 = 64;
+
+/// Proc `i`'s (transactions, WAL records, WAL bytes), read close enough
+/// together to belong to one moment: a sampler preempted between the loads
+/// (milliseconds on a loaded machine, i.e. thousands of records) would
+/// pair a transaction count with a later record count, so the reads are
+/// retried while more than `COUNTS_SKEW_RECORDS` records went in between
+/// (at most a few times: the last try stands).
+fn consistent_counts(shm: &Shmem, i: u32) -> (u64, u64, u64) {
+    let p = &shm.procs()[i as usize];
+    let wal = &shm.proc_stats(i).counters.flat;
+    let read = || {
+        let before = wal.wal_records.load(Ordering::Relaxed);
+        let transactions = p.counters.transactions.load(Ordering::Relaxed);
+        let records = wal.wal_records.load(Ordering::Relaxed);
+        let bytes = wal.wal_bytes.load(Ordering::Relaxed);
+        (records - before, (transactions, records, bytes))
+    };
+    let mut counts = read();
+    for _ in 0..8 {
+        if counts.0 <= COUNTS_SKEW_RECORDS {
+            break;
+        }
+        counts = read();
+    }
+    counts.1
+}
+
 fn sample(shm: &Shmem, procnos: &[u32]) -> Sample {
     let mut s = Sample {
         hist: vec![0; BUCKETS],
         ..Sample::default()
     };
     for &i in procnos {
-        let p = &shm.procs()[i as usize];
-        s.transactions += p.counters.transactions.load(Ordering::Relaxed);
-        let wal = &shm.proc_stats(i).counters.flat;
-        s.records += wal.wal_records.load(Ordering::Relaxed);
-        s.bytes += wal.wal_bytes.load(Ordering::Relaxed);
+        let (transactions, records, bytes) = consistent_counts(shm, i);
+        s.transactions += transactions;
+        s.records += records;
+        s.bytes += bytes;
         for (acc, v) in s.hist.iter_mut().zip(shm.latency_histogram(i).snapshot()) {
             *acc += v;
         }
