@@ -97,6 +97,19 @@ extern "C" fn on_reply_returned(_: libc::c_int) {
     // Nothing to do: the signal only interrupts `recv` (no SA_RESTART).
 }
 
+/// Lowers this backend's scheduling priority by `commit_reply_backend_nice`
+/// (an unprivileged process may always raise its own nice value), so the
+/// walwriter that sends our replies runs first when it is runnable.
+pub fn lower_own_priority(ctx: &ProcContext) {
+    let by = ctx.settings.commit_reply_backend_nice as libc::c_int;
+    if by == 0 {
+        return;
+    }
+    // SAFETY: nice(2) changes only this process's priority; an error (-1
+    // with errno) leaves it unchanged, which is harmless.
+    unsafe { libc::nice(by) };
+}
+
 /// Connection start: publishes the socket `fd` for the walwriter and arms
 /// the signal that interrupts our `recv` when a reply is returned.
 pub fn register_connection(me: &Proc, fd: RawFd) {
