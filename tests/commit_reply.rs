@@ -443,3 +443,41 @@ fn a_misspelt_commit_reply_is_refused() {
     let d = init(&tmp.join("data"), &[]);
     assert_start_refused(&d, "commit_reply", "walwriter");
 }
+
+/// A process's nice value (/proc/PID/stat, the 19th field).
+fn nice_of(pid: i32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
+    // Fields from the 3rd (state) on: the nice value is the 19th field.
+    after_comm
+        .split(' ')
+        .nth(16)
+        .expect("nice")
+        .parse()
+        .expect("number")
+}
+
+#[test]
+fn connection_backends_lower_their_priority_below_the_walwriters() {
+    let sets = [FLUSHER, &["commit_reply_backend_nice=5"]].concat();
+    let mut r = Reply::start("reply-nice", &sets);
+    let mut s = handshake_retrying(&r.socket());
+    single_value(&exchange(&mut s, &query("SELECT 1")));
+    let ww = nice_of(r.child("walwriter"));
+    let backends: Vec<i64> = r
+        .srv()
+        .children()
+        .into_iter()
+        .filter(|(_, c)| c == "backend")
+        .map(|(pid, _)| nice_of(pid))
+        .collect();
+    assert_eq!(backends.len(), 1, "one connection backend: {backends:?}");
+    // Relative to the walwriter: the test itself may run niced.
+    assert_eq!(
+        backends[0] - ww,
+        5.min(19 - ww),
+        "backend nice {backends:?}, walwriter {ww}"
+    );
+    drop(s);
+    r.stop();
+}

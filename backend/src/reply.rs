@@ -66,6 +66,31 @@
 //! resolved). Without the yield in `wait_out_a_send` a backend whose next
 //! query arrived while the walwriter was still in `finish` slept on its
 //! semaphore once more (context switches per tx 2.45 vs 2.67 only).
+//!
+//! The 256-client loss, followed up: the walwriter's own schedstat
+//! (/proc/PID/schedstat, a ~3 s window of pgbench autocommit at 256
+//! clients) showed 559 ms run and 1654 ms runqueue wait, 845 / 3090 ms in
+//! another run: it is runnable three quarters of the time but waits for a
+//! CPU among the woken backends and pgbench, while every reply of the
+//! round waits on it (at 16 clients 1025-1478 ms run, 658-881 ms wait; at
+//! 4 clients 119-203 ms wait). A bound on unfinished deferred replies
+//! (beyond 64, commit as with `backend`) was tried and dropped: 0.82-0.91x
+//! tps against the unbounded form at 256 (two pairs). The fix kept,
+//! opt-in: `commit_reply_backend_nice` (`lower_own_priority`): backends
+//! raise their own nice value, so the walwriter, at nice 0, wins the CPU
+//! when it is runnable. With the server in its own session (autogroup)
+//! this only reweighs the server's processes against each other; without
+//! autogroup the backends also yield to every other program. Same-run
+//! pairs (one-binary A/B, pgbench -M prepared, 5 s points, 2 cores,
+//! shared, a CI run and other helpers' builds alongside), tps nice 5 /
+//! backend and nice 5 / flusher: autocommit 4 cl 1.21, 0.98 and 1.21,
+//! 0.99; 16 cl 0.96, 1.14 and 1.42, 1.13; 64 cl 0.98, 0.95 and 1.31,
+//! 1.13; 256 cl 1.02, 0.88 and 1.14, 0.94; multi 16 cl 1.49, 0.88 and
+//! 1.01, 0.69; 256 cl 1.51, 1.25 and 1.18, 0.83. Plain flusher / backend
+//! in the same runs: autocommit 0.98-1.00 at 4, 0.68-1.01 at 16,
+//! 0.74-0.85 at 64, 0.90-0.94 at 256; multi 1.26-1.47 at 16, 1.28-1.50 at
+//! 256. Neither form is >= 0.97x of `backend` everywhere, so `backend`
+//! stays the default and both stay opt-in.
 
 use crate::context::ProcContext;
 use crate::procarray::ProcArray;
@@ -95,6 +120,19 @@ pub fn enabled(ctx: &ProcContext) -> bool {
 
 extern "C" fn on_reply_returned(_: libc::c_int) {
     // Nothing to do: the signal only interrupts `recv` (no SA_RESTART).
+}
+
+/// Lowers this backend's scheduling priority by `commit_reply_backend_nice`
+/// (an unprivileged process may always raise its own nice value), so the
+/// walwriter that sends our replies runs first when it is runnable.
+pub fn lower_own_priority(ctx: &ProcContext) {
+    let by = ctx.settings.commit_reply_backend_nice as libc::c_int;
+    if by == 0 {
+        return;
+    }
+    // SAFETY: nice(2) changes only this process's priority; an error (-1
+    // with errno) leaves it unchanged, which is harmless.
+    unsafe { libc::nice(by) };
 }
 
 /// Connection start: publishes the socket `fd` for the walwriter and arms

@@ -343,6 +343,13 @@ declare_settings! {
     commit_reply: CommitReply = CommitReply::Backend =>
         "commit_reply", Kind::Enum(CommitReply::NAMES),
         "who sends a durable commit's reply: backend (after waiting for the flush) or flusher (the walwriter, after its fdatasync)";
+    /// `commit_reply = flusher`: connection backends lower their own
+    /// scheduling priority by this nice increment, so the walwriter (which
+    /// sends their replies) is not starved among hundreds of runnable
+    /// backends. 0: off.
+    commit_reply_backend_nice: u32 = 0 =>
+        "commit_reply_backend_nice", Kind::count(0, 19),
+        "commit_reply = flusher: nice increment connection backends apply to themselves (the walwriter keeps its priority)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

@@ -648,6 +648,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let served = if crate::reply::enabled(&ctx) {
         // Durable commits' replies go out through the walwriter (issue 16).
         crate::reply::register_connection(me, fd);
+        crate::reply::lower_own_priority(&ctx);
         session.xact.defer_replies(true);
         let mut stream = crate::reply::ReplyStream::new(stream, shm, me);
         let served = protocol::serve(&mut stream, &mut session);
