@@ -24,56 +24,15 @@ use common::*;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const FLUSHER: &[&str] = &["commit_reply=flusher", "fsync=on"];
 
-/// A server with `commit_reply = flusher` on a free port.
-struct Reply {
-    d: DataDir,
-    srv: Option<Server>,
-    port: u16,
-    _tmp: TempDir,
-}
-
-impl Reply {
-    fn start(tag: &str, sets: &[&str]) -> Reply {
-        let tmp = TempDir::new(tag);
-        let d = init(&tmp.join("data"), &[]);
-        let (srv, port) = start_on_free_port(&d, tmp.path(), sets, &[], &[]);
-        Reply {
-            d,
-            srv: Some(srv),
-            port,
-            _tmp: tmp,
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        socket_path(&self.d.path, self.port)
-    }
-
-    fn srv(&self) -> &Server {
-        self.srv.as_ref().expect("server running")
-    }
-
-    fn child(&self, comm: &str) -> i32 {
-        self.srv()
-            .children()
-            .into_iter()
-            .find(|(_, c)| c == comm)
-            .unwrap_or_else(|| panic!("no {comm} child"))
-            .0
-    }
-
-    fn stop(&mut self) {
-        let o = self.srv.take().expect("server running").stop_ok();
-        assert_no_panic("server", &o);
-    }
-}
+/// A server with `commit_reply = flusher` (given in `sets`) on a free port.
+type Reply = PortServer;
 
 fn query(sql: &str) -> Vec<u8> {
     msg(b'Q', &cstr(sql))
@@ -320,7 +279,7 @@ fn pgbench_pipelines_run_clean() {
         return;
     };
     let mut r = Reply::start("reply-pgbench", FLUSHER);
-    let script = r._tmp.join("pipe.sql");
+    let script = r.tmp.join("pipe.sql");
     std::fs::write(
         &script,
         "\\set n random(1, 1000000)\n\\startpipeline\n\

@@ -27,36 +27,13 @@ use common::*;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// An initialized data directory and a running server on a free port.
-struct Pg {
-    srv: Server,
-    d: DataDir,
-    port: u16,
-    _tmp: TempDir,
-}
-
-impl Pg {
-    fn start(tag: &str, sets: &[&str]) -> Pg {
-        let tmp = TempDir::new(tag);
-        let d = init(&tmp.join("data"), &[]);
-        let (srv, port) = start_on_free_port(&d, tmp.path(), sets, &[], &[]);
-        Pg {
-            srv,
-            d,
-            port,
-            _tmp: tmp,
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        socket_path(&self.d.path, self.port)
-    }
-}
+type Pg = PortServer;
 
 // ---------------------------------------------------------------------------
 // A raw protocol client
@@ -225,10 +202,10 @@ fn sorted_children(srv: &Server) -> Vec<(i32, String)> {
 
 #[test]
 fn deep_expressions_get_54001_and_nobody_else_notices() {
-    let pg = Pg::start("hostile-deep", &[]);
+    let mut pg = Pg::start("hostile-deep", &[]);
     let mut a = Client::connect(&pg);
     let mut b = Client::connect(&pg);
-    let before = sorted_children(&pg.srv);
+    let before = sorted_children(pg.srv());
     assert_eq!(before.iter().filter(|(_, c)| c == "backend").count(), 2);
 
     let parens = format!("SELECT {}1{}", "(".repeat(30_000), ")".repeat(30_000));
@@ -250,7 +227,7 @@ fn deep_expressions_get_54001_and_nobody_else_notices() {
     a.assert_usable("after the target lists");
 
     b.assert_usable("the other session");
-    let after = sorted_children(&pg.srv);
+    let after = sorted_children(pg.srv());
     assert_eq!(before, after, "children changed: a crash restart happened");
     assert!(!after.iter().any(|(_, c)| c == "startup"));
     assert_eq!(
@@ -262,13 +239,13 @@ fn deep_expressions_get_54001_and_nobody_else_notices() {
         "both backends are the ones that started"
     );
     drop((a, b));
-    let o = pg.srv.stop_ok();
+    let o = pg.stop();
     assert_no_panic("deep", &o);
 }
 
 #[test]
 fn values_rows_and_parameters_above_the_memory_limit_get_53200() {
-    let pg = Pg::start("hostile-mem", &["session_memory_limit=8MB"]);
+    let mut pg = Pg::start("hostile-mem", &["session_memory_limit=8MB"]);
     let mut c = Client::connect(&pg);
     let r = c.run("SELECT repeat('x', 9000000)");
     assert_eq!(r.errors, ["53200"], "a value above the limit: {r:?}");
@@ -321,12 +298,12 @@ fn values_rows_and_parameters_above_the_memory_limit_get_53200() {
     assert!(r.rows.is_empty());
     c.assert_usable("after the parameter");
     drop(c);
-    pg.srv.stop_ok();
+    pg.stop();
 }
 
 #[test]
 fn large_replies_stream_and_memory_is_given_back() {
-    let pg = Pg::start("hostile-stream", &[]);
+    let mut pg = Pg::start("hostile-stream", &[]);
     let mut c = Client::connect(&pg);
     c.assert_usable("at start");
     let anon_before = status_bytes(c.pid, "RssAnon");
@@ -361,7 +338,7 @@ fn large_replies_stream_and_memory_is_given_back() {
         anon_before / MIB
     );
     drop(c);
-    pg.srv.stop_ok();
+    pg.stop();
 }
 
 /// A transaction with an XID, a reply far larger than the socket buffers,
@@ -371,7 +348,7 @@ const ABANDONED: &str = "BEGIN; SELECT txid_current(); SELECT repeat('x', 500000
 
 #[test]
 fn fast_shutdown_does_not_wait_for_a_client_that_does_not_read() {
-    let pg = Pg::start("hostile-noread", &[]);
+    let mut pg = Pg::start("hostile-noread", &[]);
     let mut stuck = Client::connect(&pg);
     let mut other = Client::connect(&pg);
     other.assert_usable("the other session");
@@ -396,7 +373,7 @@ fn fast_shutdown_does_not_wait_for_a_client_that_does_not_read() {
 
     let datadir = pg.d.path.clone();
     let start = Instant::now();
-    pg.srv.stop_ok(); // SIGTERM; exit 0 without a panic
+    pg.stop(); // SIGTERM; exit 0 without a panic
     let took = start.elapsed();
     assert!(
         took < Duration::from_secs(5),

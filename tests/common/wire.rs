@@ -297,6 +297,55 @@ pub fn start_on_free_port(
     (srv, port)
 }
 
+/// An initialized data directory in a temporary directory, and a server
+/// on a free port (`start_on_free_port`); the server is killed with its
+/// process group when dropped unless `stop` ended it first.
+pub struct PortServer {
+    pub srv: Option<super::Server>,
+    pub d: super::DataDir,
+    pub port: u16,
+    pub tmp: super::TempDir,
+}
+
+impl PortServer {
+    /// `init` a data directory under a new temporary directory named after
+    /// `tag`, then start it with `--set S` for each of `sets`.
+    pub fn start(tag: &str, sets: &[&str]) -> PortServer {
+        let tmp = super::TempDir::new(tag);
+        let d = super::init(&tmp.join("data"), &[]);
+        let (srv, port) = start_on_free_port(&d, tmp.path(), sets, &[], &[]);
+        PortServer {
+            srv: Some(srv),
+            d,
+            port,
+            tmp,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        socket_path(&self.d.path, self.port)
+    }
+
+    pub fn srv(&self) -> &super::Server {
+        self.srv.as_ref().expect("server running")
+    }
+
+    /// The pid of the server's child process named `comm`.
+    pub fn child(&self, comm: &str) -> i32 {
+        self.srv()
+            .children()
+            .into_iter()
+            .find(|(_, c)| c == comm)
+            .unwrap_or_else(|| panic!("no {comm} child"))
+            .0
+    }
+
+    /// Fast shutdown: the server must exit 0 without a panic (`stop_ok`).
+    pub fn stop(&mut self) -> super::Out {
+        self.srv.take().expect("server running").stop_ok()
+    }
+}
+
 /// True if nothing arrives on `s` within `d`.
 pub fn silent_for(s: &mut UnixStream, d: Duration) -> bool {
     use std::os::fd::AsRawFd;
