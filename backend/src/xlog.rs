@@ -305,6 +305,23 @@ pub struct Inserted {
 }
 
 /// One process's handle on the shared WAL; borrows the process's context.
+/// What `lead_if_free` did: led a flush (WALWriteLock taken, WAL
+/// flushed past the record), or found the lock busy (or the baton held
+/// elsewhere) with the record already flushed by somebody else, or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lead {
+    Led,
+    Covered,
+    Pending,
+}
+
+impl Lead {
+    /// The record is flushed.
+    fn done(self) -> bool {
+        self != Lead::Pending
+    }
+}
+
 pub struct Xlog<'a> {
     ctx: &'a ProcContext<'a>,
     /// `ctx.shm` and `ctx.me`, copied for the insert path.
@@ -344,8 +361,6 @@ pub struct Xlog<'a> {
     /// `xlog_write` advanced the flush position: wake the walsenders once
     /// WALWriteLock is released (`release_wal_write_lock`).
     walsenders_to_wake: bool,
-    /// Set by `lead_if_free` when it led a flush (read by `pass_baton_on`).
-    led: bool,
     /// Who flushes for our commits (`group_commit`; always `Leader` for
     /// processes other than backends, see `group_commit_for`).
     group_commit: GroupCommit,
@@ -447,7 +462,6 @@ impl<'a> Xlog<'a> {
             stale: false,
             scratch: Vec::new(),
             walsenders_to_wake: false,
-            led: false,
             group_commit: group_commit_for(ctx),
         }
     }
@@ -1048,10 +1062,10 @@ impl<'a> Xlog<'a> {
         let mut nap = HYBRID_WAIT_FIRST;
         let mut heed_baton = self.ctx.settings.group_commit_baton;
         let mut baton = false;
-        self.led = false;
         loop {
-            if self.lead_if_free(record, heed_baton) {
-                self.pass_baton_on(baton);
+            let lead = self.lead_if_free(record, heed_baton);
+            if lead.done() {
+                self.pass_baton_on(baton, lead);
                 return;
             }
             let waiters = &self.shm.xlog().flush_waiters;
@@ -1062,9 +1076,14 @@ impl<'a> Xlog<'a> {
             // its flush); and with the fence of the pass the baton's holder
             // runs after clearing it (see `FlushWaiters`' baton).
             fence(Ordering::SeqCst);
-            if record <= self.flush_lsn() || self.lead_if_free(record, heed_baton) {
+            let lead = if record <= self.flush_lsn() {
+                Lead::Covered
+            } else {
+                self.lead_if_free(record, heed_baton)
+            };
+            if lead.done() {
                 baton |= self.withdraw_flush_request();
-                self.pass_baton_on(baton);
+                self.pass_baton_on(baton, lead);
                 return;
             }
             let posted = self.me.sem.wait_timeout(nap);
@@ -1072,7 +1091,7 @@ impl<'a> Xlog<'a> {
             baton |= waiters.take_baton(self.ctx.procno);
             if record <= self.flush_lsn() {
                 baton |= self.withdraw_flush_request();
-                self.pass_baton_on(baton);
+                self.pass_baton_on(baton, Lead::Covered);
                 return;
             }
             if !posted {
@@ -1092,12 +1111,11 @@ impl<'a> Xlog<'a> {
     /// us may be asleep, so run the notifier pass a leader's release would
     /// have run (it also hands the next flush on). After leading, our
     /// release already ran one; one more is a cheap no-op pass.
-    fn pass_baton_on(&mut self, baton: bool) {
+    fn pass_baton_on(&self, baton: bool, lead: Lead) {
         let heeded = self.ctx.settings.group_commit_baton;
-        if heeded && baton && !std::mem::take(&mut self.led) {
+        if heeded && baton && lead != Lead::Led {
             self.notify_flush_waiters();
         }
-        self.led = false;
     }
 
     /// Ends our published flush request (if a notifier ended it first, its
@@ -1110,16 +1128,19 @@ impl<'a> Xlog<'a> {
 
     /// If nobody holds WALWriteLock: take it and flush for everybody up to
     /// what insertions finished (after `commit_delay`, see
-    /// `delay_before_flush`). True if `record` is flushed on return.
-    fn lead_if_free(&mut self, record: Lsn, heed_baton: bool) -> bool {
+    /// `delay_before_flush`). Says whether we led, or else whether
+    /// `record` is flushed all the same.
+    fn lead_if_free(&mut self, record: Lsn, heed_baton: bool) -> Lead {
         let finished = self.wait_insertions_to_finish(record);
         let waiters = &self.shm.xlog().flush_waiters;
-        if heed_baton && waiters.baton_held_by_other(self.ctx.procno) {
-            return record <= self.flush_lsn();
-        }
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        if !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
-            return record <= self.flush_lsn();
+        let baton_elsewhere = heed_baton && waiters.baton_held_by_other(self.ctx.procno);
+        if baton_elsewhere || !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
+            return if record <= self.flush_lsn() {
+                Lead::Covered
+            } else {
+                Lead::Pending
+            };
         }
         // We lead: a request we published must not make us post ourselves;
         // a baton handed to us is ours to drop (our release notifies).
@@ -1130,8 +1151,7 @@ impl<'a> Xlog<'a> {
             self.xlog_write(finished, true);
         }
         self.release_wal_write_lock();
-        self.led = true;
-        true
+        Lead::Led
     }
 
     /// commit_delay / commit_siblings (PostgreSQL's, in XLogFlush): a
@@ -1533,7 +1553,8 @@ impl<'a> Xlog<'a> {
         if self.no_io {
             return false;
         }
-        let flushed = self.group_commit != GroupCommit::Flusher && self.lead_if_free(record, false);
+        let flushed =
+            self.group_commit != GroupCommit::Flusher && self.lead_if_free(record, false).done();
         if !flushed {
             self.shm.xlog().walwriter_latch.set();
         }
