@@ -345,7 +345,13 @@ pub struct Flusher<'a> {
 }
 
 impl<'a> Flusher<'a> {
-    pub fn new(ctx: &'a ProcContext<'a>) -> Self {
+    /// The walwriter's flusher when `commit_reply = flusher` (with
+    /// `backend` no reply is ever handed off: no slot is scanned).
+    pub fn if_enabled(ctx: &'a ProcContext<'a>) -> Option<Self> {
+        (ctx.settings.commit_reply == CommitReply::Flusher).then(|| Flusher::new(ctx))
+    }
+
+    fn new(ctx: &'a ProcContext<'a>) -> Self {
         let n = ctx.shm.layout().max_backends as usize;
         Flusher {
             procs: &ctx.shm.procs()[..n],

@@ -56,12 +56,14 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     let delay = Duration::from_millis(ctx.settings.wal_writer_delay_ms as u64);
     let preinit = ctx.settings.wal_preinit;
     let latch = &shm.xlog().walwriter_latch;
-    let mut replies = backend::reply::Flusher::new(&ctx);
+    let mut replies = backend::reply::Flusher::if_enabled(&ctx);
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
         let waiting = xlog.waiting_for_walwriter(xlog.notify_flush_waiters())
-            + replies.send_covered(xlog.flush_lsn());
+            + replies
+                .as_mut()
+                .map_or(0, |r| r.send_covered(xlog.flush_lsn()));
         if preinit {
             xlog.preinit_buffers();
         }
@@ -88,7 +90,9 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     }
     xlog.flush_all();
     xlog.notify_flush_waiters();
-    replies.send_covered(xlog.flush_lsn());
+    if let Some(r) = replies.as_mut() {
+        r.send_covered(xlog.flush_lsn());
+    }
     0
 }
 
