@@ -94,12 +94,12 @@
 //! Per record (about 300 ns of server CPU on both cores): `insert` 18 ns,
 //! building the record (`try_rebuild`) 15, CRC-32C 13, memmove 11,
 //! insertion lock acquire+release 12, LSN conversions 9, the workload
-//! loop 7. Kept: the record's end and `xl_prev` derived from its start by
-//! an addition when on the same page (`Geometry::bytepos_to_lsn_near`;
-//! microbenchmark of insert's three conversions: 7.1-12.7 against
-//! 10.1-13.2 ns per record, faster in 5 of 6 interleaved rounds; whole-
-//! server A/Bs were within this machine's +-30 % noise). Kept: the
-//! checkpointer recycles as many future segments as one checkpoint
+//! loop 7. Tried and dropped at review: the record's end and `xl_prev`
+//! derived from its start by an addition when on the same page (a
+//! microbenchmark of insert's three conversions gave 7.1-12.7 against
+//! 10.1-13.2 ns per record, but no whole-server A/B showed it beyond this
+//! machine's +-30 % noise, so the insert path keeps the plain
+//! conversions). Kept: the checkpointer recycles as many future segments as one checkpoint
 //! distance fills (was a quarter of max_wal_size, half of what the writer
 //! then needed: the rest were new files, whose tmpfs pages the writer
 //! allocated and the checkpointer freed): same-run server CPU per record
@@ -525,16 +525,9 @@ impl<'a> Xlog<'a> {
             let at = self.insert_lsn();
             return Inserted { start: at, end: at };
         };
-        // The end and the previous record mostly lie on the start's page:
-        // converted from the start by an addition (`bytepos_to_lsn_near`).
         let start = self.geo.bytepos_to_recptr(start_pos);
-        let end = self
-            .geo
-            .bytepos_to_lsn_near(start_pos, start, end_pos, true);
-        rec.finish(
-            self.geo
-                .bytepos_to_lsn_near(start_pos, start, prev_pos, false),
-        );
+        let end = self.geo.bytepos_to_end_recptr(end_pos);
+        rec.finish(self.geo.bytepos_to_recptr(prev_pos));
         self.copy_record(rec.bytes(), start, end, rec.is_switch());
         self.release_insert_lock(lock);
 

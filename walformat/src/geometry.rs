@@ -151,39 +151,6 @@ impl Geometry {
         self.seg_start(full_segs) + seg_offset
     }
 
-    /// Issue 16: `bytepos_to_recptr(pos)` (or `bytepos_to_end_recptr(pos)`
-    /// with `end`), given a nearby position whose record-start LSN is known:
-    /// `base = bytepos_to_recptr(base_pos)`. When `pos` lies on `base`'s page
-    /// (the common case for a record's end and its `xl_prev`) the result is
-    /// `base` plus or minus the distance, without the two divisions;
-    /// otherwise the full conversion. A page boundary reached from below is
-    /// its own end LSN, but a record starting there begins after the next
-    /// page's header; a position at the first usable byte of `base`'s page
-    /// is after the header as a record start, the page boundary as an end.
-    pub fn bytepos_to_lsn_near(&self, base_pos: u64, base: Lsn, pos: u64, end: bool) -> Lsn {
-        let off = base % BLCKSZ;
-        let header = self.page_header_size_at(base) as u64;
-        if off >= header {
-            if pos >= base_pos {
-                let ahead = pos - base_pos;
-                // As an end, the first usable byte of a page is the page
-                // boundary, not `base`.
-                let at_page_start_as_end = end && ahead == 0 && off == header;
-                if !at_page_start_as_end && (off + ahead < BLCKSZ || (end && off + ahead == BLCKSZ))
-                {
-                    return base + ahead;
-                }
-            } else {
-                let behind = base_pos - pos;
-                let room = off - header;
-                if behind < room || (!end && behind == room) {
-                    return base - behind;
-                }
-            }
-        }
-        self.bytepos_to_lsn(pos, end)
-    }
-
     /// LSN to byte position (`XLogRecPtrToBytePos`). Accepts both a page
     /// boundary and the position just after the page header (same result);
     /// LSNs inside a page header are clamped to the end of the header.
@@ -259,70 +226,6 @@ impl Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The shortcut from a nearby known position equals the full
-        /// conversion, for positions on the same page, across page ends,
-        /// page headers and segment boundaries (1 MiB segments: 128 pages).
-        #[test]
-        fn lsn_near_a_known_position_equals_the_full_conversion(
-            seg_shift in 20u32..=24,
-            base_pos in 0u64..(1 << 26),
-            delta in -20_000i64..20_000,
-            near_edge in 0u64..3,
-        ) {
-            let geo = Geometry::new(1 << seg_shift).unwrap();
-            // Also aim at the last bytes of a page and of a segment.
-            let page = Geometry::usable_bytes_in_page();
-            let seg = geo.usable_bytes_in_segment();
-            let base_pos = match near_edge {
-                0 => base_pos,
-                1 => base_pos - base_pos % seg + seg - 1 - (base_pos % 64),
-                _ => base_pos - base_pos % page + (base_pos % 48),
-            };
-            let pos = base_pos.saturating_add_signed(delta);
-            let base = geo.bytepos_to_recptr(base_pos);
-            prop_assert_eq!(geo.bytepos_to_lsn_near(base_pos, base, pos, false), geo.bytepos_to_recptr(pos));
-            prop_assert_eq!(geo.bytepos_to_lsn_near(base_pos, base, pos, true), geo.bytepos_to_end_recptr(pos));
-        }
-    }
-
-    #[test]
-    fn lsn_near_at_page_and_segment_edges() {
-        let geo = Geometry::new(1 << 20).unwrap();
-        let page = Geometry::usable_bytes_in_page();
-        let first = Geometry::usable_bytes_in_first_page();
-        let seg = geo.usable_bytes_in_segment();
-        for base_pos in [
-            0,
-            1,
-            first - 1,
-            first,
-            first + 1,
-            first + page - 8,
-            seg - 8,
-            seg,
-            seg + 8,
-        ] {
-            let base = geo.bytepos_to_recptr(base_pos);
-            for d in [
-                0i64, 1, 7, 8, 24, -1, -8, -24, -40, 8168, 8192, -8168, -8192,
-            ] {
-                let pos = base_pos.saturating_add_signed(d);
-                assert_eq!(
-                    geo.bytepos_to_lsn_near(base_pos, base, pos, false),
-                    geo.bytepos_to_recptr(pos),
-                    "{base_pos} {d}"
-                );
-                assert_eq!(
-                    geo.bytepos_to_lsn_near(base_pos, base, pos, true),
-                    geo.bytepos_to_end_recptr(pos),
-                    "{base_pos} {d} end"
-                );
-            }
-        }
-    }
 
     #[test]
     fn lsn_text_round_trip() {
