@@ -440,3 +440,26 @@ fn connection_backends_lower_their_priority_below_the_walwriters() {
     drop(s);
     r.stop();
 }
+
+#[test]
+fn beyond_commit_reply_max_members_the_backend_replies_itself() {
+    // Two connections are in the ProcArray, one more than the limit: the
+    // commit's reply is not handed off, so it arrives while the walwriter
+    // is stopped (the backend flushed and replied itself).
+    let sets = [FLUSHER, &["commit_reply_max_members=1"]].concat();
+    let mut r = Reply::start("reply-members", &sets);
+    let _other = hold_a_transaction(&r.socket());
+    let mut s = handshake(&r.socket()).expect("handshake");
+    let ww = r.child("walwriter");
+    for i in 0..4 {
+        kill(ww, libc::SIGSTOP);
+        s.write_all(&query(&durable_emit(&format!("m{i}"))))
+            .unwrap();
+        let emit = read_replies(&mut s, 1);
+        kill(ww, libc::SIGCONT);
+        let emit = emit.expect("the commit's reply while the walwriter is stopped");
+        walformat::parse_lsn(&single_value(&emit)).expect("an LSN");
+    }
+    drop(s);
+    r.stop();
+}

@@ -31,7 +31,11 @@
 //!   MSG_DONTWAIT|MSG_NOSIGNAL, and on a short send returns the rest
 //!   (RETURNED) and signals the backend (SIGUSR2, no SA_RESTART) out of
 //!   `recv`, which then sends the rest itself; SO_RCVTIMEO (200 ms) bounds
-//!   a lost signal. A send error (EPIPE, ECONNRESET) ends the reply as
+//!   a lost signal. The signal goes through a pidfd opened while the slot
+//!   is still SENDING, when the owner cannot have exited (it settles
+//!   before it ends its connection): once RETURNED, the owner may finish,
+//!   exit and have its pid reused before the signal, which then fails
+//!   instead of reaching whichever process took the pid. A send error (EPIPE, ECONNRESET) ends the reply as
 //!   sent: the backend sees the end of its connection by itself.
 //! - Sockets: the walwriter takes a duplicate with pidfd_getfd(2) the first
 //!   time it sends for a connection (`ReplySlot::conn`), and closes it once
@@ -91,6 +95,23 @@
 //! 0.74-0.85 at 64, 0.90-0.94 at 256; multi 1.26-1.47 at 16, 1.28-1.50 at
 //! 256. Neither form is >= 0.97x of `backend` everywhere, so `backend`
 //! stays the default and both stay opt-in.
+//!
+//! Falling back to `backend` replies by connection count, opt-in
+//! (`commit_reply_max_members`, `few_enough_members`): beyond N processes
+//! in the ProcArray a commit is not deferred. Same-run pairs (one binary,
+//! pgbench -M prepared durable autocommit, 2 s points, 2 cores shared
+//! with two other helpers' builds and tests; N = 80): capped / uncapped
+//! `flusher` at 256 clients 1.33, 1.42 (capped first) and 1.12, 0.96
+//! (capped second); capped `flusher` / `backend`, two runs per order:
+//! 1 client 1.04, 0.96 / 0.69, 0.65; 4 clients 0.86, 2.16 / 0.85, 0.75;
+//! 16 clients 1.22, 0.88 / 1.47, 1.03; 64 clients 0.81, 0.70 / 1.00,
+//! 0.90; 256 clients 0.89, 0.89 / 1.06, 0.91. An A/A point (both capped
+//! `flusher`, 64 clients) read 0.88 and 1.40 in the same runs: the noise
+//! is larger than any difference here. Commits per fdatasync at 64
+//! clients in those runs: `backend` 20-21 (0.048-0.050 fdatasyncs per
+//! transaction), `flusher` 17-24, PostgreSQL 11-12 (the cores full in
+//! every run, other helpers' processes among them). So `backend` stays
+//! the default.
 
 use crate::context::ProcContext;
 use crate::procarray::ProcArray;
@@ -116,6 +137,15 @@ const SENDING_YIELDS: u32 = 20;
 pub fn enabled(ctx: &ProcContext) -> bool {
     ctx.settings.commit_reply == CommitReply::Flusher
         && matches!(ctx.io, crate::context::IoMode::Direct)
+}
+
+/// `commit_reply_max_members`: the ProcArray holds few enough processes
+/// for the walwriter to send their replies (a hint, read without
+/// ProcArrayLock: a stale count only moves one commit to the other path,
+/// both of which are correct).
+pub fn few_enough_members(ctx: &ProcContext) -> bool {
+    let max = ctx.settings.commit_reply_max_members;
+    max == 0 || ctx.shm.proc_array().num_members.load(Ordering::Relaxed) <= max
 }
 
 extern "C" fn on_reply_returned(_: libc::c_int) {
@@ -400,17 +430,14 @@ impl<'a> Flusher<'a> {
                 None => 0,
             }
         };
-        let returned = sent < self.bytes.len();
+        // A short send: pin the owner before `finish` lets it settle, end
+        // its connection and exit (its pid may then be reused).
+        let owner = (sent < self.bytes.len()).then(|| open_pidfd(p.pid.load(Ordering::Relaxed)));
         if p.reply.finish(sent) {
             p.sem.post();
         }
-        if returned {
-            let pid = p.pid.load(Ordering::Relaxed);
-            if pid > 0 {
-                // SAFETY: kill(2) with a live backend's pid and SIGUSR2,
-                // which connection backends handle (`register_connection`).
-                unsafe { libc::kill(pid, libc::SIGUSR2) };
-            }
+        if let Some(Some(owner)) = owner {
+            signal_returned(&owner);
         }
     }
 
@@ -475,10 +502,10 @@ fn send_nonblocking(fd: RawFd, bytes: &[u8]) -> usize {
     off
 }
 
-/// A duplicate of file descriptor `fd` of process `pid` (pidfd_open +
-/// pidfd_getfd; the duplicate is close-on-exec).
-fn duplicate_socket(pid: i32, fd: RawFd) -> Option<OwnedFd> {
-    if pid <= 0 || fd < 0 {
+/// A pidfd for process `pid`: it names that process even after the pid
+/// is reused (signals to it fail once it exited).
+fn open_pidfd(pid: i32) -> Option<OwnedFd> {
+    if pid <= 0 {
         return None;
     }
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
@@ -486,8 +513,36 @@ fn duplicate_socket(pid: i32, fd: RawFd) -> Option<OwnedFd> {
     if pidfd < 0 {
         return None;
     }
-    // SAFETY: `pidfd` is a fd we own from now on.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: `pidfd` is a new fd we own from now on.
+    Some(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+}
+
+/// Interrupts the owner's `recv` (SIGUSR2, see `register_connection`): its
+/// reply was returned. Through a pidfd taken while the owner still waited
+/// for us, so an owner that exited meanwhile gets nothing (ESRCH) and no
+/// process that reused its pid is signalled. True if the signal went.
+fn signal_returned(owner: &OwnedFd) -> bool {
+    // SAFETY: pidfd_send_signal takes a pidfd, a signal number, a null
+    // siginfo (as kill(2) would fill it) and flags; it touches no memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            owner.as_raw_fd(),
+            libc::SIGUSR2,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
+}
+
+/// A duplicate of file descriptor `fd` of process `pid` (pidfd_open +
+/// pidfd_getfd; the duplicate is close-on-exec).
+fn duplicate_socket(pid: i32, fd: RawFd) -> Option<OwnedFd> {
+    if fd < 0 {
+        return None;
+    }
+    let pidfd = open_pidfd(pid)?;
     // SAFETY: pidfd_getfd takes a pidfd, a target fd number and flags and
     // returns a new fd or -1.
     let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
@@ -524,6 +579,30 @@ mod tests {
         let big = vec![7u8; 8 << 20];
         let sent = send_nonblocking(a.as_raw_fd(), &big);
         assert!(sent > 0 && sent < big.len(), "sent {sent}");
+    }
+
+    #[test]
+    fn a_returned_reply_signal_never_reaches_a_process_that_exited() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let owner = open_pidfd(child.id() as i32).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The pid may be reused from here on; the pidfd still names the
+        // exited child, so nothing is signalled.
+        assert!(!signal_returned(&owner));
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let live_owner = open_pidfd(live.id() as i32).unwrap();
+        assert!(signal_returned(&live_owner), "a live owner is signalled");
+        // SIGUSR2's default action ends `sleep`: the signal arrived.
+        let status = live.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGUSR2));
     }
 
     #[test]

@@ -350,6 +350,15 @@ declare_settings! {
     commit_reply_backend_nice: u32 = 0 =>
         "commit_reply_backend_nice", Kind::count(0, 19),
         "commit_reply = flusher: nice increment connection backends apply to themselves (the walwriter keeps its priority)";
+    /// `commit_reply = flusher`: a durable commit's reply is handed to the
+    /// walwriter only while at most this many processes are in the
+    /// ProcArray (connections); beyond, replies are the backend's own, as
+    /// with `backend` (the walwriter, one process among hundreds of
+    /// runnable backends, waits for a CPU while every reply of its round
+    /// waits on it). 0: no limit.
+    commit_reply_max_members: u32 = 0 =>
+        "commit_reply_max_members", Kind::count(0, 100_000),
+        "commit_reply = flusher: hand replies to the walwriter only while at most this many processes are in the ProcArray (0 = no limit)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
