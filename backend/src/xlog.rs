@@ -512,13 +512,59 @@ impl<'a> Xlog<'a> {
     /// Inserts a record; returns where it landed. A WAL switch at a segment
     /// start inserts nothing and returns `start == end ==` that position.
     pub fn insert(&mut self, rec: &mut RecordBuf) -> Inserted {
+        let is_switch = rec.is_switch();
+        self.insert_placed(rec.total_len(), is_switch, |xlog, start, end, prev| {
+            rec.finish(prev);
+            xlog.copy_record(rec.bytes(), start, end, is_switch);
+        })
+    }
+
+    /// Inserts a logical message assembled straight into the WAL buffer
+    /// page it is reserved in (issue 16: no local record and copy), or,
+    /// when it continues onto another page, built in `spill` and copied as
+    /// `insert` does. The WAL is the same bytes either way.
+    pub fn insert_message(
+        &mut self,
+        msg: &walformat::LogicalMessage,
+        spill: &mut RecordBuf,
+    ) -> Inserted {
+        let len = msg.total_len();
+        self.insert_placed(len, false, |xlog, start, end, prev| {
+            let off = (start % BLCKSZ) as usize;
+            if off + len as usize > XLOG_BLCKSZ {
+                msg.build_into(spill);
+                spill.finish(prev);
+                xlog.copy_record(spill.bytes(), start, end, false);
+                return;
+            }
+            let page = xlog.get_buffer(start);
+            // SAFETY: `page` is the buffer page holding `start`, and the
+            // record's `len` bytes from there lie in this page and in our
+            // reservation: no other process writes them, and the page
+            // cannot be recycled before our insertion lock is released.
+            let dst = unsafe { std::slice::from_raw_parts_mut(page.add(off), len as usize) };
+            msg.write_into(dst, prev);
+        })
+    }
+
+    /// The insert protocol around placing one record of `len` bytes: flow
+    /// control, insertion lock, reservation, then `place(self, start, end,
+    /// xl_prev)` writes the record's bytes at `[start, end)`, then release
+    /// and the counters.
+    #[inline]
+    fn insert_placed(
+        &mut self,
+        len: u32,
+        is_switch: bool,
+        place: impl FnOnce(&mut Self, Lsn, Lsn, Lsn),
+    ) -> Inserted {
         // Flow control (issue 13): before any lock is taken.
-        crate::throttle::before_insert(self.ctx, rec.total_len() as u64, || self.insert_lsn());
+        crate::throttle::before_insert(self.ctx, len as u64, || self.insert_lsn());
         let lock = self.acquire_insert_lock();
-        let placed = if rec.is_switch() {
+        let placed = if is_switch {
             self.reserve_switch()
         } else {
-            Some(self.reserve(rec.total_len() as u64))
+            Some(self.reserve(len as u64))
         };
         let Some((start_pos, end_pos, prev_pos)) = placed else {
             self.release_insert_lock(lock);
@@ -527,14 +573,14 @@ impl<'a> Xlog<'a> {
         };
         let start = self.geo.bytepos_to_recptr(start_pos);
         let end = self.geo.bytepos_to_end_recptr(end_pos);
-        rec.finish(self.geo.bytepos_to_recptr(prev_pos));
-        self.copy_record(rec.bytes(), start, end, rec.is_switch());
+        let prev = self.geo.bytepos_to_recptr(prev_pos);
+        place(self, start, end, prev);
         self.release_insert_lock(lock);
 
         // One count per record serves pg_stat_wal, the postmaster's summary
         // and walbench (`shmem::stats`: written by us only, never reset).
         bump(&self.stats.wal_records, 1);
-        bump(&self.stats.wal_bytes, rec.total_len() as u64);
+        bump(&self.stats.wal_bytes, len as u64);
         if start / BLCKSZ != end / BLCKSZ {
             self.note_page_completed(end);
         }
