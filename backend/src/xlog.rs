@@ -2,7 +2,11 @@
 //!
 //! Inserting a record (modern path, `wal_insertion = parallel`):
 //! 1. the caller builds the record in local memory (`walformat::RecordBuf`,
-//!    CRC of the data already computed);
+//!    CRC of the data already computed); a logical message
+//!    (`insert_message`) is instead given by its parts and assembled in
+//!    step 4 straight into the buffer page, its CRC computed over the
+//!    written bytes in one pass, unless it continues onto another page
+//!    (then it is built in local memory there and copied as below);
 //! 2. take one WAL insertion lock (our preferred one; if we had to sleep for
 //!    it, prefer the next one next time);
 //! 3. reserve `[start, end)` in usable-byte space: under the insert-position
@@ -111,6 +115,27 @@
 //! CPU while active backends exceed 16 per CPU, re-decided every 1024
 //! acquisitions while waits were frequent): same-run records/s auto/all
 //! at 256 clients on emit:1024 0.93, 0.74, 0.91 (3 pairs).
+//!
+//! Session 23 (emit:16 at 2 clients, fsync=off, tmpfs, perf -g of the
+//! walbench tree, 2 cores, shared with two other helpers' builds and
+//! benchmarks, load average 3-7). Before: backends 68 % of the samples;
+//! in them `insert` 19 % (its reservation spinlock swap 44 % of that: the
+//! line moving between the two cores), `LWLock::release` 14 % (its
+//! `lock xadd`, which also drains the page copy's stores), building the
+//! record (`try_rebuild`, `try_logical_message_into`) 16 %, memmove 10 %,
+//! CRC-32C 9 %, LSN conversions 8.5 %. Kept: a logical message is
+//! assembled in its buffer page (`insert_message`, step 1): same-run
+//! records/s new/old 1.01, 1.21, 1.54, 1.10, 1.24, 1.52 (6 interleaved
+//! pairs, median 1.22). After it the backends' own share is CRC-32C 17 %
+//! (now the first loads of the just-written page lines), the LSN
+//! conversions 14 %, the reservation spinlock's swap about 9 %, the
+//! insertion lock acquire 13 %, release 6 %. Tried and dropped: the body
+//! CRC computed from the parts before the insertion lock (so that
+//! nothing reads the page back): 0.70-1.18, median 0.80 against the kept
+//! form (12 pairs); `LockEnv::forget` popping the last entry instead of
+//! `Vec::remove`: median 0.90 (6 pairs). Every figure is within this
+//! machine's noise except the kept one; absolute rates were 2-7 M/s, far
+//! from the quiet machine's 13.6 M/s, so the 20 M/s target is not judged.
 //!
 //! Writing (`xlog_write`, WALWriteLock held): pages from the write result up
 //! to the request, contiguous runs of at most `MAX_WRITE_PAGES` in one
