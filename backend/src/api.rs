@@ -73,6 +73,8 @@ impl std::error::Error for ApiError {}
 pub struct Session<'a> {
     ctx: &'a ProcContext<'a>,
     xact: Xact<'a>,
+    /// Where a message that continues onto another WAL page is built
+    /// (`Xlog::insert_message`); reused, so it allocates once.
     rec: RecordBuf,
     in_transaction: bool,
     /// No-I/O mode: the generation ended; every call fails.
@@ -99,8 +101,8 @@ impl<'a> Session<'a> {
     pub fn emit(&mut self, prefix: &str, payload: &[u8]) -> Result<Inserted, ApiError> {
         self.check_alive()?;
         check_message(prefix, payload)?;
-        self.build_message(0, false, prefix, payload)?;
-        let at = self.xact.xlog.insert(&mut self.rec);
+        let msg = message(0, false, prefix, payload)?;
+        let at = self.xact.xlog.insert_message(&msg, &mut self.rec);
         self.check_not_stale()?;
         Ok(at)
     }
@@ -126,8 +128,8 @@ impl<'a> Session<'a> {
         }
         check_message(prefix, payload)?;
         let xid = self.xact.xid();
-        self.build_message(xid, true, prefix, payload)?;
-        let at = self.xact.insert(&mut self.rec);
+        let msg = message(xid, true, prefix, payload)?;
+        let at = self.xact.insert_message(&msg, &mut self.rec);
         self.check_not_stale()?;
         Ok(at)
     }
@@ -232,18 +234,18 @@ impl<'a> Session<'a> {
         }
         Ok(())
     }
+}
 
-    #[inline]
-    fn build_message(
-        &mut self,
-        xid: u32,
-        transactional: bool,
-        prefix: &str,
-        payload: &[u8],
-    ) -> Result<(), ApiError> {
-        walformat::try_logical_message_into(&mut self.rec, xid, transactional, prefix, payload)
-            .map_err(|_| ApiError::PayloadTooLarge(payload.len()))
-    }
+/// A logical message's parts (`Xlog::insert_message` assembles it in the
+/// WAL buffer); errors if the record would be too long.
+fn message<'p>(
+    xid: u32,
+    transactional: bool,
+    prefix: &'p str,
+    payload: &'p [u8],
+) -> Result<walformat::LogicalMessage<'p>, ApiError> {
+    walformat::LogicalMessage::try_new(xid, transactional, prefix, payload)
+        .map_err(|_| ApiError::PayloadTooLarge(payload.len()))
 }
 
 /// Validates a message before anything is written.

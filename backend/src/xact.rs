@@ -148,6 +148,16 @@ impl<'a> Xact<'a> {
         self.xlog.insert(rec)
     }
 
+    /// [`Xact::insert`] for a logical message (`Xlog::insert_message`).
+    pub fn insert_message(
+        &mut self,
+        msg: &walformat::LogicalMessage,
+        spill: &mut RecordBuf,
+    ) -> Inserted {
+        self.wrote_wal = true;
+        self.xlog.insert_message(msg, spill)
+    }
+
     /// Commits; returns the commit record's position (None if the
     /// transaction had no XID and so wrote no commit record). When this
     /// returns with a synchronous commit, the commit is durable.

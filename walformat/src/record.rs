@@ -302,6 +302,99 @@ pub fn try_logical_message_into(
     buf.try_rebuild(xid, RM_LOGICALMSG_ID, XLOG_LOGICAL_MESSAGE, &pieces)
 }
 
+/// A LogicalMessage record given by its parts, assembled straight into
+/// its destination (issue 16: the WAL buffer page it is reserved in)
+/// instead of into a [`RecordBuf`] that is then copied there. The bytes
+/// [`LogicalMessage::write_into`] produces are exactly those of
+/// [`logical_message_into`] followed by [`RecordBuf::finish`].
+#[derive(Clone, Copy, Debug)]
+pub struct LogicalMessage<'a> {
+    xid: u32,
+    transactional: bool,
+    prefix: &'a str,
+    payload: &'a [u8],
+    /// Bytes of main data (the `xl_logical_message` header, prefix, NUL,
+    /// payload).
+    main_len: usize,
+    tot_len: u32,
+}
+
+impl<'a> LogicalMessage<'a> {
+    /// The message's parts; errors if the record would be too long.
+    pub fn try_new(
+        xid: u32,
+        transactional: bool,
+        prefix: &'a str,
+        payload: &'a [u8],
+    ) -> Result<LogicalMessage<'a>, FormatError> {
+        let main_len = SIZE_OF_LOGICAL_MESSAGE + prefix.len() + 1 + payload.len();
+        let tot_len = SIZE_OF_XLOG_RECORD + main_data_header_len(main_len) + main_len;
+        if tot_len > MAX_RECORD_LEN {
+            return Err(FormatError::RecordTooLong(tot_len as u64));
+        }
+        Ok(LogicalMessage {
+            xid,
+            transactional,
+            prefix,
+            payload,
+            main_len,
+            tot_len: tot_len as u32,
+        })
+    }
+
+    /// `xl_tot_len` (not MAXALIGNed).
+    pub fn total_len(&self) -> u32 {
+        self.tot_len
+    }
+
+    /// Builds the record in `buf` (for a record that does not fit where
+    /// it is reserved in one piece); [`RecordBuf::finish`] completes it.
+    pub fn build_into(&self, buf: &mut RecordBuf) {
+        logical_message_into(buf, self.xid, self.transactional, self.prefix, self.payload);
+    }
+
+    /// Writes the whole record, `xl_prev` = `prev` and `xl_crc` included,
+    /// into `dst` (exactly `total_len()` bytes): the body first, then its
+    /// CRC in one pass over the written bytes, then the header.
+    ///
+    /// # Panics
+    /// If `dst` is not `total_len()` bytes long.
+    pub fn write_into(&self, dst: &mut [u8], prev: Lsn) {
+        assert_eq!(dst.len(), self.tot_len as usize, "destination size");
+        let body = &mut dst[SIZE_OF_XLOG_RECORD..];
+        let rest = if main_data_header_len(self.main_len) == 2 {
+            body[..2].copy_from_slice(&[XLR_BLOCK_ID_DATA_SHORT, self.main_len as u8]);
+            &mut body[2..]
+        } else {
+            body[0] = XLR_BLOCK_ID_DATA_LONG;
+            put_u32(body, 1, self.main_len as u32);
+            &mut body[5..]
+        };
+        let header = logical_message_header(
+            DEFAULT_MESSAGE_DB_OID,
+            self.transactional,
+            self.prefix.len() + 1,
+            self.payload.len(),
+        );
+        let (head, rest) = rest.split_at_mut(SIZE_OF_LOGICAL_MESSAGE);
+        head.copy_from_slice(&header);
+        let (prefix, rest) = rest.split_at_mut(self.prefix.len());
+        prefix.copy_from_slice(self.prefix.as_bytes());
+        rest[0] = 0;
+        rest[1..].copy_from_slice(self.payload);
+        let data_crc = crc32c_append(0, &dst[SIZE_OF_XLOG_RECORD..]);
+        let mut rec = [0u8; SIZE_OF_XLOG_RECORD];
+        put_u32(&mut rec, OFF_TOT_LEN, self.tot_len);
+        put_u32(&mut rec, OFF_XID, self.xid);
+        put_u64(&mut rec, OFF_PREV, prev);
+        rec[OFF_INFO] = XLOG_LOGICAL_MESSAGE;
+        rec[OFF_RMID] = RM_LOGICALMSG_ID;
+        let crc = crc32c_append(data_crc, &rec[..XL_CRC_OFFSET]);
+        put_u32(&mut rec, XL_CRC_OFFSET, crc);
+        dst[..SIZE_OF_XLOG_RECORD].copy_from_slice(&rec);
+    }
+}
+
 /// An XLOG SWITCH record: no main data, xid 0 (24 bytes).
 pub fn switch_record() -> RecordBuf {
     RecordBuf::new(0, RM_XLOG_ID, XLOG_SWITCH, &[])
@@ -479,6 +572,34 @@ mod tests {
         assert_eq!(&b[34..42], &5u64.to_le_bytes());
         assert_eq!(&b[42..50], &5u64.to_le_bytes());
         assert_eq!(&b[50..60], b"test\0hello");
+    }
+
+    /// Assembled in place, a message is byte for byte what the RecordBuf
+    /// path builds and finishes, short and long main-data forms and the
+    /// edges between them, transactional or not.
+    #[test]
+    fn logical_message_in_place_matches_record_buf() {
+        let payload: Vec<u8> = (0..2000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let prefix_for = |n: usize| "walshm-prefix".get(..n % 14).unwrap_or("");
+        for len in (0..300).chain([1000, 1999]) {
+            for (pn, transactional, xid) in [(6, false, 0), (0, true, 77), (13, true, 9)] {
+                let prefix = prefix_for(pn);
+                let prev = 0x0151_1B38 + len as u64;
+                let mut buf = logical_message(xid, transactional, prefix, &payload[..len]);
+                buf.finish(prev);
+                let msg =
+                    LogicalMessage::try_new(xid, transactional, prefix, &payload[..len]).unwrap();
+                assert_eq!(msg.total_len(), buf.total_len(), "len {len} prefix {prefix:?}");
+                let mut dst = vec![0xAAu8; msg.total_len() as usize];
+                msg.write_into(&mut dst, prev);
+                assert_eq!(dst, buf.bytes(), "len {len} prefix {prefix:?} xid {xid}");
+                let mut again = RecordBuf::default();
+                msg.build_into(&mut again);
+                again.finish(prev);
+                assert_eq!(again, buf);
+            }
+        }
+        assert!(LogicalMessage::try_new(0, false, "p", &vec![0u8; MAX_RECORD_LEN]).is_err());
     }
 
     #[test]

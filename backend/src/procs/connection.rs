@@ -108,18 +108,19 @@ impl Session for WalSession<'_> {
         payload: &[u8],
     ) -> Result<u64, SqlError> {
         let xid = if transactional { self.xact.xid() } else { 0 };
-        let mut rec = walformat::RecordBuf::default();
-        walformat::try_logical_message_into(&mut rec, xid, transactional, prefix, payload)
+        let msg = walformat::LogicalMessage::try_new(xid, transactional, prefix, payload)
             .map_err(|e| {
                 SqlError::error(
                     sqlstate::PROGRAM_LIMIT_EXCEEDED,
                     format!("message too large: {e}"),
                 )
             })?;
+        // Used only when the message continues onto another page.
+        let mut spill = walformat::RecordBuf::default();
         let at = if transactional {
-            self.xact.insert(&mut rec)
+            self.xact.insert_message(&msg, &mut spill)
         } else {
-            self.xact.xlog.insert(&mut rec)
+            self.xact.xlog.insert_message(&msg, &mut spill)
         };
         Ok(at.end)
     }
