@@ -10,7 +10,9 @@
 //! released waiter with `sync_rep_wake_chain`). It measures
 //! the lag columns of pg_stat_replication (`lagtracker`): a sample (sent
 //! position, time) after each batch sent, read back when the receiver
-//! reports its write, flush and apply positions.
+//! reports its write, flush and apply positions. When a stream ends it
+//! logs where its rounds spent their time (`roundstats`: local flush to
+//! send, socket writes, send to flush report, release passes).
 //!
 //! Sending: XLogData messages of at most 128 kB (PostgreSQL's
 //! MAX_SEND_SIZE) are gathered into one socket write of up to 1 MB, read
