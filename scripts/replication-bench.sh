@@ -14,7 +14,10 @@
 #!    commit, each the next). The points of one repetition run back to back, and the
 #!    --reps repetitions in turn, so that every ratio is same-run. For
 #!    walshm also the commits released per status update (from its
-#!    walsender's exit log line). Per commit: the server's CPU (as root:
+#!    walsender's exit log line), and where its rounds spent their time
+#!    (the walsender's "streaming rounds" line, backend/src/roundstats.rs:
+#!    local flush -> send, the socket writes, send -> the receiver's flush
+#!    report, the release pass and commits per pass). Per commit: the server's CPU (as root:
 #!    the server runs in a cgroup v1 cpuacct group from its start, so that
 #!    every process it forks is counted, exited ones included), the
 #!    receiver's CPU (/proc/PID/stat), and the server's context switches
@@ -201,6 +204,9 @@ point() {
             sleep 0.5
             stop_walshm
             upd=$(sed -n 's/.*synchronous replication: .*(\([0-9.]*\) per update).*/\1/p' "$WORK/walshm.log" | tail -n1)
+            case "$name" in
+                *sync*) sed -n "s/.*LOG:  streaming rounds: /  $name rounds: /p" "$WORK/walshm.log" | tail -n1 >>"$WORK/rounds" ;;
+            esac
             ;;
     esac
     echo "$name $(cat "$WORK/tps") $CPU_US $RX_US $CTX ${upd:--}" >>"$WORK/points"
@@ -209,7 +215,7 @@ point() {
 W_SYNC=(--set fsync=on --set synchronous_commit=on --set synchronous_standby_names=pg_receivewal)
 part1() {
     echo "part 1: pgbench -M prepared -c $CLIENTS -T $SECS, BEGIN; emit(true, 64 B); COMMIT; fsync=on, synchronous_commit=on; $REPS repetition(s)"
-    : >"$WORK/points"
+    : >"$WORK/points"; : >"$WORK/rounds"
     local rep
     for rep in $(seq 1 "$REPS"); do
         point pg-local start_pg ""
@@ -220,6 +226,7 @@ part1() {
         point w-sync-chain start_walshm "${W_SYNC[@]}" --set sync_rep_wake_chain=on
         echo "repetition $rep:"
         tail -n 6 "$WORK/points" | report_points
+        cat "$WORK/rounds"; : >"$WORK/rounds"
     done
     if [ "$REPS" -gt 1 ]; then
         echo "medians over $REPS repetitions (of each figure and of each same-run ratio):"

@@ -30,6 +30,7 @@ pub mod process;
 pub mod procs;
 pub mod reply;
 pub mod restore;
+pub mod roundstats;
 pub mod slots;
 pub mod syncrep;
 pub mod throttle;

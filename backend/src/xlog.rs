@@ -1415,6 +1415,11 @@ impl<'a> Xlog<'a> {
             }
             // Release pairs with the Acquire load in `flush_lsn`.
             w.flush_result.fetch_max(written, Ordering::Release);
+            // Relaxed: a time stamp for the walsenders' round timings only.
+            self.shm
+                .repl()
+                .flushed_at_ns
+                .store(shmem::walsnd::monotonic_ns(), Ordering::Relaxed);
             self.walsenders_to_wake = true;
         }
     }

@@ -212,6 +212,10 @@ pub struct ReplCtl {
     /// (commits released per status update = their ratio).
     pub released_commits: AtomicU64,
     pub release_passes: AtomicU64,
+    /// CLOCK_MONOTONIC time (ns, [`monotonic_ns`]) of the last advance of
+    /// the flush position, stored by the flusher after its flush_result
+    /// store: the walsenders' round timings (`backend::roundstats`) only.
+    pub flushed_at_ns: AtomicU64,
     pub senders: [WalSnd; MAX_WAL_SENDERS],
     pub slots: [SlotShared; MAX_SLOTS],
     /// Flow control (issue 13, see the module header).
@@ -417,6 +421,18 @@ impl ReplCtl {
     pub fn cancel_sleep(&self, i: usize) {
         self.sleeping.fetch_and(!(1 << i), Ordering::Relaxed);
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the
+/// server (for `ReplCtl::flushed_at_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// After the flush position advanced: wakes every walsender that announced

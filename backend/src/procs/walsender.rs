@@ -10,7 +10,9 @@
 //! released waiter with `sync_rep_wake_chain`). It measures
 //! the lag columns of pg_stat_replication (`lagtracker`): a sample (sent
 //! position, time) after each batch sent, read back when the receiver
-//! reports its write, flush and apply positions.
+//! reports its write, flush and apply positions. When a stream ends it
+//! logs where its rounds spent their time (`roundstats`: local flush to
+//! send, socket writes, send to flush report, release passes).
 //!
 //! Sending: XLogData messages of at most 128 kB (PostgreSQL's
 //! MAX_SEND_SIZE) are gathered into one socket write of up to 1 MB, read
@@ -52,6 +54,7 @@
 
 use crate::lagtracker::{self, LagTracker};
 use crate::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
+use crate::roundstats::RoundStats;
 use crate::walfile::{self, Op};
 use crate::{slots, syncrep, throttle};
 use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
@@ -125,6 +128,8 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     reply_asked: Option<Instant>,
     /// Flow control: when we last asked for a reply at all.
     last_ask: Instant,
+    /// Where the stream's rounds spend their time (logged at its end).
+    rounds: RoundStats,
 }
 
 fn entry(shm: &Shmem, i: usize) -> &WalSnd {
@@ -282,6 +287,7 @@ pub fn run<S: Read + Write + AsRawFd>(
         lag: LagTracker::default(),
         reply_asked: None,
         last_ask: Instant::now(),
+        rounds: RoundStats::default(),
     };
     ws.entry().usename.store(&info.user);
     let end = ws.command_loop();
@@ -655,6 +661,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         self.last_reply = Instant::now();
         self.ping_sent = false;
         let end = self.stream_wal(start);
+        if !self.rounds.is_empty() {
+            log("LOG", &std::mem::take(&mut self.rounds).summary());
+        }
         if let Some(idx) = self.slot.take() {
             slots::release(self.shm, idx);
             self.entry().slot.store(0, Ordering::Relaxed);
@@ -761,6 +770,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     /// most MAX_SEND bytes, gathered into one write of at most MAX_BATCH;
     /// returns the new sent position.
     fn send_wal(&mut self, from: Lsn, upto: Lsn) -> Result<Lsn, SqlError> {
+        // Relaxed: a time stamp for the round timings only.
+        let flushed_at = self.shm.repl().flushed_at_ns.load(Ordering::Relaxed);
         let flush = self.flush_lsn();
         self.outbuf.clear();
         let mut sent = from;
@@ -768,7 +779,11 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             sent = self.append_wal(sent, upto, flush)?;
         }
         let batch = std::mem::take(&mut self.outbuf);
+        let started = shmem::walsnd::monotonic_ns();
         let ok = self.send(&batch);
+        let ended = shmem::walsnd::monotonic_ns();
+        self.rounds
+            .sent(flushed_at, started, ended, sent.saturating_sub(from));
         self.outbuf = batch;
         if !ok {
             return Err(SqlError::fatal(sqlstate::PROTOCOL_VIOLATION, "client gone"));
@@ -841,7 +856,10 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .load(Ordering::Relaxed)
                 > 0
         {
-            syncrep::release_waiters(self.shm);
+            let started = shmem::walsnd::monotonic_ns();
+            let n = syncrep::release_waiters(self.shm);
+            let ns = shmem::walsnd::monotonic_ns().saturating_sub(started);
+            self.rounds.released(n, ns);
         }
         end
     }
@@ -882,6 +900,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             (lagtracker::Kind::Apply, st.apply, &e.replay_lag),
         ] {
             if let Some(us) = self.lag.read(kind, pos, now) {
+                if kind == lagtracker::Kind::Flush {
+                    self.rounds.reported(us);
+                }
                 // Relaxed: a figure for monitors, like the positions.
                 out.store(us, Ordering::Relaxed);
             }
