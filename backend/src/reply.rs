@@ -35,8 +35,9 @@
 //!   is still SENDING, when the owner cannot have exited (it settles
 //!   before it ends its connection): once RETURNED, the owner may finish,
 //!   exit and have its pid reused before the signal, which then fails
-//!   instead of reaching whichever process took the pid. A send error (EPIPE, ECONNRESET) ends the reply as
-//!   sent: the backend sees the end of its connection by itself.
+//!   instead of reaching whichever process took the pid. A send error
+//!   (EPIPE, ECONNRESET) ends the reply as sent: the backend sees the end
+//!   of its connection by itself.
 //! - Sockets: the walwriter takes a duplicate with pidfd_getfd(2) the first
 //!   time it sends for a connection (`ReplySlot::conn`), and closes it once
 //!   the slot's `conn` changes (the connection ended: the backend shut the
