@@ -589,7 +589,11 @@ mod tests {
                 buf.finish(prev);
                 let msg =
                     LogicalMessage::try_new(xid, transactional, prefix, &payload[..len]).unwrap();
-                assert_eq!(msg.total_len(), buf.total_len(), "len {len} prefix {prefix:?}");
+                assert_eq!(
+                    msg.total_len(),
+                    buf.total_len(),
+                    "len {len} prefix {prefix:?}"
+                );
                 let mut dst = vec![0xAAu8; msg.total_len() as usize];
                 msg.write_into(&mut dst, prev);
                 assert_eq!(dst, buf.bytes(), "len {len} prefix {prefix:?} xid {xid}");

@@ -108,13 +108,14 @@ impl Session for WalSession<'_> {
         payload: &[u8],
     ) -> Result<u64, SqlError> {
         let xid = if transactional { self.xact.xid() } else { 0 };
-        let msg = walformat::LogicalMessage::try_new(xid, transactional, prefix, payload)
-            .map_err(|e| {
+        let msg = walformat::LogicalMessage::try_new(xid, transactional, prefix, payload).map_err(
+            |e| {
                 SqlError::error(
                     sqlstate::PROGRAM_LIMIT_EXCEEDED,
                     format!("message too large: {e}"),
                 )
-            })?;
+            },
+        )?;
         // Used only when the message continues onto another page.
         let mut spill = walformat::RecordBuf::default();
         let at = if transactional {
