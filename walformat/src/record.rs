@@ -103,7 +103,8 @@ impl RecordBuf {
         }
         self.bytes.clear();
         self.bytes.reserve(tot_len);
-        push_record_header(&mut self.bytes, tot_len as u32, xid, rmid, info);
+        self.bytes
+            .extend_from_slice(&record_header(tot_len as u32, xid, rmid, info));
         push_main_data_header(&mut self.bytes, main_len);
         for piece in main_data {
             self.bytes.extend_from_slice(piece);
@@ -119,9 +120,7 @@ impl RecordBuf {
 
     /// Sets `xl_prev` and completes `xl_crc` over the header.
     pub fn finish(&mut self, prev: Lsn) {
-        put_u64(&mut self.bytes, OFF_PREV, prev);
-        let crc = crc32c_append(self.data_crc, &self.bytes[..XL_CRC_OFFSET]);
-        put_u32(&mut self.bytes, XL_CRC_OFFSET, crc);
+        seal_header(&mut self.bytes, prev, self.data_crc);
     }
 
     /// The record bytes (`total_len()` of them).
@@ -212,25 +211,44 @@ fn main_data_header_len(main_len: usize) -> usize {
     }
 }
 
-/// Appends an `XLogRecord` with `xl_prev` and `xl_crc` still zero.
-fn push_record_header(out: &mut Vec<u8>, tot_len: u32, xid: u32, rmid: u8, info: u8) {
-    out.extend_from_slice(&tot_len.to_le_bytes());
-    out.extend_from_slice(&xid.to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes());
-    out.extend_from_slice(&[info, rmid, 0, 0]);
-    out.extend_from_slice(&0u32.to_le_bytes());
+/// An `XLogRecord` header with `xl_prev` and `xl_crc` still zero.
+fn record_header(tot_len: u32, xid: u32, rmid: u8, info: u8) -> [u8; SIZE_OF_XLOG_RECORD] {
+    let mut h = [0u8; SIZE_OF_XLOG_RECORD];
+    put_u32(&mut h, OFF_TOT_LEN, tot_len);
+    put_u32(&mut h, OFF_XID, xid);
+    h[OFF_INFO] = info;
+    h[OFF_RMID] = rmid;
+    h
 }
 
-/// Appends the `XLR_BLOCK_ID_DATA_SHORT`/`LONG` header, if any main data.
-fn push_main_data_header(out: &mut Vec<u8>, main_len: usize) {
-    match main_data_header_len(main_len) {
+/// Sets `xl_prev` in a record's `header` and completes `xl_crc` from the
+/// CRC of its data (`data_crc`) and the header.
+fn seal_header(header: &mut [u8], prev: Lsn, data_crc: u32) {
+    put_u64(header, OFF_PREV, prev);
+    let crc = crc32c_append(data_crc, &header[..XL_CRC_OFFSET]);
+    put_u32(header, XL_CRC_OFFSET, crc);
+}
+
+/// Writes the `XLR_BLOCK_ID_DATA_SHORT`/`LONG` header, if any main data,
+/// at the start of `dst`; returns its length.
+fn write_main_data_header(dst: &mut [u8], main_len: usize) -> usize {
+    let n = main_data_header_len(main_len);
+    match n {
         0 => {}
-        2 => out.extend_from_slice(&[XLR_BLOCK_ID_DATA_SHORT, main_len as u8]),
+        2 => dst[..2].copy_from_slice(&[XLR_BLOCK_ID_DATA_SHORT, main_len as u8]),
         _ => {
-            out.push(XLR_BLOCK_ID_DATA_LONG);
-            out.extend_from_slice(&(main_len as u32).to_le_bytes());
+            dst[0] = XLR_BLOCK_ID_DATA_LONG;
+            put_u32(dst, 1, main_len as u32);
         }
     }
+    n
+}
+
+/// Appends the main-data header, if any main data.
+fn push_main_data_header(out: &mut Vec<u8>, main_len: usize) {
+    let mut h = [0u8; 5];
+    let n = write_main_data_header(&mut h, main_len);
+    out.extend_from_slice(&h[..n]);
 }
 
 /// Encodes the fixed part of `xl_logical_message`:
@@ -362,14 +380,8 @@ impl<'a> LogicalMessage<'a> {
     pub fn write_into(&self, dst: &mut [u8], prev: Lsn) {
         assert_eq!(dst.len(), self.tot_len as usize, "destination size");
         let body = &mut dst[SIZE_OF_XLOG_RECORD..];
-        let rest = if main_data_header_len(self.main_len) == 2 {
-            body[..2].copy_from_slice(&[XLR_BLOCK_ID_DATA_SHORT, self.main_len as u8]);
-            &mut body[2..]
-        } else {
-            body[0] = XLR_BLOCK_ID_DATA_LONG;
-            put_u32(body, 1, self.main_len as u32);
-            &mut body[5..]
-        };
+        let n = write_main_data_header(body, self.main_len);
+        let rest = &mut body[n..];
         let header = logical_message_header(
             DEFAULT_MESSAGE_DB_OID,
             self.transactional,
@@ -383,14 +395,13 @@ impl<'a> LogicalMessage<'a> {
         rest[0] = 0;
         rest[1..].copy_from_slice(self.payload);
         let data_crc = crc32c_append(0, &dst[SIZE_OF_XLOG_RECORD..]);
-        let mut rec = [0u8; SIZE_OF_XLOG_RECORD];
-        put_u32(&mut rec, OFF_TOT_LEN, self.tot_len);
-        put_u32(&mut rec, OFF_XID, self.xid);
-        put_u64(&mut rec, OFF_PREV, prev);
-        rec[OFF_INFO] = XLOG_LOGICAL_MESSAGE;
-        rec[OFF_RMID] = RM_LOGICALMSG_ID;
-        let crc = crc32c_append(data_crc, &rec[..XL_CRC_OFFSET]);
-        put_u32(&mut rec, XL_CRC_OFFSET, crc);
+        let mut rec = record_header(
+            self.tot_len,
+            self.xid,
+            RM_LOGICALMSG_ID,
+            XLOG_LOGICAL_MESSAGE,
+        );
+        seal_header(&mut rec, prev, data_crc);
         dst[..SIZE_OF_XLOG_RECORD].copy_from_slice(&rec);
     }
 }
