@@ -10,7 +10,8 @@
 //!
 //! * All multi-byte integers are little-endian and are encoded/decoded with
 //!   explicit byte writes; the crate's only `unsafe` is the call of the
-//!   SSE 4.2 CRC-32C after its runtime detection (`record::crc32c_append`).
+//!   SSE 4.2 CRC-32C after its runtime detection (`record::crc32c_append`,
+//!   `record::header_crc`, `LogicalMessage::body_crc`).
 //! * Pages are [`XLOG_BLCKSZ`] (8 KiB) bytes. The first page of a segment has a
 //!   40-byte long header ([`SIZE_OF_XLOG_LONG_PHD`]), every other page a 24-byte
 //!   short header ([`SIZE_OF_XLOG_SHORT_PHD`]).
