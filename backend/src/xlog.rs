@@ -272,7 +272,7 @@ use shmem::variants::{GroupCommit, InsertLockSpread, InsertLockWait, Insertion, 
 use shmem::{Proc, Shmem};
 use std::fs::File;
 use std::path::PathBuf;
-use walformat::{Geometry, Lsn, RecordBuf, XLOG_BLCKSZ};
+use walformat::{Geometry, Lsn, PageMap, RecordBuf, XLOG_BLCKSZ};
 
 const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 
@@ -359,6 +359,10 @@ pub struct Xlog<'a> {
     /// track_wal_io_timing: time writes and syncs.
     io_timing: bool,
     geo: Geometry,
+    /// The page of our last converted byte position (issue 16: start, end
+    /// and `xl_prev` of a record are nearly always on it, and converting
+    /// there needs no division).
+    last_page: PageMap,
     tli: u32,
     sysid: u64,
     n_buffers: u64,
@@ -472,6 +476,7 @@ impl<'a> Xlog<'a> {
             stats: &shm.proc_stats(ctx.procno).counters.flat,
             io_timing: s.track_wal_io_timing,
             geo,
+            last_page: PageMap::default(),
             tli: facts.timeline,
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
@@ -598,9 +603,9 @@ impl<'a> Xlog<'a> {
             let at = self.insert_lsn();
             return Inserted { start: at, end: at };
         };
-        let start = self.geo.bytepos_to_recptr(start_pos);
-        let end = self.geo.bytepos_to_end_recptr(end_pos);
-        let prev = self.geo.bytepos_to_recptr(prev_pos);
+        let start = self.bytepos_to_lsn(start_pos, false);
+        let end = self.bytepos_to_lsn(end_pos, true);
+        let prev = self.bytepos_to_lsn(prev_pos, false);
         place(self, start, end, prev);
         self.release_insert_lock(lock);
 
@@ -612,6 +617,21 @@ impl<'a> Xlog<'a> {
             self.note_page_completed(end);
         }
         Inserted { start, end }
+    }
+
+    /// `bytepos_to_recptr(pos)` (with `end`, `bytepos_to_end_recptr`),
+    /// through [`Xlog::last_page`] when `pos` is on it.
+    #[inline]
+    fn bytepos_to_lsn(&mut self, pos: u64, end: bool) -> Lsn {
+        if let Some(lsn) = self.last_page.lsn(pos, end) {
+            return lsn;
+        }
+        self.last_page = self.geo.page_map(pos);
+        if end {
+            self.geo.bytepos_to_end_recptr(pos)
+        } else {
+            self.geo.bytepos_to_recptr(pos)
+        }
     }
 
     fn acquire_insert_lock(&mut self) -> usize {

@@ -42,8 +42,8 @@ mod writer;
 pub use consts::*;
 pub use decode::{decode_record_bytes, DecodedRecord};
 pub use geometry::{
-    format_lsn, maxalign, parse_lsn, FormatError, Geometry, Lsn, DEFAULT_SEG_SIZE, MAX_SEG_SIZE,
-    MIN_SEG_SIZE,
+    format_lsn, maxalign, parse_lsn, FormatError, Geometry, Lsn, PageMap, DEFAULT_SEG_SIZE,
+    MAX_SEG_SIZE, MIN_SEG_SIZE,
 };
 pub use lookahead::{
     look_ahead, look_ahead_from, unsynced_window_end, Lookahead, ValidWalAfter, Verdict,
