@@ -217,6 +217,19 @@ fn crc_state_bytes_sse42(state: u32, data: &[u8]) -> u32 {
     state
 }
 
+/// Feeds a caller's slice into a raw CRC state: short ones with
+/// [`crc_state_bytes_sse42`], longer ones with the `crc32c` crate, whose
+/// three-lane loop is faster there (as in [`crc32c_append`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+#[inline]
+fn crc_state_slice_sse42(state: u32, data: &[u8]) -> u32 {
+    if data.len() > SHORT_CRC_MAX {
+        return !crc32c::crc32c_append(!state, data);
+    }
+    crc_state_bytes_sse42(state, data)
+}
+
 /// The little-endian words of a record header's first 20 bytes (the part
 /// `xl_crc` covers), as the CRC consumes them: `xl_tot_len | xl_xid`,
 /// `xl_prev`, `xl_info | xl_rmid | pad`.
@@ -537,9 +550,9 @@ impl<'a> LogicalMessage<'a> {
         let state = _mm_crc32_u64(u64::from(state), w0);
         let state = _mm_crc32_u64(state, w1);
         let state = _mm_crc32_u64(state, w2) as u32;
-        let state = crc_state_bytes_sse42(state, self.prefix.as_bytes());
+        let state = crc_state_slice_sse42(state, self.prefix.as_bytes());
         let state = _mm_crc32_u8(state, 0);
-        crc_state_bytes_sse42(state, self.payload)
+        crc_state_slice_sse42(state, self.payload)
     }
 }
 
