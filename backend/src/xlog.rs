@@ -4,15 +4,19 @@
 //! 1. the caller builds the record in local memory (`walformat::RecordBuf`,
 //!    CRC of the data already computed); a logical message
 //!    (`insert_message`) is instead given by its parts and assembled in
-//!    step 4 straight into the buffer page, its CRC computed over the
-//!    written bytes in one pass, unless it continues onto another page
-//!    (then it is built in local memory there and copied as below);
+//!    step 4 straight into the buffer page, its CRC computed from the
+//!    parts, never by loading back the bytes just stored (issue 16: those
+//!    loads waited for the stores' cache misses on buffer lines another
+//!    core wrote last), unless it continues onto another page (then it is
+//!    built in local memory there and copied as below);
 //! 2. take one WAL insertion lock (our preferred one; if we had to sleep for
 //!    it, prefer the next one next time);
 //! 3. reserve `[start, end)` in usable-byte space: under the insert-position
 //!    spinlock (`wal_reservation = spinlock`) or by one fetch-add
 //!    (`atomic`, see "lock-free reservation" below); `xl_prev` is the start
-//!    of the previous reservation; finish the CRC;
+//!    of the previous reservation; finish the CRC. The three byte positions
+//!    become LSNs through `last_page` (a `walformat::PageMap` of the page
+//!    converted last: no division while they stay on it);
 //! 4. copy into WAL buffer pages. `get_buffer` finds the page for an LSN; if
 //!    the buffer does not hold it yet, we first advertise our progress in
 //!    `insertingAt` (so that whoever must write older pages out does not wait
