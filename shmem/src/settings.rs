@@ -364,10 +364,16 @@ declare_settings! {
     /// kernel's page cache is bypassed; readers still read through it,
     /// which the kernel keeps coherent), whatever `wal_sync_method`:
     /// PostgreSQL adds O_DIRECT to the open_* methods only when no WAL is
-    /// read back. Per durable write on this machine's virtio disk (raw
-    /// 8 kB pwrite + sync loop): 26-29 us of CPU for O_DIRECT|O_DSYNC
-    /// against 37-40 for a buffered pwrite + fdatasync, both two device
-    /// round trips. Figures of the server: see backend/src/walfile.rs.
+    /// read back. Per durable 8 kB write on this machine's virtio disk
+    /// (raw pwrite + sync loop, both two device round trips): 26-29 us of
+    /// CPU for O_DIRECT|O_DSYNC against 37-40 buffered + fdatasync.
+    /// Server, pgbench durable autocommit, same-run pairs, 2 cores, shared,
+    /// on / off with fdatasync (medians): server CPU per commit 0.93x at
+    /// 1 client (5 pairs), 0.97x at 4 (5), 0.98x at 16 (5), 0.95x at 64
+    /// (3); tps 1.01x, 1.04x, 1.06x, 1.06x. Off by default: the gain is
+    /// about this shared machine's noise, and walsenders, the archiver and
+    /// readers then read the WAL back from the disk instead of the cache
+    /// (docs/benchmarks.md, session 24 "onecli").
     wal_direct_io: bool = false =>
         "wal_direct_io", Kind::Bool,
         "write WAL segments with O_DIRECT (bypassing the page cache) when fsync is on";
