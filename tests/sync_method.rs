@@ -19,6 +19,12 @@
 //!   PANIC and a crash restart that loses no ack, and the `wal_fsync` point
 //!   never fires (it does with `fdatasync`).
 //!
+//! - `wal_direct_io` (issue 16, helper "onecli"): with it on, the server's
+//!   WAL segment descriptors carry O_DIRECT (read from /proc/PID/fdinfo),
+//!   with it off none does; kill -9 of the group with O_DIRECT under
+//!   fdatasync and open_datasync loses no ack; a short power-loss torture
+//!   with O_DIRECT and open_datasync loses none either.
+//!
 //! Verdicts come from exit codes, ack lines, the WAL, pg_stat_wal rows and
 //! the JSON summary and report, never from log wording.
 
@@ -38,19 +44,29 @@ fn ack_args<'a>(workers: &'a str, method_set: &'a str) -> Vec<&'a str> {
 /// kill -9 of the whole group during an acknowledged run with `method`,
 /// then a short second run (recovery): no ack lost, pg_waldump agrees.
 fn kill_group_keeps_acks(method: &str) {
+    kill_group_keeps_acks_with(method, &[]);
+}
+
+/// `kill_group_keeps_acks` with the extra settings `extra` (both runs).
+fn kill_group_keeps_acks_with(method: &str, extra: &[&str]) {
     let tmp = TempDir::new(&format!("sm-kill-{method}"));
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let set = format!("wal_sync_method={method}");
-    let mut s = Server::start(&d.path, tmp.path(), &ack_args("8", &set));
+    let sets: Vec<&str> = [&[set.as_str()][..], extra].concat();
+    let mut s = Server::start(&d.path, tmp.path(), &durable_ack_args("8", &sets));
     s.wait_ready(TIMEOUT);
     s.wait_children(8);
     std::thread::sleep(Duration::from_millis(800));
     let o1 = kill_group(s);
     let acks1 = parse_acks(&o1.stdout);
-    assert!(!acks1.is_empty(), "{method}: no acks before the kill");
-    let (checked, pg) = recover_and_check_acks(&d, tmp.path(), &ack_args("4", &set), &acks1);
+    assert!(
+        !acks1.is_empty(),
+        "{method} {extra:?}: no acks before the kill"
+    );
+    let (checked, pg) =
+        recover_and_check_acks(&d, tmp.path(), &durable_ack_args("4", &sets), &acks1);
     eprintln!(
-        "{method}: kill -9 of the group: {} acks before, {checked} checked, pg_waldump {}",
+        "{method} {extra:?}: kill -9 of the group: {} acks before, {checked} checked, pg_waldump {}",
         acks1.len(),
         if pg { "agreed" } else { "skipped" }
     );
@@ -240,5 +256,139 @@ fn open_datasync_failed_write_panics_and_never_syncs() {
     assert!(
         fired && restarts == 1,
         "fdatasync: fired {fired}, {restarts} restarts"
+    );
+}
+
+/// O_DIRECT as the kernel reports it in /proc/PID/fdinfo (octal `flags:`).
+const O_DIRECT_BIT: u32 = libc::O_DIRECT as u32;
+
+/// The open flags of every descriptor of `pid` on a WAL segment of `pg_wal`.
+fn wal_descriptor_flags(pid: i32, pg_wal: &std::path::Path) -> Vec<u32> {
+    let mut flags = Vec::new();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return flags;
+    };
+    for fd in fds.flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let is_segment =
+            target.parent() == Some(pg_wal) && target.file_name().is_some_and(|n| n.len() == 24);
+        if !is_segment {
+            continue;
+        }
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let Ok(text) = std::fs::read_to_string(info) else {
+            continue;
+        };
+        let octal = text.lines().find_map(|l| l.strip_prefix("flags:"));
+        if let Some(f) = octal.and_then(|o| u32::from_str_radix(o.trim(), 8).ok()) {
+            flags.push(f);
+        }
+    }
+    flags
+}
+
+/// Does this file system take O_DIRECT at all (tmpfs before Linux 6.6 not:
+/// then the server falls back to buffered writes, see walfile)?
+fn o_direct_supported(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join("o-direct-probe");
+    std::fs::write(&probe, b"").unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok()
+}
+
+/// The flags of the server's WAL segment descriptors during an acknowledged
+/// durable run with `sets`: at least one descriptor, from every child.
+fn server_wal_flags(tag: &str, sets: &[&str]) -> (Vec<u32>, bool) {
+    let tmp = TempDir::new(tag);
+    let d = init(&tmp.join("data"), &[]);
+    let supported = o_direct_supported(tmp.path());
+    let mut s = Server::start(&d.path, tmp.path(), &durable_ack_args("2", sets));
+    s.wait_ready(TIMEOUT);
+    let pg_wal = d.path.join("pg_wal");
+    let mut flags = Vec::new();
+    let found = wait_until(TIMEOUT, || {
+        flags = s
+            .children()
+            .iter()
+            .flat_map(|(pid, _)| wal_descriptor_flags(*pid, &pg_wal))
+            .collect();
+        !flags.is_empty()
+    });
+    let o = s.stop_ok();
+    assert!(found, "{tag}: no WAL segment descriptor seen\n{}", o.stderr);
+    (flags, supported)
+}
+
+#[test]
+fn direct_io_wal_descriptors_carry_o_direct() {
+    let (on, supported) = server_wal_flags("sm-direct-on", &["wal_direct_io=on"]);
+    if supported {
+        assert!(
+            on.iter().all(|f| f & O_DIRECT_BIT != 0),
+            "wal_direct_io=on: a WAL descriptor without O_DIRECT: {on:?}"
+        );
+    } else {
+        eprintln!("direct_io: O_DIRECT unsupported here, checked the buffered fallback only");
+        assert!(on.iter().all(|f| f & O_DIRECT_BIT == 0), "{on:?}");
+    }
+    let (dsync, _) = server_wal_flags(
+        "sm-direct-dsync",
+        &["wal_direct_io=on", "wal_sync_method=open_datasync"],
+    );
+    let dsync_bit = libc::O_DSYNC as u32;
+    assert!(
+        dsync
+            .iter()
+            .all(|f| f & dsync_bit != 0 && (f & O_DIRECT_BIT != 0) == supported),
+        "wal_direct_io=on with open_datasync: {dsync:?}"
+    );
+    let (off, _) = server_wal_flags("sm-direct-off", &[]);
+    assert!(
+        off.iter().all(|f| f & O_DIRECT_BIT == 0),
+        "wal_direct_io off: a WAL descriptor with O_DIRECT: {off:?}"
+    );
+}
+
+#[test]
+fn direct_io_fdatasync_kill9_group_nothing_acked_lost() {
+    kill_group_keeps_acks_with("fdatasync", &["wal_direct_io=on"]);
+}
+
+#[test]
+fn direct_io_open_datasync_kill9_group_nothing_acked_lost() {
+    kill_group_keeps_acks_with("open_datasync", &["wal_direct_io=on"]);
+}
+
+#[test]
+fn direct_io_open_datasync_survives_power_loss() {
+    let tmp = TempDir::new("sm-direct-power");
+    let (o, r, _) = torture(
+        &tmp,
+        &[
+            "--power-loss",
+            "--cycles",
+            "4",
+            "--seed",
+            "17",
+            "--set",
+            "wal_sync_method=open_datasync",
+            "--set",
+            "wal_direct_io=on",
+        ],
+        &[],
+    );
+    assert_eq!(o.code(), Some(0), "{}\n{r}", o.describe());
+    assert_eq!(r["mode"], "power-loss", "{r}");
+    assert_eq!(r["lost"], 0, "{r}");
+    assert!(r["acknowledged"].as_u64().unwrap_or(0) > 0, "{r}");
+    assert!(
+        r["power_loss"]["journal_records"].as_u64().unwrap_or(0) > 0,
+        "the seam journaled nothing: {r}"
     );
 }

@@ -1565,13 +1565,14 @@ impl<'a> Xlog<'a> {
         if self.open_seg.as_ref().map(|(s, _)| *s) != Some(segno) {
             let path = self.pg_wal.join(self.geo.file_name(self.tli, segno));
             let first_page = self.new_segment_first_page(segno);
-            let sync_flag =
-                crate::walfile::sync_open_flag(self.ctx.settings.wal_sync_method, self.fsync);
+            let settings = &self.ctx.settings;
+            let flags = crate::walfile::sync_open_flag(settings.wal_sync_method, self.fsync)
+                | crate::walfile::direct_open_flag(settings.wal_direct_io, self.fsync);
             let file = match crate::walfile::open_or_create_segment(
                 &path,
                 self.geo.seg_size,
                 self.fsync,
-                sync_flag,
+                flags,
                 &first_page,
             ) {
                 Ok(f) => f,
