@@ -34,7 +34,7 @@ mod kinds;
 
 use crate::variants::{
     CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
-    VarAccess, WaitQueue, WalSyncMethod, XidClear,
+    SyncRepWake, VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -359,6 +359,17 @@ declare_settings! {
     commit_reply_max_members: u32 = 0 =>
         "commit_reply_max_members", Kind::count(0, 100_000),
         "commit_reply = flusher: hand replies to the walwriter only while at most this many processes are in the ProcArray (0 = no limit)";
+    // ---- issue 13: group wake of released synchronous commits ----
+    /// How a sync-rep release pass wakes the commits it released: `each`
+    /// (the walsender posts every released backend's semaphore, one futex
+    /// wake each; on 2 oversubscribed cores each wake lets the woken
+    /// backend preempt the walsender) or `group` (waiters sleep on one
+    /// shared futex word with FUTEX_WAIT_BITSET, the bit a bucket of their
+    /// commit LSN, and the pass ends with one FUTEX_WAKE_BITSET).
+    /// Default: see the measured figures in docs/benchmarks.md.
+    sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
+        "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
+        "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).
