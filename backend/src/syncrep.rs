@@ -29,7 +29,7 @@
 //!    the next one (stored before its RELEASED);
 //!    With `sync_rep_wake = group` (issue 13) the pass ends instead with
 //!    ONE system call: waiters sleep on the shared futex word
-//!    `ReplCtl::group_wake` (FUTEX_WAIT_BITSET, the bit a 2 kB bucket of
+//!    `ReplCtl::group_wake` (FUTEX_WAIT_BITSET, the bit a 512-byte bucket of
 //!    their commit LSN) instead of their semaphore, after reading its
 //!    sequence number before their last RELEASED check; the releaser bumps
 //!    it after the unlock and wakes the OR of the released waiters' bits
@@ -751,6 +751,54 @@ mod tests {
         leave_queue(shm, 0);
         assert_eq!(shm.procs()[1].sem.count(), 1);
         assert_eq!(queue_lsns(shm), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_group_pass_bumps_the_sequence_and_posts_no_semaphore() {
+        let settings = shmem::Settings {
+            sync_rep_wake: SyncRepWake::Group,
+            ..Default::default()
+        };
+        let shm = &Shmem::create(&settings, 3, 1).unwrap();
+        let far = 100 + (1 << GroupWake::BUCKET_SHIFT);
+        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
+        assert!(enqueue(shm, 1, far, wait_mode::FLUSH));
+        assert!(enqueue(shm, 2, 150, wait_mode::FLUSH));
+        let ctl = shm.repl();
+        let seen = ctl.group_wake.seen();
+        ctl.lock.lock();
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(200, 200, 0), &mut woken);
+        ctl.lock.unlock();
+        assert_eq!(woken, vec![0, 2]);
+        // Both released LSNs share one bucket: one bit; the unreleased
+        // waiter's bucket is not in it.
+        assert_eq!(group_bits(shm, &woken), GroupWake::bit_of(100));
+        assert_eq!(group_bits(shm, &woken) & GroupWake::bit_of(far), 0);
+        wake_released(shm, &woken);
+        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
+        assert_eq!(shm.procs().iter().map(|p| p.sem.count()).sum::<u32>(), 0);
+        // A sleep that read the old sequence returns at once.
+        let t = std::time::Instant::now();
+        ctl.group_wake
+            .sleep(seen, GroupWake::bit_of(far), Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // One with the current value times out (nobody wakes its bit).
+        let t = std::time::Instant::now();
+        let r = ctl.group_wake.sleep(
+            ctl.group_wake.seen(),
+            GroupWake::bit_of(far),
+            Duration::from_millis(50),
+        );
+        assert_eq!(r, shmem::walsnd::GroupSleep::TimedOut);
+        assert!(
+            t.elapsed() >= Duration::from_millis(45),
+            "{:?}",
+            t.elapsed()
+        );
+        // An empty pass wakes nobody and leaves the sequence alone.
+        wake_released(shm, &[]);
+        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
     }
 
     #[test]
