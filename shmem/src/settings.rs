@@ -366,7 +366,14 @@ declare_settings! {
     /// backend preempt the walsender) or `group` (waiters sleep on one
     /// shared futex word with FUTEX_WAIT_BITSET, the bit a bucket of their
     /// commit LSN, and the pass ends with one FUTEX_WAKE_BITSET).
-    /// Default: see the measured figures in docs/benchmarks.md.
+    /// Default `each`: the same-run A/B did not show `group` winning
+    /// (replication-bench --seconds 3 --reps 3 --only 1, 64 clients, 2
+    /// cores, shared, load average 9-18; group/each tps 0.95, 0.98, 0.68,
+    /// 0.64, 0.95, 1.10, median 0.95; 2 kB buckets: 0.84, 0.74, 1.20).
+    /// One syscall does not shorten the pass as timed by the walsender
+    /// (0.11-0.37 ms against 0.07-0.29 ms): after it returns the walsender
+    /// is switched out until the woken backends ran, as after each post;
+    /// the server's context switches per commit fall 3-9 %.
     sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
         "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
         "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
