@@ -368,8 +368,9 @@ declare_settings! {
     /// commit LSN, and the pass ends with one FUTEX_WAKE_BITSET).
     /// Default `each`: the same-run A/B did not show `group` winning
     /// (replication-bench --seconds 3 --reps 3 --only 1, 64 clients, 2
-    /// cores, shared, load average 9-18; group/each tps 0.95, 0.98, 0.68,
-    /// 0.64, 0.95, 1.10, median 0.95; 2 kB buckets: 0.84, 0.74, 1.20).
+    /// cores, shared, load average 5-18; group/each tps over three runs
+    /// 0.95, 0.98, 0.68 / 0.64, 0.95, 1.10 / 1.01, 0.98, 1.05, median
+    /// 0.98; 2 kB buckets: 0.84, 0.74, 1.20).
     /// One syscall does not shorten the pass as timed by the walsender
     /// (0.11-0.37 ms against 0.07-0.29 ms): after it returns the walsender
     /// is switched out until the woken backends ran, as after each post;
