@@ -27,6 +27,15 @@
 //!    in LSN order. With `sync_rep_wake_chain` (off by default) the releaser
 //!    posts only the first, and each released waiter's `wake_next` names
 //!    the next one (stored before its RELEASED);
+//!    With `sync_rep_wake = group` (issue 13) the pass ends instead with
+//!    ONE system call: waiters sleep on the shared futex word
+//!    `ReplCtl::group_wake` (FUTEX_WAIT_BITSET, the bit a 512-byte bucket of
+//!    their commit LSN) instead of their semaphore, after reading its
+//!    sequence number before their last RELEASED check; the releaser bumps
+//!    it after the unlock and wakes the OR of the released waiters' bits
+//!    (a release between a waiter's check and its sleep makes the futex
+//!    wait return at once; shmem::walsnd's header, loom_groupwake). The
+//!    chain is not used then;
 //! 4. waiter: wakes, sees RELEASED, posts its `wake_next` (chain), returns.
 //!    Spurious wake-ups (a stale semaphore post) just loop; a waiter that
 //!    leaves the queue and finds itself released passes the chain on, and
@@ -55,8 +64,11 @@
 use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
 use shmem::sync::Ordering;
+use shmem::variants::SyncRepWake;
 use shmem::walsnd::standby_names::{self, Method, StandbyNames};
-use shmem::walsnd::{sync_state, wait_mode, wait_state, ReplCtl, SyncCommit, SyncRepWaiter};
+use shmem::walsnd::{
+    sync_state, wait_mode, wait_state, GroupWake, ReplCtl, SyncCommit, SyncRepWaiter,
+};
 use shmem::Shmem;
 use std::sync::atomic::AtomicU8;
 use std::sync::OnceLock;
@@ -163,7 +175,10 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
     if !enqueue(ctx.shm, ctx.procno, lsn, mode) {
         return;
     }
+    let group = ctx.settings.sync_rep_wake == SyncRepWake::Group;
     loop {
+        // Read before the RELEASED check (see `sleep_until_woken`).
+        let seen = ctl.group_wake.seen();
         // Acquire pairs with the Release store of RELEASED in `release_covered`.
         if me.state.load(Ordering::Acquire) == wait_state::RELEASED {
             me.state.store(wait_state::NOT_WAITING, Ordering::Relaxed);
@@ -189,7 +204,15 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
             );
             return;
         }
-        ctx.me.sem.wait_timeout(WAIT_SLICE);
+        if group {
+            // Interrupted (a cancel) or timed out: the loop looks at the
+            // flags; woken in vain (another LSN of the bucket): it sleeps
+            // again.
+            ctl.group_wake
+                .sleep(seen, GroupWake::bit_of(lsn), WAIT_SLICE);
+        } else {
+            ctx.me.sem.wait_timeout(WAIT_SLICE);
+        }
     }
 }
 
@@ -406,7 +429,7 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
     let mut woken = Vec::new();
     release_covered(shm, &covered, &mut woken);
     ctl.lock.unlock();
-    post_released(shm, &woken, shm.settings().sync_rep_wake_chain);
+    wake_released(shm, &woken);
     let n = woken.len() as u64;
     if n > 0 {
         ctl.released_commits.fetch_add(n, Ordering::Relaxed);
@@ -446,6 +469,36 @@ fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
         // Release pairs with the waiter's Acquire load in `wait_for`.
         w.state.store(wait_state::RELEASED, Ordering::Release);
     }
+}
+
+/// Wakes the released waiters (after ReplCtl::lock is released), as
+/// `sync_rep_wake` says: `group`, one futex wake with the bits of their
+/// LSNs on `ReplCtl::group_wake`; `each`, a post of each one's semaphore
+/// (or of the first only, with `sync_rep_wake_chain`).
+fn wake_released(shm: &Shmem, woken: &[u32]) {
+    if woken.is_empty() {
+        return;
+    }
+    let settings = shm.settings();
+    if settings.sync_rep_wake == SyncRepWake::Group {
+        shm.repl().group_wake.wake(group_bits(shm, woken));
+    } else {
+        post_released(shm, woken, settings.sync_rep_wake_chain);
+    }
+}
+
+/// The OR of the group-wake bits of the released waiters' LSNs. Their
+/// `lsn` is still theirs: a released waiter changes it only when it
+/// queues again, after it saw RELEASED, and then it sleeps with the bit
+/// of the new LSN (a wake with a stale bit is a wake in vain, and its
+/// sleep is bounded).
+fn group_bits(shm: &Shmem, woken: &[u32]) -> u32 {
+    let waiters = shm.syncrep_waiters();
+    woken
+        .iter()
+        // Relaxed: see above; a stale value only costs a wake in vain.
+        .map(|&p| GroupWake::bit_of(waiters[p as usize].lsn.load(Ordering::Relaxed)))
+        .fold(0, |acc, b| acc | b)
 }
 
 /// Posts the semaphores of released waiters, after ReplCtl::lock is
@@ -698,6 +751,54 @@ mod tests {
         leave_queue(shm, 0);
         assert_eq!(shm.procs()[1].sem.count(), 1);
         assert_eq!(queue_lsns(shm), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn a_group_pass_bumps_the_sequence_and_posts_no_semaphore() {
+        let settings = shmem::Settings {
+            sync_rep_wake: SyncRepWake::Group,
+            ..Default::default()
+        };
+        let shm = &Shmem::create(&settings, 3, 1).unwrap();
+        let far = 100 + (1 << GroupWake::BUCKET_SHIFT);
+        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
+        assert!(enqueue(shm, 1, far, wait_mode::FLUSH));
+        assert!(enqueue(shm, 2, 150, wait_mode::FLUSH));
+        let ctl = shm.repl();
+        let seen = ctl.group_wake.seen();
+        ctl.lock.lock();
+        let mut woken = Vec::new();
+        release_covered(shm, &covered(200, 200, 0), &mut woken);
+        ctl.lock.unlock();
+        assert_eq!(woken, vec![0, 2]);
+        // Both released LSNs share one bucket: one bit; the unreleased
+        // waiter's bucket is not in it.
+        assert_eq!(group_bits(shm, &woken), GroupWake::bit_of(100));
+        assert_eq!(group_bits(shm, &woken) & GroupWake::bit_of(far), 0);
+        wake_released(shm, &woken);
+        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
+        assert_eq!(shm.procs().iter().map(|p| p.sem.count()).sum::<u32>(), 0);
+        // A sleep that read the old sequence returns at once.
+        let t = std::time::Instant::now();
+        ctl.group_wake
+            .sleep(seen, GroupWake::bit_of(far), Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // One with the current value times out (nobody wakes its bit).
+        let t = std::time::Instant::now();
+        let r = ctl.group_wake.sleep(
+            ctl.group_wake.seen(),
+            GroupWake::bit_of(far),
+            Duration::from_millis(50),
+        );
+        assert_eq!(r, shmem::walsnd::GroupSleep::TimedOut);
+        assert!(
+            t.elapsed() >= Duration::from_millis(45),
+            "{:?}",
+            t.elapsed()
+        );
+        // An empty pass wakes nobody and leaves the sequence alone.
+        wake_released(shm, &[]);
+        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
     }
 
     #[test]

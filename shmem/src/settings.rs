@@ -34,7 +34,7 @@ mod kinds;
 
 use crate::variants::{
     CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
-    VarAccess, WaitQueue, WalSyncMethod, XidClear,
+    SyncRepWake, VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -377,6 +377,25 @@ declare_settings! {
     wal_direct_io: bool = false =>
         "wal_direct_io", Kind::Bool,
         "write WAL segments with O_DIRECT (bypassing the page cache) when fsync is on";
+    // ---- issue 13: group wake of released synchronous commits ----
+    /// How a sync-rep release pass wakes the commits it released: `each`
+    /// (the walsender posts every released backend's semaphore, one futex
+    /// wake each; on 2 oversubscribed cores each wake lets the woken
+    /// backend preempt the walsender) or `group` (waiters sleep on one
+    /// shared futex word with FUTEX_WAIT_BITSET, the bit a bucket of their
+    /// commit LSN, and the pass ends with one FUTEX_WAKE_BITSET).
+    /// Default `each`: the same-run A/B did not show `group` winning
+    /// (replication-bench --seconds 3 --reps 3 --only 1, 64 clients, 2
+    /// cores, shared, load average 5-18; group/each tps over three runs
+    /// 0.95, 0.98, 0.68 / 0.64, 0.95, 1.10 / 1.01, 0.98, 1.05, median
+    /// 0.98; 2 kB buckets: 0.84, 0.74, 1.20).
+    /// One syscall does not shorten the pass as timed by the walsender
+    /// (0.11-0.37 ms against 0.07-0.29 ms): after it returns the walsender
+    /// is switched out until the woken backends ran, as after each post;
+    /// the server's context switches per commit fall 3-9 %.
+    sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
+        "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
+        "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

@@ -180,3 +180,17 @@ variant_enum!(
         Flusher = "flusher",
     }
 );
+
+// ---- issue 13 (synchronous replication wake-ups) ----
+variant_enum!(
+    /// How a sync-rep release pass wakes the commits it released (issue 13,
+    /// `sync_rep_wake`; see backend/src/syncrep.rs).
+    SyncRepWake {
+        /// The walsender posts each released backend's semaphore, one
+        /// futex wake per commit (PostgreSQL's way).
+        Each = "each",
+        /// Waiters sleep on `ReplCtl::group_wake` with a bit of their
+        /// commit LSN; one FUTEX_WAKE_BITSET wakes the whole pass.
+        Group = "group",
+    }
+);

@@ -432,7 +432,8 @@ enum_fields!(
     GroupCommit,
     InsertLockWait,
     WalSyncMethod,
-    crate::variants::CommitReply
+    crate::variants::CommitReply,
+    crate::variants::SyncRepWake
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
