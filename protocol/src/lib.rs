@@ -16,6 +16,7 @@
 mod codec;
 mod error;
 pub mod limits;
+mod named;
 mod plancache;
 pub mod replication;
 mod scram;

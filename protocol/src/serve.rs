@@ -33,6 +33,7 @@ use std::rc::Rc;
 use crate::codec::{decode_frontend, CodecError, FieldDescription, FrontendMessage, Out, Target};
 use crate::error::{sqlstate, SqlError};
 use crate::limits::{check_memory, out_of_memory};
+use crate::named::Named;
 use crate::plancache::PlanCache;
 use crate::session::{Session, SettingRow, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
@@ -218,8 +219,8 @@ struct Connection<'s, S> {
     tx: TxState,
     /// When the open transaction started (now()), microseconds since the Unix epoch.
     xact_start: i64,
-    statements: HashMap<String, (Rc<Analyzed>, Rc<str>)>,
-    portals: HashMap<String, Portal>,
+    statements: Named<(Rc<Analyzed>, Rc<str>)>,
+    portals: Named<Portal>,
     /// Texts seen before, analyzed (see `plancache`).
     plans: PlanCache,
     /// An extended-protocol message failed: ignore messages until Sync.
@@ -351,8 +352,8 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             broken: None,
             tx: TxState::Idle,
             xact_start: 0,
-            statements: HashMap::new(),
-            portals: HashMap::new(),
+            statements: Named::default(),
+            portals: Named::default(),
             plans: PlanCache::default(),
             skipping: false,
             params: Parameters::new(sync, server_sync),
@@ -795,7 +796,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             if self.tx == TxState::Failed && !analyzed.is_transaction_exit() {
                 return Err(in_failed_transaction());
             }
-            self.statements.insert(name.to_string(), (analyzed, text));
+            self.statements.insert(name, (analyzed, text));
             self.out.parse_complete();
             return Ok(());
         }
@@ -828,7 +829,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 .insert_extended(query, declared, analyzed.clone()),
         };
         let text = cached.unwrap_or_else(|| Rc::from(query));
-        self.statements.insert(name.to_string(), (analyzed, text));
+        self.statements.insert(name, (analyzed, text));
         self.out.parse_complete();
         Ok(())
     }
@@ -878,7 +879,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
             ));
         }
         self.portals.insert(
-            portal.to_string(),
+            portal,
             Portal {
                 statement: stmt,
                 query,
