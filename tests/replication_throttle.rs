@@ -33,7 +33,12 @@ const SLACK: u64 = 2 * 8 * (64 << 10) + MB / 2;
 
 fn start(t: &TempDir, d: &DataDir, limit_mb: u64) -> (Server, u16) {
     let lim = format!("max_replication_lag={limit_mb}MB");
-    let sets = ["fsync=off", lim.as_str()];
+    // The receivers have no slot: as in PostgreSQL, only wal_keep_size
+    // keeps the segment one reads from removal when a checkpoint's redo
+    // point passes it (seen within the 4 MB limit as "requested WAL
+    // segment ... has already been removed", then pg_receivewal's 5 s
+    // reconnect sleep left too few samples).
+    let sets = ["fsync=off", lim.as_str(), "wal_keep_size=64MB"];
     let args = ["--workers", WORKERS, "--workload", "emit:1024"];
     start_on_free_port(d, t.path(), &sets, &args, &[])
 }
