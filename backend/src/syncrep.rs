@@ -790,7 +790,7 @@ mod tests {
             GroupWake::bit_of(far),
             Duration::from_millis(50),
         );
-        assert_eq!(r, shmem::walsnd::GroupSleep::TimedOut);
+        assert_eq!(r, shmem::walsnd::SeqSleep::TimedOut);
         assert!(
             t.elapsed() >= Duration::from_millis(45),
             "{:?}",

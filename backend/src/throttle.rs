@@ -64,7 +64,7 @@ use crate::context::ProcContext;
 use crate::process::shutdown_requested;
 use shmem::segment::NUM_AUX_PROCS;
 use shmem::sync::{fence, Ordering};
-use shmem::walsnd::{sender_state, ThrottleSleep, WalSnd};
+use shmem::walsnd::{sender_state, SeqSleep, WalSnd};
 use shmem::{waitevent, Shmem};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -232,9 +232,9 @@ fn wait_for_receivers(ctx: &ProcContext, limit: u64, insert_lsn: &dyn Fn() -> Ls
         }
         slept = true;
         match t.sleep(seen, SLEEP_SLICE) {
-            ThrottleSleep::Interrupted => break,
-            ThrottleSleep::TimedOut => nudge = true,
-            ThrottleSleep::Woken => {}
+            SeqSleep::Interrupted => break,
+            SeqSleep::TimedOut => nudge = true,
+            SeqSleep::Woken => {}
         }
     }
     waitevent::restore(previous);

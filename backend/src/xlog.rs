@@ -624,18 +624,17 @@ impl<'a> Xlog<'a> {
     }
 
     /// `bytepos_to_recptr(pos)` (with `end`, `bytepos_to_end_recptr`),
-    /// through [`Xlog::last_page`] when `pos` is on it.
+    /// through [`Xlog::last_page`]; off it, the map moves to `pos`'s page
+    /// (one dividing conversion) and converts there.
     #[inline]
     fn bytepos_to_lsn(&mut self, pos: u64, end: bool) -> Lsn {
         if let Some(lsn) = self.last_page.lsn(pos, end) {
             return lsn;
         }
         self.last_page = self.geo.page_map(pos);
-        if end {
-            self.geo.bytepos_to_end_recptr(pos)
-        } else {
-            self.geo.bytepos_to_recptr(pos)
-        }
+        self.last_page
+            .lsn(pos, end)
+            .expect("a page map covers the position it was made for")
     }
 
     fn acquire_insert_lock(&mut self) -> usize {

@@ -265,45 +265,88 @@ pub struct ThrottleCtl {
     pub wait_us: AtomicU64,
 }
 
-/// How a throttle sleep ended.
+/// How a sleep on a sequence futex word (`ThrottleCtl::seq`,
+/// `GroupWake::seq`) ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ThrottleSleep {
-    /// Woken, or `seq` had already changed.
+pub enum SeqSleep {
+    /// Woken, or the word had already changed.
     Woken,
     TimedOut,
-    /// A signal handler ran (a library worker's SIGTERM: let it see it).
+    /// A signal handler ran (a cancel, a library worker's SIGTERM: let the
+    /// caller look at its flags).
     Interrupted,
+}
+
+/// Sleeps while `word` still holds `seen`, until a FUTEX_WAKE_BITSET names
+/// one of `bits` (`FUTEX_BITSET_MATCH_ANY`: any wake), at most `timeout`.
+#[cfg(not(loom))]
+fn futex_wait_bits(
+    word: &AtomicU32,
+    seen: u32,
+    bits: u32,
+    timeout: std::time::Duration,
+) -> SeqSleep {
+    let deadline = monotonic_ns() + timeout.as_nanos() as u64;
+    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
+    let ts = libc::timespec {
+        tv_sec: (deadline / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned 32-bit word in the shared segment
+    // for the duration of the call; FUTEX_WAIT_BITSET without
+    // FUTEX_PRIVATE_FLAG keys the wait on the shared page (the wakers are
+    // other processes); `ts` lives on this stack frame; the unused fifth
+    // argument is null.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAIT_BITSET,
+            seen,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            bits,
+        )
+    };
+    if r == 0 {
+        return SeqSleep::Woken;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ETIMEDOUT) => SeqSleep::TimedOut,
+        Some(libc::EINTR) => SeqSleep::Interrupted,
+        _ => SeqSleep::Woken,
+    }
+}
+
+/// Wakes every sleeper on `word` whose bits meet `bits`.
+#[cfg(not(loom))]
+fn futex_wake_bits(word: &AtomicU32, bits: u32) {
+    // SAFETY: FUTEX_WAKE_BITSET only reads the address to find sleepers;
+    // the word is valid and aligned; the timeout and second address
+    // arguments are unused (null).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE_BITSET,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            bits,
+        );
+    }
 }
 
 #[cfg(not(loom))]
 impl ThrottleCtl {
     /// Sleeps while `seq` still holds `seen`, at most `timeout`.
-    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) -> ThrottleSleep {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: `seq` is a valid, aligned 32-bit word in the shared
-        // segment for the duration of the call; FUTEX_WAIT without
-        // FUTEX_PRIVATE_FLAG keys the wait on the shared page (publishers
-        // are other processes); `ts` lives on this stack frame.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                &self.seq as *const AtomicU32,
-                libc::FUTEX_WAIT,
-                seen,
-                &ts as *const libc::timespec,
-            )
-        };
-        if r == 0 {
-            return ThrottleSleep::Woken;
-        }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::ETIMEDOUT) => ThrottleSleep::TimedOut,
-            Some(libc::EINTR) => ThrottleSleep::Interrupted,
-            _ => ThrottleSleep::Woken,
-        }
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) -> SeqSleep {
+        futex_wait_bits(
+            &self.seq,
+            seen,
+            libc::FUTEX_BITSET_MATCH_ANY as u32,
+            timeout,
+        )
     }
 
     /// After a new `allowed_upto` (or a receiver left): bumps `seq` and
@@ -315,16 +358,7 @@ impl ThrottleCtl {
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
-        // SAFETY: FUTEX_WAKE only reads the address to find waiters; the
-        // word is valid and aligned.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                &self.seq as *const AtomicU32,
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            );
-        }
+        futex_wake_bits(&self.seq, libc::FUTEX_BITSET_MATCH_ANY as u32);
     }
 }
 
@@ -341,16 +375,6 @@ pub struct GroupWake {
     /// Under loom: the emulated kernel side of the futex.
     #[cfg(loom)]
     kernel: loom_futex::Kernel,
-}
-
-/// How a group sleep ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupSleep {
-    /// Woken by a release pass, or `seq` had already moved on.
-    Woken,
-    TimedOut,
-    /// A signal handler ran (a cancel: let the caller look at it).
-    Interrupted,
 }
 
 impl GroupWake {
@@ -393,54 +417,12 @@ impl GroupWake {
 impl GroupWake {
     /// Sleeps while `seq` still holds `seen`, until a wake names one of
     /// `bits`, at most `timeout`.
-    pub fn sleep(&self, seen: u32, bits: u32, timeout: std::time::Duration) -> GroupSleep {
-        let now = monotonic_ns() + timeout.as_nanos() as u64;
-        // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
-        let ts = libc::timespec {
-            tv_sec: (now / 1_000_000_000) as libc::time_t,
-            tv_nsec: (now % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: `seq` is a valid, aligned 32-bit word in the shared
-        // segment for the duration of the call; FUTEX_WAIT_BITSET without
-        // FUTEX_PRIVATE_FLAG keys the wait on the shared page (the wakers
-        // are walsenders, other processes); `ts` lives on this stack frame;
-        // the unused fifth argument is null.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                &self.seq as *const AtomicU32,
-                libc::FUTEX_WAIT_BITSET,
-                seen,
-                &ts as *const libc::timespec,
-                std::ptr::null::<u32>(),
-                bits,
-            )
-        };
-        if r == 0 {
-            return GroupSleep::Woken;
-        }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::ETIMEDOUT) => GroupSleep::TimedOut,
-            Some(libc::EINTR) => GroupSleep::Interrupted,
-            _ => GroupSleep::Woken,
-        }
+    pub fn sleep(&self, seen: u32, bits: u32, timeout: std::time::Duration) -> SeqSleep {
+        futex_wait_bits(&self.seq, seen, bits, timeout)
     }
 
     fn futex_wake(&self, bits: u32) {
-        // SAFETY: FUTEX_WAKE_BITSET only reads the address to find
-        // sleepers; the word is valid and aligned; the timeout and second
-        // address arguments are unused (null).
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                &self.seq as *const AtomicU32,
-                libc::FUTEX_WAKE_BITSET,
-                i32::MAX,
-                std::ptr::null::<libc::timespec>(),
-                std::ptr::null::<u32>(),
-                bits,
-            );
-        }
+        futex_wake_bits(&self.seq, bits);
     }
 }
 
@@ -448,9 +430,9 @@ impl GroupWake {
 impl GroupWake {
     /// Loom: sleeps until a wake names one of `bits` (the timeout is
     /// ignored, so a lost wake-up shows as a deadlock).
-    pub fn sleep(&self, seen: u32, bits: u32, _timeout: std::time::Duration) -> GroupSleep {
+    pub fn sleep(&self, seen: u32, bits: u32, _timeout: std::time::Duration) -> SeqSleep {
         self.kernel.wait(&self.seq, seen, bits);
-        GroupSleep::Woken
+        SeqSleep::Woken
     }
 
     fn futex_wake(&self, bits: u32) {
