@@ -29,10 +29,38 @@
 //! With `wal_insertion = single` every backend uses insertion lock 0, so the
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
-//! Locks in use (`wal_insert_lock_spread`, issue 16): with `all` (default)
-//! a backend rotates over every lock as PostgreSQL does; with `cpus`, over
-//! only the first min(`wal_insert_locks`, CPUs it may run on). More holders
-//! than CPUs cannot copy in parallel: on 2 cores with 256 clients the 8
+//! Locks in use (`wal_insert_lock_spread`, issue 16): with `all` a backend
+//! rotates over every lock as PostgreSQL does; with `cpus`, over only the
+//! first min(`wal_insert_locks`, CPUs it may run on); with `spare-cpu`, over
+//! one fewer than CPUs (at least one); with `adaptive` (default), as `all`
+//! while the walwriter keeps up and as `spare-cpu` while it falls behind
+//! (`PaceWatch`, judged by the walwriter, read by `locks_to_use` on every
+//! acquisition from its own cache line).
+//!
+//! Why a CPU for the walwriter (session 27; emit:1024, fsync=off, tmpfs,
+//! 2 cores): the walwriter writes what the inserters copy, about as much
+//! work per byte (the kernel's copy into the page cache). With two
+//! inserters copying on both CPUs it runs only when they are preempted,
+//! falls behind, and the inserters meet buffer pages still holding
+//! unwritten WAL: they write them themselves under WALWriteLock
+//! (`wal_buffers_full` 0.0003-0.0024 per record against 0.00001-0.0002
+//! with one lock fewer), and they initialize 67-83 % of the pages. One
+//! inserter lock on 2 CPUs pipelines copy and write instead: same-run
+//! records/s `spare-cpu` / `all` 1.16-1.89 at 2-256 clients (one pair of
+//! 24 at 0.99); but on
+//! emit:16, where the walwriter writes a fifteenth of the bytes and sleeps
+//! half the time, 0.65-0.77 at 2 clients (two copies in parallel pay
+//! there), hence `adaptive`: 1.15-1.51 on emit:1024 at 2-256 clients
+//! (one pair of 14 at 0.89), emit:16 0.79-1.08 (it did not engage:
+//! the same code path as `all`, so that is this machine's noise), and
+//! transactions (emit-tx:100) 0.87-1.16, also not engaged.
+//! Tried first and dropped: the inserter that finds a full buffer sleeps
+//! while the walwriter writes it (as library workers do): 0.72-0.90x of
+//! `all` at 4-256 clients, since the walwriter then does all the writing
+//! while still competing for a CPU.
+//!
+//! `cpus` (an earlier session): more holders than CPUs cannot copy in
+//! parallel: on 2 cores with 256 clients the 8
 //! holders preempt each other while holding their locks, and every release
 //! wakes a waiter that mostly finds the lock taken again (about 9x the
 //! context switches of one lock). `cpus` halves those context switches, but
@@ -326,6 +354,114 @@ impl ContentionScore {
     }
 }
 
+/// The walwriter's judgement of whether it keeps up with the inserters
+/// (`wal_insert_lock_spread = adaptive`, issue 16), made every
+/// `PACE_WINDOW` from two measures of that window: the share of buffer
+/// pages backends initialized themselves, and the walwriter's duty cycle
+/// (the part of the time it was not asleep on its latch). When backends
+/// initialized most pages and the walwriter hardly slept, inserters on
+/// every CPU are starving the process that writes what they copy:
+/// `WriterPace::behind` is set, and backends leave a CPU to the walwriter
+/// by spreading over one lock fewer than CPUs (`InsertLockSpread::SpareCpu`).
+/// It is cleared when the walwriter has time to spare (duty below
+/// `PACE_BUSY`): the page share cannot judge that, since with the spare
+/// CPU the walwriter pre-initializes nearly every page. Measured (emit,
+/// fsync=off, tmpfs, 2 cores; all locks / one lock): 1 kB records at 2 and
+/// 256 clients, page share 69-83 % / 28-48 %, duty 83-86 % / 80-86 %;
+/// 16 B records page share 0-39 % / 0 %, duty 52-78 % / 19-35 %.
+#[derive(Debug)]
+pub struct PaceWatch {
+    /// When the window began, and the page counters (backends, walwriter)
+    /// then.
+    since: std::time::Instant,
+    pages: (u64, u64),
+    /// Time the walwriter slept on its latch in this window.
+    slept: std::time::Duration,
+}
+
+/// How long one judgement's window lasts.
+const PACE_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
+/// Backends' share of page initializations (percent) that sets `behind`.
+const PACE_FALL_BEHIND: u64 = 50;
+/// The walwriter's duty cycle (percent) at or above which it counts as
+/// busy: needed to set `behind`, and `behind` is cleared below it.
+const PACE_BUSY: u64 = 60;
+/// Fewest pages in a window for the page share to count: the walwriter
+/// pre-initializes in sweeps of up to every buffer at once.
+const PACE_MIN_BUFFERS: u64 = 2;
+
+/// One window's measures.
+#[derive(Clone, Copy, Debug)]
+struct PaceWindow {
+    by_backends: u64,
+    by_walwriter: u64,
+    /// Percent of the window the walwriter was awake.
+    duty: u64,
+    /// `PACE_MIN_BUFFERS` times `wal_buffers`, in pages.
+    min_pages: u64,
+}
+
+/// Whether the walwriter counts as behind after window `w`.
+fn writer_behind(was_behind: bool, w: PaceWindow) -> bool {
+    let busy = w.duty >= PACE_BUSY;
+    if was_behind {
+        return busy;
+    }
+    let pages = w.by_backends + w.by_walwriter;
+    busy && pages >= w.min_pages && w.by_backends * 100 >= PACE_FALL_BEHIND * pages
+}
+
+impl PaceWatch {
+    pub fn new(shm: &Shmem) -> PaceWatch {
+        PaceWatch {
+            since: std::time::Instant::now(),
+            pages: Self::page_counters(shm),
+            slept: std::time::Duration::ZERO,
+        }
+    }
+
+    /// Pages initialized so far by backends and by the walwriter.
+    fn page_counters(shm: &Shmem) -> (u64, u64) {
+        let bufmap = &shm.xlog().bufmap;
+        // Relaxed: statistics counters; a judgement off by a few pages
+        // only moves the window's edge.
+        (
+            bufmap.backend_init_pages.load(Ordering::Relaxed),
+            bufmap.preinit_pages.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The walwriter slept `slept` on its latch since the last call; judge
+    /// the window once it is over, and publish the judgement.
+    pub fn observe(&mut self, shm: &Shmem, slept: std::time::Duration) {
+        self.slept += slept;
+        let elapsed = self.since.elapsed();
+        if elapsed < PACE_WINDOW {
+            return;
+        }
+        let now = Self::page_counters(shm);
+        let asleep = (self.slept.as_micros() * 100 / elapsed.as_micros().max(1)) as u64;
+        let w = PaceWindow {
+            by_backends: now.0.wrapping_sub(self.pages.0),
+            by_walwriter: now.1.wrapping_sub(self.pages.1),
+            duty: 100u64.saturating_sub(asleep),
+            min_pages: PACE_MIN_BUFFERS * shm.layout().n_buffers as u64,
+        };
+        *self = PaceWatch {
+            since: std::time::Instant::now(),
+            pages: now,
+            slept: std::time::Duration::ZERO,
+        };
+        let pace = &shm.xlog().writer_pace.behind;
+        // Relaxed: a hint (see `Xlog::locks_to_use`).
+        let was = pace.load(Ordering::Relaxed) != 0;
+        let is = writer_behind(was, w);
+        if is != was {
+            pace.store(is as u32, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Where a record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Inserted {
@@ -374,6 +510,9 @@ pub struct Xlog<'a> {
     lock_to_try: usize,
     /// How many insertion locks we spread over (see the module header).
     locks_in_use: usize,
+    /// `wal_insert_lock_spread = adaptive`: how many while the walwriter
+    /// is behind (`WriterPace::behind`).
+    locks_when_writer_behind: Option<usize>,
     /// The insertion lock we hold, if any.
     holding: Option<usize>,
     /// What we do when our insertion lock is busy (`wal_insert_lock_wait`).
@@ -457,13 +596,14 @@ fn reserved_bytepos(shm: &Shmem) -> u64 {
 }
 
 /// How many of `n_locks` insertion locks backends spread over.
-fn insert_locks_in_use(n_locks: usize, spread: InsertLockSpread) -> usize {
-    match spread {
-        InsertLockSpread::All => n_locks,
-        InsertLockSpread::Cpus => n_locks
-            .min(crate::client_poll::cpus_allowed() as usize)
-            .max(1),
-    }
+/// `cpus`: the CPUs this process may run on.
+fn insert_locks_in_use(n_locks: usize, spread: InsertLockSpread, cpus: usize) -> usize {
+    let cap = match spread {
+        InsertLockSpread::All | InsertLockSpread::Adaptive => n_locks,
+        InsertLockSpread::Cpus => cpus,
+        InsertLockSpread::SpareCpu => cpus.saturating_sub(1),
+    };
+    n_locks.min(cap).max(1)
 }
 
 impl<'a> Xlog<'a> {
@@ -472,7 +612,11 @@ impl<'a> Xlog<'a> {
         let s = &ctx.settings;
         let facts = &shm.xlog().facts;
         let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
-        let locks_in_use = insert_locks_in_use(shm.n_insert_locks(), s.wal_insert_lock_spread);
+        let cpus = crate::client_poll::cpus_allowed() as usize;
+        let n_locks = shm.n_insert_locks();
+        let locks_in_use = insert_locks_in_use(n_locks, s.wal_insert_lock_spread, cpus);
+        let locks_when_writer_behind = (s.wal_insert_lock_spread == InsertLockSpread::Adaptive)
+            .then(|| insert_locks_in_use(n_locks, InsertLockSpread::SpareCpu, cpus));
         Xlog {
             ctx,
             shm,
@@ -486,6 +630,7 @@ impl<'a> Xlog<'a> {
             n_buffers: shm.layout().n_buffers as u64,
             lock_to_try: ctx.procno as usize % locks_in_use,
             locks_in_use,
+            locks_when_writer_behind,
             holding: None,
             lock_wait: s.wal_insert_lock_wait,
             contention: ContentionScore::default(),
@@ -637,13 +782,25 @@ impl<'a> Xlog<'a> {
             .expect("a page map covers the position it was made for")
     }
 
+    /// How many insertion locks we spread over now: fewer while the
+    /// walwriter is behind (`wal_insert_lock_spread = adaptive`).
+    fn locks_to_use(&self) -> usize {
+        match self.locks_when_writer_behind {
+            // Relaxed: a hint written by the walwriter's `PaceWatch`; any
+            // insertion lock is correct for any insertion.
+            Some(n) if self.shm.xlog().writer_pace.behind.load(Ordering::Relaxed) != 0 => n,
+            _ => self.locks_in_use,
+        }
+    }
+
     fn acquire_insert_lock(&mut self) -> usize {
+        let in_use = self.locks_to_use();
         let i = match self.insertion {
             Insertion::Single => 0,
-            Insertion::Parallel => self.lock_to_try,
+            Insertion::Parallel => self.lock_to_try % in_use,
         };
         if self.insertion == Insertion::Parallel && self.scans_first() {
-            if let Some((j, yielded)) = self.take_a_free_insert_lock(i) {
+            if let Some((j, yielded)) = self.take_a_free_insert_lock(i, in_use) {
                 self.note_contention(yielded);
                 self.lock_to_try = j;
                 self.holding = Some(j);
@@ -655,7 +812,7 @@ impl<'a> Xlog<'a> {
         if !at_once && self.insertion == Insertion::Parallel {
             // We had to wait: try another lock next time, which spreads
             // backends over the locks.
-            self.lock_to_try = (i + 1) % self.locks_in_use;
+            self.lock_to_try = (i + 1) % in_use;
         }
         self.note_contention(!at_once);
         self.holding = Some(i);
@@ -679,11 +836,11 @@ impl<'a> Xlog<'a> {
     }
 
     /// `wal_insert_lock_wait = scan | scan-yield | adaptive`: takes the
-    /// first free insertion lock in use, starting at `first`, without
+    /// first free insertion lock of the `in_use`, starting at `first`, without
     /// waiting; with `scan-yield` (and `adaptive` once engaged) gives the
     /// CPU away and scans again, up to `INSERT_LOCK_YIELDS` times. Returns
     /// the lock and whether we yielded; None when every one stayed busy.
-    fn take_a_free_insert_lock(&self, first: usize) -> Option<(usize, bool)> {
+    fn take_a_free_insert_lock(&self, first: usize, in_use: usize) -> Option<(usize, bool)> {
         let rounds = match self.lock_wait {
             InsertLockWait::ScanYield | InsertLockWait::Adaptive => INSERT_LOCK_YIELDS + 1,
             _ => 1,
@@ -694,8 +851,8 @@ impl<'a> Xlog<'a> {
                 bump(&self.stats.insert_lock_yields, 1);
                 shmem::sync::yield_now();
             }
-            for k in 0..self.locks_in_use {
-                let j = (first + k) % self.locks_in_use;
+            for k in 0..in_use {
+                let j = (first + k) % in_use;
                 let l = self.shm.insert_lock(j);
                 if l.lock
                     .conditional_acquire(&self.ctx.env, LWLockMode::Exclusive)
@@ -1698,13 +1855,45 @@ mod tests {
 
     #[test]
     fn backends_spread_over_at_most_one_insertion_lock_per_cpu() {
-        let cpus = crate::client_poll::cpus_allowed() as usize;
-        assert_eq!(insert_locks_in_use(8, InsertLockSpread::All), 8);
-        assert_eq!(insert_locks_in_use(8, InsertLockSpread::Cpus), cpus.min(8));
-        assert_eq!(insert_locks_in_use(1, InsertLockSpread::Cpus), 1);
-        assert_eq!(
-            insert_locks_in_use(128, InsertLockSpread::Cpus),
-            cpus.min(128)
-        );
+        use InsertLockSpread::{All, Cpus};
+        assert_eq!(insert_locks_in_use(8, All, 2), 8);
+        assert_eq!(insert_locks_in_use(8, Cpus, 2), 2);
+        assert_eq!(insert_locks_in_use(8, Cpus, 64), 8);
+        assert_eq!(insert_locks_in_use(1, Cpus, 2), 1);
+        assert_eq!(insert_locks_in_use(128, Cpus, 64), 64);
+        // adaptive starts from all of them (see `locks_to_use`).
+        assert_eq!(insert_locks_in_use(8, InsertLockSpread::Adaptive, 2), 8);
+    }
+
+    #[test]
+    fn the_walwriter_is_behind_while_backends_initialize_most_pages_and_it_hardly_sleeps() {
+        let w = |by_backends, by_walwriter, duty| PaceWindow {
+            by_backends,
+            by_walwriter,
+            duty,
+            min_pages: 4096,
+        };
+        // 1 kB records, all locks: backends 78 % of the pages, duty 85 %.
+        assert!(writer_behind(false, w(8000, 2200, 85)));
+        // ... but a walwriter with time to spare is not behind.
+        assert!(!writer_behind(false, w(8000, 2200, 40)));
+        // 16 B records at 256 clients: share 39 %, duty 78 %.
+        assert!(!writer_behind(false, w(400, 620, 78)));
+        // Too few pages to judge the share.
+        assert!(!writer_behind(false, w(3000, 0, 90)));
+        // Behind: stays so while busy, whatever the share (the spare CPU
+        // lets the walwriter pre-initialize nearly every page).
+        assert!(writer_behind(true, w(0, 9000, 82)));
+        assert!(!writer_behind(true, w(0, 9000, 30)));
+    }
+
+    #[test]
+    fn spare_cpu_leaves_one_cpu_to_the_walwriter_but_keeps_one_lock() {
+        use InsertLockSpread::SpareCpu;
+        assert_eq!(insert_locks_in_use(8, SpareCpu, 2), 1);
+        assert_eq!(insert_locks_in_use(8, SpareCpu, 1), 1);
+        assert_eq!(insert_locks_in_use(8, SpareCpu, 4), 3);
+        assert_eq!(insert_locks_in_use(8, SpareCpu, 64), 8);
+        assert_eq!(insert_locks_in_use(128, SpareCpu, 64), 63);
     }
 }

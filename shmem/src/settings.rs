@@ -247,10 +247,12 @@ declare_settings! {
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
     // ---- issue 16: the direct path ----
     /// Insertion locks backends spread over: `all` of `wal_insert_locks`
-    /// or `cpus` (at most one per CPU).
-    wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::All =>
+    /// (PostgreSQL's), `cpus` (at most one per CPU), `spare-cpu` (one
+    /// fewer than CPUs) or `adaptive` (default: `all` while the walwriter
+    /// keeps up, `spare-cpu` while it falls behind; backend/src/xlog.rs).
+    wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::Adaptive =>
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
-        "insertion locks in use: all, or cpus (at most one per CPU)";
+        "insertion locks in use: all, cpus (at most one per CPU), spare-cpu (one fewer than CPUs, leaving one to the walwriter) or adaptive (all while the walwriter keeps up, spare-cpu while it falls behind)";
     /// What a backend does when its insertion lock is busy: `queue`
     /// (PostgreSQL's: sleep on it), `scan` (take any free one first),
     /// `scan-yield` (also yield and re-scan before sleeping) or `adaptive`

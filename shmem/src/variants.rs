@@ -98,6 +98,17 @@ variant_enum!(
         /// than CPUs cannot copy in parallel, they only preempt each other
         /// while holding their locks.
         Cpus = "cpus",
+        /// At most one lock fewer than CPUs (but one): the walwriter, which
+        /// writes what the inserters copied, keeps a CPU. With every CPU
+        /// copying, the walwriter falls behind and the inserters write
+        /// full buffers themselves under WALWriteLock (docs/benchmarks.md,
+        /// sessions 26-27).
+        SpareCpu = "spare-cpu",
+        /// `all` while the walwriter keeps up, `spare-cpu` while it falls
+        /// behind: backends initialize most buffer pages themselves and
+        /// the walwriter hardly sleeps (judged by the walwriter every
+        /// 50 ms; see `backend::xlog::PaceWatch`). The default.
+        Adaptive = "adaptive",
     }
 );
 

@@ -33,7 +33,7 @@
 use crate::lwlock::LWLock;
 use crate::sema::Latch;
 use crate::spin::SpinLock;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU32, AtomicU64};
 
 /// One WAL insertion lock with its progress variable (packed form, 32 B).
 #[repr(C)]
@@ -91,6 +91,18 @@ pub struct BufMapState {
     pub buffer_full_waits: AtomicU64,
 }
 
+/// Whether the walwriter keeps up with the inserters (issue 16,
+/// `wal_insert_lock_spread = adaptive`). Its own cache line: backends read
+/// it on every insertion-lock acquisition, the walwriter writes it only
+/// when it changes.
+#[repr(C, align(128))]
+pub struct WriterPace {
+    /// 1 while backends initialize most buffer pages themselves (the
+    /// walwriter falls behind): backends then spread over one insertion
+    /// lock fewer than CPUs. 0 (the all-zero start): every lock in use.
+    pub behind: AtomicU32,
+}
+
 /// Constant facts about the WAL, set at creation.
 #[repr(C)]
 pub struct WalFacts {
@@ -134,6 +146,7 @@ pub struct XLogCtl {
     pub insert: InsertPosition,
     pub write: WriteState,
     pub bufmap: BufMapState,
+    pub writer_pace: WriterPace,
     pub facts: WalFacts,
     /// The walwriter's latch.
     pub walwriter_latch: Latch,

@@ -161,6 +161,10 @@ pub const VARIANTS: &[Variant] = &[
     // ---- issue 16 (direct path) ----
     Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
         "issue 16: backends use at most one insertion lock per CPU"),
+    Variant::new("all-insert-locks", &[Knob::InsertLockSpread(InsertLockSpread::All)],
+        "issue 16: backends spread over every insertion lock even when the walwriter falls behind (PostgreSQL's)"),
+    Variant::new("spare-cpu-locks", &[Knob::InsertLockSpread(InsertLockSpread::SpareCpu)],
+        "issue 16: backends use one insertion lock fewer than CPUs (the walwriter keeps one)"),
     Variant::new("scan-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Scan)],
         "issue 16: a backend whose insertion lock is busy takes any free one first"),
     Variant::new("scan-yield-insert-locks", &[Knob::InsertLockWait(InsertLockWait::ScanYield)],

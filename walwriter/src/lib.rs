@@ -35,6 +35,11 @@
 //! handed-off replies still waiting count as waiters, so the next round
 //! starts at once.
 //!
+//! Insertion-lock pace (issue 16, `wal_insert_lock_spread = adaptive`):
+//! after each round, `PaceWatch` judges from the page counters and the
+//! time we slept on the latch whether we fall behind the inserters, and if
+//! so has them leave us a CPU (see `backend::xlog`).
+//!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
 //! writes and flushes everything inserted and exits 0: fast shutdown leaves
 //! every inserted record on disk.
@@ -42,12 +47,13 @@
 
 use backend::context::ProcContext;
 use backend::process::shutdown_requested;
-use backend::xlog::Xlog;
+use backend::xlog::{PaceWatch, Xlog};
 use shmem::segment::AuxProc;
+use shmem::variants::InsertLockSpread;
 use shmem::waitevent;
 use shmem::Shmem;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Runs the walwriter until SIGTERM; returns the exit code.
 pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
@@ -57,6 +63,11 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     let preinit = ctx.settings.wal_preinit;
     let latch = &shm.xlog().walwriter_latch;
     let mut replies = backend::reply::Flusher::if_enabled(&ctx);
+    // Without pre-initialization backends initialize every page: no pace
+    // to judge.
+    let adaptive_spread = ctx.settings.wal_insert_lock_spread == InsertLockSpread::Adaptive;
+    let mut pace = (preinit && adaptive_spread).then(|| PaceWatch::new(shm));
+    let mut slept = Duration::ZERO;
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
@@ -66,6 +77,9 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
                 .map_or(0, |r| r.send_covered(xlog.flush_lsn()));
         if preinit {
             xlog.preinit_buffers();
+        }
+        if let Some(p) = pace.as_mut() {
+            p.observe(shm, std::mem::take(&mut slept));
         }
         xlog.preallocate_next_segment();
         if shutdown_requested() {
@@ -86,7 +100,9 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         } else {
             delay
         };
+        let asleep_at = Instant::now();
         waitevent::during(waitevent::WALWRITER_MAIN, || latch.wait(nap));
+        slept += asleep_at.elapsed();
     }
     xlog.flush_all();
     xlog.notify_flush_waiters();
