@@ -462,6 +462,31 @@ impl PaceWatch {
     }
 }
 
+/// One WAL page aligned for O_DIRECT writes.
+#[repr(C, align(4096))]
+struct AlignedPage([u8; XLOG_BLCKSZ]);
+
+impl Default for AlignedPage {
+    fn default() -> Self {
+        AlignedPage([0; XLOG_BLCKSZ])
+    }
+}
+
+/// Zeroes the MAXALIGN padding after a record that ends at `end`: the
+/// buffer page is not zeroed when initialized (`Xlog::init_page`).
+///
+/// # Safety
+/// `page` is the buffer page holding `end` (if `end` is not a page
+/// boundary), and the bytes up to `maxalign(end)` are the caller's to write.
+unsafe fn zero_padding(page: *mut u8, end: Lsn) {
+    let pad = (walformat::maxalign(end) - end) as usize;
+    if pad > 0 {
+        // SAFETY: the caller's contract; the padding ends at or before
+        // the page's end, which is MAXALIGNed.
+        unsafe { std::ptr::write_bytes(page.add((end % BLCKSZ) as usize), 0, pad) };
+    }
+}
+
 /// Where a record landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Inserted {
@@ -532,6 +557,9 @@ pub struct Xlog<'a> {
     stale: bool,
     /// No-I/O mode: where an insertion finishes once the generation ended.
     scratch: Vec<u8>,
+    /// `write_run_upto`: the copy of a partial last page, zeros after its
+    /// finished WAL (aligned for O_DIRECT).
+    zero_tail_page: Option<Box<AlignedPage>>,
     /// `xlog_write` advanced the flush position: wake the walsenders once
     /// WALWriteLock is released (`release_wal_write_lock`).
     walsenders_to_wake: bool,
@@ -642,6 +670,7 @@ impl<'a> Xlog<'a> {
             no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
             stale: false,
             scratch: Vec::new(),
+            zero_tail_page: None,
             walsenders_to_wake: false,
             group_commit: group_commit_for(ctx),
         }
@@ -725,6 +754,8 @@ impl<'a> Xlog<'a> {
             // cannot be recycled before our insertion lock is released.
             let dst = unsafe { std::slice::from_raw_parts_mut(page.add(off), len as usize) };
             msg.write_into(dst, prev);
+            // SAFETY: as above; the padding lies in our reservation too.
+            unsafe { zero_padding(page, start + len as u64) };
         })
     }
 
@@ -786,11 +817,17 @@ impl<'a> Xlog<'a> {
     /// walwriter is behind (`wal_insert_lock_spread = adaptive`).
     fn locks_to_use(&self) -> usize {
         match self.locks_when_writer_behind {
-            // Relaxed: a hint written by the walwriter's `PaceWatch`; any
-            // insertion lock is correct for any insertion.
-            Some(n) if self.shm.xlog().writer_pace.behind.load(Ordering::Relaxed) != 0 => n,
+            Some(n) if self.writer_behind() => n,
             _ => self.locks_in_use,
         }
+    }
+
+    /// Whether the walwriter's `PaceWatch` says it falls behind (never
+    /// unless `wal_insert_lock_spread = adaptive`).
+    fn writer_behind(&self) -> bool {
+        // Relaxed: a hint; any insertion lock is correct for any insertion,
+        // and a page is correct zeroed or not (`init_page`).
+        self.shm.xlog().writer_pace.behind.load(Ordering::Relaxed) != 0
     }
 
     fn acquire_insert_lock(&mut self) -> usize {
@@ -998,20 +1035,30 @@ impl<'a> Xlog<'a> {
             );
             ptr += hdr as u64;
         }
+        // SAFETY: `page` holds `ptr` (unless `ptr` is its end, when there
+        // is no padding), and the padding lies in our reservation.
+        unsafe { zero_padding(page, ptr) };
         if is_switch {
             self.fill_switch_pages(walformat::maxalign(ptr), end);
         }
     }
 
-    /// After a switch record: make every remaining page of the segment
-    /// exist in the buffers (so it can be written), with a zeroed header as
-    /// PostgreSQL leaves it.
+    /// After a switch record: zero the rest of its page, and make every
+    /// remaining page of the segment exist in the buffers (so it can be
+    /// written), all zeros, header included, as PostgreSQL leaves them.
     fn fill_switch_pages(&mut self, from: Lsn, end: Lsn) {
+        let tail = (from % BLCKSZ) as usize;
+        if tail != 0 {
+            let page = self.get_buffer(from);
+            // SAFETY: the rest of the page from `from` is inside our
+            // reservation (it runs to the end of the segment).
+            unsafe { std::ptr::write_bytes(page.add(tail), 0, XLOG_BLCKSZ - tail) };
+        }
         let mut ptr = from.div_ceil(BLCKSZ) * BLCKSZ;
         while ptr < end {
             let page = self.get_buffer(ptr);
             // SAFETY: the whole page is inside our reservation.
-            unsafe { std::ptr::write_bytes(page, 0, walformat::SIZE_OF_XLOG_SHORT_PHD) };
+            unsafe { std::ptr::write_bytes(page, 0, XLOG_BLCKSZ) };
             ptr += BLCKSZ;
         }
     }
@@ -1134,7 +1181,19 @@ impl<'a> Xlog<'a> {
         pages
     }
 
-    /// Zeroes buffer `idx` and writes the header of the page at `page_start`.
+    /// Writes the header of the page at `page_start` into buffer `idx`,
+    /// and zeroes the rest unless the walwriter is behind (`PaceWatch`).
+    /// Zeroing is not needed for the files: every byte below the finished
+    /// insert position is written by an inserter (records, their MAXALIGN
+    /// padding, continuation headers, switch fill), and a write of a
+    /// partial page sends zeros for the rest (`write_run_upto`), so the
+    /// files hold what a zeroed buffer would give (tests/common's
+    /// `assert_gaps_are_zero`). Skipping it saves the walwriter a pass over
+    /// every page when its kernel copy bounds the insert rate (emit:1024,
+    /// 1.18-1.32x at 256 clients); while it has time to spare the zeroing
+    /// brings the page's lines into the cache ahead of the inserter, which
+    /// paid at 1 client on emit:16 (skipping: 0.72-1.06x;
+    /// docs/benchmarks.md, session 27).
     fn init_page(&self, idx: usize, page_start: Lsn) {
         let xlblocks = self.shm.xlblocks();
         // Invalidate first: a reader that still expects the old page must
@@ -1143,7 +1202,9 @@ impl<'a> Xlog<'a> {
         // SAFETY: we hold WALBufMappingLock and the old page is written, so
         // nobody writes this buffer; the page is 8 KiB inside the mapping.
         let page = unsafe { std::slice::from_raw_parts_mut(self.shm.wal_page(idx), XLOG_BLCKSZ) };
-        page.fill(0);
+        if !self.writer_behind() {
+            page.fill(0);
+        }
         walformat::write_page_header(page, &self.geo, page_start, self.tli, self.sysid, 0);
         // Release pairs with the Acquire load in `get_buffer`.
         xlblocks[idx].store(page_start + BLCKSZ, Ordering::Release);
@@ -1583,7 +1644,7 @@ impl<'a> Xlog<'a> {
             }
         }
         if let Some((first, lsn, n)) = run {
-            self.write_run(first, lsn, n);
+            self.write_run_upto(first, lsn, n, written);
         }
         // Release pairs with the Acquire load in `write_lsn`.
         w.write_result.fetch_max(written, Ordering::Release);
@@ -1650,16 +1711,47 @@ impl<'a> Xlog<'a> {
         }
     }
 
+    /// Writes `n` buffer pages starting at buffer `first` (WAL at `lsn`),
+    /// of which WAL below `valid_end` is finished: a last page holding
+    /// unfinished or never-written bytes (the buffer is not zeroed, see
+    /// `init_page`) goes out as a copy with zeros from `valid_end` on.
+    fn write_run_upto(&mut self, first: usize, lsn: Lsn, n: usize, valid_end: Lsn) {
+        let last_start = lsn + (n as u64 - 1) * BLCKSZ;
+        if valid_end >= last_start + BLCKSZ {
+            return self.write_run(first, lsn, n);
+        }
+        if n > 1 {
+            self.write_run(first, lsn, n - 1);
+        }
+        let idx = (first + n - 1) % self.n_buffers as usize;
+        let valid = (valid_end - last_start) as usize;
+        let copy = self.zero_tail_page.get_or_insert_with(Default::default);
+        // SAFETY: buffer `idx` holds the page at `last_start`; its bytes
+        // below `valid_end` are finished insertions (our caller waited), so
+        // they are stable while we read them.
+        let src = unsafe { std::slice::from_raw_parts(self.shm.wal_page(idx), valid) };
+        copy.0[..valid].copy_from_slice(src);
+        copy.0[valid..].fill(0);
+        let copy = self.zero_tail_page.take().expect("just filled");
+        self.write_bytes(&copy.0, last_start, 1);
+        self.zero_tail_page = Some(copy);
+    }
+
     /// Writes `n` buffer pages starting at buffer `first` (WAL at `lsn`)
     /// with one pwrite.
     fn write_run(&mut self, first: usize, lsn: Lsn, n: usize) {
-        let segno = self.geo.seg_no(lsn);
-        let offset = self.geo.seg_offset(lsn);
         // SAFETY: pages first..first+n are contiguous in the mapping (the
         // run never wraps the ring), and every insertion into them has
         // finished (our caller waited), so they are stable while we read.
         let bytes =
             unsafe { std::slice::from_raw_parts(self.shm.wal_page(first), n * XLOG_BLCKSZ) };
+        self.write_bytes(bytes, lsn, n);
+    }
+
+    /// Writes `bytes`, `n` whole WAL pages, at `lsn` with one pwrite.
+    fn write_bytes(&mut self, bytes: &[u8], lsn: Lsn, n: usize) {
+        let segno = self.geo.seg_no(lsn);
+        let offset = self.geo.seg_offset(lsn);
         let timer = self.io_timer();
         let file = self.segment_file(segno);
         if let Err(e) = crate::walfile::write_at(crate::walfile::Op::WalWrite, file, bytes, offset)

@@ -953,6 +953,37 @@ pub fn payload_of(size: usize) -> Vec<u8> {
     (0..size).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
+/// Every byte of the WAL files in `gaps` (record padding, the rest of a
+/// segment after a switch record, the rest of the last page after the end
+/// of WAL) is zero, as PostgreSQL leaves it: the WAL buffers are not zeroed
+/// when initialized, so whatever an inserter or a partial-page write does
+/// not overwrite would show stale WAL here.
+fn assert_gaps_are_zero(d: &DataDir, geo: &walformat::Geometry, gaps: &[(u64, u64)]) {
+    let mut segment: Option<(u64, Vec<u8>)> = None;
+    for &(from, to) in gaps {
+        for lsn in from..to {
+            let segno = geo.seg_no(lsn);
+            if segment.as_ref().map(|s| s.0) != Some(segno) {
+                let path = d.path.join("pg_wal").join(geo.file_name(1, segno));
+                let Ok(bytes) = std::fs::read(&path) else {
+                    return; // the end of WAL's page was never written
+                };
+                segment = Some((segno, bytes));
+            }
+            let bytes = &segment.as_ref().unwrap().1;
+            let b = bytes[geo.seg_offset(lsn) as usize];
+            assert_eq!(
+                b,
+                0,
+                "non-zero byte {b:#04x} at {} in the gap {}..{} (padding, switch fill or the end of WAL's page)",
+                walformat::format_lsn(lsn),
+                walformat::format_lsn(from),
+                walformat::format_lsn(to)
+            );
+        }
+    }
+}
+
 /// Reads all WAL of `d` with walformat's reader (checking every logical
 /// message's prefix and payload: SIZE bytes of a..z for a size in `sizes`),
 /// then with `postmaster waldump` and pg_waldump, and compares record by
@@ -969,10 +1000,14 @@ pub fn verify_wal(d: &DataDir, expected_messages: Option<u64>, sizes: &[usize]) 
     let mut logical = 0u64;
     let mut bytes = 0u64;
     let mut prev_lsn = 0u64;
+    let mut gaps = Vec::new();
     loop {
         match reader.next_record() {
             Ok(Some(r)) => {
                 assert_eq!(r.prev, prev_lsn, "xl_prev chain broken at {}", r.lsn);
+                if r.next > r.end {
+                    gaps.push((r.end, r.next));
+                }
                 prev_lsn = r.lsn;
                 lsns.push(r.lsn);
                 is_message.push(r.rmgr_name() == "LogicalMessage");
@@ -1003,6 +1038,13 @@ pub fn verify_wal(d: &DataDir, expected_messages: Option<u64>, sizes: &[usize]) 
     }
     let end_lsn = reader.end_of_valid();
     let records = lsns.len() as u64;
+    if end_lsn % walformat::XLOG_BLCKSZ as u64 != 0 {
+        gaps.push((
+            end_lsn,
+            end_lsn.next_multiple_of(walformat::XLOG_BLCKSZ as u64),
+        ));
+    }
+    assert_gaps_are_zero(d, &geo, &gaps);
 
     let own = own_waldump(&d.path);
     assert_eq!(
