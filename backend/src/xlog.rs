@@ -413,11 +413,21 @@ fn writer_behind(was_behind: bool, w: PaceWindow) -> bool {
 
 impl PaceWatch {
     pub fn new(shm: &Shmem) -> PaceWatch {
+        Self::window_from(std::time::Instant::now(), Self::page_counters(shm))
+    }
+
+    /// A window beginning at `since` with the page counters `pages`.
+    fn window_from(since: std::time::Instant, pages: (u64, u64)) -> PaceWatch {
         PaceWatch {
-            since: std::time::Instant::now(),
-            pages: Self::page_counters(shm),
+            since,
+            pages,
             slept: std::time::Duration::ZERO,
         }
+    }
+
+    /// The walwriter slept `d` on its latch.
+    pub fn note_sleep(&mut self, d: std::time::Duration) {
+        self.slept += d;
     }
 
     /// Pages initialized so far by backends and by the walwriter.
@@ -431,11 +441,11 @@ impl PaceWatch {
         )
     }
 
-    /// The walwriter slept `slept` on its latch since the last call; judge
-    /// the window once it is over, and publish the judgement.
-    pub fn observe(&mut self, shm: &Shmem, slept: std::time::Duration) {
-        self.slept += slept;
-        let elapsed = self.since.elapsed();
+    /// One walwriter round: judge the window once it is over, and publish
+    /// the judgement.
+    pub fn observe(&mut self, shm: &Shmem) {
+        let at = std::time::Instant::now();
+        let elapsed = at - self.since;
         if elapsed < PACE_WINDOW {
             return;
         }
@@ -447,11 +457,7 @@ impl PaceWatch {
             duty: 100u64.saturating_sub(asleep),
             min_pages: PACE_MIN_BUFFERS * shm.layout().n_buffers as u64,
         };
-        *self = PaceWatch {
-            since: std::time::Instant::now(),
-            pages: now,
-            slept: std::time::Duration::ZERO,
-        };
+        *self = Self::window_from(at, now);
         let pace = &shm.xlog().writer_pace.behind;
         // Relaxed: a hint (see `Xlog::locks_to_use`).
         let was = pace.load(Ordering::Relaxed) != 0;
@@ -834,6 +840,10 @@ impl<'a> Xlog<'a> {
         let in_use = self.locks_to_use();
         let i = match self.insertion {
             Insertion::Single => 0,
+            // `lock_to_try` is below `locks_in_use`; only while the walwriter
+            // is behind can it be at or above `in_use` (no division then
+            // on the common path).
+            Insertion::Parallel if self.lock_to_try < in_use => self.lock_to_try,
             Insertion::Parallel => self.lock_to_try % in_use,
         };
         if self.insertion == Insertion::Parallel && self.scans_first() {
@@ -1725,14 +1735,13 @@ impl<'a> Xlog<'a> {
         }
         let idx = (first + n - 1) % self.n_buffers as usize;
         let valid = (valid_end - last_start) as usize;
-        let copy = self.zero_tail_page.get_or_insert_with(Default::default);
+        let mut copy = self.zero_tail_page.take().unwrap_or_default();
         // SAFETY: buffer `idx` holds the page at `last_start`; its bytes
         // below `valid_end` are finished insertions (our caller waited), so
         // they are stable while we read them.
         let src = unsafe { std::slice::from_raw_parts(self.shm.wal_page(idx), valid) };
         copy.0[..valid].copy_from_slice(src);
         copy.0[valid..].fill(0);
-        let copy = self.zero_tail_page.take().expect("just filled");
         self.write_bytes(&copy.0, last_start, 1);
         self.zero_tail_page = Some(copy);
     }

@@ -67,7 +67,6 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
     // to judge.
     let adaptive_spread = ctx.settings.wal_insert_lock_spread == InsertLockSpread::Adaptive;
     let mut pace = (preinit && adaptive_spread).then(|| PaceWatch::new(shm));
-    let mut slept = Duration::ZERO;
     while !shutdown_requested() {
         latch.reset();
         let wrote = xlog.background_flush();
@@ -79,7 +78,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
             xlog.preinit_buffers();
         }
         if let Some(p) = pace.as_mut() {
-            p.observe(shm, std::mem::take(&mut slept));
+            p.observe(shm);
         }
         xlog.preallocate_next_segment();
         if shutdown_requested() {
@@ -100,9 +99,11 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         } else {
             delay
         };
-        let asleep_at = Instant::now();
+        let asleep_at = pace.is_some().then(Instant::now);
         waitevent::during(waitevent::WALWRITER_MAIN, || latch.wait(nap));
-        slept += asleep_at.elapsed();
+        if let (Some(p), Some(t)) = (pace.as_mut(), asleep_at) {
+            p.note_sleep(t.elapsed());
+        }
     }
     xlog.flush_all();
     xlog.notify_flush_waiters();
