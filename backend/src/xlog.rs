@@ -35,9 +35,7 @@
 //! one fewer than CPUs (at least one); with `adaptive` (default), as `all`
 //! while the walwriter keeps up and as `spare-cpu` while it falls behind
 //! (`PaceWatch`, judged by the walwriter, read by `locks_to_use` on every
-//! acquisition from its own cache line), but only while that measurably
-//! inserts faster (`SpreadGuard`: a trial against the rate just before, a
-//! back-off after a failed one, a re-trial every 4 s).
+//! acquisition from its own cache line).
 //!
 //! Why a CPU for the walwriter (session 27; emit:1024, fsync=off, tmpfs,
 //! 2 cores): the walwriter writes what the inserters copy, about as much
@@ -56,11 +54,6 @@
 //! (one pair of 14 at 0.89), emit:16 0.79-1.08 (it did not engage:
 //! the same code path as `all`, so that is this machine's noise), and
 //! transactions (emit-tx:100) 0.87-1.16, also not engaged.
-//! Session 28, on a faster VM: the same rule lost at 256 clients (0.74x
-//! of `all`, 8 of 8 pairs: one insertion queue of 256 sleepers against
-//! eight, while the walwriter had time to spare but slept on WALWriteLock
-//! rather than its latch, which the duty cycle counts as awake); with the
-//! trial 1.00x there, and 1.42x at 16 clients as before.
 //! Tried first and dropped: the inserter that finds a full buffer sleeps
 //! while the walwriter writes it (as library workers do): 0.72-0.90x of
 //! `all` at 4-256 clients, since the walwriter then does all the writing
@@ -384,10 +377,6 @@ pub struct PaceWatch {
     pages: (u64, u64),
     /// Time the walwriter slept on its latch in this window.
     slept: std::time::Duration,
-    /// The reserved insert position (usable bytes) when the window began.
-    reserved: u64,
-    /// Whether the spare CPU, once engaged, actually pays (`SpreadGuard`).
-    guard: SpreadGuard,
 }
 
 /// How long one judgement's window lasts.
@@ -424,22 +413,16 @@ fn writer_behind(was_behind: bool, w: PaceWindow) -> bool {
 
 impl PaceWatch {
     pub fn new(shm: &Shmem) -> PaceWatch {
-        PaceWatch {
-            since: std::time::Instant::now(),
-            pages: Self::page_counters(shm),
-            slept: std::time::Duration::ZERO,
-            reserved: reserved_bytepos(shm),
-            guard: SpreadGuard::default(),
-        }
+        Self::window_from(std::time::Instant::now(), Self::page_counters(shm))
     }
 
-    /// Starts the next window at `since` with the page counters `pages`
-    /// and the insert position `reserved`.
-    fn next_window(&mut self, since: std::time::Instant, pages: (u64, u64), reserved: u64) {
-        self.since = since;
-        self.pages = pages;
-        self.slept = std::time::Duration::ZERO;
-        self.reserved = reserved;
+    /// A window beginning at `since` with the page counters `pages`.
+    fn window_from(since: std::time::Instant, pages: (u64, u64)) -> PaceWatch {
+        PaceWatch {
+            since,
+            pages,
+            slept: std::time::Duration::ZERO,
+        }
     }
 
     /// The walwriter slept `d` on its latch.
@@ -467,8 +450,6 @@ impl PaceWatch {
             return;
         }
         let now = Self::page_counters(shm);
-        let reserved = reserved_bytepos(shm);
-        let inserted = reserved.saturating_sub(self.reserved);
         let asleep = (self.slept.as_micros() * 100 / elapsed.as_micros().max(1)) as u64;
         let w = PaceWindow {
             by_backends: now.0.wrapping_sub(self.pages.0),
@@ -476,128 +457,14 @@ impl PaceWatch {
             duty: 100u64.saturating_sub(asleep),
             min_pages: PACE_MIN_BUFFERS * shm.layout().n_buffers as u64,
         };
-        self.next_window(at, now, reserved);
+        *self = Self::window_from(at, now);
         let pace = &shm.xlog().writer_pace.behind;
         // Relaxed: a hint (see `Xlog::locks_to_use`).
         let was = pace.load(Ordering::Relaxed) != 0;
-        let proposed = writer_behind(was, w);
-        let is = self
-            .guard
-            .step(was, proposed, inserted, elapsed.as_secs_f64());
+        let is = writer_behind(was, w);
         if is != was {
             pace.store(is as u32, Ordering::Relaxed);
         }
-    }
-}
-
-/// Keeps the spare CPU only where it measurably pays (session 28). The
-/// page share and duty cycle say when the walwriter is starved, not whether
-/// one lock fewer than CPUs then inserts faster: on one VM it did at every
-/// client count, on another it lost at 256 clients (one insertion queue of
-/// 256 sleepers against eight, 0.74x; docs/benchmarks.md, session 28). So
-/// engaging is a trial: the insert rate of its first `TRIAL_WINDOWS`
-/// windows is compared with that of the windows just before, with every
-/// lock. Kept only if at least `TRIAL_GAIN_PERCENT` better; otherwise
-/// every lock again, and no new trial for a back-off that doubles from
-/// `COOLDOWN_WINDOWS` up to `MAX_COOLDOWN_WINDOWS` while trials keep
-/// failing. A kept spare CPU is re-tried every `RECHECK_WINDOWS`, since the
-/// load may have changed. The first window after each switch is not
-/// measured (the lock queues re-form in it).
-#[derive(Debug, Default)]
-struct SpreadGuard {
-    /// Windows since the last switch, and the bytes inserted and seconds
-    /// of those counted (all but the first).
-    windows: u32,
-    bytes: u64,
-    secs: f64,
-    /// Every-lock rate (bytes/s) measured before the running trial.
-    before: f64,
-    /// In the spare spread and still on trial.
-    on_trial: bool,
-    /// Windows left before another trial may start, and the next back-off.
-    cooldown: u32,
-    backoff: u32,
-}
-
-/// Windows a trial of the spare CPU lasts (besides the unmeasured first).
-const TRIAL_WINDOWS: u32 = 6;
-/// How much faster (percent) the trial must insert to be kept.
-const TRIAL_GAIN_PERCENT: f64 = 10.0;
-/// Every-lock windows measured before a trial (besides the first).
-const BEFORE_WINDOWS: u32 = 4;
-/// Back-off after a failed trial, doubling up to the maximum (50 ms windows:
-/// 0.5 s up to 16 s). Short at first: a trial in the server's first
-/// seconds may fail on start-up noise alone.
-const COOLDOWN_WINDOWS: u32 = 10;
-const MAX_COOLDOWN_WINDOWS: u32 = 320;
-/// A kept spare CPU is put on trial again after this many windows (4 s).
-const RECHECK_WINDOWS: u32 = 80;
-
-impl SpreadGuard {
-    /// One window: `was` the spread in force, `proposed` what the pace rule
-    /// says, `bytes` inserted in `secs`. Returns whether the walwriter now
-    /// counts as behind (the spare spread).
-    fn step(&mut self, was: bool, proposed: bool, bytes: u64, secs: f64) -> bool {
-        self.windows += 1;
-        if self.windows > 1 {
-            self.bytes += bytes;
-            self.secs += secs;
-        }
-        self.cooldown = self.cooldown.saturating_sub(1);
-        let is = match (was, proposed) {
-            (false, true) => self.may_start_trial(),
-            (false, false) => false,
-            (true, false) => false,
-            (true, true) if self.on_trial => self.trial_passes(),
-            (true, true) => self.windows <= RECHECK_WINDOWS,
-        };
-        if is != was {
-            self.switched(is);
-        }
-        is
-    }
-
-    fn rate(&self) -> f64 {
-        if self.secs > 0.0 {
-            self.bytes as f64 / self.secs
-        } else {
-            0.0
-        }
-    }
-
-    /// Every lock so far: a trial starts once the rate to beat is measured
-    /// and no back-off runs.
-    fn may_start_trial(&mut self) -> bool {
-        if self.cooldown > 0 || self.windows <= BEFORE_WINDOWS {
-            return false;
-        }
-        self.before = self.rate();
-        self.on_trial = true;
-        true
-    }
-
-    /// On trial: true while it runs or once it passed.
-    fn trial_passes(&mut self) -> bool {
-        if self.windows <= TRIAL_WINDOWS {
-            return true;
-        }
-        self.on_trial = false;
-        if self.rate() * 100.0 >= self.before * (100.0 + TRIAL_GAIN_PERCENT) {
-            self.backoff = 0;
-            return true;
-        }
-        self.cooldown = self.backoff.max(COOLDOWN_WINDOWS);
-        self.backoff = (self.cooldown * 2).min(MAX_COOLDOWN_WINDOWS);
-        false
-    }
-
-    fn switched(&mut self, to_spare: bool) {
-        if !to_spare {
-            self.on_trial = false;
-        }
-        self.windows = 0;
-        self.bytes = 0;
-        self.secs = 0.0;
     }
 }
 
@@ -2119,62 +1986,6 @@ mod tests {
         // lets the walwriter pre-initialize nearly every page).
         assert!(writer_behind(true, w(0, 9000, 82)));
         assert!(!writer_behind(true, w(0, 9000, 30)));
-    }
-
-    /// Feeds `SpreadGuard` windows of 50 ms at `all` / `spare` bytes per
-    /// window with the pace rule always proposing the spare CPU; returns
-    /// the spread chosen after each window.
-    fn guarded(all: u64, spare: u64, windows: usize) -> Vec<bool> {
-        let mut g = SpreadGuard::default();
-        let mut was = false;
-        (0..windows)
-            .map(|_| {
-                was = g.step(was, true, if was { spare } else { all }, 0.05);
-                was
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_spare_cpu_is_kept_only_while_it_inserts_faster() {
-        // Faster with the spare CPU (1 kB records at 4-64 clients): after
-        // the trial it stays, but for a look at every lock every 4 s.
-        let s = guarded(100, 140, 200);
-        let spare = s.iter().filter(|&&b| b).count();
-        let b = BEFORE_WINDOWS as usize;
-        assert!(
-            !s[..b].contains(&true) && s[b],
-            "the every-lock rate is measured first"
-        );
-        assert!(s[b + 1] && s[30], "{s:?}");
-        assert!(spare >= 180, "spare {spare} of 200 windows");
-        assert!(s.windows(2).any(|w| w[0] && !w[1]), "rechecked");
-        // Slower (256 clients on a VM where one queue loses): one trial
-        // of TRIAL_WINDOWS + 1 windows at a time, with back-offs of 0.5 s,
-        // 1 s, 2 s, 4 s, 8 s, then 16 s: 8 trials in a minute.
-        let s = guarded(100, 74, 1200);
-        let trials = s.windows(2).filter(|w| !w[0] && w[1]).count() + s[0] as usize;
-        let spare = s.iter().filter(|&&b| b).count();
-        assert!((6..=9).contains(&trials), "{trials} trials");
-        let per_trial = TRIAL_WINDOWS as usize + 1;
-        assert!(spare <= trials * per_trial, "spare {spare} windows");
-        // Equal: every lock (PostgreSQL's) wins the tie.
-        let s = guarded(100, 101, 400);
-        assert!(s.iter().filter(|&&b| b).count() <= 6 * per_trial);
-    }
-
-    #[test]
-    fn the_pace_rule_still_clears_the_spare_cpu_at_once() {
-        let mut g = SpreadGuard::default();
-        let mut was = false;
-        for _ in 0..5 {
-            was = g.step(was, true, 100, 0.05);
-        }
-        assert!(was, "on trial");
-        assert!(
-            !g.step(true, false, 100, 0.05),
-            "the walwriter has time to spare"
-        );
     }
 
     #[test]
