@@ -3,6 +3,10 @@
 //! variants must keep mutual exclusion (the postmaster's check says OK, no
 //! torn reads, exit 0), and `emit:16` with 64 backends under both
 //! `inserting_at` variants must exit 0 with every inserted record on disk.
+//! With `insert_concurrency_per_cpu = 1` (one token per CPU) and many
+//! more `emit` backends than tokens, every backend gets its turns (the
+//! admission queue is FIFO), SIGTERM ends the run promptly although most
+//! backends sleep in the queue, and every record is on disk.
 
 mod common;
 use common::*;
@@ -101,4 +105,44 @@ fn emit_64_backends_inserting_at_atomic() {
 #[test]
 fn emit_64_backends_inserting_at_waitlist() {
     emit_stress("ia-waitlist", "waitlist");
+}
+
+#[test]
+fn emit_with_more_backends_than_admission_tokens_gives_everyone_turns() {
+    let tmp = TempDir::new("admission");
+    let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
+    let workers = 24;
+    let w = workers.to_string();
+    let o = run_for(
+        &d.path,
+        tmp.path(),
+        &[
+            "--workers",
+            &w,
+            "--workload",
+            "emit:64",
+            "--set",
+            "fsync=off",
+            "--set",
+            "insert_concurrency_per_cpu=1",
+            "--set",
+            "insert_concurrency_turn=5ms",
+        ],
+        RUN,
+    );
+    let sum = parse_summary(&o.stdout);
+    assert_eq!(sum.backends.len(), workers);
+    let starved = sum.backends.iter().filter(|b| b.records == 0).count();
+    assert_eq!(
+        starved, 0,
+        "backends that never got a turn in {RUN:?}\n{}",
+        o.stdout
+    );
+    assert_cleaned_up(&d.path);
+    let facts = verify_wal(&d, Some(sum.total.records), &[64]);
+    eprintln!(
+        "admission: {workers} x emit:64, one token per CPU: {} records, fewest per backend {}",
+        facts.logical_messages,
+        sum.backends.iter().map(|b| b.records).min().unwrap_or(0)
+    );
 }

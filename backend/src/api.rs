@@ -17,6 +17,7 @@
 //!   been held by a process that died;
 //! - the hot path allocates nothing: the record buffer is reused.
 
+use crate::admission::Turn;
 use crate::context::ProcContext;
 use crate::xact::Xact;
 use crate::xlog::Inserted;
@@ -77,6 +78,8 @@ pub struct Session<'a> {
     /// (`Xlog::insert_message`); reused, so it allocates once.
     rec: RecordBuf,
     in_transaction: bool,
+    /// Our turn at inserting (`insert_concurrency_per_cpu`).
+    turn: Turn<'a>,
     /// No-I/O mode: the generation ended; every call fails.
     ended: bool,
     no_io: bool,
@@ -90,6 +93,7 @@ impl<'a> Session<'a> {
             xact: Xact::new(ctx),
             rec: RecordBuf::default(),
             in_transaction: false,
+            turn: Turn::new(ctx),
             ended: false,
             no_io: matches!(ctx.io, crate::context::IoMode::ViaWalwriter(_)),
         }
@@ -102,6 +106,7 @@ impl<'a> Session<'a> {
         self.check_alive()?;
         check_message(prefix, payload)?;
         let msg = message(0, false, prefix, payload)?;
+        self.turn.before_insert();
         let at = self.xact.xlog.insert_message(&msg, &mut self.rec);
         self.check_not_stale()?;
         Ok(at)
@@ -129,6 +134,7 @@ impl<'a> Session<'a> {
         check_message(prefix, payload)?;
         let xid = self.xact.xid();
         let msg = message(xid, true, prefix, payload)?;
+        self.turn.before_insert();
         let at = self.xact.insert_message(&msg, &mut self.rec);
         self.check_not_stale()?;
         Ok(at)
@@ -152,6 +158,13 @@ impl<'a> Session<'a> {
             return Err(ApiError::NoTransaction);
         }
         self.in_transaction = false;
+        if self.xact.commit_waits() {
+            // No token across the flush wait: a group flush's commits
+            // would wait for each other's tokens.
+            self.turn.pause();
+        } else {
+            self.turn.before_insert();
+        }
         let at = self.xact.commit();
         self.check_not_stale()?;
         Ok(at)
@@ -172,6 +185,7 @@ impl<'a> Session<'a> {
     /// Makes WAL up to `lsn` durable (at most up to the insert position).
     pub fn flush(&mut self, lsn: Lsn) -> Result<(), ApiError> {
         self.check_alive()?;
+        self.turn.pause();
         let upto = lsn.min(self.xact.xlog.insert_lsn());
         self.xact.xlog.flush(upto);
         self.check_not_stale()
@@ -212,6 +226,7 @@ impl<'a> Session<'a> {
         if self.in_transaction {
             let _ = self.abort();
         }
+        self.turn.pause();
         self.xact.shutdown();
     }
 

@@ -18,6 +18,7 @@
 //! stay as re-exports of the `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod admission;
 pub mod api;
 pub mod archive;
 pub mod client_poll;

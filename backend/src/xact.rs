@@ -158,6 +158,12 @@ impl<'a> Xact<'a> {
         self.xlog.insert_message(msg, spill)
     }
 
+    /// Whether `commit` will wait for a flush (or for standbys): a
+    /// synchronous commit of a transaction that wrote WAL.
+    pub fn commit_waits(&self) -> bool {
+        self.xid != 0 && self.synchronous && self.wrote_wal
+    }
+
     /// Commits; returns the commit record's position (None if the
     /// transaction had no XID and so wrote no commit record). When this
     /// returns with a synchronous commit, the commit is durable.

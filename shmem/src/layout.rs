@@ -33,6 +33,8 @@
 //!   Replication       ReplCtl x 1                        align 128
 //!   SyncRepWaiters    SyncRepWaiter x max_procs          align 128
 //!   ProcStats         ProcStats x max_procs              align 128
+//!   Admission         Admission x 1                      align 128
+//!   AdmissionWaiters  AdmissionWaiter x max_procs        align 128
 //!   WalPages          WalPage x n_buffers                align 4096
 //! test-only:
 //!   LockTest          LockTestArea x 1                   align 128
@@ -47,6 +49,7 @@
 //! Invariants (tested below): regions appear in declaration order, each
 //! aligned as its row says, none overlapping the next, all inside `total`.
 
+use crate::admission::{Admission, AdmissionWaiter};
 use crate::histogram::LatencyHistogram;
 use crate::locktest::LockTestArea;
 use crate::prevlink::PrevLink;
@@ -198,6 +201,10 @@ declare_regions! {
         SyncRepWaiters: SyncRepWaiter, x max_procs;
         /// Per-process activity and mechanism counters (`stats`).
         ProcStats: ProcStats, x max_procs;
+        /// Tokens and queue of `insert_concurrency_per_cpu` (issue 16).
+        Admission: Admission, x 1;
+        /// Each proc's place in the admission queue.
+        AdmissionWaiters: AdmissionWaiter, x max_procs;
         /// The WAL buffer pages.
         WalPages: WalPage, x n_buffers;
     }

@@ -10,6 +10,7 @@
 //! - no function here blocks while holding a spinlock or a wait-list lock.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod admission;
 pub mod groupclear;
 pub mod histogram;
 #[cfg(not(loom))]

@@ -58,7 +58,7 @@ use std::ptr::NonNull;
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 34;
+pub const LAYOUT_VERSION: u32 = 35;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -567,6 +567,19 @@ impl Shmem {
         // SAFETY: zero-initialized ReplCtl (atomics; all-zero is its
         // initial state).
         unsafe { &*self.element(Region::Replication, 0) }
+    }
+
+    /// `insert_concurrency_per_cpu`'s tokens and queue (`admission`).
+    pub fn admission(&self) -> &crate::admission::Admission {
+        // SAFETY: zero-initialized Admission (atomics; all-zero is its
+        // initial state: every token free, the queue empty).
+        unsafe { &*self.element(Region::Admission, 0) }
+    }
+
+    /// Each proc's place in the admission queue, indexed by proc number.
+    pub fn admission_waiters(&self) -> &[crate::admission::AdmissionWaiter] {
+        // SAFETY: `max_procs` zero-initialized (not queued) entries.
+        unsafe { self.slice(Region::AdmissionWaiters) }
     }
 
     /// Each proc's sync-rep wait, indexed by proc number.

@@ -398,6 +398,20 @@ declare_settings! {
     sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
         "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
         "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
+    // ---- issue 16: admission to the insertion API ----
+    /// At most this many processes per CPU (of the process's affinity
+    /// mask) insert through the insertion API at a time without sleeping
+    /// in between (built-in workloads and the worker library); the others
+    /// wait in FIFO order, asleep, and each holder keeps its token for
+    /// `insert_concurrency_turn` (`shmem::admission`, `backend::admission`).
+    /// 0 = no limit.
+    insert_concurrency_per_cpu: u32 = 4 =>
+        "insert_concurrency_per_cpu", Kind::count(0, 64),
+        "processes per CPU inserting through the insertion API at a time, the rest waiting their turn in FIFO order (0 = no limit)";
+    /// How long a process keeps its admission token while others wait.
+    insert_concurrency_turn_us: u32 = 8_000 =>
+        "insert_concurrency_turn", Kind::int(Unit::US, Unit::MS, 100, 1_000_000),
+        "how long an inserting process keeps its turn while others wait (insert_concurrency_per_cpu)";
 }
 
 /// `synchronous_standby_names` must parse (see `walsnd::standby_names`).

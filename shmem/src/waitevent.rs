@@ -164,6 +164,9 @@ wait_events! {
     /// reported write positions advance (walshm's own: PostgreSQL has no
     /// flow control; issue 13).
     REPLICATION_THROTTLE = (PG_WAIT_IPC, 13, "ReplicationThrottle");
+    /// A process waiting for its turn to insert (`insert_concurrency_per_cpu`,
+    /// walshm's own; issue 16).
+    INSERT_ADMISSION = (PG_WAIT_IPC, 14, "InsertAdmission");
 }
 
 thread_local! {
