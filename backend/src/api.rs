@@ -162,9 +162,11 @@ impl<'a> Session<'a> {
             // No token across the flush wait: a group flush's commits
             // would wait for each other's tokens.
             self.turn.pause();
-        } else {
-            self.turn.before_insert();
         }
+        // A commit record alone needs no token: a loop of commits that
+        // wrote nothing else (txid) lives on ProcArrayLock, whose group
+        // clear gathers the more commits the more processes run (txid at
+        // 256 clients: 0.94x when admitted).
         let at = self.xact.commit();
         self.check_not_stale()?;
         Ok(at)
