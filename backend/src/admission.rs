@@ -79,13 +79,13 @@ impl<'a> Turn<'a> {
         }
         match self.held {
             Some(k) if self.adm.holds(k, self.ctx.procno) => {
-                self.calls += 1;
+                self.calls = self.calls.wrapping_add(1);
                 if self.calls.is_multiple_of(CHECK_EVERY) {
                     self.check_turn(k);
                 }
             }
             _ if self.exempt_until != 0 => {
-                self.calls += 1;
+                self.calls = self.calls.wrapping_add(1);
                 if self.calls.is_multiple_of(CHECK_EVERY) {
                     self.check_exemption();
                 }
