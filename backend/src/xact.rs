@@ -174,7 +174,7 @@ impl<'a> Xact<'a> {
         let xid = self.xid;
         walformat::commit_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
         let at = self.xlog.insert(&mut self.commit_buf);
-        let durable = self.synchronous && self.wrote_wal;
+        let durable = self.commit_waits();
         if durable && self.may_defer() {
             // Steps 2-3 are the walwriter's, or `finish_prepared`'s.
             self.me.reply.prepare(at.end, xid);

@@ -375,6 +375,15 @@ mod tests {
 
     const TURN: u64 = 1_000;
 
+    /// One token, held by proc 0 since time 0, and proc 1 queued for it.
+    fn held_by_0_with_1_queued() -> (Box<Admission>, Vec<AdmissionWaiter>) {
+        let a: Box<Admission> = zeroed();
+        let w = waiters(4);
+        assert_eq!(a.enter(&w, 0, 1, TURN, 0), Entry::Holds(0));
+        assert_eq!(a.enter(&w, 1, 1, TURN, 0), Entry::Queued);
+        (a, w)
+    }
+
     #[test]
     fn tokens_go_first_come_and_pass_in_fifo_order() {
         let a: Box<Admission> = zeroed();
@@ -400,10 +409,7 @@ mod tests {
 
     #[test]
     fn a_newcomer_queues_behind_waiters_even_if_a_token_is_free() {
-        let a: Box<Admission> = zeroed();
-        let w = waiters(4);
-        assert_eq!(a.enter(&w, 0, 1, TURN, 0), Entry::Holds(0));
-        assert_eq!(a.enter(&w, 1, 1, TURN, 0), Entry::Queued);
+        let (a, w) = held_by_0_with_1_queued();
         assert_eq!(a.pass(&w, 0, 0, TURN, 1), Some(1));
         // 1 was granted but has not looked yet; 0 comes back: behind nobody
         // (the queue is empty), but no token is free.
@@ -413,10 +419,7 @@ mod tests {
 
     #[test]
     fn the_head_revokes_a_token_whose_holder_overran_by_a_turn() {
-        let a: Box<Admission> = zeroed();
-        let w = waiters(4);
-        assert_eq!(a.enter(&w, 0, 1, TURN, 0), Entry::Holds(0));
-        assert_eq!(a.enter(&w, 1, 1, TURN, 0), Entry::Queued);
+        let (a, w) = held_by_0_with_1_queued();
         assert_eq!(a.earliest_turn_end(1), TURN);
         assert_eq!(a.look(&w, 1, 1, TURN, 2 * TURN - 1), Entry::Queued);
         assert_eq!(a.look(&w, 1, 1, TURN, 2 * TURN), Entry::Holds(0));
@@ -426,10 +429,8 @@ mod tests {
 
     #[test]
     fn a_cancelled_waiter_leaves_the_middle_of_the_queue() {
-        let a: Box<Admission> = zeroed();
-        let w = waiters(4);
-        assert_eq!(a.enter(&w, 0, 1, TURN, 0), Entry::Holds(0));
-        for p in 1..4 {
+        let (a, w) = held_by_0_with_1_queued();
+        for p in 2..4 {
             assert_eq!(a.enter(&w, p, 1, TURN, 0), Entry::Queued);
         }
         assert_eq!(a.cancel(&w, 2), None);
