@@ -271,3 +271,39 @@ fn fast_shutdown_archives_what_is_ready_then_exits() {
     assert!(archived(&tmp).contains(&first));
     assert_cleaned_up(&d.path);
 }
+
+/// A `.ready` file whose name is not a WAL file name never reaches the
+/// shell: a name like `x;touch PWNED;#` would otherwise run its command.
+#[test]
+fn only_wal_file_names_reach_archive_command() {
+    let tmp = TempDir::new("archive-names");
+    let command = write_script(&tmp, "0");
+    let d = init_archiving(&tmp, &command);
+    let evil = "x;touch PWNED;#";
+    let status = d.path.join("pg_wal/archive_status");
+    fs::create_dir_all(&status).unwrap();
+    fs::write(d.path.join("pg_wal").join(evil), b"").unwrap();
+    fs::write(status.join(format!("{evil}.ready")), b"").unwrap();
+    let mut s = Server::start(&d.path, tmp.path(), WORKLOAD);
+    s.wait_ready(TIMEOUT);
+    let first = "000000010000000000000001".to_string();
+    assert!(
+        wait_until(Duration::from_secs(20), || archived(&tmp).contains(&first)),
+        "nothing archived: {:?}\n{}",
+        calls(&tmp),
+        s.stderr()
+    );
+    // The archiver takes the ready files in name order: the bad name comes
+    // after every segment of the pass that archived the first one.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.stop_ok();
+    assert!(
+        !d.path.join("PWNED").exists() && !tmp.path().join("PWNED").exists(),
+        "the file name reached the shell"
+    );
+    assert!(
+        !calls(&tmp).keys().any(|k| k.contains("touch")),
+        "archive_command ran for the bad name: {:?}",
+        calls(&tmp)
+    );
+}

@@ -18,6 +18,11 @@
 //!    `--set password=` is refused; SCRAM over TCP works from the verifier.
 //! 9. Descriptors: a connection backend holds 0, 1, 2 and its own socket
 //!    only, even when accepted in one batch with others.
+//! 10. Registrations: under a descriptor limit of 64, 100 observers and 60
+//!     workers are answered at once (attached or "busy", never left
+//!     waiting), logins keep working, and a postmaster out of descriptors
+//!     pauses its accepts instead of spinning, then serves again when some
+//!     are free.
 
 mod common;
 
@@ -654,5 +659,130 @@ fn children_keep_only_their_own_descriptors() {
         );
     }
     drop(conns);
+    s.stop();
+}
+
+// ---------------------------------------------------------------------------
+// 10. Registrations under a descriptor limit
+
+/// (soft, hard) RLIMIT_NOFILE of `pid`, after setting it to `new` if given.
+fn nofile(pid: i32, new: Option<(u64, u64)>) -> (u64, u64) {
+    let set = new.map(|(soft, hard)| libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    });
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let set_ptr = set.as_ref().map_or(std::ptr::null(), |r| r as *const _);
+    // SAFETY: prlimit reads `set_ptr` (NULL or a valid rlimit) and writes
+    // `old`, a valid rlimit.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, set_ptr, &mut old) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    (old.rlim_cur, old.rlim_max)
+}
+
+/// User plus system CPU time of `pid`, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// CPU ticks `pid` used over `d`.
+fn cpu_over(pid: i32, d: Duration) -> u64 {
+    let t0 = cpu_ticks(pid);
+    std::thread::sleep(d);
+    cpu_ticks(pid) - t0
+}
+
+/// The lowest descriptor number `pid` does not use.
+fn lowest_free_fd(pid: i32) -> u64 {
+    let used: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap()
+}
+
+/// Registers `n` processes of `kind` from this process; returns those that
+/// attached and how many were told the server is busy or full. Any other
+/// answer (a timeout: the postmaster never accepted) fails the test.
+fn register_many(
+    dir: &Path,
+    kind: shmem::register::Kind,
+    n: usize,
+) -> (Vec<shmem::register::Registration>, usize) {
+    use shmem::register::{connect, RegisterError};
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..n {
+        let t = Instant::now();
+        match connect(dir, kind) {
+            Ok(r) => held.push(r),
+            Err(RegisterError::Busy { .. } | RegisterError::Full { .. }) => refused += 1,
+            Err(e) => panic!("registration {i} ({kind:?}) after {:?}: {e}", t.elapsed()),
+        }
+    }
+    (held, refused)
+}
+
+#[test]
+fn registrations_are_bounded_and_a_descriptor_shortage_does_not_spin() {
+    use shmem::register::Kind;
+    let mut s = Srv::start("reg-bound", &["--set", "max_worker_processes=100"], &[]);
+    let pid = s.pid();
+    let (_, hard) = nofile(pid, None);
+    nofile(pid, Some((64, hard)));
+    let (observers, busy) = register_many(&s.d.path, Kind::Observer, 100);
+    assert!(busy > 0, "100 observers under a limit of 64 descriptors");
+    let (workers, full) = register_many(&s.d.path, Kind::Worker, 60);
+    assert!(full > 0, "60 workers under a limit of 64 descriptors");
+    let (mut c, _, _) = login(&s);
+    assert_eq!(
+        select_one(&mut c),
+        None,
+        "SELECT 1 while registrations are held"
+    );
+    drop(c);
+    let held = observers.len() + workers.len();
+    for w in workers {
+        w.detach().expect("worker detach");
+    }
+    drop(observers);
+    s.assert_running(&format!(
+        "after {held} registrations and {} refusals",
+        busy + full
+    ));
+
+    // Out of descriptors: one queued registration and one queued login.
+    let free = lowest_free_fd(pid);
+    nofile(pid, Some((free, hard)));
+    let reg = UnixStream::connect(shmem::register::socket_path(&s.d.path)).unwrap();
+    let client = UnixStream::connect(s.socket()).unwrap();
+    let ticks = cpu_over(pid, Duration::from_secs(1));
+    nofile(pid, Some((1024, hard)));
+    assert!(
+        ticks < 30,
+        "the postmaster spun: {ticks} ticks in 1 s with accepts failing"
+    );
+    drop((reg, client));
+    let (mut c, _, _) = login(&s);
+    assert_eq!(
+        select_one(&mut c),
+        None,
+        "SELECT 1 once descriptors are free"
+    );
+    drop(c);
+    let (after, _) = register_many(&s.d.path, Kind::Observer, 1);
+    assert_eq!(
+        after.len(),
+        1,
+        "an observer attaches once descriptors are free"
+    );
+    drop(after);
+    s.assert_running("at the end");
     s.stop();
 }

@@ -29,6 +29,9 @@ use walshm::{Error, Record, RecordKind, Worker};
 /// run neither is set and this test does nothing.
 #[test]
 fn child_worker() {
+    if let Ok(dir) = std::env::var("WALSHM_TEST_FORK") {
+        std::process::exit(fork_then_drop_in_child(Path::new(&dir)));
+    }
     let args = std::env::var("WALSHM_TEST_CHILD").ok().or_else(|| {
         let name = std::env::var("WALSHM_WORKER_NAME").ok()?;
         std::env::var(format!("WALSHM_TEST_ARGS_{name}")).ok()
@@ -36,6 +39,53 @@ fn child_worker() {
     let Some(args) = args else { return };
     let code = producer_example::run_with(args.split_whitespace().map(String::from).collect());
     std::process::exit(code);
+}
+
+/// Child mode `WALSHM_TEST_FORK=DIR`: attach, commit, fork; the child's
+/// commit must fail with `ForkedChild` and dropping its copy of the
+/// `Worker` must leave the parent's attachment working. Exit 0 when every
+/// check held (the parent prints what failed).
+fn fork_then_drop_in_child(dir: &Path) -> i32 {
+    let commit = |w: &mut Worker, what: &str| {
+        w.begin()?;
+        w.emit_tx("fork", what.as_bytes())?;
+        w.commit()
+    };
+    let mut w = Worker::attach(Some(dir)).expect("attach");
+    commit(&mut w, "before fork").expect("commit before fork");
+    // SAFETY: the child only calls the library, then `_exit`s (no
+    // destructor of the parent's other threads' state runs).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let refused = matches!(
+            commit(&mut w, "in the child"),
+            Err(Error::ForkedChild { .. })
+        );
+        drop(w);
+        // SAFETY: ends the child without running the parent's atexit work.
+        unsafe { libc::_exit(if refused { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; `status` is a valid out pointer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        println!("FAIL the child's commit was not refused ({status:#x})");
+        return 1;
+    }
+    match commit(&mut w, "after the child dropped its copy") {
+        Ok(_) => {}
+        Err(e) => {
+            println!("FAIL parent commit after the child's drop: {e}");
+            return 1;
+        }
+    }
+    match w.detach() {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("FAIL parent detach: {e}");
+            1
+        }
+    }
 }
 
 /// The command line that runs this binary as `child_worker`.
@@ -129,6 +179,10 @@ fn build_c(tmp: &TempDir, src: &str, name: &str) -> PathBuf {
             .arg(&deps)
             .arg("-lwalshm")
             .arg(format!("-Wl,-rpath,{}", deps.display()))
+            // DT_RPATH, which wins over LD_LIBRARY_PATH: cargo puts
+            // target/debug first there, where an older libwalshm.so from
+            // a `cargo build` may lie.
+            .arg("-Wl,--disable-new-dtags")
             .arg("-o")
             .arg(&out),
         TIMEOUT,
@@ -575,15 +629,75 @@ fn consumer_sees_exactly_the_committed_messages_in_order() {
 #[test]
 fn c_abi_bad_input_gives_errors_not_crashes() {
     let tmp = TempDir::new("wk-c-bad");
-    let prog = build_c(&tmp, "worker/tests/c/bad_input.c", "bad_input");
-    let (d, s) = server(&tmp, &["--set", "fsync=off"]);
+    let (_, s) = run_c_checks(&tmp, "bad_input");
+    s.stop_ok();
+}
+
+/// Builds `worker/tests/c/NAME.c`, starts a server and runs the program
+/// against it; it must print "ALL OK" and exit 0.
+fn run_c_checks(tmp: &TempDir, name: &str) -> (DataDir, Server) {
+    let prog = build_c(tmp, &format!("worker/tests/c/{name}.c"), name);
+    let (d, s) = server(tmp, &["--set", "fsync=off"]);
     attach_when_ready(&d.path).detach().unwrap();
     let o = run_cmd(Command::new(&prog).arg(&d.path), TIMEOUT);
     assert!(
         o.status.success() && o.stdout.contains("ALL OK"),
-        "C bad-input program\n{}",
+        "C program {name}\n{}",
         o.describe()
     );
+    (d, s)
+}
+
+/// A process that forks after attaching: neither a C child that detaches
+/// nor a Rust child that drops its copy may end the parent's attachment,
+/// and the server keeps admitting new workers; a C reader left open across
+/// its worker's detach is refused after another attach.
+#[test]
+fn a_forked_child_cannot_end_its_parents_attachment() {
+    let tmp = TempDir::new("wk-fork");
+    let (d, s) = run_c_checks(&tmp, "fork_child");
+    Worker::attach(Some(&d.path))
+        .expect("a new process attaches at once after the C child's detach")
+        .detach()
+        .unwrap();
+    let argv = child_argv();
+    let o = run_cmd(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("WALSHM_TEST_FORK", &d.path),
+        TIMEOUT,
+    );
+    assert!(o.status.success(), "Rust fork child mode\n{}", o.describe());
+    Worker::attach(Some(&d.path))
+        .expect("a new process attaches at once after the Rust child's drop")
+        .detach()
+        .unwrap();
+    let st = run_cmd(
+        Command::new(env!("CARGO_BIN_EXE_postmaster"))
+            .args(["status", "-D"])
+            .arg(&d.path),
+        TIMEOUT,
+    );
+    assert!(st.status.success(), "postmaster status\n{}", st.describe());
+    s.stop_ok();
+}
+
+/// Prefixes have a limit of their own, said as such (not as a payload's).
+#[test]
+fn a_prefix_over_the_limit_is_refused_by_its_own_name() {
+    let tmp = TempDir::new("wk-prefix");
+    let (d, s) = server(&tmp, &["--set", "fsync=off"]);
+    let mut w = attach_when_ready(&d.path);
+    let at_limit = "p".repeat(walshm::MAX_PREFIX);
+    w.emit(&at_limit, b"x").expect("a prefix at the limit");
+    let over = "p".repeat(walshm::MAX_PREFIX + 1);
+    let e = w.emit(&over, b"x").unwrap_err();
+    assert_eq!(e, Error::PrefixTooLong(walshm::MAX_PREFIX + 1));
+    assert!(e.to_string().contains("prefix of 65537 bytes"), "{e}");
+    w.begin().unwrap();
+    assert_eq!(w.emit_tx(&over, b"x").unwrap_err(), e);
+    w.abort().unwrap();
+    w.detach().unwrap();
     s.stop_ok();
 }
 

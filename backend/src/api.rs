@@ -29,6 +29,11 @@ use walformat::{Lsn, RecordBuf};
 /// thousands of buffer pages).
 pub const MAX_PAYLOAD: usize = 64 << 20;
 
+/// Longest message prefix accepted (64 KiB: a prefix names a channel or a
+/// topic; PostgreSQL sets no limit below a record's 1 GiB, but consumers
+/// copy the prefix of every message they skip).
+pub const MAX_PREFIX: usize = 64 << 10;
+
 /// Why a call did not do what it was asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApiError {
@@ -43,6 +48,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     /// A prefix holding a NUL byte (the record stores it NUL-terminated).
     BadPrefix,
+    /// A prefix longer than [`MAX_PREFIX`].
+    PrefixTooLong(usize),
 }
 
 impl fmt::Display for ApiError {
@@ -64,6 +71,10 @@ impl fmt::Display for ApiError {
                 "payload of {n} bytes is over the limit of {MAX_PAYLOAD} bytes"
             ),
             ApiError::BadPrefix => write!(f, "message prefix contains a NUL byte"),
+            ApiError::PrefixTooLong(n) => write!(
+                f,
+                "message prefix of {n} bytes is over the limit of {MAX_PREFIX} bytes"
+            ),
         }
     }
 }
@@ -270,6 +281,9 @@ fn message<'p>(
 fn check_message(prefix: &str, payload: &[u8]) -> Result<(), ApiError> {
     if payload.len() > MAX_PAYLOAD {
         return Err(ApiError::PayloadTooLarge(payload.len()));
+    }
+    if prefix.len() > MAX_PREFIX {
+        return Err(ApiError::PrefixTooLong(prefix.len()));
     }
     if prefix.as_bytes().contains(&0) {
         return Err(ApiError::BadPrefix);

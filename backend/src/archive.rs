@@ -20,6 +20,13 @@
 //! accept being run twice for the same file). That is the only repeat:
 //! `.done` is durable before the next segment is handed to the command.
 //!
+//! Names: `archive_command` is run by the shell with the file's name in
+//! it, so only names made of the characters of WAL file names (hex digits
+//! and the letters of `.history`, `.backup`, `.partial`) are ever handed
+//! to it; any other `.ready` file is ignored, as PostgreSQL's archiver
+//! ignores it. Such a name can only come from someone writing into
+//! `archive_status/` by hand.
+//!
 //! Orphans: `.done` files whose segment is gone (removed or recycled by the
 //! checkpointer) are removed by the archiver (`remove_orphan_done`), so the
 //! checkpointer's removal stays one loop.
@@ -35,6 +42,14 @@ pub const STATUS_DIR: &str = "archive_status";
 
 const READY: &str = ".ready";
 const DONE: &str = ".done";
+/// The characters a WAL file's name may hold (PostgreSQL's
+/// VALID_XFN_CHARS).
+const WAL_NAME_CHARS: &str = "0123456789ABCDEF.historybackuppartial";
+
+/// Whether `name` may be handed to `archive_command` (module header).
+pub fn is_archivable_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| WAL_NAME_CHARS.contains(c))
+}
 
 /// The archive state of one file of pg_wal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,14 +121,17 @@ pub fn forget(pg_wal: &Path, name: &str) {
 
 /// Files waiting for the archiver, in the order it takes them: history
 /// files first (a restore needs them to pick a timeline), then by name
-/// (segments in WAL order), as PostgreSQL's pgarch_readyXlog.
+/// (segments in WAL order), as PostgreSQL's pgarch_readyXlog; names
+/// that are not WAL file names are left out (module header).
 pub fn ready_files(pg_wal: &Path) -> Vec<String> {
     let Ok(names) = walfile::list_dir(Op::ArchiveStatus, &status_dir(pg_wal)) else {
         return Vec::new();
     };
     let mut ready: Vec<String> = names
         .iter()
-        .filter_map(|n| n.to_str()?.strip_suffix(READY).map(str::to_string))
+        .filter_map(|n| n.to_str()?.strip_suffix(READY))
+        .filter(|n| is_archivable_name(n))
+        .map(str::to_string)
         .collect();
     ready.sort_by_key(|n| (!n.ends_with(".history"), n.clone()));
     ready
@@ -283,6 +301,32 @@ mod tests {
         std::fs::remove_file(dir.join(name(1))).unwrap();
         assert_eq!(remove_orphan_done(&dir), 1);
         assert_eq!(status(&dir, &name(1)), Status::Unknown);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_wal_file_names_are_ready() {
+        let dir = std::env::temp_dir().join(format!("walshm-archive-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(status_dir(&dir)).unwrap();
+        let good = [
+            "000000010000000000000003",
+            "00000002.history",
+            "000000010000000000000002.partial",
+            "000000010000000000000001.00000028.backup",
+        ];
+        for n in good
+            .iter()
+            .chain(&["x;touch PWNED;#", "a b", "$(id)", "../x"])
+        {
+            std::fs::write(status_dir(&dir).join(format!("{n}{READY}")), b"").unwrap();
+        }
+        let mut got = ready_files(&dir);
+        got.sort();
+        let mut want: Vec<String> = good.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(got, want);
+        assert!(!is_archivable_name(""));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

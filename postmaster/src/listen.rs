@@ -3,19 +3,115 @@
 //! `listen_addresses` is set, TCP on 127.0.0.1. Both are non-blocking; the
 //! main loop polls them beside its self-pipe and forks one backend per
 //! accepted connection.
+//!
+//! A failed `accept` (out of descriptors: EMFILE, ENFILE; or out of
+//! memory) leaves the connection queued and the socket readable, so a loop
+//! that polled it again at once would spin. [`AcceptPause`] takes a
+//! listener out of the poll set for [`ACCEPT_RETRY`] instead (PostgreSQL's
+//! postmaster sleeps 100 ms after a failed accept; leaving the socket out
+//! keeps the rest of the loop going meanwhile), with one log line per
+//! burst of failures.
 
+use crate::log;
 use shmem::Settings;
+use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a listener whose accept failed stays out of the poll set.
+pub const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// At most one log line per this interval about a repeated condition
+/// (failed accepts, a registration cap).
+pub const REPEAT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Logs a repeated condition at most once per [`REPEAT_LOG_INTERVAL`].
+#[derive(Default)]
+pub struct RateLimitedLog {
+    logged_at: Option<Instant>,
+}
+
+impl RateLimitedLog {
+    /// Logs `msg` unless a line went out less than an interval ago.
+    pub fn log(&mut self, level: &str, msg: impl FnOnce() -> String) {
+        let now = Instant::now();
+        if self
+            .logged_at
+            .is_some_and(|t| now < t + REPEAT_LOG_INTERVAL)
+        {
+            return;
+        }
+        self.logged_at = Some(now);
+        log(level, &msg());
+    }
+}
+
+/// The back-off after a failed accept (see the module header).
+#[derive(Default)]
+pub struct AcceptPause {
+    until: Option<Instant>,
+    said: RateLimitedLog,
+}
+
+impl AcceptPause {
+    /// Whether the listener is still paused (clears an expired pause).
+    pub fn active(&mut self) -> bool {
+        match self.until {
+            Some(t) if Instant::now() < t => true,
+            _ => {
+                self.until = None;
+                false
+            }
+        }
+    }
+
+    /// When the pause ends (for the main loop's poll timeout).
+    pub fn resume_at(&self) -> Option<Instant> {
+        self.until
+    }
+
+    /// An accept on `what` failed with `e`: pause, and say so (once per
+    /// burst).
+    pub fn failed(&mut self, what: &str, e: &io::Error) {
+        self.until = Some(Instant::now() + ACCEPT_RETRY);
+        self.said.log("LOG", || {
+            format!(
+                "could not accept new connection on {what}: {e}; retrying in {} ms",
+                ACCEPT_RETRY.as_millis()
+            )
+        });
+    }
+}
+
+/// What an accept gave, sorted for the loops that call it.
+pub enum AcceptResult<T> {
+    Got(T),
+    /// Nothing (more) is waiting.
+    Empty,
+    Failed(io::Error),
+}
+
+/// One `accept` outcome, with EINTR retried.
+pub fn accept_one<T>(mut accept: impl FnMut() -> io::Result<T>) -> AcceptResult<T> {
+    loop {
+        match accept() {
+            Ok(x) => return AcceptResult::Got(x),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return AcceptResult::Empty,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return AcceptResult::Failed(e),
+        }
+    }
+}
 
 pub struct Listeners {
     pub unix: UnixListener,
     pub unix_path: PathBuf,
     lock_path: PathBuf,
     pub tcp: Option<TcpListener>,
+    pause: AcceptPause,
 }
 
 pub enum Accepted {
@@ -84,10 +180,15 @@ impl Listeners {
             unix_path,
             lock_path,
             tcp,
+            pause: AcceptPause::default(),
         })
     }
 
+    /// The sockets to poll (none while a failed accept's pause lasts).
     pub fn fds(&self) -> Vec<RawFd> {
+        if self.pause.resume_at().is_some() {
+            return Vec::new();
+        }
         let mut v = vec![self.unix.as_raw_fd()];
         if let Some(t) = &self.tcp {
             v.push(t.as_raw_fd());
@@ -95,21 +196,47 @@ impl Listeners {
         v
     }
 
-    /// Every connection waiting to be accepted.
-    pub fn accept_all(&self) -> Vec<Accepted> {
+    /// When a paused accept is tried again.
+    pub fn resume_at(&self) -> Option<Instant> {
+        self.pause.resume_at()
+    }
+
+    /// Every connection waiting to be accepted (none while paused).
+    pub fn accept_all(&mut self) -> Vec<Accepted> {
         let mut out = Vec::new();
-        while let Ok((s, _)) = self.unix.accept() {
-            let _ = s.set_nonblocking(false);
-            out.push(Accepted::Unix(s));
+        if self.pause.active() {
+            return out;
         }
-        if let Some(t) = &self.tcp {
-            while let Ok((s, _)) = t.accept() {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_nodelay(true);
-                out.push(Accepted::Tcp(s));
+        let failed = loop {
+            match accept_one(|| self.unix.accept()) {
+                AcceptResult::Got((s, _)) => {
+                    let _ = s.set_nonblocking(false);
+                    out.push(Accepted::Unix(s));
+                }
+                AcceptResult::Empty => break None,
+                AcceptResult::Failed(e) => break Some(("the Unix socket", e)),
             }
+        };
+        let failed = failed.or_else(|| self.accept_tcp(&mut out));
+        if let Some((what, e)) = failed {
+            self.pause.failed(what, &e);
         }
         out
+    }
+
+    fn accept_tcp(&self, out: &mut Vec<Accepted>) -> Option<(&'static str, io::Error)> {
+        let t = self.tcp.as_ref()?;
+        loop {
+            match accept_one(|| t.accept()) {
+                AcceptResult::Got((s, _)) => {
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_nodelay(true);
+                    out.push(Accepted::Tcp(s));
+                }
+                AcceptResult::Empty => return None,
+                AcceptResult::Failed(e) => return Some(("the TCP socket", e)),
+            }
+        }
     }
 }
 

@@ -31,6 +31,22 @@
 //!    [`Registry::close_all`]: every channel closes and every slot is free
 //!    for the next generation.
 //!
+//! Bounds: external connections still waiting for their hello are capped,
+//! and so are attached observers (workers are capped by their slots), at
+//! [`MAX_PENDING`] and [`MAX_OBSERVERS`] or a quarter each of the
+//! descriptors the process limit leaves after [`FD_RESERVE`], whichever is
+//! lower; all external channels together (workers too) never take more
+//! than what the limit leaves after the reserve. The limit is read at each
+//! accept, so one lowered at run time counts. A connection over a cap is
+//! answered `Busy` and closed, with one log line per
+//! `listen::REPEAT_LOG_INTERVAL`; client logins keep the reserve. A failed
+//! accept pauses the socket (`listen::AcceptPause`), never spins.
+//!
+//! A detach must come from the process that said hello on the channel (the
+//! pid each request carries): a forked child shares its parent's channel,
+//! and its detach would otherwise free the parent's slot. Such a detach is
+//! answered `Refused` and logged; the registration stays.
+//!
 //! Invariants: which worker slots are in use is known only here, in the
 //! postmaster's own memory (never a lock in shared memory); a slot is in use
 //! exactly while its channel is open in state Attached; the postmaster
@@ -50,6 +66,13 @@ use std::time::{Duration, Instant};
 
 /// How long an accepted connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most external connections waiting for their hello at once.
+pub(crate) const MAX_PENDING: usize = 64;
+/// Most observers attached at once.
+pub(crate) const MAX_OBSERVERS: usize = 64;
+/// Descriptors kept for everything else the postmaster opens (client
+/// logins, its files, pipes, worker channels).
+const FD_RESERVE: u64 = 32;
 
 /// Who is at the other end of a channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,12 +104,12 @@ pub(crate) enum Phase {
 
 enum State {
     /// No hello yet; external connections must send it by `deadline`.
-    AwaitHello {
-        deadline: Option<Instant>,
-    },
+    AwaitHello { deadline: Option<Instant> },
     Attached {
         kind: Kind,
         slot: Option<u32>,
+        /// The pid the hello carried: only it may detach.
+        pid: i32,
     },
 }
 
@@ -101,7 +124,8 @@ struct Channel {
 /// What one read from a channel gave.
 enum Input {
     Nothing,
-    Request(Request),
+    /// A request and the pid it carries.
+    Request(Request, i32),
     Closed(String),
     Garbage(String),
 }
@@ -115,6 +139,8 @@ pub(crate) struct Registry {
     /// Slots `0..reserved` belong to the supervised workers.
     reserved: usize,
     channels: Vec<Channel>,
+    accept_pause: crate::listen::AcceptPause,
+    cap_said: crate::listen::RateLimitedLog,
 }
 
 impl Registry {
@@ -142,17 +168,22 @@ impl Registry {
             slots: vec![false; max_workers as usize],
             reserved,
             channels: Vec::new(),
+            accept_pause: Default::default(),
+            cap_said: Default::default(),
         }
     }
 
     /// Descriptors the main loop polls for input.
     pub fn fds(&self) -> Vec<RawFd> {
-        let mut v: Vec<RawFd> = self.listener.iter().map(|l| l.as_raw_fd()).collect();
+        let paused = self.accept_pause.resume_at().is_some();
+        let listener = self.listener.iter().filter(|_| !paused);
+        let mut v: Vec<RawFd> = listener.map(|l| l.as_raw_fd()).collect();
         v.extend(self.channels.iter().map(|c| c.stream.as_raw_fd()));
         v
     }
 
-    /// The earliest hello deadline (the main loop's poll timeout).
+    /// The earliest hello deadline or end of an accept pause (the main
+    /// loop's poll timeout).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.channels
             .iter()
@@ -160,6 +191,7 @@ impl Registry {
                 State::AwaitHello { deadline } => deadline,
                 State::Attached { .. } => None,
             })
+            .chain(self.accept_pause.resume_at())
             .min()
     }
 
@@ -208,15 +240,85 @@ impl Registry {
     }
 
     fn accept_new(&mut self) {
-        let Some(l) = &self.listener else { return };
-        while let Ok((stream, _)) = l.accept() {
-            match self.admit(&stream) {
-                Ok(pid) => self
-                    .channels
-                    .push(Channel::new(stream, Origin::External { pid })),
-                Err(why) => log("LOG", &why),
+        use crate::listen::{accept_one, AcceptResult};
+        if self.accept_pause.active() {
+            return;
+        }
+        loop {
+            let Some(l) = &self.listener else { return };
+            match accept_one(|| l.accept()) {
+                AcceptResult::Got((stream, _)) => self.take_connection(stream),
+                AcceptResult::Empty => return,
+                AcceptResult::Failed(e) => {
+                    self.accept_pause.failed("the registration socket", &e);
+                    return;
+                }
             }
         }
+    }
+
+    /// A new external connection: admitted, or refused (another user, or
+    /// the pending cap reached).
+    fn take_connection(&mut self, stream: UnixStream) {
+        let pid = match self.admit(&stream) {
+            Ok(pid) => pid,
+            Err(why) => return log("LOG", &why),
+        };
+        let caps = caps();
+        let external = self.channels.iter().filter(|c| c.is_external()).count();
+        if external >= caps.total {
+            self.send_busy(&stream, caps.total);
+            self.log_cap("registration channels for the descriptor limit", caps.total);
+            return;
+        }
+        if self.pending() >= caps.pending {
+            self.send_busy(&stream, caps.pending);
+            self.log_cap("registrations waiting for their hello", caps.pending);
+            return;
+        }
+        self.channels
+            .push(Channel::new(stream, Origin::External { pid }));
+    }
+
+    /// External connections that have not said hello yet.
+    fn pending(&self) -> usize {
+        let waiting = |c: &&Channel| matches!(c.state, State::AwaitHello { .. });
+        let external = |c: &&Channel| c.is_external();
+        self.channels
+            .iter()
+            .filter(waiting)
+            .filter(external)
+            .count()
+    }
+
+    /// Attached observers.
+    fn observers(&self) -> usize {
+        let observer = |c: &&Channel| {
+            matches!(
+                c.state,
+                State::Attached {
+                    kind: Kind::Observer,
+                    ..
+                }
+            )
+        };
+        self.channels.iter().filter(observer).count()
+    }
+
+    /// Answers `Busy` (the connection is then dropped by the caller).
+    fn send_busy(&self, stream: &UnixStream, cap: usize) {
+        let reply = Reply {
+            limit: cap as u32,
+            ..self.reply(Status::Busy, None, 0)
+        };
+        let _ = register::send_reply(stream, &reply, None);
+    }
+
+    /// Logs that `what` reached `cap` (rate-limited).
+    fn log_cap(&mut self, what: &str, cap: usize) {
+        self.cap_said.log("LOG", || {
+            format!("too many {what} (limit {cap}); refusing new registrations until some end")
+        });
     }
 
     /// The peer check of a new connection; a refused peer is told so.
@@ -266,13 +368,15 @@ impl Registry {
         };
         match (attached, input) {
             (_, Input::Nothing) => Step::Keep(None),
-            (None, Input::Request(Request::Hello(kind))) => self.hello(i, kind, shm, phase),
-            (None, Input::Request(Request::Detach)) => {
+            (None, Input::Request(Request::Hello(kind), pid)) => {
+                self.hello(i, kind, pid, shm, phase)
+            }
+            (None, Input::Request(Request::Detach, _)) => {
                 self.await_hello_failed(i, "sent a detach before a hello")
             }
             (None, Input::Closed(why) | Input::Garbage(why)) => self.await_hello_failed(i, &why),
-            (Some(_), Input::Request(Request::Detach)) => self.detach(i),
-            (Some(kind), Input::Request(Request::Hello(_))) => {
+            (Some(_), Input::Request(Request::Detach, pid)) => self.detach(i, pid),
+            (Some(kind), Input::Request(Request::Hello(_), _)) => {
                 self.attached_channel_ended(i, kind, "sent a second hello".into())
             }
             (Some(kind), Input::Closed(why) | Input::Garbage(why)) => {
@@ -306,7 +410,7 @@ impl Registry {
         }
     }
 
-    fn hello(&mut self, i: usize, kind: Kind, shm: Option<&Shmem>, phase: Phase) -> Step {
+    fn hello(&mut self, i: usize, kind: Kind, pid: i32, shm: Option<&Shmem>, phase: Phase) -> Step {
         let Some(shm) = shm else {
             // Between generations (crash wait) or after the last one.
             let status = match phase {
@@ -322,6 +426,12 @@ impl Registry {
             Phase::ShuttingDown => Some(Status::ShuttingDown),
         };
         let slot = match (kind, self.channels[i].origin) {
+            (Kind::Observer, Origin::External { .. }) if self.observers() >= caps().observers => {
+                let cap = caps().observers;
+                self.send_busy(&self.channels[i].stream, cap);
+                self.log_cap("observers attached", cap);
+                return Step::Drop(None);
+            }
             (Kind::Observer, _) => None,
             (Kind::Worker, Origin::Supervised(id)) => match self.slots.get(id) {
                 Some(false) => Some(id as u32),
@@ -354,7 +464,7 @@ impl Registry {
             log("LOG", &format!("could not answer a registration: {e}"));
             return self.await_hello_failed(i, "went away before its answer");
         }
-        c.state = State::Attached { kind, slot };
+        c.state = State::Attached { kind, slot, pid };
         let origin = c.origin;
         if let Some(s) = slot {
             self.slots[s as usize] = true;
@@ -376,13 +486,21 @@ impl Registry {
         }
     }
 
-    /// Detach: the slot is free again, the ack sent, the channel done.
-    fn detach(&mut self, i: usize) -> Step {
+    /// Detach: the slot is free again, the ack sent, the channel done. A
+    /// detach from another pid than the hello's (a forked child on its
+    /// parent's channel) is refused and changes nothing.
+    fn detach(&mut self, i: usize, pid: i32) -> Step {
+        if let State::Attached { pid: owner, .. } = self.channels[i].state {
+            if pid != owner {
+                return self.foreign_detach(i, pid, owner);
+            }
+        }
         let freed = std::mem::replace(
             &mut self.channels[i].state,
             State::Attached {
                 kind: Kind::Observer,
                 slot: None,
+                pid,
             },
         );
         if let State::Attached { slot: Some(s), .. } = freed {
@@ -392,6 +510,16 @@ impl Registry {
         let c = &self.channels[i];
         let _ = register::send_reply(&c.stream, &ack, None);
         Step::Drop(Some(Event::Detached { origin: c.origin }))
+    }
+
+    fn foreign_detach(&self, i: usize, pid: i32, owner: i32) -> Step {
+        let c = &self.channels[i];
+        let _ = register::send_reply(&c.stream, &self.reply(Status::Refused, None, 0), None);
+        log(
+            "LOG",
+            &format!("refused a detach from PID {pid} on the registration of PID {owner} (a forked child?); the registration stays"),
+        );
+        Step::Keep(None)
     }
 
     fn free_slot_of(&mut self, c: &Channel) {
@@ -408,6 +536,10 @@ enum Step {
 }
 
 impl Channel {
+    fn is_external(&self) -> bool {
+        matches!(self.origin, Origin::External { .. })
+    }
+
     fn new(stream: UnixStream, origin: Origin) -> Channel {
         let deadline = match origin {
             Origin::External { .. } => Some(Instant::now() + HELLO_TIMEOUT),
@@ -435,7 +567,7 @@ impl Channel {
                     }
                     self.got = 0;
                     return match Request::decode(&self.buf) {
-                        Ok((r, _)) => Input::Request(r),
+                        Ok((r, pid)) => Input::Request(r, pid),
                         Err(e) => Input::Garbage(format!("sent an invalid message: {e}")),
                     };
                 }
@@ -452,6 +584,34 @@ impl Drop for Registry {
         if self.listener.take().is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+/// The caps of the module header, for the descriptor limit now.
+struct Caps {
+    pending: usize,
+    observers: usize,
+    /// All external channels.
+    total: usize,
+}
+
+fn caps() -> Caps {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes `lim`, a valid rlimit.
+    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    let left = nofile.saturating_sub(FD_RESERVE).max(1);
+    let quarter = (left / 4).max(1) as usize;
+    Caps {
+        pending: quarter.min(MAX_PENDING),
+        observers: quarter.min(MAX_OBSERVERS),
+        total: usize::try_from(left).unwrap_or(usize::MAX),
     }
 }
 
@@ -533,6 +693,29 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+
+    #[test]
+    fn a_detach_from_another_pid_is_refused_and_the_slot_stays() {
+        use std::io::Write;
+        let mut f = Fixture::new("foreign", 2, 0);
+        let (got, events) = f.exchange(Phase::Running, |d| {
+            let r = register::connect(&d, Kind::Worker).map_err(|e| e.to_string())?;
+            let me = std::process::id() as i32;
+            (&r.channel)
+                .write_all(&Request::Detach.encode(me + 1))
+                .map_err(|e| e.to_string())?;
+            let (foreign, _) = register::recv_reply(&r.channel).map_err(|e| e.to_string())?;
+            r.detach().map_err(|e| e.to_string())?;
+            Ok::<_, String>(foreign.status)
+        });
+        assert_eq!(got, Ok(Status::Refused));
+        let detached = events
+            .iter()
+            .filter(|e| matches!(e, Event::Detached { .. }))
+            .count();
+        assert_eq!(detached, 1, "only the owner's detach counts: {events:?}");
+        assert!(f.reg.slots.iter().all(|u| !*u), "the slot is free after it");
     }
 
     #[test]

@@ -254,7 +254,8 @@ impl Postmaster {
 
     /// Until the next thing the loop must do on its own: a worker start
     /// (only while running: otherwise a start that is due would spin the
-    /// loop), a registration's hello deadline, or the usual half second.
+    /// loop), a registration's hello deadline, the end of a paused accept,
+    /// or the usual half second.
     fn poll_timeout(&self) -> Duration {
         let now = Instant::now();
         let running = self.state == State::Run && !self.shutting_down;
@@ -264,8 +265,13 @@ impl Postmaster {
             .filter(|_| running)
             .filter_map(|w| w.next_start);
         let hellos = self.registry.as_ref().and_then(Registry::next_deadline);
+        let accepts = self
+            .listeners
+            .as_ref()
+            .and_then(crate::listen::Listeners::resume_at);
         starts
             .chain(hellos)
+            .chain(accepts)
             .map(|t| t.saturating_duration_since(now))
             .fold(Duration::from_millis(500), Duration::min)
     }
@@ -462,7 +468,7 @@ impl Postmaster {
     /// Accepts waiting clients: a backend each while running, otherwise a
     /// refusal that tells the client why it cannot connect now.
     fn accept_connections(&mut self) {
-        let Some(l) = &self.listeners else { return };
+        let Some(l) = &mut self.listeners else { return };
         for conn in l.accept_all() {
             match admission::judge(&self.load()) {
                 Verdict::Admit => self.fork_client_child(conn, None),

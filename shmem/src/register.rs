@@ -44,7 +44,7 @@
 
 use crate::segment::{Shmem, ShmemError};
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -94,6 +94,9 @@ pub enum Status {
     ShuttingDown = 3,
     Refused = 4,
     Detached = 5,
+    /// Too many registrations in progress, or observers attached; `limit`
+    /// is the cap that was hit.
+    Busy = 6,
 }
 
 impl Status {
@@ -105,6 +108,7 @@ impl Status {
             3 => Status::ShuttingDown,
             4 => Status::Refused,
             5 => Status::Detached,
+            6 => Status::Busy,
             _ => return None,
         })
     }
@@ -214,6 +218,11 @@ pub enum RegisterError {
     Full {
         limit: u32,
     },
+    /// The postmaster's cap on registrations in progress or on observers
+    /// is reached (a flood of connections, or a low descriptor limit).
+    Busy {
+        limit: u32,
+    },
     StartingUp,
     ShuttingDown,
     /// The server refused this peer (another user).
@@ -242,6 +251,10 @@ impl fmt::Display for RegisterError {
             RegisterError::Full { limit } => write!(
                 f,
                 "the server is full: all {limit} worker slots are in use (max_worker_processes)"
+            ),
+            RegisterError::Busy { limit } => write!(
+                f,
+                "the server has too many registrations in progress or observers attached (limit {limit}); try again"
             ),
             RegisterError::StartingUp => {
                 write!(f, "the server is starting up or recovering; try again")
@@ -366,13 +379,17 @@ fn hello(
     channel.set_read_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
     channel.set_write_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
     check_server_uid(&channel)?;
-    (&channel)
-        .write_all(&Request::Hello(kind).encode(std::process::id() as i32))
-        .map_err(io)?;
-    let (reply, fd) = recv_reply(&channel)?;
+    // A postmaster over one of its caps answers `Busy` at once and closes
+    // without reading: then the hello fails (EPIPE) but the answer waits.
+    let sent = send_request(&channel, Request::Hello(kind));
+    let (reply, fd) = match recv_reply(&channel) {
+        Ok(got) => got,
+        Err(e) => return Err(sent.err().map_or(e, io)),
+    };
     match reply.status {
         Status::Ok => {}
         Status::Full => return Err(RegisterError::Full { limit: reply.limit }),
+        Status::Busy => return Err(RegisterError::Busy { limit: reply.limit }),
         Status::StartingUp => return Err(RegisterError::StartingUp),
         Status::ShuttingDown => return Err(RegisterError::ShuttingDown),
         Status::Refused => return Err(RegisterError::Refused),
@@ -399,6 +416,36 @@ fn hello(
         data_dir,
         channel,
     })
+}
+
+/// Sends `req` with our pid. MSG_NOSIGNAL: a channel the postmaster
+/// closed gives EPIPE, never a SIGPIPE that would kill a C program that
+/// left the signal at its default.
+fn send_request(channel: &UnixStream, req: Request) -> std::io::Result<()> {
+    let bytes = req.encode(std::process::id() as i32);
+    let mut off = 0;
+    while off < bytes.len() {
+        let rest = &bytes[off..];
+        // SAFETY: `rest` is a live buffer of `rest.len()` bytes; the
+        // descriptor is the channel's own.
+        let n = unsafe {
+            libc::send(
+                channel.as_raw_fd(),
+                rest.as_ptr() as *const libc::c_void,
+                rest.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        off += n as usize;
+    }
+    Ok(())
 }
 
 /// Refuses a socket whose server runs as another user.
@@ -430,7 +477,7 @@ impl Registration {
         self.channel
             .set_read_timeout(Some(REPLY_TIMEOUT))
             .map_err(io)?;
-        let sent = (&self.channel).write_all(&Request::Detach.encode(std::process::id() as i32));
+        let sent = send_request(&self.channel, Request::Detach);
         let answer = sent.map_err(io).and_then(|()| recv_reply(&self.channel));
         match answer {
             Ok((r, _)) if r.status == Status::Detached => Ok(()),
@@ -530,7 +577,7 @@ pub fn send_reply(
 }
 
 /// Receives one reply and the descriptor attached to it, if any.
-fn recv_reply(s: &UnixStream) -> Result<(Reply, Option<OwnedFd>), RegisterError> {
+pub fn recv_reply(s: &UnixStream) -> Result<(Reply, Option<OwnedFd>), RegisterError> {
     let mut bytes = [0u8; REPLY_LEN];
     let (n, fd) = recv_with_fd(s, &mut bytes).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {

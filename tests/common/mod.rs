@@ -1038,7 +1038,7 @@ pub fn verify_wal(d: &DataDir, expected_messages: Option<u64>, sizes: &[usize]) 
     }
     let end_lsn = reader.end_of_valid();
     let records = lsns.len() as u64;
-    if end_lsn % walformat::XLOG_BLCKSZ as u64 != 0 {
+    if !end_lsn.is_multiple_of(walformat::XLOG_BLCKSZ as u64) {
         gaps.push((
             end_lsn,
             end_lsn.next_multiple_of(walformat::XLOG_BLCKSZ as u64),

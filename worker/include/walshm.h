@@ -22,7 +22,12 @@
  *    walshm_detach, then walshm_attach again.
  *  - "server is shutting down ...": a supervised worker (postmaster start
  *    --worker) got SIGTERM; walshm_detach and exit(0).
- * Payloads are limited to 64 MiB (WALSHM_MAX_PAYLOAD).
+ * A handle belongs to the process that attached it. In a fork()ed child
+ * every call on it fails ("... is a forked child ..."), and walshm_detach
+ * there frees only the child's copy (the parent's attachment goes on);
+ * a child that needs the server calls walshm_attach itself.
+ * Payloads are limited to 64 MiB (WALSHM_MAX_PAYLOAD), prefixes to 64 KiB
+ * (WALSHM_MAX_PREFIX).
  */
 #ifndef WALSHM_H
 #define WALSHM_H
@@ -51,6 +56,7 @@ int walshm_detach(walshm_worker *w);                        /* releases everythi
 /* ---- Additions beyond the fixed contract ------------------------------ */
 
 #define WALSHM_MAX_PAYLOAD (64u << 20)
+#define WALSHM_MAX_PREFIX (64u << 10)
 
 /* Notes on the contract functions:
    - lsn / commit_lsn may be NULL (not wanted);

@@ -3,6 +3,27 @@
 //! liveness channel kept open while attached, and the SIGTERM handling of
 //! supervised workers.
 //!
+//! A link belongs to the process that attached (its owner). A `fork`ed
+//! child inherits a copy of the mapping and of the channel, but the proc
+//! slot, the open transaction and the registration are the parent's:
+//! - every call that acts on them checks [`Link::owned_here`] first: a
+//!   fork handler (`pthread_atfork`, installed at the first attach) bumps
+//!   this process's fork epoch in each child, so the check is one relaxed
+//!   load of a process-local counter (a child that forks through the raw
+//!   `clone` system call skips the handler; detach also compares the pid);
+//! - in a child, detach and drop release only what is local: the channel's
+//!   copy is closed (so that the postmaster still sees the owner's death
+//!   as its channel closing) and the mapping is left to the child's exit
+//!   (thread-local pointers into it may remain); nothing reaches the
+//!   postmaster or shared memory;
+//! - a library process never marks a live server generation ended: when
+//!   its channel hangs up it only stops using the server itself (a
+//!   process-local flag). The shared `ended` flag is the postmaster's;
+//!   the one exception is a postmaster that no longer exists (killed by
+//!   SIGKILL, so it could not mark it): then the first library process
+//!   that notices marks it on its behalf, so that others spinning on a
+//!   lock a killed server process held stop.
+//!
 //! Supervised workers find their registration descriptor in
 //! `WALSHM_WORKER_FD`. For them we install a SIGTERM handler — only if the
 //! program left SIGTERM at its default, so a program's own handling wins —
@@ -14,11 +35,50 @@ use backend::context::ServerWatch;
 use shmem::register::{self, Kind, Registration};
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Once;
 
 const WORKER_FD_ENV: &str = register::ENV_WORKER_FD;
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+
+/// How many `fork`s separate this process from the first process that
+/// loaded the library: bumped in every child by [`on_fork_child`].
+static FORK_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The fork handler: runs in the child right after `fork` (only an atomic
+/// add: async-signal-safe, as a child handler of a multi-threaded parent
+/// must be).
+extern "C" fn on_fork_child() {
+    FORK_EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Installs [`on_fork_child`] once per process (children inherit it).
+fn install_fork_handler() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a child handler that only does an atomic add;
+        // no prepare or parent handler. The library is never unloaded
+        // while attached (the handler's code stays mapped).
+        unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+    });
+}
+
+/// Which process owns a link: the one that attached it.
+#[derive(Clone, Copy, Debug)]
+struct Owner {
+    pid: u32,
+    epoch: u64,
+}
+
+impl Owner {
+    fn current() -> Owner {
+        Owner {
+            pid: std::process::id(),
+            epoch: FORK_EPOCH.load(Ordering::Relaxed),
+        }
+    }
+}
 
 /// Whether a supervised worker got SIGTERM.
 pub fn shutdown_requested() -> bool {
@@ -58,12 +118,18 @@ pub(crate) struct Link {
     registration: Registration,
     procno: u32,
     data_dir: PathBuf,
+    owner: Owner,
+    /// Our channel hung up: this process stops using the server (see the
+    /// module header; never shared).
+    gone: AtomicBool,
 }
 
 impl Link {
     /// Registers with the server of `data_dir` (None: the one that started
     /// us, through `WALSHM_WORKER_FD`).
     pub fn connect(data_dir: Option<&Path>) -> Result<Link> {
+        install_fork_handler();
+        let owner = Owner::current();
         let registration = match data_dir {
             Some(dir) => register::connect(dir, Kind::Worker),
             None => {
@@ -81,7 +147,28 @@ impl Link {
             registration,
             procno,
             data_dir,
+            owner,
+            gone: AtomicBool::new(false),
         })
+    }
+
+    /// Whether this process attached the link (not a forked child of the
+    /// one that did): a relaxed load of the process's fork epoch.
+    #[inline]
+    pub fn owned_here(&self) -> bool {
+        FORK_EPOCH.load(Ordering::Relaxed) == self.owner.epoch
+    }
+
+    /// `owned_here`, and the pid too (for rare calls: detach).
+    pub fn owned_here_strictly(&self) -> bool {
+        self.owned_here() && std::process::id() == self.owner.pid
+    }
+
+    /// The error for a call from a process that does not own the link.
+    pub fn not_owner(&self) -> Error {
+        Error::ForkedChild {
+            owner: self.owner.pid,
+        }
     }
 
     pub fn shm(&self) -> &Shmem {
@@ -96,11 +183,30 @@ impl Link {
         &self.data_dir
     }
 
-    /// Tells the postmaster we detach cleanly and unmaps the segment.
+    /// Tells the postmaster we detach cleanly and unmaps the segment. In a
+    /// forked child: [`Link::release_local`] instead.
     pub fn detach(self) -> Result<()> {
+        if !self.owned_here_strictly() {
+            self.release_local();
+            return Ok(());
+        }
         self.registration
             .detach()
             .map_err(|e| Error::Attach(format!("detach: {e}")))
+    }
+
+    /// What a forked child may release: its copy of the channel. The
+    /// mapping is leaked (the child's exit unmaps it): thread-local
+    /// pointers installed by the parent's attach may still point into it.
+    fn release_local(self) {
+        let Registration { shm, channel, .. } = self.registration;
+        drop(channel);
+        std::mem::forget(shm);
+    }
+
+    /// Whether this process gave the server up (its channel hung up).
+    fn given_up(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
     }
 }
 
@@ -135,13 +241,15 @@ fn inherited_fd() -> Result<i32> {
 
 impl ServerWatch for Link {
     fn generation_ended(&self) -> bool {
-        self.registration.shm.has_ended()
+        self.registration.shm.has_ended() || self.given_up()
     }
 
     /// The postmaster closed our channel (it does at a crash restart and a
-    /// shutdown), or died without marking the segment (SIGKILL): either
-    /// way nobody will ever flush for us again. Marks the generation ended
-    /// so that every later call fails at once.
+    /// shutdown, and after a detach over it), or died without marking the
+    /// segment (SIGKILL): either way nobody will ever flush for us again.
+    /// From then on every call of this process fails at once; the shared
+    /// flag is marked only for a postmaster that no longer exists (module
+    /// header).
     fn server_gone(&self) -> bool {
         if self.generation_ended() {
             return true;
@@ -149,9 +257,31 @@ impl ServerWatch for Link {
         if !channel_hung_up(&self.registration.channel) {
             return false;
         }
-        self.registration.shm.mark_ended();
+        self.gone.store(true, Ordering::Relaxed);
+        let shm = &self.registration.shm;
+        if !process_alive(shm.header().creator_pid) {
+            shm.mark_ended();
+        }
         true
     }
+}
+
+/// Whether process `pid` exists and is not a zombie (a postmaster killed
+/// but not yet reaped by its parent is dead for us).
+fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name's closing parenthesis.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next());
+    state != Some('Z')
 }
 
 /// Whether the peer of `channel` has closed it.

@@ -29,6 +29,11 @@ pub enum Error {
     InvalidArgument(String),
     /// Reading the WAL failed (the message names the file and LSN).
     Read(String),
+    /// A call on a handle from a `fork`ed child of the process that
+    /// attached it (`owner`): the slot and transaction are the parent's.
+    ForkedChild { owner: u32 },
+    /// Prefix over [`crate::MAX_PREFIX`] bytes.
+    PrefixTooLong(usize),
 }
 
 impl fmt::Display for Error {
@@ -55,6 +60,16 @@ impl fmt::Display for Error {
             Error::BadPrefix => write!(f, "message prefix must be UTF-8 without NUL bytes"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Read(m) => write!(f, "could not read WAL: {m}"),
+            Error::ForkedChild { owner } => write!(
+                f,
+                "this handle belongs to process {owner}, which attached it; process {} is a forked child and must attach on its own",
+                std::process::id()
+            ),
+            Error::PrefixTooLong(n) => write!(
+                f,
+                "message prefix of {n} bytes is over the limit of {} bytes",
+                crate::MAX_PREFIX
+            ),
         }
     }
 }
@@ -69,6 +84,7 @@ impl From<ApiError> for Error {
             ApiError::TransactionOpen => Error::TransactionOpen,
             ApiError::PayloadTooLarge(n) => Error::PayloadTooLarge(n),
             ApiError::BadPrefix => Error::BadPrefix,
+            ApiError::PrefixTooLong(n) => Error::PrefixTooLong(n),
         }
     }
 }

@@ -11,6 +11,10 @@
 //!   carry its magic; anything else is an error, not undefined behaviour;
 //! - a handle is used by one thread at a time: a concurrent call on the
 //!   same handle is refused (a busy flag), not a data race;
+//! - every handle gets a serial number when it is made; a reader opened on
+//!   a worker remembers the worker's address and serial, so a worker freed
+//!   and another attached at the same address (malloc reuses it) is not
+//!   taken for the one whose mapping the reader borrows;
 //! - failures return -1 (or NULL) and leave a NUL-terminated message in the
 //!   handle, read with `walshm_error`.
 
@@ -18,7 +22,7 @@ use crate::{Error, Reader, RecordKind, Worker};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -30,20 +34,26 @@ static INVALID_HANDLE: &CStr =
     c"walshm: not a live walshm handle (never returned by walshm, or already freed)";
 static EMPTY: &CStr = c"";
 
-/// Addresses of the live handles (workers and readers) of this process.
-static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The live handles (workers and readers) of this process: address and
+/// serial number.
+static LIVE: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+/// The serial number of the next handle.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-fn register(addr: usize) {
+/// Records a new handle; returns its serial number.
+fn register(addr: usize) -> u64 {
+    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut live) = LIVE.lock() {
-        live.push(addr);
+        live.push((addr, serial));
     }
+    serial
 }
 
 fn unregister(addr: usize) -> bool {
     let Ok(mut live) = LIVE.lock() else {
         return false;
     };
-    match live.iter().position(|&a| a == addr) {
+    match live.iter().position(|&(a, _)| a == addr) {
         Some(i) => {
             live.swap_remove(i);
             true
@@ -53,7 +63,14 @@ fn unregister(addr: usize) -> bool {
 }
 
 fn is_live(addr: usize) -> bool {
-    LIVE.lock().is_ok_and(|live| live.contains(&addr))
+    LIVE.lock()
+        .is_ok_and(|live| live.iter().any(|&(a, _)| a == addr))
+}
+
+/// The serial number of the live handle at `addr`.
+fn serial_of(addr: usize) -> Option<u64> {
+    let live = LIVE.lock().ok()?;
+    live.iter().find(|&&(a, _)| a == addr).map(|&(_, s)| s)
 }
 
 /// What the handle checks need of a handle type.
@@ -118,8 +135,10 @@ pub struct walshm_worker {
 pub struct walshm_reader {
     magic: u64,
     busy: AtomicBool,
-    /// The worker whose flush position bounds it (0: none); must stay live.
+    /// The worker whose flush position bounds it (0: none) and that
+    /// worker handle's serial number: the same handle must stay live.
     worker: usize,
+    worker_serial: u64,
     reader: Reader<'static>,
     error: CString,
 }
@@ -370,7 +389,7 @@ pub unsafe extern "C" fn walshm_attach(
             worker,
             error: CString::default(),
         }));
-        register(h as usize);
+        let _ = register(h as usize);
         // SAFETY: errbuf/errlen as the caller promised.
         unsafe { write_errbuf(errbuf, errlen, "") };
         h
@@ -500,14 +519,20 @@ pub unsafe extern "C" fn walshm_detach(w: *mut walshm_worker) -> c_int {
 // ----------------------------------------------------------------------
 
 fn new_reader_handle(worker: usize, reader: Reader<'static>) -> *mut walshm_reader {
+    let worker_serial = if worker == 0 {
+        0
+    } else {
+        serial_of(worker).unwrap_or(0)
+    };
     let h = Box::into_raw(Box::new(walshm_reader {
         magic: READER_MAGIC,
         busy: AtomicBool::new(false),
         worker,
+        worker_serial,
         reader,
         error: CString::default(),
     }));
-    register(h as usize);
+    let _ = register(h as usize);
     h
 }
 
@@ -573,8 +598,8 @@ pub unsafe extern "C" fn walshm_reader_next(
         if out.is_null() {
             return Err(c"walshm: out is NULL".into());
         }
-        if h.worker != 0 && !is_live(h.worker) {
-            return Err(c"walshm: the reader's worker was detached".into());
+        if h.worker != 0 && serial_of(h.worker) != Some(h.worker_serial) {
+            return Err(c"walshm: the reader's worker was detached (a handle attached since is another attachment: open a new reader on it)".into());
         }
         let timeout = Duration::from_millis(timeout_ms as u64);
         // SAFETY: `out` is non-NULL and writable by the caller's promise.

@@ -30,7 +30,12 @@
 //!   flag: calls then return [`Error::ShuttingDown`], the program detaches
 //!   and exits 0;
 //! - detach aborts an open transaction, leaves the ProcArray, frees the
-//!   slot and tells the postmaster; dropping a `Worker` detaches too.
+//!   slot and tells the postmaster; dropping a `Worker` detaches too;
+//! - a `Worker` belongs to the process that attached it: in a `fork`ed
+//!   child every call that would act on the slot, the transaction or the
+//!   registration returns [`Error::ForkedChild`], and detach or drop there
+//!   releases only the child's copies (the parent's attachment goes on
+//!   untouched; the child attaches on its own if it needs the server).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -50,6 +55,8 @@ use std::path::{Path, PathBuf};
 
 /// Largest message payload (64 MiB).
 pub const MAX_PAYLOAD: usize = backend::api::MAX_PAYLOAD;
+/// Longest message prefix (64 KiB).
+pub const MAX_PREFIX: usize = backend::api::MAX_PREFIX;
 
 /// A process attached to a walshm server (see the crate header).
 pub struct Worker {
@@ -184,13 +191,17 @@ impl Worker {
     /// server's flush position; it reports [`Error::ServerRestarted`] once
     /// this generation ends.
     pub fn reader(&self, from: Lsn) -> Result<Reader<'_>> {
+        if !self.link.owned_here() {
+            return Err(self.link.not_owner());
+        }
         Reader::flushed(&self.data_dir, from, self.link.shm(), &**self.link)
     }
 
     /// Detaches: aborts an open transaction, leaves the ProcArray, frees
     /// the proc slot and tells the postmaster. After a server restart this
     /// only closes the connection (nothing of the old generation is
-    /// touched).
+    /// touched). In a forked child it releases only the child's copies
+    /// (see the crate header).
     pub fn detach(mut self) -> Result<()> {
         self.detach_inner()
     }
@@ -198,6 +209,9 @@ impl Worker {
     fn detach_inner(&mut self) -> Result<()> {
         if std::mem::replace(&mut self.detached, true) {
             return Ok(());
+        }
+        if !self.link.owned_here_strictly() {
+            return self.release_in_child();
         }
         self.session.shutdown();
         if !self.session.generation_ended() {
@@ -215,8 +229,23 @@ impl Worker {
         link.detach()
     }
 
+    /// Detach in a forked child: the session and context (whose drops
+    /// would touch the parent's slot, admission token and statistics) are
+    /// leaked, and the link releases only the child's copies.
+    fn release_in_child(&mut self) -> Result<()> {
+        // SAFETY: `detached` was false, so `link` was never taken; the
+        // session and context that borrow it are never dropped or used
+        // again (`detached` is now true), so they cannot outlive it in
+        // any use.
+        let link = unsafe { ManuallyDrop::take(&mut self.link) };
+        link.detach()
+    }
+
     #[inline]
     fn check_running(&self) -> Result<()> {
+        if !self.link.owned_here() {
+            return Err(self.link.not_owner());
+        }
         if attach::shutdown_requested() {
             return Err(Error::ShuttingDown);
         }
