@@ -11,7 +11,20 @@
 //!   `restore_command` and holds every commit too;
 //! - bad input: an empty directory, a gap in the segment sequence, another
 //!   system's segment (to `init`, and delivered by `restore_command` to the
-//!   startup process): refused with an exit code, nothing half-created.
+//!   startup process): refused with an exit code, nothing half-created;
+//! - a `restore_command` that ignores `%f` (the same segment every time):
+//!   the second file's page address is not the requested segment's, and
+//!   the server stops with exit 1 after two fetches, nothing promoted;
+//! - a fast shutdown (SIGTERM or SIGINT to the postmaster) while
+//!   `restore_command` fetches a long archive slowly: the postmaster exits
+//!   0 within seconds, archive recovery unfinished and resumable;
+//! - invalid history files (timeline ID out of range, parents not
+//!   increasing) in a source: `init` refuses, naming the file; a stray
+//!   `FFFFFFFF.history` in pg_wal, or a newest timeline with no ID after
+//!   it: the server refuses to start, never picking timeline 0;
+//! - a FIFO named like a segment or history file in a source: `init`
+//!   refuses at once, naming it (each case bounded by a timeout that
+//!   kills a hung `init`).
 //!
 //! Judged from files, exit codes, `ack` lines and dumps, never from log
 //! wording.
@@ -22,7 +35,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use walformat::{format_lsn, parse_lsn, Geometry};
 
 const SEG: u64 = 1 << 20;
@@ -473,4 +486,236 @@ fn bad_wal_sources_are_refused_and_create_nothing() {
     );
     assert!(n4.join("recovery.signal").exists());
     assert_cleaned_up(&n4);
+}
+
+/// `init --from-wal` with its own timeout (a hung `init` is killed and the
+/// test fails).
+fn init_from_within(new: &Path, src: &Path, extra: &[&str], timeout: Duration) -> Out {
+    let mut args = vec![
+        "init".to_string(),
+        "-D".into(),
+        new.display().to_string(),
+        "--from-wal".into(),
+        src.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    run_cmd(Command::new(postmaster_bin()).args(&args), timeout)
+}
+
+/// A segment file for `segno` made of `seg1`'s long page header (this
+/// system's identifier, timeline 1) with the page address of `segno`, and
+/// zeros after it (sparse): a segment with no records, which passes every
+/// check of its first page.
+fn fake_segment(seg1: &Path, segno: u64, to: &Path) {
+    use std::io::Write;
+    let mut head = fs::read(seg1).unwrap()[..walformat::SIZE_OF_XLOG_LONG_PHD].to_vec();
+    head[8..16].copy_from_slice(&geo().seg_start(segno).to_le_bytes());
+    let mut f = fs::File::create(to).unwrap();
+    f.write_all(&head).unwrap();
+    f.set_len(SEG).unwrap();
+}
+
+/// A fresh system `a` and a source holding its segment 1; returns
+/// (segment 1 of `a`, the source).
+fn fresh_source(tmp: &TempDir, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let a = init(
+        &tmp.join(&format!("{name}-a")),
+        &["--wal-segment-size", "1"],
+    );
+    let seg1 = a.path.join("pg_wal").join(geo().file_name(1, 1));
+    let src = tmp.join(&format!("{name}-src"));
+    copy_as(&seg1, &src, &geo().file_name(1, 1));
+    (seg1, src)
+}
+
+/// Archive recovery did not finish: `recovery.signal` stays, the control
+/// file is as `init` left it, no history file of a new timeline exists.
+fn assert_not_promoted(what: &str, new: &Path, control_before: &[u8]) {
+    assert!(
+        new.join("recovery.signal").exists(),
+        "{what}: recovery.signal removed"
+    );
+    assert_eq!(
+        fs::read(new.join("global/pg_control")).unwrap(),
+        control_before,
+        "{what}: the control file changed"
+    );
+    for tli in [0u32, 2] {
+        let h = new.join(format!("pg_wal/{tli:08X}.history"));
+        assert!(!h.exists(), "{what}: {} written", h.display());
+    }
+}
+
+#[test]
+fn restore_command_delivering_another_segment_stops_recovery() {
+    let tmp = TempDir::new("restore-pageaddr");
+    let (seg1, src) = fresh_source(&tmp, "p");
+    let arch = tmp.join("arch");
+    fs::create_dir_all(&arch).unwrap();
+    let seg2 = arch.join(geo().file_name(1, 2));
+    fake_segment(&seg1, 2, &seg2);
+    // Ignores %f: segment 2 whatever is asked. The sleep bounds what a
+    // server that does not check can fetch before the test gives up.
+    let cmd = format!("sleep 0.05; cp {} %p", seg2.display());
+    let new = tmp.join("new");
+    let o = init_from(&new, &src, &["--set", &format!("restore_command={cmd}")]);
+    assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+    let control_before = fs::read(new.join("global/pg_control")).unwrap();
+    let s = Server::start(&new, tmp.path(), &[]);
+    let o = s.wait_exit(Duration::from_secs(15));
+    assert_no_panic("start with a restore_command ignoring %f", &o);
+    assert_eq!(o.code(), Some(1), "not refused\n{}", o.describe());
+    let third = geo().file_name(1, 3);
+    assert!(
+        o.stderr.contains(&format!("\"{third}\"")) && o.stderr.contains("sleep 0.05; cp "),
+        "the requested file and the command are not named\n{}",
+        o.stderr
+    );
+    let pg_wal = new.join("pg_wal");
+    assert_eq!(
+        segnos(&pg_wal, 1),
+        vec![1, 2],
+        "only the right segment is kept"
+    );
+    assert!(!pg_wal.join("RECOVERYXLOG").exists());
+    assert_not_promoted("wrong segment", &new, &control_before);
+    assert_cleaned_up(&new);
+}
+
+#[test]
+fn fast_shutdown_stops_restore_command_between_fetches() {
+    let tmp = TempDir::new("restore-sigterm");
+    let (seg1, src) = fresh_source(&tmp, "t");
+    let arch = tmp.join("arch");
+    fs::create_dir_all(&arch).unwrap();
+    const LAST: u64 = 21;
+    for n in 2..=LAST {
+        fake_segment(&seg1, n, &arch.join(geo().file_name(1, n)));
+    }
+    // 0.5 s a segment: 10 s for the whole archive.
+    let cmd = format!("restore_command=sleep 0.5; cp {}/%f %p", arch.display());
+    for (i, sig) in [libc::SIGTERM, libc::SIGINT].into_iter().enumerate() {
+        let new = tmp.join(&format!("new{i}"));
+        let o = init_from(&new, &src, &["--set", &cmd]);
+        assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+        let control_before = fs::read(new.join("global/pg_control")).unwrap();
+        let s = Server::start(&new, tmp.path(), &[]);
+        let second = new.join("pg_wal").join(geo().file_name(1, 2));
+        assert!(
+            wait_until(TIMEOUT, || second.exists()),
+            "nothing restored\n{}",
+            s.stderr()
+        );
+        s.signal(sig);
+        let asked = Instant::now();
+        let o = s.wait_exit(TIMEOUT);
+        let took = asked.elapsed();
+        assert_no_panic("fast shutdown during archive recovery", &o);
+        assert!(
+            took < Duration::from_secs(4),
+            "signal {sig}: the postmaster took {took:?} to stop\n{}",
+            o.describe()
+        );
+        assert_eq!(o.code(), Some(0), "signal {sig}\n{}", o.describe());
+        let fetched = segnos(&new.join("pg_wal"), 1);
+        assert!(
+            fetched.len() < (LAST as usize) - 2,
+            "signal {sig}: fetching went on: {fetched:?}"
+        );
+        assert_not_promoted("fast shutdown", &new, &control_before);
+        assert_cleaned_up(&new);
+    }
+}
+
+#[test]
+fn invalid_history_files_are_refused() {
+    let tmp = TempDir::new("restore-history");
+    let (_, src) = fresh_source(&tmp, "h");
+    let bad = [
+        ("FFFFFFFF.history", "1\t0/2000000\tstray\n"),
+        ("00000000.history", ""),
+        ("00000003.history", "2\t0/2000000\tx\n1\t0/3000000\ty\n"),
+        ("00000004.history", "1\t0/3000000\tx\n2\t0/2000000\ty\n"),
+    ];
+    for (i, (name, text)) in bad.iter().enumerate() {
+        let dir = tmp.join(&format!("bad{i}"));
+        copy_as(
+            &src.join(geo().file_name(1, 1)),
+            &dir,
+            &geo().file_name(1, 1),
+        );
+        fs::write(dir.join(name), text).unwrap();
+        let new = tmp.join(&format!("n{i}"));
+        let o = init_from(&new, &dir, &[]);
+        assert_refused(name, &o, &new, false);
+        assert!(o.stderr.contains(name), "{name} not named\n{}", o.stderr);
+    }
+    // In pg_wal (put there after init): the server refuses to start and
+    // picks no timeline; likewise when the newest timeline is the highest
+    // valid ID (a valid history file, so init accepts it).
+    let cases = [
+        ("FFFFFFFF.history", "1\t0/2000000\tstray\n", false),
+        ("FFFFFFFE.history", "1\t0/2000000\tlast\n", true),
+    ];
+    for (i, (name, text, in_source)) in cases.into_iter().enumerate() {
+        let dir = tmp.join(&format!("good{i}"));
+        copy_as(
+            &src.join(geo().file_name(1, 1)),
+            &dir,
+            &geo().file_name(1, 1),
+        );
+        let new = tmp.join(&format!("s{i}"));
+        if in_source {
+            fs::write(dir.join(name), text).unwrap();
+        }
+        let o = init_from(&new, &dir, &[]);
+        assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+        fs::write(new.join("pg_wal").join(name), text).unwrap();
+        let control_before = fs::read(new.join("global/pg_control")).unwrap();
+        let o = Server::start(&new, tmp.path(), &[]).wait_exit(TIMEOUT);
+        assert_no_panic(name, &o);
+        assert_eq!(o.code(), Some(1), "{name}: started\n{}", o.describe());
+        assert!(o.stderr.contains(name), "{name} not named\n{}", o.stderr);
+        assert_eq!(control_timeline(&new), 1);
+        if in_source {
+            assert!(!new.join("pg_wal/FFFFFFFF.history").exists());
+        }
+        assert_not_promoted(name, &new, &control_before);
+        assert_cleaned_up(&new);
+    }
+}
+
+#[test]
+fn fifo_in_a_wal_source_is_refused_without_opening_it() {
+    let tmp = TempDir::new("restore-fifo");
+    let (seg1, _) = fresh_source(&tmp, "f");
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    };
+    let seg = |n| geo().file_name(1, n);
+    // (case, a real segment 1 first?, the FIFO's name)
+    let cases = [
+        ("the only segment", false, seg(1)),
+        ("a segment after a real one", true, seg(2)),
+        ("a .partial segment", true, format!("{}.partial", seg(2))),
+        ("a history file", true, "00000002.history".to_string()),
+    ];
+    for (i, (what, real_first, fifo)) in cases.iter().enumerate() {
+        let dir = tmp.join(&format!("src{i}"));
+        fs::create_dir_all(&dir).unwrap();
+        if *real_first {
+            copy_as(&seg1, &dir, &seg(1));
+        }
+        mkfifo(&dir.join(fifo));
+        let new = tmp.join(&format!("n{i}"));
+        let o = init_from_within(&new, &dir, &[], Duration::from_secs(10));
+        assert_refused(what, &o, &new, false);
+        assert!(
+            o.stderr.contains(&format!("{fifo}\"")),
+            "{what}: {fifo} not named\n{}",
+            o.stderr
+        );
+    }
 }

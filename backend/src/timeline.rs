@@ -16,10 +16,22 @@
 //! history file; an absent file for another timeline also means "no
 //! parents", as PostgreSQL assumes.
 //!
-//! Invariants checked when parsing: parent timeline IDs strictly increase
+//! Invariants checked when parsing (PostgreSQL's readTimeLineHistory): the
+//! file's own timeline is a valid ID; parent timeline IDs strictly increase
 //! and are below the file's own timeline; switch points never decrease. So
 //! [`Timeline::ranges`] is a partition of the LSN space, oldest first, the
 //! last range (the file's own timeline) open-ended.
+//!
+//! Valid timeline IDs are 1 to [`MAX_TIMELINE`] (`0xFFFFFFFE`): a new
+//! timeline is the newest known + 1 ([`next_timeline`]), which must never
+//! wrap to 0 (no timeline) nor reach `0xFFFFFFFF`; when the newest is
+//! already the maximum, choosing a new one is an error. A history file
+//! whose name is out of that range, whose text breaks the rules above, or
+//! which is not a regular file (a FIFO would block its reader) is refused
+//! with an error naming it, never skipped: [`newest_timeline`] validates
+//! every history file in `pg_wal` before any is used to pick the new
+//! timeline, so a stray or damaged file stops recovery instead of steering
+//! it.
 //!
 //! For the walsender (TIMELINE_HISTORY, the end of a timeline in
 //! START_REPLICATION): [`current`] (the control file's timeline and its
@@ -104,6 +116,10 @@ pub struct Timeline {
     pub history: Vec<HistoryEntry>,
 }
 
+/// The highest valid timeline ID: a new timeline (+1) after any valid one
+/// is still a valid, non-zero ID.
+pub const MAX_TIMELINE: u32 = 0xFFFF_FFFE;
+
 /// Why a history file could not be read or used.
 #[derive(Debug)]
 pub enum TimelineError {
@@ -112,6 +128,15 @@ pub enum TimelineError {
         file: String,
         line: usize,
         why: String,
+    },
+    /// A history file's own timeline ID (its name) is not a valid one.
+    OutOfRange {
+        file: String,
+        tli: u32,
+    },
+    /// No timeline ID is left after `newest`.
+    Exhausted {
+        newest: u32,
     },
 }
 
@@ -125,6 +150,15 @@ impl fmt::Display for TimelineError {
                     "invalid data in history file \"{file}\", line {line}: {why}"
                 )
             }
+            TimelineError::OutOfRange { file, tli } => write!(
+                f,
+                "invalid history file \"{file}\": timeline ID {tli} is out of range (1 to {MAX_TIMELINE})"
+            ),
+            TimelineError::Exhausted { newest } => write!(
+                f,
+                "could not select a new timeline ID: no valid ID is left after timeline {newest} (history file \"{}\"; the highest allowed is {MAX_TIMELINE})",
+                history_file_name(*newest)
+            ),
         }
     }
 }
@@ -143,9 +177,29 @@ pub fn parse_history_file_name(name: &str) -> Option<u32> {
     valid.then(|| u32::from_str_radix(hex, 16).ok()).flatten()
 }
 
+/// Whether `tli` is a valid timeline ID (1 to [`MAX_TIMELINE`]).
+pub fn valid_timeline(tli: u32) -> bool {
+    (1..=MAX_TIMELINE).contains(&tli)
+}
+
+/// The timeline after `newest`; an error (never 0, never a wrap) when
+/// `newest` is already [`MAX_TIMELINE`].
+pub fn next_timeline(newest: u32) -> Result<u32, TimelineError> {
+    match newest.checked_add(1) {
+        Some(tli) if tli <= MAX_TIMELINE => Ok(tli),
+        _ => Err(TimelineError::Exhausted { newest }),
+    }
+}
+
 /// Parses the text of timeline `tli`'s history file (`file` names it in
-/// errors).
+/// errors); `tli` itself must be a valid timeline ID.
 pub fn parse_history(text: &str, tli: u32, file: &str) -> Result<Vec<HistoryEntry>, TimelineError> {
+    if !valid_timeline(tli) {
+        return Err(TimelineError::OutOfRange {
+            file: file.to_string(),
+            tli,
+        });
+    }
     let mut entries: Vec<HistoryEntry> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim_start();
@@ -225,9 +279,10 @@ fn format_lsn_short(lsn: Lsn) -> String {
 
 impl Timeline {
     /// Reads timeline `tli`'s history from `pg_wal` (timeline 1, or an
-    /// absent file: no ancestors).
+    /// absent file: no ancestors; a file present for an invalid ID, 0
+    /// included, is an error).
     pub fn read(pg_wal: &Path, tli: u32) -> Result<Timeline, TimelineError> {
-        let history = if tli <= 1 {
+        let history = if tli == 1 {
             Vec::new()
         } else {
             match history_file_bytes(pg_wal, tli)? {
@@ -322,14 +377,38 @@ pub fn current(datadir: &Path) -> Result<Timeline, String> {
 }
 
 /// The bytes of timeline `tli`'s history file (what TIMELINE_HISTORY
-/// sends); None when there is none (timeline 1).
+/// sends); None when there is none (timeline 1). Anything but a regular
+/// file (or a symbolic link to one) under that name is an error, found
+/// before it is opened.
 pub fn history_file_bytes(pg_wal: &Path, tli: u32) -> Result<Option<Vec<u8>>, TimelineError> {
     let path = pg_wal.join(history_file_name(tli));
-    match walfile::read_file(walfile::Op::WalRead, &path) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(TimelineError::Io(path.display().to_string(), e)),
+    let io_error = |e| TimelineError::Io(path.display().to_string(), e);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => return Err(io_error(not_a_regular_file(&m))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(e)),
     }
+    walfile::read_file(walfile::Op::WalRead, &path)
+        .map(Some)
+        .map_err(io_error)
+}
+
+/// The error for a file that must be a regular file but is `m`'s kind.
+pub fn not_a_regular_file(m: &std::fs::Metadata) -> std::io::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    let kind = [
+        (t.is_fifo(), " but a FIFO"),
+        (t.is_dir(), " but a directory"),
+        (t.is_socket(), " but a socket"),
+        (t.is_char_device() || t.is_block_device(), " but a device"),
+    ]
+    .into_iter()
+    .find_map(|(is, kind)| is.then_some(kind))
+    .unwrap_or_default();
+    let why = format!("not a regular file{kind}");
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, why)
 }
 
 /// Writes the history file of `new_tli`, branched from `parent` (whose own
@@ -359,13 +438,21 @@ pub fn write_history(
 }
 
 /// The highest timeline with a history file in `pg_wal`, at least `floor`
-/// (PostgreSQL's findNewestTimeLine over the local directory).
-pub fn newest_timeline(pg_wal: &Path, floor: u32) -> u32 {
-    walfile::list_dir(walfile::Op::WalDir, pg_wal)
+/// (PostgreSQL's findNewestTimeLine over the local directory). Every
+/// history file there is validated first ([`Timeline::read`]: a valid
+/// timeline ID, a regular file, the parsing rules of the module header);
+/// the first invalid one is the error.
+pub fn newest_timeline(pg_wal: &Path, floor: u32) -> Result<u32, TimelineError> {
+    let mut tlis: Vec<u32> = walfile::list_dir(walfile::Op::WalDir, pg_wal)
         .unwrap_or_default()
         .iter()
         .filter_map(|n| parse_history_file_name(&n.to_string_lossy()))
-        .fold(floor, u32::max)
+        .collect();
+    tlis.sort_unstable();
+    for &tli in &tlis {
+        Timeline::read(pg_wal, tli)?;
+    }
+    Ok(tlis.into_iter().fold(floor, u32::max))
 }
 
 #[cfg(test)]
@@ -482,11 +569,64 @@ mod tests {
             "2\t0/1000000\tx\n1\t0/2000000\ty\n", // parents not increasing
             "1\t0/3000000\tx\n2\t0/2000000\ty\n", // switch points decrease
             "3\t0/1000000\tx\n",                  // parent not below the file's timeline
+            "0\t0/1000000\tx\n",                  // parent 0 is no timeline
+            "1\t0/1000000\tx\n1\t0/2000000\ty\n", // the same parent twice
             "one\t0/1000000\tx\n",
             "1\tnot-an-lsn\tx\n",
         ] {
             assert!(parse_history(text, 3, "f").is_err(), "accepted {text:?}");
         }
+    }
+
+    #[test]
+    fn timeline_ids_stay_in_range() {
+        assert!(!valid_timeline(0) && !valid_timeline(u32::MAX));
+        assert!(valid_timeline(1) && valid_timeline(MAX_TIMELINE));
+        assert_eq!(next_timeline(1).unwrap(), 2);
+        assert_eq!(next_timeline(MAX_TIMELINE - 1).unwrap(), MAX_TIMELINE);
+        for newest in [MAX_TIMELINE, u32::MAX] {
+            let e = next_timeline(newest).unwrap_err();
+            assert!(matches!(e, TimelineError::Exhausted { .. }), "{e}");
+        }
+        // The file's own timeline (its name) must be valid too.
+        for tli in [0, u32::MAX] {
+            let e = parse_history("1\t0/1000000\tx\n", tli, "FFFFFFFF.history").unwrap_err();
+            assert!(matches!(e, TimelineError::OutOfRange { .. }), "{e}");
+            assert!(e.to_string().contains("\"FFFFFFFF.history\""), "{e}");
+        }
+        assert!(parse_history("1\t0/1000000\tx\n", MAX_TIMELINE, "f").is_ok());
+    }
+
+    #[test]
+    fn newest_timeline_validates_every_history_file() {
+        let dir = std::env::temp_dir().join(format!("walshm-tl-newest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("00000002.history"), "1\t0/3000000\tx\n").unwrap();
+        assert_eq!(newest_timeline(&dir, 1).unwrap(), 2);
+        let bad = [
+            ("FFFFFFFF.history", "1\t0/3000000\tx\n"),
+            ("00000000.history", ""),
+            ("00000005.history", "3\t0/1000000\tx\n2\t0/2000000\ty\n"),
+            ("00000006.history", "1\t0/3000000\tx\n2\t0/2000000\ty\n"),
+            ("00000007.history", "7\t0/3000000\tx\n"),
+        ];
+        for (name, text) in bad {
+            std::fs::write(dir.join(name), text).unwrap();
+            let e = newest_timeline(&dir, 1).unwrap_err().to_string();
+            assert!(e.contains(name), "{name}: {e}");
+            std::fs::remove_file(dir.join(name)).unwrap();
+        }
+        // A FIFO is refused before it is opened (opening it would block).
+        let fifo = dir.join("00000004.history");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = newest_timeline(&dir, 1).unwrap_err().to_string();
+        assert!(e.contains("00000004.history") && e.contains("FIFO"), "{e}");
+        std::fs::remove_file(&fifo).unwrap();
+        assert_eq!(newest_timeline(&dir, 1).unwrap(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -513,8 +653,8 @@ mod tests {
         );
         assert!(history_file_bytes(&dir, 1).unwrap().is_none());
         assert_eq!(t3.history[0].parent, 1);
-        assert_eq!(newest_timeline(&dir, 1), 3);
-        assert_eq!(newest_timeline(&dir, 7), 7);
+        assert_eq!(newest_timeline(&dir, 1).unwrap(), 3);
+        assert_eq!(newest_timeline(&dir, 7).unwrap(), 7);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

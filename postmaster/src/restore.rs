@@ -6,13 +6,22 @@
 //! creates nothing:
 //! 1. SRC holds segment files (`TTTTTTTTXXXXXXXXYYYYYYYY`, or with
 //!    `.partial`: pg_receivewal's segment still being received), and maybe
-//!    history files. The newest timeline among the segments is the one
-//!    restored, along its history (SRC's history file, if any): for each
-//!    segment number the file of the timeline that history reads it from;
+//!    history files. Every file under such a name must be a regular file
+//!    (or a symbolic link to one): anything else (a FIFO, a directory) is
+//!    refused, naming it, before any file is opened (opening a FIFO would
+//!    block, and skipping it would turn a missing segment into a gap).
+//!    Every history file is validated (`timeline::parse_history`: its
+//!    timeline ID in range, parents increasing and below it, switch points
+//!    not decreasing), so that no invalid one reaches pg_wal, where it
+//!    would steer the choice of the new timeline. The newest timeline
+//!    among the segments (a valid ID) is the one restored, along its
+//!    history (SRC's history file, if any): for each segment number the
+//!    file of the timeline that history reads it from;
 //! 2. the segment numbers are contiguous (a gap is refused, naming the
 //!    first missing segment), and every file is a full-size segment of one
-//!    database system (long page header: system identifier, segment size,
-//!    page address);
+//!    database system at the page address and on a timeline its name says
+//!    (`backend::restore::check_segment`, which also checks what
+//!    `restore_command` delivers);
 //! 3. the WAL is read from its first record to its end, validating every
 //!    record; it must end in the last file (an earlier end is damage) and
 //!    hold a checkpoint record whose redo point is in it: the first such
@@ -26,7 +35,7 @@
 //! archive recovery, which ends on a new timeline (backend/src/restore.rs).
 //! A failure while copying removes what was created.
 
-use backend::restore::{segment_identity, SegmentIdentity};
+use backend::restore::{check_segment, regular_file_len, segment_identity, SegmentSpec};
 use backend::timeline::{self, Timeline};
 use std::ffi::OsString;
 use std::fs::File;
@@ -66,12 +75,12 @@ pub struct Source {
 /// A file name of SRC: a segment (maybe `.partial`) or a history file.
 enum Entry {
     Segment { name: String, partial: bool },
-    History,
+    History { tli: u32 },
 }
 
 fn classify(name: &str) -> Option<Entry> {
-    if timeline::parse_history_file_name(name).is_some() {
-        return Some(Entry::History);
+    if let Some(tli) = timeline::parse_history_file_name(name) {
+        return Some(Entry::History { tli });
     }
     let (base, partial) = match name.strip_suffix(".partial") {
         Some(b) => (b, true),
@@ -86,19 +95,8 @@ fn classify(name: &str) -> Option<Entry> {
 
 /// Steps 1-3 of the module header.
 pub fn examine(src: &Path) -> Result<Source, String> {
-    let names = std::fs::read_dir(src)
-        .map_err(|e| {
-            format!(
-                "could not read WAL source directory \"{}\": {e}",
-                src.display()
-            )
-        })?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect::<Vec<_>>();
-    let entries: Vec<(String, Entry)> = names
-        .into_iter()
-        .filter_map(|n| classify(&n).map(|e| (n, e)))
-        .collect();
+    let entries = list_source(src)?;
+    let history_files = check_history_files(src, &entries)?;
     let first = entries
         .iter()
         .find(|(_, e)| matches!(e, Entry::Segment { .. }))
@@ -110,31 +108,12 @@ pub fn examine(src: &Path) -> Result<Source, String> {
         })?;
     let id = segment_identity(&src.join(&first.0))?;
     let geo = Geometry::new(id.seg_size).map_err(|e| format!("{}: {e}", first.0))?;
-    let mut found: Vec<(u32, u64, bool, PathBuf)> = Vec::new();
-    for (file, e) in &entries {
-        if let Entry::Segment { name, partial } = e {
-            let (tli, segno) = geo
-                .parse_file_name(name)
-                .ok_or_else(|| format!("\"{file}\" is not a valid WAL segment name"))?;
-            found.push((tli, segno, *partial, src.join(file)));
-        }
-    }
-    let target = found
-        .iter()
-        .map(|f| f.0)
-        .max()
-        .expect("one segment at least");
+    let found = parse_segment_names(&geo, &entries, src)?;
+    let target = found.iter().map(|f| f.0).max().unwrap_or(1);
     let history = Timeline::read(src, target).map_err(|e| e.to_string())?;
     let segments = choose_segments(&geo, &history, found)?;
     check_contiguous(&geo, &segments, src)?;
-    check_identities(&geo, &segments, id.system_identifier)?;
-    let history_files = entries
-        .iter()
-        .filter_map(|(n, e)| match e {
-            Entry::History => Some(src.join(n)),
-            _ => None,
-        })
-        .collect();
+    check_identities(&geo, &segments, id.system_identifier, &history)?;
     let mut source = Source {
         dir: src.to_path_buf(),
         geo,
@@ -150,6 +129,79 @@ pub fn examine(src: &Path) -> Result<Source, String> {
     };
     read_to_end(&mut source)?;
     Ok(source)
+}
+
+/// SRC's segment and history files, by name; any of them that is not a
+/// regular file is refused before anything is opened.
+fn list_source(src: &Path) -> Result<Vec<(String, Entry)>, String> {
+    let unreadable = |e: io::Error| {
+        format!(
+            "could not read WAL source directory \"{}\": {e}",
+            src.display()
+        )
+    };
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(src).map_err(unreadable)? {
+        let name = e
+            .map_err(unreadable)?
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let Some(entry) = classify(&name) else {
+            continue;
+        };
+        let path = src.join(&name);
+        regular_file_len(&path).map_err(|why| {
+            format!(
+                "\"{}\" cannot be restored: {why}; a WAL source holds regular files only",
+                path.display()
+            )
+        })?;
+        entries.push((name, entry));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries)
+}
+
+/// Every history file of SRC, validated as its name's timeline's history.
+fn check_history_files(src: &Path, entries: &[(String, Entry)]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for (name, e) in entries {
+        let Entry::History { tli } = e else { continue };
+        let path = src.join(name);
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(&path).map_err(|e| format!("could not read \"{shown}\": {e}"))?;
+        timeline::parse_history(&String::from_utf8_lossy(&bytes), *tli, &shown)
+            .map_err(|e| e.to_string())?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+/// (timeline, segment number, `.partial`, path) of every segment file;
+/// each name's timeline must be a valid ID.
+fn parse_segment_names(
+    geo: &Geometry,
+    entries: &[(String, Entry)],
+    src: &Path,
+) -> Result<Vec<(u32, u64, bool, PathBuf)>, String> {
+    let mut found = Vec::new();
+    for (file, e) in entries {
+        let Entry::Segment { name, partial } = e else {
+            continue;
+        };
+        let (tli, segno) = geo
+            .parse_file_name(name)
+            .ok_or_else(|| format!("\"{file}\" is not a valid WAL segment name"))?;
+        if !timeline::valid_timeline(tli) {
+            return Err(format!(
+                "\"{file}\" names timeline ID {tli}, which is out of range (1 to {})",
+                timeline::MAX_TIMELINE
+            ));
+        }
+        found.push((tli, segno, *partial, src.join(file)));
+    }
+    Ok(found)
 }
 
 /// For each segment number, the file the restored history reads it from
@@ -189,33 +241,29 @@ fn check_contiguous(geo: &Geometry, segs: &[SourceSegment], src: &Path) -> Resul
     Ok(())
 }
 
-/// Every file: full size, this system, the page address its name says.
-fn check_identities(geo: &Geometry, segs: &[SourceSegment], sysid: u64) -> Result<(), String> {
+/// Every file: full size, this system, the page address and a timeline
+/// its name says (`check_segment`).
+fn check_identities(
+    geo: &Geometry,
+    segs: &[SourceSegment],
+    sysid: u64,
+    history: &Timeline,
+) -> Result<(), String> {
     for s in segs {
-        let shown = s.path.display();
-        let len = std::fs::metadata(&s.path)
-            .map_err(|e| format!("could not stat \"{shown}\": {e}"))?
-            .len();
-        if len != geo.seg_size {
-            return Err(format!(
-                "\"{shown}\" has {len} bytes, but WAL segments of this system have {}",
-                geo.seg_size
-            ));
-        }
-        let id: SegmentIdentity = segment_identity(&s.path)?;
-        if id.system_identifier != sysid {
-            return Err(format!(
-                "\"{shown}\" is from a different database system: its system identifier is {}, the other segments' is {sysid}",
-                id.system_identifier
-            ));
-        }
-        if id.seg_size != geo.seg_size || id.pageaddr != geo.seg_start(s.segno) {
-            return Err(format!(
-                "\"{shown}\" does not hold the segment its name says (first page at {}, segment size {})",
-                format_lsn(id.pageaddr),
-                id.seg_size
-            ));
-        }
+        let spec = SegmentSpec {
+            geo: *geo,
+            system_identifier: sysid,
+            tli: s.tli,
+            segno: s.segno,
+            history,
+        };
+        check_segment(&s.path, &spec).map_err(|why| {
+            format!(
+                "\"{}\" cannot be restored as WAL segment {}: {why}",
+                s.path.display(),
+                geo.file_name(s.tli, s.segno)
+            )
+        })?;
     }
     Ok(())
 }

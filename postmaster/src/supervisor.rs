@@ -10,6 +10,11 @@
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
 //! ```
 //!
+//! SIGTERM in Startup is passed on to the startup process: crash recovery
+//! runs to its end (then straight to StopWalwriter), archive recovery
+//! stops between two `restore_command` fetches and exits
+//! `EXIT_SHUTDOWN`, which ends the shutdown the same way.
+//!
 //! Rules: signal handlers only set flags and write a byte to a self-pipe;
 //! the main loop polls the pipe and acts. Everything a child needs (the
 //! segment, its settings) exists before `fork`. A child that exits with a
@@ -514,7 +519,10 @@ impl Postmaster {
         self.shutting_down = true;
         match self.state {
             State::Startup => {
-                // Let startup finish; advance_state moves on from there.
+                // Crash recovery runs to its end; archive recovery stops
+                // between two restore_command fetches (exit EXIT_SHUTDOWN).
+                // advance_state moves on from either.
+                self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGTERM);
             }
             State::Run => {
                 let walsenders = self.walsender_pids();
@@ -601,10 +609,16 @@ impl Postmaster {
         }
     }
 
-    /// Startup done: run; damaged WAL: stop for good; any other failure:
-    /// retry after a crash restart, up to MAX_STARTUP_FAILURES (the very
-    /// first startup is not retried).
+    /// Startup done: run; stopped at our shutdown request: finish the
+    /// shutdown; damaged WAL: stop for good; any other failure: retry
+    /// after a crash restart, up to MAX_STARTUP_FAILURES (the very first
+    /// startup is not retried).
     fn startup_exited(&mut self, pid: i32, exit: &ChildExit) {
+        if self.shutting_down && exit.exited_with(backend::startup::EXIT_SHUTDOWN) {
+            log("LOG", "startup process stopped at the shutdown request");
+            self.state = State::StopWalwriter;
+            return;
+        }
         if exit.is_clean() {
             self.startup_failures = 0;
             self.discard_damaged_wal = false;

@@ -32,7 +32,16 @@
 //! fetches the segments pg_wal lacks, WAL is read along the timeline's
 //! history, and after step 4 recovery ends on a new timeline (history
 //! file, the switch segment's prefix copied, an end-of-recovery
-//! checkpoint); step 5 then continues after that checkpoint.
+//! checkpoint); step 5 then continues after that checkpoint. A delivered
+//! file that is not what was asked for (another segment, system or
+//! timeline; an invalid history file) or a new timeline ID that would
+//! leave the valid range is FATAL (exit `EXIT_FATAL`, before anything of a
+//! new timeline is written). A fast shutdown (the postmaster's SIGTERM,
+//! [`crate::process::shutdown_requested`]) stops the fetches between two
+//! commands: the process logs it and exits [`EXIT_SHUTDOWN`] with
+//! `recovery.signal` and the control file untouched, so the next start
+//! resumes archive recovery; the postmaster then ends its shutdown. Crash
+//! recovery has no such loop and runs to its end.
 //!
 //! Only the tail of WAL may be unreadable after a crash: WAL reaches disk
 //! in LSN order, so a stop followed by valid WAL (a flipped byte, a zeroed
@@ -96,6 +105,10 @@ const BLCKSZ: u64 = XLOG_BLCKSZ as u64;
 /// Exit status of a startup process (and of the postmaster) that refused to
 /// start because WAL is damaged before its end.
 pub const EXIT_WAL_DAMAGED: i32 = 3;
+
+/// Exit status of a startup process that stopped archive recovery at a
+/// shutdown request (the postmaster's "quit on request").
+pub const EXIT_SHUTDOWN: i32 = crate::process::EXIT_QUIT;
 
 /// Where discarded WAL goes, under the data directory.
 pub const DISCARDED_DIR: &str = "pg_wal_discarded";
@@ -584,7 +597,8 @@ pub fn install_end_of_wal(
 
 /// The startup process body. Returns the process exit code: 0, or
 /// [`EXIT_WAL_DAMAGED`] (refused: WAL damaged before its end, nothing
-/// changed), or `EXIT_FATAL`.
+/// changed), or [`EXIT_SHUTDOWN`] (archive recovery stopped at a shutdown
+/// request), or `EXIT_FATAL`.
 pub fn run(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> i32 {
     let procno = shm.aux_procno(shmem::segment::AuxProc::Startup);
     let _stats = shmem::stats::enter_proc(shm, procno, shmem::stats::BackendType::Startup);
@@ -755,13 +769,32 @@ fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) ->
     let from = geo.seg_no(control.redo);
     let history = crate::timeline::Timeline::read(&datadir.join("pg_wal"), control.timeline)
         .map_err(|e| fatal(&e.to_string()))?;
-    let n = restore::fetch_segments(&command, datadir, control, &geo, &history, from)
-        .map_err(|e| fatal(&e))?;
+    let stop = crate::process::shutdown_requested;
+    let n = restore::fetch_segments(&command, datadir, control, &history, from, &stop)
+        .map_err(fetch_failed)?;
     log(
         "LOG",
         &format!("restore_command delivered {n} WAL segment(s)"),
     );
     Ok(())
+}
+
+/// The exit code for a fetch that did not reach the end of the archive:
+/// FATAL, or [`EXIT_SHUTDOWN`] at a shutdown request (logged).
+fn fetch_failed(e: restore::FetchError) -> i32 {
+    match e {
+        restore::FetchError::Failed(msg) => fatal(&msg),
+        restore::FetchError::ShutdownRequested => {
+            log(
+                "LOG",
+                &format!(
+                    "archive recovery stopped at the shutdown request; the restored files stay in pg_wal and \"{}\" stays, so the next start resumes it",
+                    restore::RECOVERY_SIGNAL
+                ),
+            );
+            EXIT_SHUTDOWN
+        }
+    }
 }
 
 /// Archive recovery, after WAL was validated to its end: a new timeline
@@ -779,9 +812,11 @@ fn finish_archive_recovery(
     let command = s.restore_command.as_str().to_string();
     let newest = if command.trim().is_empty() {
         crate::timeline::newest_timeline(&datadir.join("pg_wal"), control.timeline)
+            .map_err(|e| fatal(&e.to_string()))?
     } else {
-        restore::fetch_newer_histories(&command, datadir, control.timeline)
-            .map_err(|e| fatal(&e))?
+        let stop = crate::process::shutdown_requested;
+        restore::fetch_newer_histories(&command, datadir, control.timeline, &stop)
+            .map_err(fetch_failed)?
     };
     // Relaxed: set by restore_next_xid in this process just before.
     let next_xid = shm.xid_state().next_full_xid.load(Ordering::Relaxed);
