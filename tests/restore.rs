@@ -627,6 +627,42 @@ fn fast_shutdown_stops_restore_command_between_fetches() {
     }
 }
 
+/// A `restore_command` that hangs does not hold up a fast shutdown: the
+/// startup process stops it (SIGTERM to its process group) and exits.
+#[test]
+fn fast_shutdown_stops_a_hanging_restore_command() {
+    let tmp = TempDir::new("restore-hang");
+    let (seg1, src) = fresh_source(&tmp, "g");
+    let arch = tmp.join("arch");
+    fs::create_dir_all(&arch).unwrap();
+    fake_segment(&seg1, 2, &arch.join(geo().file_name(1, 2)));
+    let cmd = format!("restore_command=cp {}/%f %p; sleep 60", arch.display());
+    let new = tmp.join("new");
+    let o = init_from(&new, &src, &["--set", &cmd]);
+    assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+    let control_before = fs::read(new.join("global/pg_control")).unwrap();
+    let s = Server::start(&new, tmp.path(), &[]);
+    let target = new.join("pg_wal/RECOVERYXLOG");
+    assert!(
+        wait_until(TIMEOUT, || target.exists()),
+        "the command did not start\n{}",
+        s.stderr()
+    );
+    s.signal(libc::SIGTERM);
+    let asked = Instant::now();
+    let o = s.wait_exit(TIMEOUT);
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the postmaster took {took:?} to stop\n{}",
+        o.describe()
+    );
+    assert_eq!(o.code(), Some(0), "{}", o.describe());
+    assert!(!target.exists(), "the half-fetched file stays behind");
+    assert_not_promoted("fast shutdown", &new, &control_before);
+    assert_cleaned_up(&new);
+}
+
 #[test]
 fn invalid_history_files_are_refused() {
     let tmp = TempDir::new("restore-history");

@@ -222,6 +222,9 @@ pub enum Outcome {
     Signaled(i32),
     /// `/bin/sh` could not be run.
     NotRun(String),
+    /// Stopped: the caller's `stop` became true while it ran
+    /// ([`run_shell_until`]).
+    Interrupted,
 }
 
 impl Outcome {
@@ -232,6 +235,7 @@ impl Outcome {
             Outcome::Failed(c) => format!("failed with exit code {c}"),
             Outcome::Signaled(s) => format!("was terminated by signal {s}"),
             Outcome::NotRun(e) => format!("could not be run: {e}"),
+            Outcome::Interrupted => "was stopped at a shutdown request".into(),
         }
     }
 }
@@ -240,7 +244,6 @@ impl Outcome {
 /// goes to the server log (stderr), never to stdout, where the server's
 /// `ack` lines and summary go.
 pub fn run_shell(command: &str, dir: &Path) -> Outcome {
-    use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
     match Command::new("/bin/sh")
         .arg("-c")
@@ -250,14 +253,59 @@ pub fn run_shell(command: &str, dir: &Path) -> Outcome {
         .stdout(Stdio::from(std::io::stderr()))
         .status()
     {
-        Ok(st) if st.success() => Outcome::Success,
-        Ok(st) => match (st.code(), st.signal()) {
-            (Some(c), _) if c > 128 => Outcome::Signaled(c - 128),
-            (Some(c), _) => Outcome::Failed(c),
-            (None, Some(s)) => Outcome::Signaled(s),
-            (None, None) => Outcome::Failed(-1),
-        },
+        Ok(st) => outcome_of(st),
         Err(e) => Outcome::NotRun(e.to_string()),
+    }
+}
+
+/// How often [`run_shell_until`] asks its `stop`.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`run_shell`], but asks `stop` every [`STOP_POLL`] while the command
+/// runs: once it is true the command's whole process group (the shell is
+/// started as its own group leader) gets SIGTERM, is waited for, and the
+/// outcome is [`Outcome::Interrupted`]. As PostgreSQL's startup process,
+/// which exits at once when a shutdown arrives during `restore_command`.
+pub fn run_shell_until(command: &str, dir: &Path, stop: &dyn Fn() -> bool) -> Outcome {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let child = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::io::stderr()))
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Outcome::NotRun(e.to_string()),
+    };
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return outcome_of(st),
+            Ok(None) if stop() => {
+                // SAFETY: signals the process group the shell leads (its
+                // pid is the group's id, `process_group(0)`).
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+                let _ = child.wait();
+                return Outcome::Interrupted;
+            }
+            Ok(None) => std::thread::sleep(STOP_POLL),
+            Err(e) => return Outcome::NotRun(e.to_string()),
+        }
+    }
+}
+
+/// The outcome a finished shell's status means.
+fn outcome_of(st: std::process::ExitStatus) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.success(), st.code(), st.signal()) {
+        (true, _, _) => Outcome::Success,
+        (false, Some(c), _) if c > 128 => Outcome::Signaled(c - 128),
+        (false, Some(c), _) => Outcome::Failed(c),
+        (false, None, Some(s)) => Outcome::Signaled(s),
+        (false, None, None) => Outcome::Failed(-1),
     }
 }
 
@@ -336,5 +384,20 @@ mod tests {
         assert_eq!(run_shell("true", &dir), Outcome::Success);
         assert_eq!(run_shell("exit 3", &dir), Outcome::Failed(3));
         assert_eq!(run_shell("kill -9 $$", &dir), Outcome::Signaled(9));
+        assert_eq!(
+            run_shell_until("exit 3", &dir, &|| false),
+            Outcome::Failed(3)
+        );
+        let t = std::time::Instant::now();
+        let late = move || t.elapsed() > std::time::Duration::from_millis(200);
+        assert_eq!(
+            run_shell_until("sleep 30; sleep 30", &dir, &late),
+            Outcome::Interrupted
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

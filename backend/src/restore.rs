@@ -53,7 +53,9 @@
 //! it returns [`FetchError::ShutdownRequested`] without running another
 //! command. What was fetched stays in pg_wal (each file checked and
 //! renamed whole), `recovery.signal` stays, and the next start resumes
-//! from there. A command already running is waited for.
+//! from there. A command already running is stopped: it runs as its own
+//! process group, which gets SIGTERM once `stop` is set
+//! (`archive::run_shell_until`), and its half-delivered file is removed.
 //!
 //! A crash before (c) repeats archive recovery from the old checkpoint and
 //! picks the next free timeline (the history file written in (a) exists):
@@ -210,31 +212,37 @@ fn restore_file(
     datadir: &Path,
     name: &str,
     check: impl Fn(&Path) -> Result<(), String>,
-) -> Result<bool, String> {
+    stop: &dyn Fn() -> bool,
+) -> Result<bool, FetchError> {
     let pg_wal = datadir.join("pg_wal");
     let target = pg_wal.join(RESTORE_TARGET);
     let _ = walfile::remove_file(Op::WalRemove, &target);
     let cmd = archive::expand_command(command, &format!("pg_wal/{RESTORE_TARGET}"), name);
-    match archive::run_shell(&cmd, datadir) {
+    match archive::run_shell_until(&cmd, datadir, stop) {
         Outcome::Success => {}
         Outcome::Failed(_) => return Ok(false),
+        Outcome::Interrupted => {
+            let _ = walfile::remove_file(Op::WalRemove, &target);
+            return Err(FetchError::ShutdownRequested);
+        }
         outcome => {
-            return Err(format!(
+            return Err(FetchError::Failed(format!(
                 "restore_command {} while fetching \"{name}\"; the command was: {cmd}",
                 outcome.describe()
-            ))
+            )))
         }
     }
     match std::fs::symlink_metadata(&target) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(format!("could not stat \"{}\": {e}", target.display())),
+        Err(e) => return Err(format!("could not stat \"{}\": {e}", target.display()).into()),
     }
     if let Err(why) = check(&target) {
         let _ = walfile::remove_file(Op::WalRemove, &target);
         return Err(format!(
             "could not use file \"{name}\" delivered by restore_command \"{cmd}\": {why}"
-        ));
+        )
+        .into());
     }
     walfile::rename(Op::WalRemove, &target, &pg_wal.join(name))
         .map_err(|e| format!("could not rename restored \"{name}\" into pg_wal: {e}"))?;
@@ -272,7 +280,8 @@ pub fn fetch_segments(
                 segno,
                 history,
             };
-            if !restore_file(command, datadir, &name, |p| check_segment(p, &spec))? {
+            let check = |p: &Path| check_segment(p, &spec);
+            if !restore_file(command, datadir, &name, check, stop)? {
                 return Ok(fetched);
             }
             log(
@@ -316,7 +325,7 @@ pub fn fetch_newer_histories(
         let next = newest + 1;
         let name = timeline::history_file_name(next);
         let check = |p: &Path| check_history_file(p, next, &name);
-        if !restore_file(command, datadir, &name, check)? {
+        if !restore_file(command, datadir, &name, check, stop)? {
             break;
         }
         newest = next;
