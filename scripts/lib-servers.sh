@@ -21,8 +21,8 @@ CG_EXEC=(bash -c 'for d in $1; do echo $$ >"$d/cgroup.procs" || exit 1; done; sh
 # pgbench runs) as one entity. SERVER_SESSION=shared: CMD stays in this
 # script's session (its own process group only), so its processes and
 # pgbench's threads are scheduled as peers. Every server of a run is started
-# the same way: the placement changes how often pgbench wakes up per reply
-# (issue 16), so a comparison must not mix them.
+# the same way: the placement changes how often pgbench wakes up per reply,
+# so a comparison must not mix them.
 run_server_bg() {
     local var=$1 log=$2 pid; shift 2
     if [ "${SERVER_SESSION:-own}" = shared ]; then

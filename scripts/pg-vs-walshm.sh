@@ -2,7 +2,7 @@
 #! pg-vs-walshm.sh: runs identical pgbench commands against a temporary
 #! PostgreSQL 15 cluster and a temporary walshm server (optionally also a
 #! second, "baseline" walshm binary) on this machine and prints, per point
-#! and per server, throughput and what each transaction cost (issue 16):
+#! and per server, throughput and what each transaction cost:
 #!   tps     pgbench tps (without initial connection time; with --connect:
 #!           including reconnections, i.e. connections/s)
 #!   srvCPU  server CPU per transaction, us: every process of the server,
@@ -37,9 +37,9 @@
 #!           server only gains by its own share of that sum
 #! Every figure covers the whole pgbench run, its connection set-up included.
 #! Ratios: w/PG = walshm tps / PG tps, PG/w = PG srvCPU / walshm srvCPU
-#! (issue 16's targets: >= 2 both); with --baseline also w/b and b/w.
+#! (walshm's aim: >= 2 for both); with --baseline also w/b and b/w.
 #!
-#! Why pgbCPU differs between servers (issue 16): it is pgbench's real CPU
+#! Why pgbCPU differs between servers: it is pgbench's real CPU
 #! (its cgroup, perf stat task-clock, its rusage and /proc utime+stime agree
 #! within ~1 us/tx), and its CPU per transaction depends on how its wake-ups
 #! fall: one wake-up (a poll over all of a thread's connections, two recv,
@@ -351,7 +351,7 @@ record_idle() {
 }
 
 NPROC=$(nproc)
-# --- where the client is the limit (issue 16): pgbench's wake-ups, shares
+# --- where the client is the limit: pgbench's wake-ups, shares
 # of the machine, the limit word. POLL_EVENTS: the poll-family syscall
 # tracepoints perf can count here (none: the poll column shows "-").
 POLL_EVENTS=""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 #! replication-bench.sh: streaming replication to PostgreSQL 15's own
-#! pg_receivewal, walshm against PostgreSQL 15 on this machine (issue 13).
+#! pg_receivewal, walshm against PostgreSQL 15 on this machine.
 #!
 #! 1. Durable commits/s (pgbench -M prepared, BEGIN; 64-byte transactional
 #!    message; COMMIT; fsync = on, synchronous_commit = on) at N clients,

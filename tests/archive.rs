@@ -1,4 +1,4 @@
-//! WAL archiving (issue 13, part 2): the archiver process with
+//! WAL archiving: the archiver process with
 //! `archive_mode = on` and `archive_command`.
 //!
 //! - a failing archive_command keeps every completed segment in pg_wal

@@ -1,4 +1,4 @@
-//! `commit_reply = flusher` (issue 16): the walwriter sends durable
+//! `commit_reply = flusher` (walshm's own): the walwriter sends durable
 //! commits' replies after the fdatasync that covers them
 //! (backend/src/reply.rs). Through real servers and raw protocol clients:
 //!

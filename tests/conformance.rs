@@ -173,13 +173,13 @@ fn variant_wal_insert_locks_128() {
     variant("v-locks128", "wal_insert_locks=128");
 }
 
-/// Issue 16: a backend whose insertion lock is busy takes any free one.
+/// A backend whose insertion lock is busy takes any free one.
 #[test]
 fn variant_insert_lock_wait_scan() {
     variant("v-scan", "wal_insert_lock_wait=scan");
 }
 
-/// Issue 16: sixteen backends over two insertion locks scan, yield and
+/// Sixteen backends over two insertion locks scan, yield and
 /// re-scan most of the time.
 #[test]
 fn variant_insert_lock_wait_scan_yield() {
@@ -191,14 +191,14 @@ fn variant_insert_lock_wait_scan_yield() {
     );
 }
 
-/// Issue 16: PostgreSQL's form, no longer the default: always sleep on a
+/// PostgreSQL's form, not the default: always sleep on a
 /// busy insertion lock.
 #[test]
 fn variant_insert_lock_wait_queue() {
     variant("v-queue", "wal_insert_lock_wait=queue");
 }
 
-/// Issue 16: the default `adaptive` with sixteen backends over two
+/// The default `adaptive` with sixteen backends over two
 /// insertion locks, where waits are frequent enough to engage scanning.
 #[test]
 fn variant_insert_lock_wait_adaptive_engaged() {

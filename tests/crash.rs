@@ -1,8 +1,8 @@
-//! Crash safety and recovery, through real postmasters (issue "Crash safety
-//! and recovery"). The invariant every test checks: nothing acknowledged is
-//! lost — each `ack` LSN of an `emit-tx --ack` run is a COMMIT record in the
-//! WAL afterwards (pg_waldump and the project's reader agree record by
-//! record), no XID is committed twice, and the WAL reads to a clean end.
+//! Crash safety and recovery, through real postmasters. The invariant
+//! every test checks: nothing acknowledged is lost — each `ack` LSN of an
+//! `emit-tx --ack` run is a COMMIT record in the WAL afterwards (pg_waldump
+//! and the project's reader agree record by record), no XID is committed
+//! twice, and the WAL reads to a clean end.
 //!
 //! - kill -9 of backends, the walwriter and the checkpointer, repeatedly,
 //!   with checkpoints every second: the runtime recovers by itself;

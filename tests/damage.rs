@@ -1,10 +1,10 @@
-//! WAL damaged before its end is never taken for a torn tail (issue "hard
-//! recovery"): after a kill -9 of the whole server during an acknowledged
-//! `emit-tx` run, one kind of damage is applied to a copy of the data
-//! directory at a random position before the end of valid WAL, and the next
-//! start EITHER refuses (exit status 3, pg_wal and the control file byte for
-//! byte unchanged) OR starts with every acknowledged commit still a COMMIT
-//! record in the WAL. A started server with fewer acknowledged commits fails.
+//! WAL damaged before its end is never taken for a torn tail: after a kill -9
+//! of the whole server during an acknowledged `emit-tx` run, one kind of damage
+//! is applied to a copy of the data directory at a random position before the
+//! end of valid WAL, and the next start EITHER refuses (exit status 3, pg_wal
+//! and the control file byte for byte unchanged) OR starts with every
+//! acknowledged commit still a COMMIT record in the WAL. A started server with
+//! fewer acknowledged commits fails.
 //!
 //! Also: `--discard-damaged-wal` moves the WAL after the damage aside and
 //! starts; a torn tail (damage only after the last acknowledged commit)
@@ -641,11 +641,11 @@ fn control_file_read_goes_through_the_fail_points() {
     startup_fails_cleanly_at("control-read-fail", "control_read=eio:after=1");
 }
 
-/// The unsynced window (issue "power-loss tail"): damage followed by valid
-/// WAL only inside the rest of its segment is taken for a power-loss tail
-/// (started, recovery ends where reading stopped, a WARNING names it);
-/// damage followed by valid WAL in a later segment is refused (exit 3),
-/// even when the valid WAL starts right at the window's end.
+/// The unsynced window: damage followed by valid WAL only inside the rest of
+/// its segment is taken for a power-loss tail (started, recovery ends where
+/// reading stopped, a WARNING names it); damage followed by valid WAL in a
+/// later segment is refused (exit 3), even when the valid WAL starts right at
+/// the window's end.
 #[test]
 fn valid_wal_inside_the_window_is_a_tail_beyond_it_is_refused() {
     let w = crashed_run_past("window", 3, 256 << 10);

@@ -1,4 +1,4 @@
-//! Durable commits through each `group_commit` variant (issue 16):
+//! Durable commits through each `group_commit` variant:
 //! `leader` (PostgreSQL's XLogFlush), `flusher` (the walwriter flushes and
 //! wakes exactly the covered waiters) and `hybrid` (a committer flushes
 //! itself when WALWriteLock is free, otherwise hands over to the
@@ -218,7 +218,7 @@ fn commit_delay_kill9_children_nothing_acked_lost() {
     }
 }
 
-/// group_commit_baton (issue 16): committers defer to a flush handed to a
+/// group_commit_baton: committers defer to a flush handed to a
 /// waiting backend; kill -9 of a backend (possibly the baton's holder) and
 /// of the walwriter loses no ack, and the server goes on committing (a
 /// baton left by a dead holder does not stall the others: the crash

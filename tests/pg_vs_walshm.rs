@@ -1,8 +1,8 @@
-//! scripts/pg-vs-walshm.sh end to end (issue 16): one short run against a
+//! scripts/pg-vs-walshm.sh end to end: one short run against a
 //! temporary PostgreSQL 15 cluster and the walshm binary under test, with
 //! comma-separated lists (`--modes simple,extended`), checked through its
 //! CSV only (never its English text): the original keys in their original
-//! order, the keys issue 16 appended after them, one row per server and
+//! order, the keys appended after them, one row per server and
 //! point, figures that are numbers where they must be, and a `limit` word
 //! that follows from the two CPU shares by the rule the script documents.
 //!
@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The CSV keys of the script before issue 16, in order.
+/// The script's original CSV keys, which stay first and in this order.
 const OLD_KEYS: &[&str] = &[
     "durability",
     "script",
@@ -41,7 +41,7 @@ const OLD_KEYS: &[&str] = &[
     "cpu_method",
     "cs_method",
 ];
-/// The keys issue 16 appended, in order.
+/// The keys appended after the original ones, in order.
 const NEW_KEYS: &[&str] = &[
     "pgbench_polls_per_tx",
     "server_cpu_share",

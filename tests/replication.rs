@@ -1,6 +1,6 @@
-//! Streaming replication to PostgreSQL 15's unmodified `pg_receivewal`
-//! (issue 13): the walsender, replication slots, synchronous replication,
-//! and PostgreSQL's errors for bad replication input.
+//! Streaming replication to PostgreSQL 15's unmodified `pg_receivewal`:
+//! the walsender, replication slots, synchronous replication, and
+//! PostgreSQL's errors for bad replication input.
 //!
 //! Every test needs /usr/lib/postgresql/15/bin/pg_receivewal (and some
 //! pg_waldump); without them it is skipped loudly, unless
@@ -887,7 +887,7 @@ fn bad_replication_input_gets_postgresql_errors() {
     srv.stop_ok();
 }
 
-// ---- issue 13, last gaps: lag columns, usename, synchronous_commit levels ----
+// ---- lag columns, usename, synchronous_commit levels ----
 
 /// The type OIDs of a reply's RowDescription, by column name.
 fn column_types(msgs: &[(u8, Vec<u8>)]) -> Vec<(String, u32)> {
@@ -925,7 +925,8 @@ fn interval_us(text: &str) -> Option<i64> {
 /// position. PostgreSQL 15 shows NULL too: its walsender reads the apply
 /// lag at InvalidXLogRecPtr, which reaches no sample (LagTrackerRead gives
 /// -1), and never clears it (applyPtr never equals sentPtr), so the
-/// column keeps its initial -1 (issue 13 checked; walshm matches).
+/// column keeps its initial -1 (checked against PostgreSQL 15; walshm
+/// matches).
 #[test]
 fn lag_columns_and_usename_once_the_receiver_reported() {
     let Some((t, d, srv, port)) = start_1mb_segments("rep-lag", &["fsync=off"]) else {

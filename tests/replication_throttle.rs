@@ -1,5 +1,5 @@
-//! Flow control of asynchronous streaming (`max_replication_lag`, issue
-//! 13) with PostgreSQL 15's unmodified `pg_receivewal` (asynchronous, its
+//! Flow control of asynchronous streaming (`max_replication_lag`, walshm's
+//! own) with PostgreSQL 15's unmodified `pg_receivewal` (asynchronous, its
 //! default 10 s status interval: the walsender must ask for replies).
 //!
 //! Load: 8 `emit:1024` workers (fsync off, 1 MB segments), which generate

@@ -1,4 +1,4 @@
-//! Restore on another machine (issue 13, part 2): `init --from-wal` and
+//! Restore on another machine: `init --from-wal` and
 //! `restore_command`, then a new timeline.
 //!
 //! - a primary archiving with `archive_command` runs `emit-tx --ack` and is

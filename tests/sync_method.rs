@@ -1,4 +1,4 @@
-//! `wal_sync_method` (issue 16): PostgreSQL's four Linux methods keep the
+//! `wal_sync_method`: PostgreSQL's four Linux methods keep the
 //! crash invariants, and the `open_*` ones really are the O_DSYNC path.
 //! - for each method, kill -9 of the whole process group under an
 //!   acknowledged `emit-tx:100` load with fsync on, then a new start:
@@ -19,7 +19,7 @@
 //!   PANIC and a crash restart that loses no ack, and the `wal_fsync` point
 //!   never fires (it does with `fdatasync`).
 //!
-//! - `wal_direct_io` (issue 16, helper "onecli"): with it on, the server's
+//! - `wal_direct_io` (walshm's own): with it on, the server's
 //!   WAL segment descriptors carry O_DIRECT (read from /proc/PID/fdinfo),
 //!   with it off none does; kill -9 of the group with O_DIRECT under
 //!   fdatasync and open_datasync loses no ack; a short power-loss torture

@@ -1,4 +1,4 @@
-//! `walbench torture` end to end (issue 15): short runs of the kill mode
+//! `walbench torture` end to end: short runs of the kill mode
 //! (default and alternative variants, and with a supervised library
 //! worker among the victims) and of the power-loss mode pass, and
 //! the power-loss mode catches a deliberately broken build

@@ -1,5 +1,4 @@
-//! Transactions and durable commit, through real postmasters (issue
-//! "Transactions and durable commit"):
+//! Transactions and durable commit, through real postmasters:
 //!
 //! - 16, 64 and 256 processes run `txid` and `emit-tx:64` with both
 //!   `xid_clear` variants: XIDs are unique and gap-free, every committed XID
@@ -392,7 +391,7 @@ fn group_flush_64_clients_fsync_on() {
     );
     let per = r.tx.per_fdatasync.expect("commits per fdatasync");
     eprintln!(
-        "group flush, 64 clients, fsync=on: {} synchronous commits, {} fdatasyncs, {per:.1} commits per fdatasync (issue target >= 10)",
+        "group flush, 64 clients, fsync=on: {} synchronous commits, {} fdatasyncs, {per:.1} commits per fdatasync (aim: >= 10)",
         r.tx.sync_commits, r.tx.fdatasyncs
     );
     assert!(r.tx.fdatasyncs > 0, "fsync=on but no fdatasync");

@@ -1,4 +1,4 @@
-//! The worker library (issue 12) against real servers: a user's process
+//! The worker library against real servers: a user's process
 //! attaches, writes messages and transactions through shared memory (the
 //! walwriter flushes for it), reads the WAL back, and survives the
 //! server's crash restarts; the C ABI is driven by C programs built here

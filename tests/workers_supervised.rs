@@ -1,4 +1,4 @@
-//! Worker attach, postmaster side (issue 12): the unnamed segment, the
+//! Worker attach, postmaster side: the unnamed segment, the
 //! registration socket `DIR/.s.WALSHM.worker`, worker slots, liveness by
 //! channel, and supervised workers (`postmaster start --worker`).
 //!

@@ -1,5 +1,5 @@
-//! A session's turn at inserting (`insert_concurrency_per_cpu`, issue 16): the
-//! process side of `shmem::admission`.
+//! A session's turn at inserting (`insert_concurrency_per_cpu`, walshm's
+//! own): the process side of `shmem::admission`.
 //!
 //! [`Turn::before_insert`] runs before every insertion through the API
 //! (`api::Session`): with `insert_concurrency_per_cpu = 0` it is one branch; with a

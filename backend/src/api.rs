@@ -1,4 +1,4 @@
-//! The one insertion API (issue 12): what a process that writes WAL records
+//! The one insertion API: what a process that writes WAL records
 //! calls, whether it is a built-in workload (`procs/worker.rs`) or a user's
 //! program through the `worker/` library. A [`Session`] wraps the process's
 //! [`Xact`] (and through it its `Xlog` and `ProcArray`) and offers

@@ -10,7 +10,7 @@
 //! or threads; `settings` is the copy of the shared settings taken when
 //! the context was built (they do not change while a process runs).
 //!
-//! I/O mode (issue 12): a process forked by the postmaster writes and
+//! I/O mode: a process forked by the postmaster writes and
 //! fsyncs WAL itself ([`IoMode::Direct`]). A library worker runs in
 //! [`IoMode::ViaWalwriter`]: it never opens a WAL file; a flush, or a
 //! buffer page whose old content is not yet written, is asked of the

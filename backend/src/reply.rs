@@ -1,4 +1,5 @@
-//! Commit replies sent by the flusher (issue 16, `commit_reply = flusher`).
+//! Commit replies sent by the flusher (`commit_reply = flusher`, walshm's
+//! own: PostgreSQL's backends always reply themselves).
 //!
 //! With `commit_reply = backend` a durable commit sleeps twice per
 //! transaction: in `recv` for the client's next query, and in the commit

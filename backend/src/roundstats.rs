@@ -1,4 +1,4 @@
-//! Where a walsender's streaming round spends its time (issue 13): local
+//! Where a walsender's streaming round spends its time: local
 //! flush -> send -> the receiver's report -> release of the synchronous
 //! commits it covers. One `RoundStats` per walsender (process-local, no
 //! shared state); the walsender logs its summary when the stream ends, and

@@ -27,7 +27,7 @@
 //!    in LSN order. With `sync_rep_wake_chain` (off by default) the releaser
 //!    posts only the first, and each released waiter's `wake_next` names
 //!    the next one (stored before its RELEASED);
-//!    With `sync_rep_wake = group` (issue 13) the pass ends instead with
+//!    With `sync_rep_wake = group` (walshm's own) the pass ends instead with
 //!    ONE system call: waiters sleep on the shared futex word
 //!    `ReplCtl::group_wake` (FUTEX_WAIT_BITSET, the bit a 512-byte bucket of
 //!    their commit LSN) instead of their semaphore, after reading its
@@ -50,7 +50,7 @@
 //!
 //! With no synchronous standby connected commits wait, as in PostgreSQL.
 //!
-//! One sleep per commit (`sync_rep_one_sleep = on`, the default; issue 13):
+//! One sleep per commit (`sync_rep_one_sleep = on`, the default; walshm's own):
 //! PostgreSQL's committer sleeps twice, for its local flush (XLogFlush)
 //! and then here. A walsender sends only WAL below the local flush
 //! position, so a standby's write or flush report at or past L implies

@@ -1,4 +1,4 @@
-//! Flow control of asynchronous streaming (`max_replication_lag`, issue 13;
+//! Flow control of asynchronous streaming (`max_replication_lag`,
 //! walshm's own: PostgreSQL has none).
 //!
 //! Why: a receiver slower than the backends generating WAL (pg_receivewal

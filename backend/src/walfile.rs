@@ -44,7 +44,7 @@
 //! torture checker can be shown to catch them.
 //!
 //! Sync method (`wal_sync_method`, PostgreSQL's names and meaning on
-//! Linux; issue 16): with `fdatasync` (default) and `fsync`, a WAL write
+//! Linux): with `fdatasync` (default) and `fsync`, a WAL write
 //! reaches the page cache and [`sync_wal`] makes it durable later (at a
 //! flush, and at once for a segment written to its end). With
 //! `open_datasync` / `open_sync`, [`open_or_create_segment`] opens the
@@ -66,7 +66,7 @@
 //! minimal, no senders); walshm's walsenders, archiver and readers read
 //! the WAL through the page cache, so it never does.
 //!
-//! Direct I/O (`wal_direct_io`, opt-in; issue 16, session 24 "onecli"):
+//! Direct I/O (`wal_direct_io`, opt-in, walshm's own):
 //! with `fsync = on` the segment descriptor also carries O_DIRECT
 //! ([`direct_open_flag`]), under every method; the sync after a write (or
 //! the O_DSYNC of the write) is unchanged, since a direct write only
@@ -445,7 +445,7 @@ pub fn sync_open_flag(method: WalSyncMethod, fsync: bool) -> libc::c_int {
     }
 }
 
-/// The open(2) flag for `wal_direct_io` (issue 16, helper "onecli"):
+/// The open(2) flag for `wal_direct_io`:
 /// O_DIRECT when it is on and `fsync = on`, none otherwise. With
 /// `fsync = off` nothing is promised, so the page cache's speed wins.
 /// Added to [`sync_open_flag`]'s flag, whatever the method: fdatasync /

@@ -17,7 +17,7 @@
 //! 3. clear the XID from the ProcArray (group or exclusive clear);
 //! 4. then, and only then, the caller may report the commit (`ack`).
 //!
-//! Deferred commit replies (`commit_reply = flusher`, issue 16; see
+//! Deferred commit replies (`commit_reply = flusher`, walshm's own; see
 //! `crate::reply`): a connection backend's durable commit that waits for
 //! no standby stops after step 1: it records the commit in its proc's
 //! reply slot (PREPARED) and returns; steps 2-3 are then the walwriter's

@@ -5,7 +5,7 @@
 //!    CRC of the data already computed); a logical message
 //!    (`insert_message`) is instead given by its parts and assembled in
 //!    step 4 straight into the buffer page, its CRC computed from the
-//!    parts, never by loading back the bytes just stored (issue 16: those
+//!    parts, never by loading back the bytes just stored (those
 //!    loads waited for the stores' cache misses on buffer lines another
 //!    core wrote last), unless it continues onto another page (then it is
 //!    built in local memory there and copied as below);
@@ -29,7 +29,7 @@
 //! With `wal_insertion = single` every backend uses insertion lock 0, so the
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
-//! Locks in use (`wal_insert_lock_spread`, issue 16): with `all` a backend
+//! Locks in use (`wal_insert_lock_spread`): with `all` a backend
 //! rotates over every lock as PostgreSQL does; with `cpus`, over only the
 //! first min(`wal_insert_locks`, CPUs it may run on); with `spare-cpu`, over
 //! one fewer than CPUs (at least one); with `adaptive` (default), as `all`
@@ -37,7 +37,7 @@
 //! (`PaceWatch`, judged by the walwriter, read by `locks_to_use` on every
 //! acquisition from its own cache line).
 //!
-//! Why a CPU for the walwriter (session 27; emit:1024, fsync=off, tmpfs,
+//! Why a CPU for the walwriter (measured on emit:1024, fsync=off, tmpfs,
 //! 2 cores): the walwriter writes what the inserters copy, about as much
 //! work per byte (the kernel's copy into the page cache). With two
 //! inserters copying on both CPUs it runs only when they are preempted,
@@ -59,7 +59,7 @@
 //! `all` at 4-256 clients, since the walwriter then does all the writing
 //! while still competing for a CPU.
 //!
-//! `cpus` (an earlier session): more holders than CPUs cannot copy in
+//! `cpus`: more holders than CPUs cannot copy in
 //! parallel: on 2 cores with 256 clients the 8
 //! holders preempt each other while holding their locks, and every release
 //! wakes a waiter that mostly finds the lock taken again (about 9x the
@@ -70,7 +70,7 @@
 //! free, so `wait_insertions_to_finish`, which still looks at every lock, is
 //! unaffected.
 //!
-//! A busy insertion lock (`wal_insert_lock_wait`, issue 16): `queue`
+//! A busy insertion lock (`wal_insert_lock_wait`): `queue`
 //! sleeps on it as PostgreSQL does; `scan` first takes any other free lock
 //! in use (`take_a_free_insert_lock`, one load per busy lock); `scan-yield`
 //! also gives the CPU away (`sched_yield`) and re-scans, up to
@@ -111,7 +111,7 @@
 //! clients on emit:16, where its scans then hit busy locks and yield.
 //! `wal_insert_lock_wait = queue` keeps the old form.
 //!
-//! Per-record cost (issue 16, emit:16 at 2 clients, perf of the server's
+//! Per-record cost (emit:16 at 2 clients, perf of the server's
 //! processes, 2 cores, shared): backends 70 %, walwriter 25 % (the kernel
 //! copying WAL into tmpfs, 13 % of all), checkpointer 5 % (removing old
 //! segments). In the backends: CRC-32C 10 %, building the record and its
@@ -123,8 +123,8 @@
 //! measuring: a constant-divisor LSN conversion, an inlined `acquire` fast
 //! path, a record header written as one array (no gain in same-run A/Bs).
 //!
-//! Session 22 (emit:16 at 2 clients, fsync=off, tmpfs, perf of the whole
-//! machine, 2 cores, shared with other builds): backends 55 %, walwriter
+//! A profile of the whole machine (emit:16 at 2 clients, fsync=off, tmpfs,
+//! 2 cores, shared with other builds): backends 55 %, walwriter
 //! 16 % (kernel copy into tmpfs 6.4 %, page allocation, memset of
 //! pre-initialized pages 1.7 %), checkpointer 3 %, other programs 25 %.
 //! Per record (about 300 ns of server CPU on both cores): `insert` 18 ns,
@@ -148,9 +148,10 @@
 //! acquisitions while waits were frequent): same-run records/s auto/all
 //! at 256 clients on emit:1024 0.93, 0.74, 0.91 (3 pairs).
 //!
-//! Session 23 (emit:16 at 2 clients, fsync=off, tmpfs, perf -g of the
-//! walbench tree, 2 cores, shared with two other helpers' builds and
-//! benchmarks, load average 3-7). Before: backends 68 % of the samples;
+//! A call-graph profile (emit:16 at 2 clients, fsync=off, tmpfs, perf -g
+//! of the walbench tree, 2 cores, shared with other builds and
+//! benchmarks, load average 3-7). Before a logical message was assembled
+//! in its buffer page: backends 68 % of the samples;
 //! in them `insert` 19 % (its reservation spinlock swap 44 % of that: the
 //! line moving between the two cores), `LWLock::release` 14 % (its
 //! `lock xadd`, which also drains the page copy's stores), building the
@@ -191,7 +192,7 @@
 //! also syncs when a flush request is pending, so flushers are served even
 //! when write-only backends keep winning the lock.
 //!
-//! Who flushes for a commit (`group_commit`, issue 16; backends only, see
+//! Who flushes for a commit (`group_commit`; backends only, see
 //! `group_commit_for`): `leader` is the algorithm above (PostgreSQL's);
 //! `flusher` hands every flush to the walwriter through the no-I/O
 //! machinery below (publish the LSN, one sleep, one post from the
@@ -216,7 +217,7 @@
 //! clients waiters timed out during a slow round and slept again: that
 //! was hybrid's loss there). commit_delay 100-1000 us raised commits per
 //! fdatasync (7 -> 11 at 16 clients, 20 -> 31 at 64) but not tps.
-//! `wal_sync_method` (issue 16) decides how a written segment is made
+//! `wal_sync_method` decides how a written segment is made
 //! durable: `sync_segment` calls fdatasync or fsync, or nothing for the
 //! `open_*` methods, whose segments `segment_file` opens with O_DSYNC /
 //! O_SYNC (every `write_run` is then durable when it returns; see
@@ -237,7 +238,7 @@
 //! there is little to gather). So it stays off by default until a quiet
 //! machine confirms where it wins.
 //!
-//! Where a durable commit's server CPU goes (issue 16; pgbench -M prepared
+//! Where a durable commit's server CPU goes (pgbench -M prepared
 //! autocommit `pg_logical_emit_message(true, ...)`, perf -F 999 of the
 //! server's processes only, ext4, 2 cores, shared; us per transaction,
 //! walshm / PostgreSQL 15): at 16 clients 47 / 63 in all, of which the
@@ -271,7 +272,7 @@
 //! predecessor through `shmem::prevlink` (its header states the bound the
 //! table is sized from: we reserve inside an insertion lock).
 //!
-//! No-I/O mode (`IoMode::ViaWalwriter`, library workers; issue 12): this
+//! No-I/O mode (`IoMode::ViaWalwriter`, library workers): this
 //! process never writes or syncs a WAL file. `flush` and a buffer page
 //! whose old content is unwritten publish the wanted LSN in our proc slot's
 //! `flush_wanted`, set the walwriter's latch and sleep on our semaphore in
@@ -355,7 +356,7 @@ impl ContentionScore {
 }
 
 /// The walwriter's judgement of whether it keeps up with the inserters
-/// (`wal_insert_lock_spread = adaptive`, issue 16), made every
+/// (`wal_insert_lock_spread = adaptive`), made every
 /// `PACE_WINDOW` from two measures of that window: the share of buffer
 /// pages backends initialized themselves, and the walwriter's duty cycle
 /// (the part of the time it was not asleep on its latch). When backends
@@ -530,7 +531,7 @@ pub struct Xlog<'a> {
     /// track_wal_io_timing: time writes and syncs.
     io_timing: bool,
     geo: Geometry,
-    /// The page of our last converted byte position (issue 16: start, end
+    /// The page of our last converted byte position (start, end
     /// and `xl_prev` of a record are nearly always on it, and converting
     /// there needs no division).
     last_page: PageMap,
@@ -736,7 +737,7 @@ impl<'a> Xlog<'a> {
     }
 
     /// Inserts a logical message assembled straight into the WAL buffer
-    /// page it is reserved in (issue 16: no local record and copy), or,
+    /// page it is reserved in (no local record and copy), or,
     /// when it continues onto another page, built in `spill` and copied as
     /// `insert` does. The WAL is the same bytes either way.
     pub fn insert_message(
@@ -776,7 +777,7 @@ impl<'a> Xlog<'a> {
         is_switch: bool,
         place: impl FnOnce(&mut Self, Lsn, Lsn, Lsn),
     ) -> Inserted {
-        // Flow control (issue 13): before any lock is taken.
+        // Flow control (`max_replication_lag`): before any lock is taken.
         crate::throttle::before_insert(self.ctx, len as u64, || self.insert_lsn());
         let lock = self.acquire_insert_lock();
         let placed = if is_switch {
@@ -1203,7 +1204,7 @@ impl<'a> Xlog<'a> {
     /// 1.18-1.32x at 256 clients); while it has time to spare the zeroing
     /// brings the page's lines into the cache ahead of the inserter, which
     /// paid at 1 client on emit:16 (skipping: 0.72-1.06x;
-    /// docs/benchmarks.md, session 27).
+    /// docs/benchmarks.md, the runs of `wal_insert_lock_spread = adaptive`).
     fn init_page(&self, idx: usize, page_start: Lsn) {
         let xlblocks = self.shm.xlblocks();
         // Invalidate first: a reader that still expects the old page must
@@ -1889,7 +1890,7 @@ impl<'a> Xlog<'a> {
         );
     }
 
-    /// Issue 13 (one sleep per synchronous-replication commit): makes sure
+    /// For `sync_rep_one_sleep` (one sleep per synchronous commit): makes sure
     /// a flush covering `record` is done or will be, without waiting for
     /// one somebody else is doing. If WALWriteLock is free we flush as a
     /// leader (`lead_if_free`, whose release wakes the walsenders); if it is

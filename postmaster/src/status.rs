@@ -100,7 +100,7 @@ struct Running {
     pid: i32,
     uptime_s: u64,
     wal: (u64, u64, u64),
-    /// Flow control's counters (issue 13), as a JSON object.
+    /// Flow control's counters (`max_replication_lag`), as a JSON object.
     throttle: String,
     procs: Vec<ProcActivity>,
 }

@@ -132,8 +132,8 @@ pub struct SettingRow {
     pub shown: String,
 }
 
-/// One replication slot, as `pg_replication_slots` shows it (issue 13;
-/// physical slots only, so plugin, database and the xmins are NULL).
+/// One replication slot, as `pg_replication_slots` shows it
+/// (physical slots only, so plugin, database and the xmins are NULL).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicationSlotRow {
     pub slot_name: String,
@@ -149,7 +149,7 @@ pub struct ReplicationSlotRow {
     pub safe_wal_size: Option<i64>,
 }
 
-/// One walsender, as `pg_stat_replication` shows it (issue 13). Times:
+/// One walsender, as `pg_stat_replication` shows it. Times:
 /// microseconds since the Unix epoch; None where PostgreSQL shows NULL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicationRow {
@@ -217,7 +217,7 @@ pub trait Session {
     /// commit waits for from synchronous standbys. The default ignores it.
     fn set_synchronous_commit_level(&mut self, _name: &str) {}
     /// pg_create_physical_replication_slot: the slot's restart_lsn when
-    /// WAL was reserved (issue 13). The default refuses (0A000).
+    /// WAL was reserved. The default refuses (0A000).
     fn create_physical_replication_slot(
         &mut self,
         _name: &str,
@@ -228,15 +228,15 @@ pub trait Session {
             "replication slots are not supported here",
         ))
     }
-    /// pg_replication_slots' rows (issue 13).
+    /// pg_replication_slots' rows.
     fn replication_slots(&mut self) -> Vec<ReplicationSlotRow> {
         Vec::new()
     }
-    /// pg_stat_replication's rows, one per walsender (issue 13).
+    /// pg_stat_replication's rows, one per walsender.
     fn stat_replication(&mut self) -> Vec<ReplicationRow> {
         Vec::new()
     }
-    /// pg_drop_replication_slot (issue 13). The default refuses (0A000).
+    /// pg_drop_replication_slot. The default refuses (0A000).
     fn drop_replication_slot(&mut self, _name: &str) -> Result<(), SqlError> {
         Err(SqlError::not_supported(
             "replication slots are not supported here",

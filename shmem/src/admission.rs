@@ -1,6 +1,7 @@
-//! Admission to the insertion API (issue 16, `insert_concurrency_per_cpu`): at most
-//! N processes at a time take turns inserting; the others wait in FIFO
-//! order, asleep, instead of queueing on the WAL insertion locks.
+//! Admission to the insertion API (`insert_concurrency_per_cpu`, walshm's
+//! own): at most N processes at a time take turns inserting; the others
+//! wait in FIFO order, asleep, instead of queueing on the WAL insertion
+//! locks.
 //!
 //! Why: with many more inserting processes than CPUs (emit:1024 at 256
 //! clients on 2 cores) the insertion locks' waiters sleep and are woken

@@ -195,13 +195,13 @@ declare_regions! {
         ProcArrayMembers: AtomicU32, x max_procs;
         /// Per-process transaction latency histograms.
         Histograms: LatencyHistogram, x max_procs;
-        /// Walsenders, replication slots, the sync-rep queue (issue 13).
+        /// Walsenders, replication slots, the sync-rep queue.
         Replication: ReplCtl, x 1;
-        /// Each proc's sync-rep wait (issue 13).
+        /// Each proc's sync-rep wait.
         SyncRepWaiters: SyncRepWaiter, x max_procs;
         /// Per-process activity and mechanism counters (`stats`).
         ProcStats: ProcStats, x max_procs;
-        /// Tokens and queue of `insert_concurrency_per_cpu` (issue 16).
+        /// Tokens and queue of `insert_concurrency_per_cpu` (walshm's own).
         Admission: Admission, x 1;
         /// Each proc's place in the admission queue.
         AdmissionWaiters: AdmissionWaiter, x max_procs;

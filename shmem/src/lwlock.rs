@@ -456,7 +456,7 @@ impl LWLock {
                 break;
             }
             if !result {
-                // Woken before, and the lock was busy again (issue 16).
+                // Woken before, and the lock was busy again (a futile wake-up).
                 env.count_flat(|c| &c.lwlock_futile_wakeups, 1);
             }
             match env.sleep_until_woken(self) {
@@ -956,7 +956,7 @@ impl LWLock {
             // before the lock is seen free (pairs with the Acquire state
             // load in `conflicts_with_var` and the next holder's Acquire
             // compare-exchange), so a new holder's value cannot be
-            // overwritten by ours. Issue 16: a plain store, not the swap
+            // overwritten by ours. A plain store, not the swap
             // PostgreSQL uses: on x86 a swap is a second locked instruction
             // per insertion, and it must wait for the record's stores to
             // drain just as the release's fetch_sub then does again.

@@ -102,12 +102,12 @@ pub struct Proc {
     /// written by the owner only, around its waits.
     pub wait_event_info: AtomicU32,
     pub counters: ProcCounters,
-    /// Flush on behalf (issue 12): the LSN a no-I/O process (a library
+    /// Flush on behalf: the LSN a no-I/O process (a library
     /// worker) waits to see flushed, 0 when it waits for nothing. Set by the
     /// proc itself; the walwriter swaps it to 0 and posts `sem` once the
     /// flush result covers it (see walwriter's notifier).
     pub flush_wanted: AtomicU64,
-    /// Deferred commit reply (issue 16, `commit_reply = flusher`); on its
+    /// Deferred commit reply (`commit_reply = flusher`); on its
     /// own lines after the slot's first 128 bytes.
     pub reply: ReplySlot,
 }
@@ -167,8 +167,8 @@ pub const REPLY_SENDING: u32 = 3;
 pub const REPLY_DONE: u32 = 4;
 pub const REPLY_RETURNED: u32 = 5;
 
-/// A commit reply handed from a backend to the flusher (issue 16,
-/// `commit_reply = flusher`; used by `backend::reply`).
+/// A commit reply handed from a backend to the flusher
+/// (`commit_reply = flusher`; used by `backend::reply`).
 ///
 /// Protocol (the owner is the backend whose slot it is):
 /// 1. the owner writes `lsn`, `xid`, `len` and the bytes, then stores
@@ -362,7 +362,7 @@ pub enum Settled {
 pub const FLUSH_WAITER_CAPACITY: usize = 64 * FLUSH_WAITER_WORDS;
 const FLUSH_WAITER_WORDS: usize = 96;
 
-/// Which procs may have a `flush_wanted` set (issue 16): one bit per proc
+/// Which procs may have a `flush_wanted` set: one bit per proc
 /// number, so that the notifier reads a few words instead of every proc
 /// slot's line.
 ///
@@ -386,24 +386,23 @@ const FLUSH_WAITER_WORDS: usize = 96;
 /// one post) without the posts, each of which may preempt it, delaying
 /// the next fdatasync. Either way each request is posted at most once.
 ///
-/// The baton (`baton`, issue 16): between a hand-off's post and the moment
-/// the woken backend takes WALWriteLock, the lock is free, and a commit
-/// arriving then used to lead a flush of its own, splitting the group the
-/// hand-off was meant to gather. `hand_off` therefore records the proc it
+/// The baton (`baton`, `group_commit_baton`): between a hand-off's post and
+/// the moment the woken backend takes WALWriteLock, the lock is free, and a
+/// commit arriving then used to lead a flush of its own, splitting the group
+/// the hand-off was meant to gather. `hand_off` therefore records the proc it
 /// posts (procno + 1; 0 = none; only when no baton is out, so that one
-/// notifier never overwrites another's and every baton has exactly one
-/// holder to clear it) before ending its request, and a committer that sees
-/// the baton held by another proc does not lead (`baton_held_by_other`):
-/// it publishes and sleeps as if the lock were held. The holder clears
-/// the baton when it wakes (`take_baton`), before it looks at the lock,
-/// and whoever holds it leads or, if it finds itself covered, runs a
-/// notifier pass itself, so that a committer who saw the baton set is
-/// seen by a pass that follows the clear: its publish and fence precede
-/// its read of the baton, the holder's clear precedes the pass's fence
-/// (both SeqCst fences), so either the pass sees its bit or it saw the
-/// baton cleared. The baton is advisory: a committer whose wait timed out
-/// ignores it, so a baton left by a process that died costs at most one
-/// bounded wait.
+/// notifier never overwrites another's and every baton has exactly one holder
+/// to clear it) before ending its request, and a committer that sees the baton
+/// held by another proc does not lead (`baton_held_by_other`): it publishes
+/// and sleeps as if the lock were held. The holder clears the baton when it
+/// wakes (`take_baton`), before it looks at the lock, and whoever holds it
+/// leads or, if it finds itself covered, runs a notifier pass itself, so that
+/// a committer who saw the baton set is seen by a pass that follows the clear:
+/// its publish and fence precede its read of the baton, the holder's clear
+/// precedes the pass's fence (both SeqCst fences), so either the pass sees its
+/// bit or it saw the baton cleared. The baton is advisory: a committer whose
+/// wait timed out ignores it, so a baton left by a process that died costs at
+/// most one bounded wait.
 #[repr(C, align(128))]
 pub struct FlushWaiters {
     words: [AtomicU64; FLUSH_WAITER_WORDS],

@@ -185,7 +185,7 @@ declare_settings! {
     session_memory_limit: u64 = 256 << 20 =>
         "session_memory_limit", Kind::int(Unit::BYTES, Unit::KB, 1 << 20, 1 << 30),
         "largest value or reply message one session may build (53200 beyond)";
-    // issue 13 (archiving)
+    // ---- archiving ----
     /// Run the archiver: completed segments are handed to `archive_command`
     /// and kept in pg_wal until it succeeds.
     archive_mode: bool = false =>
@@ -202,7 +202,7 @@ declare_settings! {
         "restore_command",
         Kind::Text { valid: "a shell command (%f file name, %p destination)", check: any_text },
         "command that fetches an archived WAL segment during restore (exit 0 = fetched)";
-    // issue 12: attached workers
+    // ---- attached workers ----
     /// Proc slots for worker processes that attach to the segment
     /// (supervised and external), PostgreSQL's max_worker_processes.
     max_worker_processes: u32 = 8 =>
@@ -213,7 +213,7 @@ declare_settings! {
     worker_restart_delay_ms: u32 = 5000 =>
         "worker_restart_delay", Kind::int(Unit::MS, Unit::S, 0, 3_600_000),
         "wait before restarting a supervised worker that exited 1";
-    // issue 13 (replication)
+    // ---- replication ----
     /// Walsenders (replication connections) allowed at once.
     max_wal_senders: u32 = 10 =>
         "max_wal_senders", Kind::count(0, crate::walsnd::MAX_WAL_SENDERS as u64),
@@ -241,11 +241,11 @@ declare_settings! {
         "max_slot_wal_keep_size",
         Kind::Text { valid: "-1 (no limit) or a size such as 1024MB or 2GB", check: keep_size_syntax },
         "WAL replication slots may keep (-1 = unlimited; beyond it a slot is lost)";
-    // ---- issue 14: statistics ----
+    // ---- statistics ----
     /// Time WAL writes and syncs for pg_stat_wal (PostgreSQL's setting).
     track_wal_io_timing: bool = false =>
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
-    // ---- issue 16: the direct path ----
+    // ---- the direct insert path ----
     /// Insertion locks backends spread over: `all` of `wal_insert_locks`
     /// (PostgreSQL's), `cpus` (at most one per CPU), `spare-cpu` (one
     /// fewer than CPUs) or `adaptive` (default: `all` while the walwriter
@@ -261,17 +261,17 @@ declare_settings! {
     wal_insert_lock_wait: InsertLockWait = InsertLockWait::Adaptive =>
         "wal_insert_lock_wait", Kind::Enum(InsertLockWait::NAMES),
         "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan), adaptive (queue, scan-yield while waits are frequent)";
-    // ---- issue 16: durable commits ----
+    // ---- durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
     /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it used
     /// 6-20 % less server CPU per commit at 16-256 clients, with a quarter
     /// fewer context switches, tps 1.0-1.24x, and tied at 1 and 4 clients
-    /// (within the noise); `leader` is PostgreSQL's XLogFlush (issue 16
-    /// notes).
+    /// (within the noise); `leader` is PostgreSQL's XLogFlush (see
+    /// `backend::xlog`'s notes).
     group_commit: GroupCommit = GroupCommit::Hybrid =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
         "who flushes for a durable commit: hybrid (itself when WALWriteLock is free, else the next releaser covers it or hands it the flush), leader (PostgreSQL's) or flusher (always the walwriter)";
-    // ---- issue 16: group commit (commit_delay / commit_siblings) ----
+    // ---- group commit (commit_delay / commit_siblings) ----
     /// Microseconds a flush leader sleeps before its fdatasync so that
     /// more commits join it (PostgreSQL's commit_delay; 0 = off).
     commit_delay_us: u32 = 0 =>
@@ -282,7 +282,7 @@ declare_settings! {
     commit_siblings: u32 = 5 =>
         "commit_siblings", Kind::count(0, 1000),
         "concurrent open transactions required before commit_delay applies";
-    // ---- issue 13: synchronous replication, one sleep per commit ----
+    // ---- synchronous replication, one sleep per commit ----
     /// A commit that waits for standbys only requests its local flush and
     /// sleeps once, in the sync-rep queue (the walsender sends only
     /// flushed WAL); off: PostgreSQL's order, flush then wait again.
@@ -304,7 +304,7 @@ declare_settings! {
     sync_rep_wake_chain: bool = false =>
         "sync_rep_wake_chain", Kind::Bool,
         "on: the walsender wakes the first released synchronous commit and each wakes the next; off (default): the walsender wakes them all, as PostgreSQL";
-    // ---- issue 16: wal_sync_method ----
+    // ---- wal_sync_method ----
     /// How WAL is made durable, with PostgreSQL's names and meaning on
     /// Linux (see `backend::walfile`): `fdatasync` (default) or `fsync`
     /// after writing; `open_datasync` / `open_sync` open each segment with
@@ -320,7 +320,7 @@ declare_settings! {
     wal_sync_method: WalSyncMethod = WalSyncMethod::Fdatasync =>
         "wal_sync_method", Kind::Enum(WalSyncMethod::NAMES),
         "how WAL is made durable: fdatasync (default) or fsync after writing, open_datasync (O_DSYNC) or open_sync (O_SYNC) writes";
-    // ---- issue 13: flow control of asynchronous streaming ----
+    // ---- flow control of asynchronous streaming ----
     /// walshm's own (PostgreSQL has no flow control): while a receiver
     /// streams, a backend about to insert WAL waits while the insert
     /// position is more than this far ahead of the least write position
@@ -328,7 +328,7 @@ declare_settings! {
     max_replication_lag_mb: u32 = 0 =>
         "max_replication_lag", Kind::int(Unit::MB, Unit::MB, 0, 1_000_000),
         "walshm only: inserting backends wait while WAL is this far ahead of the slowest streaming receiver's reported write (0 = off, PostgreSQL's behaviour)";
-    // ---- issue 16: durable commits, the hand-off baton ----
+    // ---- durable commits, the hand-off baton ----
     /// `group_commit = hybrid`: while a flush handed to a waiting backend
     /// is in flight (posted, WALWriteLock not yet taken), other committers
     /// do not lead but join it (`shmem::proc::FlushWaiters`' baton). Off
@@ -338,7 +338,7 @@ declare_settings! {
     group_commit_baton: bool = false =>
         "group_commit_baton", Kind::Bool,
         "hybrid group commit: committers arriving while a flush is being handed to a waiting backend join it instead of leading their own";
-    // ---- issue 16: commit replies (helper "respond") ----
+    // ---- commit replies ----
     /// Who sends a durable commit's reply: `backend` (waits for its flush,
     /// then replies) or `flusher` (hands the reply to the walwriter, which
     /// sends it after the covering fdatasync; see backend/src/reply.rs).
@@ -361,7 +361,7 @@ declare_settings! {
     commit_reply_max_members: u32 = 0 =>
         "commit_reply_max_members", Kind::count(0, 100_000),
         "commit_reply = flusher: hand replies to the walwriter only while at most this many processes are in the ProcArray (0 = no limit)";
-    // ---- issue 16: durable commits at few clients (helper "onecli") ----
+    // ---- durable commits at few clients ----
     /// With `fsync = on`, WAL segments are written with O_DIRECT (the
     /// kernel's page cache is bypassed; readers still read through it,
     /// which the kernel keeps coherent), whatever `wal_sync_method`:
@@ -375,11 +375,11 @@ declare_settings! {
     /// (3); tps 1.01x, 1.04x, 1.06x, 1.06x. Off by default: the gain is
     /// about this shared machine's noise, and walsenders, the archiver and
     /// readers then read the WAL back from the disk instead of the cache
-    /// (docs/benchmarks.md, session 24 "onecli").
+    /// (docs/benchmarks.md, durable commits at 1-16 clients).
     wal_direct_io: bool = false =>
         "wal_direct_io", Kind::Bool,
         "write WAL segments with O_DIRECT (bypassing the page cache) when fsync is on";
-    // ---- issue 13: group wake of released synchronous commits ----
+    // ---- group wake of released synchronous commits ----
     /// How a sync-rep release pass wakes the commits it released: `each`
     /// (the walsender posts every released backend's semaphore, one futex
     /// wake each; on 2 oversubscribed cores each wake lets the woken
@@ -398,7 +398,7 @@ declare_settings! {
     sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
         "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
         "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
-    // ---- issue 16: admission to the insertion API ----
+    // ---- admission to the insertion API ----
     /// At most this many processes per CPU (of the process's affinity
     /// mask) insert through the insertion API at a time without sleeping
     /// in between (built-in workloads and the worker library); the others

@@ -154,7 +154,7 @@ counter_structs!(FlatCounters, FlatTotals, "Mechanism and WAL counters of one pr
     wal_sync,
     wal_write_time_us,
     wal_sync_time_us,
-    /// Issue 16 (insertion under oversubscription): sleeps on an LWLock
+    /// Insertion under oversubscription: sleeps on an LWLock
     /// that ended with the lock taken again by someone else, so the woken
     /// waiter slept again (a futile wake-up); insertion-lock acquisitions
     /// that scanned the locks first (`wal_insert_lock_wait` scan,

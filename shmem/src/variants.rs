@@ -88,9 +88,9 @@ variant_enum!(
     }
 );
 
-// ---- issue 16 (direct path) ----
+// ---- the direct insert path ----
 variant_enum!(
-    /// How many WAL insertion locks backends spread over (issue 16).
+    /// How many WAL insertion locks backends spread over.
     InsertLockSpread {
         /// Every one of `wal_insert_locks` (PostgreSQL's behaviour).
         All = "all",
@@ -102,7 +102,7 @@ variant_enum!(
         /// writes what the inserters copied, keeps a CPU. With every CPU
         /// copying, the walwriter falls behind and the inserters write
         /// full buffers themselves under WALWriteLock (docs/benchmarks.md,
-        /// sessions 26-27).
+        /// insertion locks under oversubscription).
         SpareCpu = "spare-cpu",
         /// `all` while the walwriter keeps up, `spare-cpu` while it falls
         /// behind: backends initialize most buffer pages themselves and
@@ -113,7 +113,7 @@ variant_enum!(
 );
 
 variant_enum!(
-    /// What a backend does when its WAL insertion lock is busy (issue 16).
+    /// What a backend does when its WAL insertion lock is busy.
     InsertLockWait {
         /// Sleep on that lock, and prefer the next one next time
         /// (PostgreSQL's WALInsertLockAcquire).
@@ -133,9 +133,9 @@ variant_enum!(
     }
 );
 
-// ---- issue 16 (durable commits) ----
+// ---- durable commits ----
 variant_enum!(
-    /// Who writes and syncs the WAL a durable commit waits for (issue 16).
+    /// Who writes and syncs the WAL a durable commit waits for.
     GroupCommit {
         /// PostgreSQL's XLogFlush: every committer waits for insertions,
         /// then `acquire_or_wait(WALWriteLock)`; the winner flushes for all,
@@ -163,7 +163,7 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 }
 
 variant_enum!(
-    /// How WAL is made durable (PostgreSQL's `wal_sync_method`, issue 16;
+    /// How WAL is made durable (PostgreSQL's `wal_sync_method`,
     /// Linux's values: `fsync_writethrough` does not exist there). The
     /// `open_*` methods open segments with a sync flag, so each write is
     /// durable when it returns and no separate sync is issued.
@@ -179,9 +179,9 @@ variant_enum!(
     }
 );
 
-// ---- issue 16 (commit replies) ----
+// ---- commit replies ----
 variant_enum!(
-    /// Who sends a durable commit's reply (issue 16).
+    /// Who sends a durable commit's reply.
     CommitReply {
         /// The committing backend waits for its flush, then replies
         /// (PostgreSQL's way).
@@ -192,10 +192,10 @@ variant_enum!(
     }
 );
 
-// ---- issue 13 (synchronous replication wake-ups) ----
+// ---- synchronous replication wake-ups ----
 variant_enum!(
-    /// How a sync-rep release pass wakes the commits it released (issue 13,
-    /// `sync_rep_wake`; see backend/src/syncrep.rs).
+    /// How a sync-rep release pass wakes the commits it released
+    /// (`sync_rep_wake`; see backend/src/syncrep.rs).
     SyncRepWake {
         /// The walsender posts each released backend's semaphore, one
         /// futex wake per commit (PostgreSQL's way).

@@ -162,10 +162,10 @@ wait_events! {
     CONTROL_FILE_SYNC_UPDATE = (PG_WAIT_IO, 7, "ControlFileSyncUpdate");
     /// A backend held back by `max_replication_lag` until the receivers'
     /// reported write positions advance (walshm's own: PostgreSQL has no
-    /// flow control; issue 13).
+    /// flow control).
     REPLICATION_THROTTLE = (PG_WAIT_IPC, 13, "ReplicationThrottle");
     /// A process waiting for its turn to insert (`insert_concurrency_per_cpu`,
-    /// walshm's own; issue 16).
+    /// walshm's own).
     INSERT_ADMISSION = (PG_WAIT_IPC, 14, "InsertAdmission");
 }
 

@@ -32,7 +32,7 @@
 //! sleep is not lost. SIGURG's default action is to ignore it, so a signal
 //! to a pid that has just exited (or been reused) is harmless.
 //!
-//! Flow control (`max_replication_lag`, issue 13; [`ThrottleCtl`], its own
+//! Flow control (`max_replication_lag`, walshm's own; [`ThrottleCtl`], its own
 //! cache line): `allowed_upto` is the "throttle point" walsenders publish
 //! (under `ReplCtl::lock`, so that concurrent publishers cannot leave an
 //! older minimum behind a newer one): the least write position reported by
@@ -54,7 +54,7 @@
 //! publisher sees its target).
 //!
 //! Group wake of released sync-rep waiters (`sync_rep_wake = group`,
-//! issue 13; [`GroupWake`], its own cache line): a waiter reads `seq`
+//! walshm's own; [`GroupWake`], its own cache line): a waiter reads `seq`
 //! (Acquire), then checks its RELEASED state, then sleeps with
 //! FUTEX_WAIT_BITSET on `seq` expecting the value it read, with the bit of
 //! its commit LSN's 512-byte bucket (mod 32). A release pass stores RELEASED
@@ -235,7 +235,7 @@ pub struct ReplCtl {
     pub group_wake: GroupWake,
     pub senders: [WalSnd; MAX_WAL_SENDERS],
     pub slots: [SlotShared; MAX_SLOTS],
-    /// Flow control (issue 13, see the module header).
+    /// Flow control (`max_replication_lag`, see the module header).
     pub throttle: ThrottleCtl,
 }
 

@@ -91,8 +91,8 @@ pub struct BufMapState {
     pub buffer_full_waits: AtomicU64,
 }
 
-/// Whether the walwriter keeps up with the inserters (issue 16,
-/// `wal_insert_lock_spread = adaptive`). Its own cache line: backends read
+/// Whether the walwriter keeps up with the inserters
+/// (`wal_insert_lock_spread = adaptive`). Its own cache line: backends read
 /// it on every insertion-lock acquisition, the walwriter writes it only
 /// when it changes.
 #[repr(C, align(128))]
@@ -152,6 +152,6 @@ pub struct XLogCtl {
     pub walwriter_latch: Latch,
     pub checkpointer: CheckpointerShared,
     pub wal_stats: WalStatsShared,
-    /// Procs waiting for the walwriter's flush (issue 16; all-zero: none).
+    /// Procs waiting for the walwriter's flush (all-zero: none).
     pub flush_waiters: crate::proc::FlushWaiters,
 }

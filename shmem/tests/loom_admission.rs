@@ -1,5 +1,5 @@
-//! Loom model of the admission queue's hand-off (issue 16,
-//! `insert_concurrency_per_cpu`, `shmem::admission`): three processes, one
+//! Loom model of the admission queue's hand-off
+//! (`insert_concurrency_per_cpu`, `shmem::admission`): three processes, one
 //! token. Each enters; a queued one sleeps on its semaphore until a holder
 //! passes the token to it (no revocation here: the turn never ends).
 //! Loom explores every interleaving and checks:

@@ -1,4 +1,4 @@
-//! Loom models of the flush hand-off (issue 16, `shmem::proc::FlushWaiters`)
+//! Loom models of the flush hand-off (`shmem::proc::FlushWaiters`)
 //! over the same `Proc` slots the runtime uses. A waiter publishes the LSN
 //! it needs, re-checks the flush result after a SeqCst fence and sleeps on
 //! its semaphore; a notifier advances the flush result and calls `notify`.

@@ -1,5 +1,5 @@
-//! Loom model of the sync-rep group wake (`sync_rep_wake = group`, issue
-//! 13; `shmem::walsnd::GroupWake`) over the same `#[repr(C)]` structs the
+//! Loom model of the sync-rep group wake (`sync_rep_wake = group`,
+//! `shmem::walsnd::GroupWake`) over the same `#[repr(C)]` structs the
 //! runtime uses (`GroupWake`, `SyncRepWaiter`). Waiters loop as
 //! `backend::syncrep::wait_for` does: read `seq`, check RELEASED, sleep on
 //! `seq` with their LSN's bit; a releaser stores RELEASED (under a lock, as

@@ -1,5 +1,5 @@
-//! Loom models of the commit-reply hand-off (issue 16, `commit_reply =
-//! flusher`, `shmem::proc::ReplySlot`) over the same `Proc` slot the
+//! Loom models of the commit-reply hand-off (`commit_reply = flusher`,
+//! `shmem::proc::ReplySlot`) over the same `Proc` slot the
 //! runtime uses. The owner (a backend) hands its reply off, then settles
 //! it (as before reading its next message): it sets `waiting`, looks at the
 //! state again and sleeps on its semaphore; the flusher (the walwriter)

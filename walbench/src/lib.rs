@@ -16,7 +16,7 @@
 //!
 //! `walbench worker-vs-builtin --worker-cmd CMD` (module `workercmp`)
 //! compares a worker program using the library with the built-in
-//! workloads (issue 12).
+//! workloads.
 //!
 //! `walbench torture -D DIR` (module `torture`) kills server processes or
 //! simulates power losses in a loop and checks that no acknowledged commit

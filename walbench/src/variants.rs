@@ -158,29 +158,29 @@ pub const VARIANTS: &[Variant] = &[
         "seed 004: each backend clears its XID under ProcArrayLock"),
     Variant::new("atomic-reserve", &[Knob::WalReservation(Reservation::Atomic)],
         "beyond the seeds: lock-free reservation"),
-    // ---- issue 16 (direct path) ----
+    // ---- the direct insert path ----
     Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
-        "issue 16: backends use at most one insertion lock per CPU"),
+        "walshm's own experiment: backends use at most one insertion lock per CPU"),
     Variant::new("all-insert-locks", &[Knob::InsertLockSpread(InsertLockSpread::All)],
-        "issue 16: backends spread over every insertion lock even when the walwriter falls behind (PostgreSQL's)"),
+        "PostgreSQL's: backends spread over every insertion lock even when the walwriter falls behind"),
     Variant::new("spare-cpu-locks", &[Knob::InsertLockSpread(InsertLockSpread::SpareCpu)],
-        "issue 16: backends use one insertion lock fewer than CPUs (the walwriter keeps one)"),
+        "walshm's own experiment: backends use one insertion lock fewer than CPUs (the walwriter keeps one)"),
     Variant::new("scan-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Scan)],
-        "issue 16: a backend whose insertion lock is busy takes any free one first"),
+        "walshm's own experiment: a backend whose insertion lock is busy takes any free one first"),
     Variant::new("scan-yield-insert-locks", &[Knob::InsertLockWait(InsertLockWait::ScanYield)],
-        "issue 16: as scan-insert-locks, and yields and re-scans before sleeping"),
+        "walshm's own experiment: as scan-insert-locks, and yields and re-scans before sleeping"),
     Variant::new("queue-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Queue)],
-        "issue 16: always sleep on a busy insertion lock (PostgreSQL's; the default is adaptive)"),
-    // issue 16
+        "PostgreSQL's: always sleep on a busy insertion lock (the default is adaptive)"),
+    // ---- durable commits: who flushes ----
     Variant::new("flusher-commit", &[Knob::GroupCommit(GroupCommit::Flusher)],
-        "issue 16: the walwriter flushes for committers and wakes each once"),
+        "MySQL 8's dedicated flusher: the walwriter flushes for committers and wakes each once"),
     Variant::new("leader-commit", &[Knob::GroupCommit(GroupCommit::Leader)],
-        "issue 16: PostgreSQL's XLogFlush: whoever gets WALWriteLock flushes, the others wake and re-check"),
-    // issue 16: wal_sync_method (meaningful with fsync on)
+        "PostgreSQL's XLogFlush: whoever gets WALWriteLock flushes, the others wake and re-check"),
+    // ---- wal_sync_method (meaningful with fsync on) ----
     Variant::new("open-datasync", &[Knob::WalSyncMethod(WalSyncMethod::OpenDatasync)],
-        "issue 16: WAL segments opened with O_DSYNC, each write durable, no fdatasync"),
+        "PostgreSQL's open_datasync: WAL segments opened with O_DSYNC, each write durable, no fdatasync"),
     Variant::new("fsync-method", &[Knob::WalSyncMethod(WalSyncMethod::Fsync)],
-        "issue 16: fsync instead of fdatasync"),
+        "PostgreSQL's fsync method: fsync instead of fdatasync"),
 ];
 
 #[cfg(test)]

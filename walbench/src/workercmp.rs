@@ -1,5 +1,5 @@
 //! `walbench worker-vs-builtin --worker-cmd CMD`: the library against the
-//! built-in workloads in one command (issue 12). For each client count it
+//! built-in workloads in one command. For each client count it
 //! measures the built-in `emit:SIZE` and then CMD run as that many
 //! supervised workers (`postmaster start --worker`, given `--size SIZE`),
 //! records/s each; then the built-in `emit-tx:SIZE` and CMD with `--tx`,

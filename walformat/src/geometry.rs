@@ -124,7 +124,7 @@ impl Geometry {
         self.bytepos_to_lsn(pos, true)
     }
 
-    /// Issue 16: the two divisions here (the first by a runtime divisor)
+    /// The two divisions here (the first by a runtime divisor)
     /// stay. A constant-divisor path for the default segment size (inlined,
     /// the compiler merged it back into one `div`; out of line, a multiply
     /// by the reciprocal) was slower in a microbenchmark, 3.4 against 2.7 ns
@@ -245,8 +245,8 @@ impl Geometry {
 }
 
 /// The byte positions of one WAL page and their LSNs, to convert positions
-/// on that page without [`Geometry::bytepos_to_lsn`]'s divisions (issue 16:
-/// an inserter converts three positions per record, start, end and
+/// on that page without [`Geometry::bytepos_to_lsn`]'s divisions (an
+/// inserter converts three positions per record, start, end and
 /// `xl_prev`, nearly always on the page it converted last).
 ///
 /// Invariant: positions `first_pos .. first_pos + usable` are the page's

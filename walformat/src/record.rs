@@ -17,8 +17,8 @@
 //!
 //! The CRC is fed from the values being written (header fields as words,
 //! the caller's prefix and payload slices), never by reading back bytes just
-//! stored into a WAL buffer: such loads wait for the stores' cache misses
-//! (issue 16). The bytes are the same either way (tests below check both
+//! stored into a WAL buffer: such loads wait for the stores' cache misses.
+//! The bytes are the same either way (tests below check both
 //! against the `crc32c` crate over the written bytes).
 
 use crate::consts::{
@@ -171,7 +171,7 @@ impl RecordBuf {
 const SHORT_CRC_MAX: usize = 768;
 
 /// CRC-32C of `data` continuing from `crc` (the same function as
-/// `crc32c::crc32c_append`). Issue 16: most records are a few dozen bytes,
+/// `crc32c::crc32c_append`). Most records are a few dozen bytes,
 /// where that crate's set-up (alignment split, chunking into three lanes,
 /// bytewise head and tail) was most of the cost; short inputs here take
 /// eight bytes per instruction from any alignment, then four, then bytes.
@@ -242,7 +242,7 @@ fn header_crc_words(tot_len: u32, xid: u32, prev: Lsn, rmid: u8, info: u8) -> (u
 }
 
 /// `xl_crc` of a record whose body has CRC `data_crc`, from the header's
-/// field values (never from header bytes just stored: issue 16's profile
+/// field values (never from header bytes just stored: a profile
 /// showed the `crc32` loads of freshly written bytes waiting on the
 /// stores, 87 % of the CRC's samples on one load).
 fn header_crc(data_crc: u32, tot_len: u32, xid: u32, prev: Lsn, rmid: u8, info: u8) -> u32 {
@@ -395,7 +395,7 @@ pub fn try_logical_message_into(
 }
 
 /// A LogicalMessage record given by its parts, assembled straight into
-/// its destination (issue 16: the WAL buffer page it is reserved in)
+/// its destination (the WAL buffer page it is reserved in)
 /// instead of into a [`RecordBuf`] that is then copied there. The bytes
 /// [`LogicalMessage::write_into`] produces are exactly those of
 /// [`logical_message_into`] followed by [`RecordBuf::finish`].
@@ -448,7 +448,7 @@ impl<'a> LogicalMessage<'a> {
     /// Writes the whole record, `xl_prev` = `prev` and `xl_crc` included,
     /// into `dst` (exactly `total_len()` bytes). Only stores touch `dst`:
     /// the CRC is computed from the parts ([`LogicalMessage::record_crc`]),
-    /// not by reading back the written bytes (issue 16: `dst` is a WAL
+    /// not by reading back the written bytes (`dst` is a WAL
     /// buffer line another core just zeroed, and the loads waited for the
     /// stores' cache misses).
     ///

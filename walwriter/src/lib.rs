@@ -9,7 +9,7 @@
 //! the latch: backends set it when a quarter of the buffers
 //! awaits writing, and a commit that does not wait for its flush sets it too.
 //!
-//! Flush on behalf (issue 12): library workers never write WAL files
+//! Flush on behalf: library workers never write WAL files
 //! (`IoMode::ViaWalwriter`); a worker that needs a flush, or a buffer page
 //! written out, stores the LSN in its proc slot's `flush_wanted`, sets our
 //! latch and sleeps on its semaphore. After each round the notifier swaps
@@ -21,7 +21,7 @@
 //! progress. The notifier reads only the waiter bitmap's words
 //! (`shmem::proc::FlushWaiters`), not every proc slot.
 //!
-//! Dedicated flusher (issue 16, `group_commit = flusher`): backends hand
+//! Dedicated flusher (`group_commit = flusher`): backends hand
 //! their commit flush over the same way. While anybody waits and a round
 //! wrote something, the next round starts at once: the requests that
 //! arrived during one fdatasync fill the next (MySQL 8's log
@@ -29,13 +29,13 @@
 //! backends pass the flush among themselves (see `backend::xlog`): only
 //! waiting no-I/O processes keep us going round at once.
 //!
-//! Commit replies (issue 16, `commit_reply = flusher`): after each round
+//! Commit replies (`commit_reply = flusher`): after each round
 //! the walwriter also sends the replies backends handed over for commits
 //! the flush now covers, clearing their XIDs first (`backend::reply`);
 //! handed-off replies still waiting count as waiters, so the next round
 //! starts at once.
 //!
-//! Insertion-lock pace (issue 16, `wal_insert_lock_spread = adaptive`):
+//! Insertion-lock pace (`wal_insert_lock_spread = adaptive`):
 //! after each round, `PaceWatch` judges from the page counters and the
 //! time we slept on the latch whether we fall behind the inserters, and if
 //! so has them leave us a CPU (see `backend::xlog`).

@@ -1,5 +1,5 @@
 //! `walshm`: attach a process to a running walshm server and write, commit
-//! and read WAL through its shared memory (issue 12), from Rust or, through
+//! and read WAL through its shared memory, from Rust or, through
 //! the C ABI of `ffi` (`include/walshm.h`), from any language.
 //!
 //! ```no_run

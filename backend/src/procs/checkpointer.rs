@@ -200,7 +200,8 @@ impl<'a> Checkpointer<'a> {
         // PostgreSQL's XLOGfileslop): those segments then exist when the
         // writer reaches them, so writing them allocates no file pages (on
         // tmpfs: no page allocation and zeroing in the writer, no freeing
-        // here). Issue 16: a quarter left half of them to be created anew.
+        // here). Keeping only a quarter of max_wal_size left half of them to
+        // be created anew.
         let keep_future = crate::xlog::checkpoint_wal_trigger(s) / self.geo.seg_size + 1;
         let keep_future = keep_future.clamp(1, 64);
         let cutoff =

@@ -648,7 +648,8 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     }
     let stream = PollingStream::new(stream, shm);
     let served = if crate::reply::enabled(&ctx) {
-        // Durable commits' replies go out through the walwriter (issue 16).
+        // Durable commits' replies go out through the walwriter
+        // (`commit_reply = flusher`).
         crate::reply::register_connection(me, fd);
         crate::reply::lower_own_priority(&ctx);
         session.xact.defer_replies(true);

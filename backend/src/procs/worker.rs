@@ -180,7 +180,7 @@ const SAMPLE_EVERY: u64 = 8;
 
 /// The same for the non-transactional `emit` loops, which run at millions
 /// of records per second: two clock reads in 8 records were 4 % of an
-/// `emit:16` record's CPU (issue 16 profile); one in 64 still gives tens of
+/// `emit:16` record's CPU in a profile; one in 64 still gives tens of
 /// thousands of samples a second.
 const EMIT_SAMPLE_EVERY: u64 = 64;
 

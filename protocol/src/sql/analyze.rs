@@ -42,9 +42,9 @@ pub enum Func {
     SwitchWal,
     Repeat,
     Version,
-    /// pg_create_physical_replication_slot(name [, immediately_reserve [, temporary]]) (issue 13).
+    /// pg_create_physical_replication_slot(name [, immediately_reserve [, temporary]]).
     CreatePhysicalSlot,
-    /// pg_drop_replication_slot(name) (issue 13).
+    /// pg_drop_replication_slot(name).
     DropSlot,
     Now,
     WalfileName,
@@ -118,7 +118,7 @@ static CATALOG: &[Signature] = signatures! {
     "upper"(Text) -> Text => Upper;
     "lower"(Text) -> Text => Lower;
     "length"(Text) -> Int4 => Length;
-    // issue 13 (replication): the record (slot_name, lsn).
+    // Replication slots: creation returns the record (slot_name, lsn).
     "pg_create_physical_replication_slot"(Text) -> SqlType::Record => CreatePhysicalSlot;
     "pg_create_physical_replication_slot"(Text, Bool) -> SqlType::Record => CreatePhysicalSlot;
     "pg_create_physical_replication_slot"(Text, Bool, Bool) -> SqlType::Record => CreatePhysicalSlot;

@@ -1,4 +1,4 @@
-//! `interval` input and output (issue 13: comparing pg_stat_replication's
+//! `interval` input and output (for comparing pg_stat_replication's
 //! lag columns, `WHERE write_lag < interval '10 s'`).
 //!
 //! A walshm interval is a signed count of microseconds (`Value::Int`):
