@@ -1099,3 +1099,117 @@ fn synchronous_commit_levels_server_wide() {
         );
     }
 }
+
+// ---- the replication surface against hostile or unusual input ----
+
+/// The ErrorResponse fields of the first error in `msgs`.
+fn error_fields(msgs: &[(u8, Vec<u8>)]) -> std::collections::HashMap<u8, String> {
+    msgs.iter()
+        .find(|(t, _)| *t == b'E')
+        .map(|(_, b)| fields(b))
+        .unwrap_or_default()
+}
+
+/// (SQLSTATE, message) of the first error in `msgs`.
+fn error_of(msgs: &[(u8, Vec<u8>)]) -> (String, String) {
+    let f = error_fields(msgs);
+    (
+        f.get(&b'C').cloned().unwrap_or_default(),
+        f.get(&b'M').cloned().unwrap_or_default(),
+    )
+}
+
+/// `psql -X -A -t -v VERBOSITY=verbose -c CMD` on connection string
+/// `conninfo` (errors then carry their SQLSTATE), with `env`.
+fn psql_cmd(psql: &Path, conninfo: &str, cmd: &str, env: &[(&str, &str)]) -> Out {
+    let mut c = Command::new(psql);
+    c.args([
+        "-X",
+        "-A",
+        "-t",
+        "-v",
+        "VERBOSITY=verbose",
+        "-c",
+        cmd,
+        conninfo,
+    ])
+    .env("PGSSLMODE", "disable")
+    .env("PGCONNECT_TIMEOUT", "10");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run_cmd(&mut c, Duration::from_secs(20))
+}
+
+/// A timeline of 0 is "invalid timeline 0" (42601), as PostgreSQL's
+/// replication grammar says, for TIMELINE_HISTORY and START_REPLICATION;
+/// the connection stays usable (psql over a replication=database
+/// connection).
+#[test]
+fn timeline_zero_is_an_invalid_timeline() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-tli0", &["fsync=off"]) else {
+        return;
+    };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database application_name=t",
+        d.path.display()
+    );
+    for cmd in [
+        "TIMELINE_HISTORY 0",
+        "START_REPLICATION 0/1000000 TIMELINE 0",
+    ] {
+        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
+        assert!(
+            !o.status.success() && o.stderr.contains("ERROR:  42601: invalid timeline 0"),
+            "{cmd}\n{}",
+            o.describe()
+        );
+    }
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let r = query(&mut s, "TIMELINE_HISTORY 0");
+    assert_eq!(error_of(&r), ("42601".into(), "invalid timeline 0".into()));
+    assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
+    srv.stop_ok();
+}
+
+/// RESERVE_WAL given twice, in either syntax, is "conflicting or
+/// redundant options" (42601) and creates no slot.
+#[test]
+fn a_slot_option_given_twice_is_refused() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-twice", &["fsync=off"]) else {
+        return;
+    };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database",
+        d.path.display()
+    );
+    for cmd in [
+        "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
+        "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
+    ] {
+        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
+        assert!(
+            !o.status.success()
+                && o.stderr
+                    .contains("ERROR:  42601: conflicting or redundant options"),
+            "{cmd}\n{}",
+            o.describe()
+        );
+    }
+    let o = psql_cmd(&psql, &conninfo, "READ_REPLICATION_SLOT s", &[]);
+    assert_eq!(o.stdout, "||\n", "a slot was created\n{}", o.describe());
+    let o = psql_cmd(
+        &psql,
+        &conninfo,
+        "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)",
+        &[],
+    );
+    assert!(o.status.success(), "{}", o.describe());
+    srv.stop_ok();
+}

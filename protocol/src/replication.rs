@@ -11,14 +11,19 @@
 //! SHOW name
 //! READ_REPLICATION_SLOT slot
 //! TIMELINE_HISTORY tli
-//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL]
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL ...]
 //! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
 //! DROP_REPLICATION_SLOT slot [WAIT]
 //! START_REPLICATION [SLOT slot] [PHYSICAL] X/Y [TIMELINE tli]
 //! ```
 //!
 //! Anything else is ERROR 42601 "syntax error", as PostgreSQL's replication
-//! grammar answers; logical slots and BASE_BACKUP are 0A000.
+//! grammar answers; logical slots and BASE_BACKUP are 0A000. Checks made
+//! here as PostgreSQL's grammar and option parser make them: a timeline
+//! of 0 is 42601 "invalid timeline 0"; a slot option given twice, or one
+//! that only logical slots take (the snapshot options, TWO_PHASE), is
+//! 42601 "conflicting or redundant options"; an unknown parenthesized
+//! option is XX000 "unrecognized option: NAME" (PostgreSQL's elog).
 //!
 //! Stream messages (all inside CopyData, integers big-endian, times in
 //! microseconds since 2000-01-01):
@@ -240,10 +245,7 @@ pub fn parse_command(text: &str) -> Result<Command, SqlError> {
         "identify_system" => Command::IdentifySystem,
         "show" => Command::Show(show_name(&mut t)?),
         "read_replication_slot" => Command::ReadReplicationSlot(t.ident()?),
-        "timeline_history" => {
-            let tli = t.number()?;
-            Command::TimelineHistory(u32::try_from(tli).map_err(|_| syntax_error())?)
-        }
+        "timeline_history" => Command::TimelineHistory(timeline_id(&mut t)?),
         "create_replication_slot" => create_slot(&mut t)?,
         "drop_replication_slot" => {
             let name = t.ident()?;
@@ -268,6 +270,19 @@ fn show_name(t: &mut Tokens) -> Result<String, SqlError> {
     t.ident()
 }
 
+/// A timeline ID (PostgreSQL's UCONST): 0 is "invalid timeline 0", as
+/// repl_gram.y says for TIMELINE_HISTORY and START_REPLICATION.
+fn timeline_id(t: &mut Tokens) -> Result<u32, SqlError> {
+    let n = u32::try_from(t.number()?).map_err(|_| syntax_error())?;
+    if n == 0 {
+        return Err(SqlError::error(
+            sqlstate::SYNTAX_ERROR,
+            format!("invalid timeline {n}"),
+        ));
+    }
+    Ok(n)
+}
+
 fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
     let name = t.ident()?;
     let temporary = t.keyword("temporary");
@@ -282,7 +297,7 @@ fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
     let reserve_wal = if t.punct('(') {
         slot_options(t)?
     } else {
-        t.keyword("reserve_wal")
+        legacy_slot_options(t)?
     };
     Ok(Command::CreatePhysicalSlot {
         name,
@@ -294,41 +309,78 @@ fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
 /// PostgreSQL 15's parenthesized options after `(`: RESERVE_WAL [bool];
 /// returns whether WAL is reserved.
 fn slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
-    let mut reserve;
+    let mut reserve = SlotOptions::default();
     loop {
         let option = t.ident()?;
-        let value = match t.peek() {
-            Some(Token::Word(w)) if w != "," => {
-                let w = w.clone();
-                t.at += 1;
-                Some(w)
-            }
-            Some(Token::Str(s)) => {
-                let s = s.clone();
-                t.at += 1;
-                Some(s.to_ascii_lowercase())
-            }
-            Some(Token::Number(n)) => {
-                let n = *n;
-                t.at += 1;
-                Some(n.to_string())
-            }
-            _ => None,
-        };
-        match option.as_str() {
-            "reserve_wal" => reserve = parse_bool_option(&option, value.as_deref())?,
-            _ => {
-                return Err(SqlError::error(
-                    sqlstate::SYNTAX_ERROR,
-                    format!("unrecognized option: {option}"),
-                ))
-            }
-        }
+        let value = option_value(t);
+        reserve.take(&option, value.as_deref())?;
         if t.punct(')') {
-            return Ok(reserve);
+            return Ok(reserve.reserve_wal);
         }
         if !t.punct(',') {
             return Err(syntax_error());
+        }
+    }
+}
+
+/// The unparenthesized options (PostgreSQL's create_slot_legacy_opt list:
+/// any number of RESERVE_WAL, EXPORT_SNAPSHOT, NOEXPORT_SNAPSHOT,
+/// USE_SNAPSHOT, TWO_PHASE); returns whether WAL is reserved.
+fn legacy_slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
+    let mut reserve = SlotOptions::default();
+    loop {
+        let option = match t.peek() {
+            Some(Token::Word(w)) => match w.as_str() {
+                "reserve_wal" | "two_phase" => w.clone(),
+                "export_snapshot" | "noexport_snapshot" | "use_snapshot" => "snapshot".into(),
+                _ => return Ok(reserve.reserve_wal),
+            },
+            _ => return Ok(reserve.reserve_wal),
+        };
+        t.at += 1;
+        reserve.take(&option, None)?;
+    }
+}
+
+/// An option's value, if one follows its name (a word, a string or a
+/// number), lower-cased.
+fn option_value(t: &mut Tokens) -> Option<String> {
+    let value = match t.peek()? {
+        Token::Word(w) => w.clone(),
+        Token::Str(s) => s.to_ascii_lowercase(),
+        Token::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    t.at += 1;
+    Some(value)
+}
+
+/// The options of a physical slot seen so far (PostgreSQL's
+/// parseCreateReplSlotOptions).
+#[derive(Default)]
+struct SlotOptions {
+    reserve_wal: bool,
+    reserve_wal_given: bool,
+}
+
+impl SlotOptions {
+    /// Takes one option: a second RESERVE_WAL, or an option of logical
+    /// slots only, is "conflicting or redundant options".
+    fn take(&mut self, option: &str, value: Option<&str>) -> Result<(), SqlError> {
+        let conflicting =
+            || SqlError::error(sqlstate::SYNTAX_ERROR, "conflicting or redundant options");
+        match option {
+            "reserve_wal" if self.reserve_wal_given => Err(conflicting()),
+            "reserve_wal" => {
+                self.reserve_wal = parse_bool_option(option, value)?;
+                self.reserve_wal_given = true;
+                Ok(())
+            }
+            "snapshot" | "two_phase" => Err(conflicting()),
+            _ => Err(SqlError::error(
+                sqlstate::INTERNAL_ERROR,
+                format!("unrecognized option: {option}"),
+            )),
         }
     }
 }
@@ -361,8 +413,7 @@ fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
         _ => return Err(syntax_error()),
     };
     let timeline = if t.keyword("timeline") {
-        let n = t.number()?;
-        Some(u32::try_from(n).map_err(|_| syntax_error())?)
+        Some(timeline_id(t)?)
     } else {
         None
     };
@@ -703,6 +754,52 @@ mod tests {
                 .code,
             "0A000"
         );
+    }
+
+    #[test]
+    fn timeline_zero_is_invalid_as_postgresql_says() {
+        for cmd in [
+            "TIMELINE_HISTORY 0",
+            "START_REPLICATION 0/1000000 TIMELINE 0",
+        ] {
+            let e = parse_command(cmd).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                ("42601", "invalid timeline 0"),
+                "{cmd}"
+            );
+        }
+        assert_eq!(
+            parse_command("TIMELINE_HISTORY 2").unwrap(),
+            Command::TimelineHistory(2)
+        );
+    }
+
+    #[test]
+    fn redundant_or_logical_only_slot_options_conflict() {
+        for cmd in [
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false, reserve_wal 'true')",
+            "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (SNAPSHOT 'export')",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (TWO_PHASE)",
+            "CREATE_REPLICATION_SLOT s PHYSICAL EXPORT_SNAPSHOT",
+        ] {
+            let e = parse_command(cmd).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                ("42601", "conflicting or redundant options"),
+                "{cmd}"
+            );
+        }
+        let e = parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (WAIT)").unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("XX000", "unrecognized option: wait")
+        );
+        let e =
+            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL maybe)").unwrap_err();
+        assert_eq!(e.code, "42601");
     }
 
     #[test]
