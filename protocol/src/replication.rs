@@ -25,6 +25,11 @@
 //! 42601 "conflicting or redundant options"; an unknown parenthesized
 //! option is XX000 "unrecognized option: NAME" (PostgreSQL's elog).
 //!
+//! Replies keep PostgreSQL's shapes: TIMELINE_HISTORY's `content` column
+//! is labelled bytea and carries the file's bytes as they are (sent in
+//! pieces by the caller behind [`timeline_history_head`]); a stream of a
+//! timeline older than the server's ends with [`next_timeline_result`].
+//!
 //! Stream messages (all inside CopyData, integers big-endian, times in
 //! microseconds since 2000-01-01):
 //!
@@ -454,19 +459,7 @@ pub fn result_set(
     tag: &str,
 ) -> Result<Vec<u8>, SqlError> {
     let mut out = Out::new();
-    let fields: Vec<FieldDescription> = columns
-        .iter()
-        .map(|(name, ty)| {
-            let (type_oid, type_len) = ty.oid_len();
-            FieldDescription {
-                name: name.to_string(),
-                type_oid,
-                type_len,
-                format: 0,
-            }
-        })
-        .collect();
-    out.row_description(&fields)?;
+    out.row_description(&field_descriptions(columns))?;
     for row in rows {
         let lens: Vec<Option<usize>> = row.iter().map(|c| c.as_ref().map(String::len)).collect();
         out.data_row_header(&lens)?;
@@ -479,6 +472,58 @@ pub fn result_set(
     }
     out.command_complete(tag);
     Ok(out.bytes().to_vec())
+}
+
+fn field_descriptions(columns: &[(&str, ColumnType)]) -> Vec<FieldDescription> {
+    columns
+        .iter()
+        .map(|(name, ty)| {
+            let (type_oid, type_len) = ty.oid_len();
+            FieldDescription {
+                name: name.to_string(),
+                type_oid,
+                type_len,
+                format: 0,
+            }
+        })
+        .collect()
+}
+
+/// The start of TIMELINE_HISTORY's answer for history file `file` of
+/// `len` bytes: RowDescription (`filename` text, `content` labelled bytea
+/// as PostgreSQL labels it, the file's bytes as they are) and the DataRow
+/// up to the content. The caller sends the `len` content bytes, then
+/// CommandComplete "TIMELINE_HISTORY": the file is never held whole.
+pub fn timeline_history_head(file: &str, len: usize) -> Result<Vec<u8>, SqlError> {
+    let mut out = Out::new();
+    out.row_description(&field_descriptions(&[
+        ("filename", ColumnType::Text),
+        ("content", ColumnType::Bytea),
+    ]))?;
+    out.data_row_header(&[Some(file.len()), Some(len)])?;
+    out.column_len(Some(file.len()));
+    out.raw(file.as_bytes());
+    out.column_len(Some(len));
+    Ok(out.bytes().to_vec())
+}
+
+/// What ends START_REPLICATION on a timeline older than the server's
+/// (after the CopyDones, or at once when it asked to start at the switch
+/// point): the timeline that followed and where it began, then
+/// CommandComplete "START_STREAMING" (walsender.c's StartReplication; the
+/// caller adds the command's own CommandComplete).
+pub fn next_timeline_result(next_tli: u32, next_tli_start: u64) -> Result<Vec<u8>, SqlError> {
+    result_set(
+        &[
+            ("next_tli", ColumnType::Int8),
+            ("next_tli_startpos", ColumnType::Text),
+        ],
+        &[vec![
+            Some(next_tli.to_string()),
+            Some(format_lsn(next_tli_start)),
+        ]],
+        "START_STREAMING",
+    )
 }
 
 /// CommandComplete `tag`.
