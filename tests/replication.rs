@@ -1404,6 +1404,104 @@ fn standby_reports_beyond_what_was_sent_release_nothing() {
     srv.stop_ok();
 }
 
+/// Replication needs the replication role: with only the login password
+/// set, a replication connection over TCP (pg_receivewal) is refused with
+/// PostgreSQL's FATAL and a TCP session may not create a slot (42501);
+/// with a replication password set, replication over TCP logs in with it
+/// and only with it. (The Unix socket admits only the server's own OS
+/// user, the superuser: every other test here replicates through it.)
+#[test]
+fn replication_over_tcp_needs_the_replication_password() {
+    let Some(bin) = pg_receivewal() else { return };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let t = TempDir::new("rep-role");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["listen_addresses=127.0.0.1", "fsync=off"];
+    let login = [("WALSHM_PASSWORD", "login-pw")];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &[], &login);
+    let p = port.to_string();
+    fs::create_dir_all(t.join("recv")).unwrap();
+    let o = run_cmd(
+        Command::new(&bin)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-U",
+                "anyone",
+                "-w",
+                "-n",
+                "-D",
+            ])
+            .arg(t.join("recv"))
+            .env("PGPASSWORD", "login-pw")
+            .env("PGSSLMODE", "disable"),
+        Duration::from_secs(10),
+    );
+    assert!(
+        !o.status.success()
+            && o.stderr
+                .contains("FATAL:  must be superuser or replication role to start walsender"),
+        "{}",
+        o.describe()
+    );
+    let tcp = |user: &str, repl: bool| {
+        let r = if repl { " replication=true" } else { "" };
+        format!("host=127.0.0.1 port={port} user={user} dbname=x{r}")
+    };
+    let o = psql_cmd(
+        &psql,
+        &tcp("anyone", false),
+        "SELECT pg_create_physical_replication_slot('s', true)",
+        &[("PGPASSWORD", "login-pw")],
+    );
+    assert!(
+        o.stderr.contains(
+            "ERROR:  42501: must be superuser or replication role to use replication slots"
+        ),
+        "{}",
+        o.describe()
+    );
+    srv.stop_ok();
+
+    let both = [
+        ("WALSHM_PASSWORD", "login-pw"),
+        ("WALSHM_REPLICATION_PASSWORD", "repl-pw"),
+    ];
+    let (srv, port2) = start_on_free_port(&d, t.path(), &sets, &[], &both);
+    let tcp = |repl: bool| {
+        let r = if repl { " replication=true" } else { "" };
+        format!("host=127.0.0.1 port={port2} user=standby dbname=x{r}")
+    };
+    let o = psql_cmd(
+        &psql,
+        &tcp(true),
+        "IDENTIFY_SYSTEM",
+        &[("PGPASSWORD", "repl-pw")],
+    );
+    assert!(o.status.success(), "{}", o.describe());
+    for (repl, pw) in [(true, "login-pw"), (false, "repl-pw")] {
+        let o = psql_cmd(&psql, &tcp(repl), "SELECT 1", &[("PGPASSWORD", pw)]);
+        assert!(
+            o.stderr
+                .contains("password authentication failed for user \"standby\""),
+            "replication={repl} with {pw}\n{}",
+            o.describe()
+        );
+    }
+    let o = psql_cmd(
+        &psql,
+        &tcp(false),
+        "SELECT 1",
+        &[("PGPASSWORD", "login-pw")],
+    );
+    assert_eq!(o.stdout, "1\n", "{}", o.describe());
+    srv.stop_ok();
+}
+
 /// A server started with its Unix socket in `sockdir` on `port`.
 fn start_in(d: &DataDir, logdir: &Path, sockdir: &Path, port: u16) -> Server {
     let p = format!("port={port}");
