@@ -1100,3 +1100,610 @@ fn synchronous_commit_levels_server_wide() {
         );
     }
 }
+
+// ---- the replication surface against hostile or unusual input ----
+
+/// The ErrorResponse fields of the first error in `msgs`.
+fn error_fields(msgs: &[(u8, Vec<u8>)]) -> std::collections::HashMap<u8, String> {
+    msgs.iter()
+        .find(|(t, _)| *t == b'E')
+        .map(|(_, b)| fields(b))
+        .unwrap_or_default()
+}
+
+/// (SQLSTATE, message) of the first error in `msgs`.
+fn error_of(msgs: &[(u8, Vec<u8>)]) -> (String, String) {
+    let f = error_fields(msgs);
+    (
+        f.get(&b'C').cloned().unwrap_or_default(),
+        f.get(&b'M').cloned().unwrap_or_default(),
+    )
+}
+
+/// The peak resident set (VmHWM) of process `pid`, in kB.
+fn vm_hwm_kb(pid: i32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM")
+}
+
+/// The pid of the walsender whose application_name is `app`.
+fn walsender_pid(d: &DataDir, port: u16, app: &str) -> i32 {
+    let rows = data_rows(&sql(
+        d,
+        port,
+        "SELECT pid, application_name FROM pg_stat_replication",
+    ));
+    rows.iter()
+        .find(|r| r[1].as_deref() == Some(app))
+        .and_then(|r| r[0].as_deref()?.parse().ok())
+        .unwrap_or_else(|| panic!("no walsender for {app}: {rows:?}"))
+}
+
+/// `psql -X -A -t -v VERBOSITY=verbose -c CMD` on connection string
+/// `conninfo` (errors then carry their SQLSTATE), with `env`.
+fn psql_cmd(psql: &Path, conninfo: &str, cmd: &str, env: &[(&str, &str)]) -> Out {
+    let mut c = Command::new(psql);
+    c.args([
+        "-X",
+        "-A",
+        "-t",
+        "-v",
+        "VERBOSITY=verbose",
+        "-c",
+        cmd,
+        conninfo,
+    ])
+    .env("PGSSLMODE", "disable")
+    .env("PGCONNECT_TIMEOUT", "10");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run_cmd(&mut c, Duration::from_secs(20))
+}
+
+/// TIMELINE_HISTORY sends a history file far larger than any real one
+/// without holding it in memory: the walsender's peak resident set grows
+/// by less than half the file, the content arrives byte for byte, typed
+/// bytea as PostgreSQL labels it.
+#[test]
+fn timeline_history_streams_a_large_file_in_bounded_memory() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-hist", &["fsync=off"]) else {
+        return;
+    };
+    let line = "1\t0/1000000\tpadding to make a hostile history file large\n";
+    let content = line.repeat((12 << 20) / line.len());
+    fs::write(d.path.join("pg_wal/00000005.history"), &content).unwrap();
+    let mut s = repl_connect(&socket_path(&d.path, port), "hist").unwrap();
+    assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
+    let pid = walsender_pid(&d, port, "hist");
+    let before = vm_hwm_kb(pid);
+    let reply = query(&mut s, "TIMELINE_HISTORY 5");
+    let after = vm_hwm_kb(pid);
+    assert_eq!(error_code(&reply), None, "{:?}", error_of(&reply));
+    let grew = after.saturating_sub(before);
+    let half = content.len() as u64 / 2048;
+    assert!(
+        grew < half,
+        "the walsender's peak memory grew by {grew} kB for a {} kB file",
+        content.len() / 1024
+    );
+    let row = &data_rows(&reply)[0];
+    assert_eq!(row[0].as_deref(), Some("00000005.history"));
+    assert!(
+        row[1].as_deref() == Some(content.as_str()),
+        "content differs"
+    );
+    assert!(column_types(&reply).contains(&("content".to_string(), 17)));
+    srv.stop_ok();
+}
+
+/// A timeline of 0 is "invalid timeline 0" (42601), as PostgreSQL's
+/// replication grammar says, for TIMELINE_HISTORY and START_REPLICATION;
+/// the connection stays usable (psql over a replication=database
+/// connection).
+#[test]
+fn timeline_zero_is_an_invalid_timeline() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-tli0", &["fsync=off"]) else {
+        return;
+    };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database application_name=t",
+        d.path.display()
+    );
+    for cmd in [
+        "TIMELINE_HISTORY 0",
+        "START_REPLICATION 0/1000000 TIMELINE 0",
+    ] {
+        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
+        assert!(
+            !o.status.success() && o.stderr.contains("ERROR:  42601: invalid timeline 0"),
+            "{cmd}\n{}",
+            o.describe()
+        );
+    }
+    let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
+    let r = query(&mut s, "TIMELINE_HISTORY 0");
+    assert_eq!(error_of(&r), ("42601".into(), "invalid timeline 0".into()));
+    assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
+    srv.stop_ok();
+}
+
+/// RESERVE_WAL given twice, in either syntax, is "conflicting or
+/// redundant options" (42601) and creates no slot.
+#[test]
+fn a_slot_option_given_twice_is_refused() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-twice", &["fsync=off"]) else {
+        return;
+    };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database",
+        d.path.display()
+    );
+    for cmd in [
+        "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
+        "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
+    ] {
+        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
+        assert!(
+            !o.status.success()
+                && o.stderr
+                    .contains("ERROR:  42601: conflicting or redundant options"),
+            "{cmd}\n{}",
+            o.describe()
+        );
+    }
+    let o = psql_cmd(&psql, &conninfo, "READ_REPLICATION_SLOT s", &[]);
+    assert_eq!(o.stdout, "||\n", "a slot was created\n{}", o.describe());
+    let o = psql_cmd(
+        &psql,
+        &conninfo,
+        "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)",
+        &[],
+    );
+    assert!(o.status.success(), "{}", o.describe());
+    srv.stop_ok();
+}
+
+/// A standby status update ('r') with the given positions and send time.
+fn status_update(write: u64, flush: u64, apply: u64, send_time: i64) -> Vec<u8> {
+    let mut b = vec![b'r'];
+    for v in [write, flush, apply] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    b.extend_from_slice(&send_time.to_be_bytes());
+    b.push(0);
+    msg(b'd', &b)
+}
+
+/// A raw replication connection named `app`, streaming from the start
+/// of the segment that holds the flush position (CopyBothResponse read).
+fn streaming(d: &DataDir, port: u16, app: &str) -> UnixStream {
+    let mut s = repl_connect(&socket_path(&d.path, port), app).unwrap();
+    let flush =
+        walformat::parse_lsn(&one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 2).unwrap()).unwrap();
+    let start = format!(
+        "START_REPLICATION {} TIMELINE 1",
+        walformat::format_lsn(flush - flush % SEG)
+    );
+    s.write_all(&msg(b'Q', &cstr(&start))).unwrap();
+    let (tag, _) = read_msg(&mut s).expect("CopyBothResponse");
+    assert_eq!(tag, b'W');
+    s
+}
+
+/// This walsender's pg_stat_replication `column` (by name), as text.
+fn stat_of(d: &DataDir, port: u16, app: &str, column: &str) -> Option<String> {
+    let q = format!("SELECT {column}, application_name FROM pg_stat_replication");
+    let rows = data_rows(&sql(d, port, &q));
+    rows.into_iter()
+        .find(|r| r[1].as_deref() == Some(app))
+        .and_then(|r| r[0].clone())
+}
+
+/// pg_stat_replication.reply_time is NULL before the standby's first
+/// reply, its clock once it replied, and NULL again (never a wrapped or
+/// out-of-range date) when the standby's clock is garbage.
+#[test]
+fn reply_time_is_null_until_a_reply_and_never_out_of_range() {
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-rtime", &["fsync=off"]) else {
+        return;
+    };
+    let mut s = streaming(&d, port, "rt");
+    assert_eq!(
+        stat_of(&d, port, "rt", "reply_time"),
+        None,
+        "before a reply"
+    );
+    for garbage in [i64::MIN, i64::MAX, -(1i64 << 62)] {
+        let now = walformat::pg_now_us();
+        s.write_all(&status_update(0, 0, 0, now)).unwrap();
+        let mut shown = None;
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                shown = stat_of(&d, port, "rt", "reply_time");
+                shown.is_some()
+            }),
+            "no reply_time after a reply"
+        );
+        let year = walformat::format_unix_secs(now / 1_000_000 + walformat::PG_EPOCH_UNIX_SECS);
+        assert_eq!(
+            shown.as_deref().map(|v| &v[..4]),
+            Some(&year[..4]),
+            "{shown:?}"
+        );
+        s.write_all(&status_update(0, 0, 0, garbage)).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                shown = stat_of(&d, port, "rt", "reply_time");
+                shown.is_none()
+            }),
+            "a standby's time {garbage} shows as {shown:?}"
+        );
+    }
+    srv.stop_ok();
+}
+
+/// A standby that reports having written, flushed and applied far more
+/// than it was sent is believed only up to what was sent: the positions
+/// shown never pass sent_lsn and a commit after the report still waits
+/// for the standby; an honest report then releases it.
+#[test]
+fn standby_reports_beyond_what_was_sent_release_nothing() {
+    let sets = ["synchronous_standby_names=liar", "fsync=off"];
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-liar", &sets) else {
+        return;
+    };
+    let mut s = streaming(&d, port, "liar");
+    let far = 0xFFFF_FFFF_0000_0000u64;
+    s.write_all(&status_update(far, far, far, walformat::pg_now_us()))
+        .unwrap();
+    let lsn = |c: &str| stat_of(&d, port, "liar", c).map(|v| walformat::parse_lsn(&v).unwrap());
+    assert!(
+        wait_until(Duration::from_secs(5), || lsn("flush_lsn").is_some()),
+        "the report was not shown"
+    );
+    let sent = lsn("sent_lsn").expect("sent_lsn");
+    for c in ["write_lsn", "flush_lsn", "replay_lsn"] {
+        let v = lsn(c).unwrap();
+        assert!(v <= sent, "{c} {v:X} is past sent_lsn {sent:X}");
+    }
+    let sock = socket_path(&d.path, port);
+    let (mut c, _, _) = keyed_session(&sock);
+    let emit = msg(
+        b'Q',
+        &cstr("SELECT pg_logical_emit_message(true, 'g', 'x')"),
+    );
+    c.write_all(&emit).unwrap();
+    assert!(
+        silent_for(&mut c, Duration::from_millis(1000)),
+        "a commit was released by a report of WAL never sent"
+    );
+    // An honest report of what was sent by now releases it.
+    let released = wait_until(Duration::from_secs(10), || {
+        let sent = lsn("sent_lsn").unwrap_or(0);
+        s.write_all(&status_update(sent, sent, 0, walformat::pg_now_us()))
+            .unwrap();
+        !silent_for(&mut c, Duration::from_millis(100))
+    });
+    assert!(released, "an honest report did not release the commit");
+    let mut reply = Vec::new();
+    while reply.last().map(|m: &(u8, Vec<u8>)| m.0) != Some(b'Z') {
+        reply.push(read_msg(&mut c).expect("commit reply"));
+    }
+    assert_eq!(error_code(&reply), None, "{reply:?}");
+    srv.stop_ok();
+}
+
+/// Replication needs the replication role: with only the login password
+/// set, a replication connection over TCP (pg_receivewal) is refused with
+/// PostgreSQL's FATAL and a TCP session may not create a slot (42501);
+/// with a replication password set, replication over TCP logs in with it
+/// and only with it. (The Unix socket admits only the server's own OS
+/// user, the superuser: every other test here replicates through it.)
+#[test]
+fn replication_over_tcp_needs_the_replication_password() {
+    let Some(bin) = pg_receivewal() else { return };
+    let Some(psql) = common::wire::pg_client("psql") else {
+        return;
+    };
+    let t = TempDir::new("rep-role");
+    let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
+    let sets = ["listen_addresses=127.0.0.1", "fsync=off"];
+    let login = [("WALSHM_PASSWORD", "login-pw")];
+    let (srv, port) = start_on_free_port(&d, t.path(), &sets, &[], &login);
+    let p = port.to_string();
+    fs::create_dir_all(t.join("recv")).unwrap();
+    let o = run_cmd(
+        Command::new(&bin)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-U",
+                "anyone",
+                "-w",
+                "-n",
+                "-D",
+            ])
+            .arg(t.join("recv"))
+            .env("PGPASSWORD", "login-pw")
+            .env("PGSSLMODE", "disable"),
+        Duration::from_secs(10),
+    );
+    assert!(
+        !o.status.success()
+            && o.stderr
+                .contains("FATAL:  must be superuser or replication role to start walsender"),
+        "{}",
+        o.describe()
+    );
+    let tcp = |user: &str, repl: bool| {
+        let r = if repl { " replication=true" } else { "" };
+        format!("host=127.0.0.1 port={port} user={user} dbname=x{r}")
+    };
+    let o = psql_cmd(
+        &psql,
+        &tcp("anyone", false),
+        "SELECT pg_create_physical_replication_slot('s', true)",
+        &[("PGPASSWORD", "login-pw")],
+    );
+    assert!(
+        o.stderr.contains(
+            "ERROR:  42501: must be superuser or replication role to use replication slots"
+        ),
+        "{}",
+        o.describe()
+    );
+    srv.stop_ok();
+
+    let both = [
+        ("WALSHM_PASSWORD", "login-pw"),
+        ("WALSHM_REPLICATION_PASSWORD", "repl-pw"),
+    ];
+    let (srv, port2) = start_on_free_port(&d, t.path(), &sets, &[], &both);
+    let tcp = |repl: bool| {
+        let r = if repl { " replication=true" } else { "" };
+        format!("host=127.0.0.1 port={port2} user=standby dbname=x{r}")
+    };
+    let o = psql_cmd(
+        &psql,
+        &tcp(true),
+        "IDENTIFY_SYSTEM",
+        &[("PGPASSWORD", "repl-pw")],
+    );
+    assert!(o.status.success(), "{}", o.describe());
+    for (repl, pw) in [(true, "login-pw"), (false, "repl-pw")] {
+        let o = psql_cmd(&psql, &tcp(repl), "SELECT 1", &[("PGPASSWORD", pw)]);
+        assert!(
+            o.stderr
+                .contains("password authentication failed for user \"standby\""),
+            "replication={repl} with {pw}\n{}",
+            o.describe()
+        );
+    }
+    let o = psql_cmd(
+        &psql,
+        &tcp(false),
+        "SELECT 1",
+        &[("PGPASSWORD", "login-pw")],
+    );
+    assert_eq!(o.stdout, "1\n", "{}", o.describe());
+    srv.stop_ok();
+}
+
+/// A server started with its Unix socket in `sockdir` on `port`.
+fn start_in(d: &DataDir, logdir: &Path, sockdir: &Path, port: u16) -> Server {
+    let p = format!("port={port}");
+    let dir = format!("unix_socket_directories={}", sockdir.display());
+    let mut s = start_with_env(
+        &d.path,
+        logdir,
+        &["--set", &p, "--set", &dir, "--set", "fsync=off"],
+        &[],
+    );
+    s.wait_ready(TIMEOUT);
+    let sock = sockdir.join(format!(".s.PGSQL.{port}"));
+    assert!(wait_until(TIMEOUT, || sock.exists()), "no socket");
+    s
+}
+
+fn sql_at(sock: &Path, q: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut s = handshake(sock).expect("SQL connection");
+    let r = query(&mut s, q);
+    assert_eq!(error_code(&r), None, "{q}: {:?}", error_of(&r));
+    r
+}
+
+fn flush_at(sock: &Path) -> u64 {
+    let r = sql_at(sock, "SELECT pg_current_wal_flush_lsn()");
+    walformat::parse_lsn(&one_value(&r, 0).unwrap()).unwrap()
+}
+
+/// Does `out` hold timeline `tli`'s segment for `upto` (complete or
+/// `.partial`) equal to `server`'s own file below `upto`?
+fn received_on(out: &Path, server: &Path, tli: u32, upto: u64) -> bool {
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let name = geo.file_name(tli, geo.seg_no(upto));
+    let got = fs::read(out.join(&name)).or_else(|_| fs::read(out.join(format!("{name}.partial"))));
+    let (Ok(got), Ok(want)) = (got, fs::read(server.join("pg_wal").join(&name))) else {
+        return false;
+    };
+    let n = (upto % SEG) as usize;
+    got.len() >= n && want.len() >= n && got[..n] == want[..n]
+}
+
+/// pg_receivewal follows a timeline switch as with PostgreSQL: it
+/// received timeline 1 from a primary, a copy restored from its files
+/// (`init --from-wal`) continues on timeline 2; restarted against the
+/// copy, pg_receivewal asks for timeline 1 from its partial segment, gets
+/// it up to the switch point, the end of the timeline (CopyDone, then the
+/// next timeline and where it began), fetches 00000002.history and
+/// streams timeline 2. The copy also answers START_REPLICATION on
+/// timeline 1 as PostgreSQL: at the switch point, the next timeline at
+/// once (no COPY); past it, or on a timeline not in its history, XX000.
+#[test]
+fn pg_receivewal_follows_a_timeline_switch() {
+    let Some(bin) = pg_receivewal() else { return };
+    let t = TempDir::new("rep-tli");
+    let sockdir = t.join("sock");
+    fs::create_dir_all(&sockdir).unwrap();
+    let port = common::wire::free_port();
+    let sock = sockdir.join(format!(".s.PGSQL.{port}"));
+    let p = init(&t.join("p"), &["--wal-segment-size", "1"]);
+    let srv = start_in(&p, t.path(), &sockdir, port);
+    sql_at(
+        &sock,
+        "SELECT pg_logical_emit_message(false, 'x', repeat('x', 300000))",
+    );
+    let out = t.join("recv");
+    let host = sockdir.to_str().unwrap();
+    let mut rx = receiver(&bin, &p, port, &out, &["-h", host]);
+    let flush = flush_at(&sock);
+    assert!(
+        wait_received_upto(&out, &p, flush, Duration::from_secs(15)),
+        "pg_receivewal did not stream timeline 1"
+    );
+    srv.stop_ok();
+    let end = own_waldump(&p.path).end_lsn;
+    assert!(
+        wait_received_upto(&out, &p, end, Duration::from_secs(15)),
+        "timeline 1 was not received to its end"
+    );
+    rx.kill();
+
+    let new = t.join("new");
+    let o = postmaster(&[
+        "init",
+        "-D",
+        new.to_str().unwrap(),
+        "--from-wal",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "init --from-wal\n{}", o.describe());
+    let nd = DataDir {
+        path: new.clone(),
+        seg_size: SEG,
+        first_lsn: p.first_lsn,
+    };
+    let srv = start_in(&nd, t.path(), &sockdir, port);
+    sql_at(
+        &sock,
+        "SELECT pg_logical_emit_message(true, 'y', repeat('y', 5000))",
+    );
+    let history = fs::read(new.join("pg_wal/00000002.history")).expect("no timeline 2");
+    let switch = walformat::parse_lsn(
+        std::str::from_utf8(&history)
+            .unwrap()
+            .split('\t')
+            .nth(1)
+            .unwrap(),
+    )
+    .unwrap();
+    let flush = flush_at(&sock);
+    let _rx = receiver(&bin, &p, port, &out, &["-h", host]);
+    let followed = wait_until(Duration::from_secs(15), || {
+        fs::read(out.join("00000002.history")).is_ok_and(|h| h == history)
+            && received_on(&out, &new, 2, flush)
+    });
+    assert!(
+        followed,
+        "pg_receivewal did not follow timeline 2; its log:\n{}",
+        fs::read_to_string(out.with_extension("log")).unwrap_or_default()
+    );
+    // Timeline 1's last segment, as received, equals the server's switch
+    // segment (timeline 2's file, which holds timeline 1's WAL before the
+    // switch point) up to the switch point.
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let seg = geo.seg_no(switch);
+    let tl1 = geo.file_name(1, seg);
+    let got = fs::read(out.join(&tl1))
+        .or_else(|_| fs::read(out.join(format!("{tl1}.partial"))))
+        .expect("timeline 1's last segment");
+    let want = fs::read(new.join("pg_wal").join(geo.file_name(2, seg))).unwrap();
+    let n = (switch % SEG) as usize;
+    assert!(
+        got[..n] == want[..n],
+        "timeline 1's last segment differs from the server's below the switch point"
+    );
+    ancestor_timeline_answers(&sock, switch);
+    srv.stop_ok();
+}
+
+/// An LSN as the walsender writes it (`%X/%X`, as PostgreSQL).
+fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn as u32)
+}
+
+/// START_REPLICATION on timeline 1 of a server on timeline 2 that
+/// branched at `switch`.
+fn ancestor_timeline_answers(sock: &Path, switch: u64) {
+    let mut s = repl_connect(sock, "anc").unwrap();
+    let at = |lsn: u64, tli: u32| format!("START_REPLICATION {} TIMELINE {tli}", lsn_text(lsn));
+    let r = query(&mut s, &at(switch, 1));
+    assert!(
+        !r.iter().any(|m| m.0 == b'W'),
+        "COPY with nothing to stream: {r:?}"
+    );
+    let next = vec![Some("2".to_string()), Some(lsn_text(switch))];
+    assert_eq!(data_rows(&r), vec![next.clone()]);
+    let r = query(&mut s, &at(switch + 0x100, 1));
+    let f = error_fields(&r);
+    assert_eq!(
+        (f.get(&b'C').map(String::as_str), f.get(&b'M').cloned()),
+        (
+            Some("XX000"),
+            Some(format!(
+                "requested starting point {} on timeline 1 is not in this server's history",
+                lsn_text(switch + 0x100)
+            ))
+        )
+    );
+    let r = query(&mut s, &at(switch - switch % SEG, 3));
+    assert_eq!(
+        error_of(&r),
+        (
+            "XX000".into(),
+            "requested timeline 3 is not in this server's history".into()
+        )
+    );
+    // Timeline 1 from its last segment: the WAL up to the switch point,
+    // our CopyDone, then after the client's the next timeline.
+    let from = switch - switch % SEG;
+    s.write_all(&msg(b'Q', &cstr(&at(from, 1)))).unwrap();
+    assert_eq!(read_msg(&mut s).expect("CopyBothResponse").0, b'W');
+    let mut upto = from;
+    loop {
+        let (tag, body) = read_msg(&mut s).expect("stream");
+        match (tag, body.first()) {
+            (b'd', Some(b'w')) => {
+                let start = u64::from_be_bytes(body[1..9].try_into().unwrap());
+                assert_eq!(start, upto, "a gap in the stream");
+                upto += (body.len() - 25) as u64;
+            }
+            (b'd', Some(b'k')) => {}
+            (b'c', _) => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(upto, switch, "timeline 1 did not end at its switch point");
+    let r = exchange(&mut s, &msg(b'c', &[]));
+    assert_eq!(data_rows(&r), vec![next]);
+    let tags: Vec<&[u8]> = r.iter().filter(|m| m.0 == b'C').map(|m| &m.1[..]).collect();
+    assert_eq!(
+        tags,
+        [&b"START_STREAMING\0"[..], b"START_REPLICATION\0"],
+        "{r:?}"
+    );
+}

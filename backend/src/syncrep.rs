@@ -563,13 +563,20 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
 /// clients have no address and port -1, as in PostgreSQL; the lag columns
 /// are what the walsender's lag tracker measured (`lagtracker`), NULL
 /// before the first measurement and for a position the receiver does not
-/// report (pg_receivewal's apply).
+/// report (pg_receivewal's apply). `reply_time` is the standby's own clock
+/// as its last status update gave it: NULL before the first one (0, as
+/// PostgreSQL keeps it) and for a time outside what timestamptz shows
+/// (`walformat::pg_timestamp_to_unix_us`), never a wrapped date.
 pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
     let lsn = |v: u64| (v != 0).then_some(v);
     let lag = |us: i64| (us >= 0).then_some(us);
     // Stored in PostgreSQL's epoch; the row wants the Unix epoch.
-    let time =
-        |us: i64| (us != 0).then(|| us.saturating_add(walformat::PG_EPOCH_UNIX_SECS * 1_000_000));
+    let time = |us: i64| {
+        if us == 0 {
+            return None;
+        }
+        walformat::pg_timestamp_to_unix_us(us)
+    };
     shm.repl()
         .senders
         .iter()

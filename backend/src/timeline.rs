@@ -34,10 +34,10 @@
 //! it.
 //!
 //! For the walsender (TIMELINE_HISTORY, the end of a timeline in
-//! START_REPLICATION): [`current`] (the control file's timeline and its
-//! history), [`history_file_bytes`], [`Timeline::successor`] and
-//! [`Timeline::timeline_of`]; the running server's timeline is also
-//! `shm.xlog().facts.timeline`.
+//! START_REPLICATION): [`history_file_name`] (it streams the file itself),
+//! [`Timeline::read`] and [`Timeline::successor`] (an ancestor's switch
+//! point and the timeline that followed it); the running server's
+//! timeline is `shm.xlog().facts.timeline`.
 //!
 //! Old timelines' segments ([`remove_older_timelines`], called by the
 //! checkpointer): after a restore or promotion, segments of an earlier

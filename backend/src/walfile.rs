@@ -290,6 +290,12 @@ pub fn read_at(op: Op, file: &File, buf: &mut [u8], offset: u64) -> std::io::Res
     io(op, || file.read_exact_at(buf, offset))
 }
 
+/// The length of an open file (fstat).
+pub fn file_len(op: Op, file: &File) -> std::io::Result<u64> {
+    fail(op)?;
+    file.metadata().map(|m| m.len())
+}
+
 /// The whole file at `path` (the control file).
 pub fn read_file(op: Op, path: &Path) -> std::io::Result<Vec<u8>> {
     fail(op)?;

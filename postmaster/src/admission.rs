@@ -135,12 +135,14 @@ pub(crate) fn run_client_child(
     use backend::session::{run_connection, Peer};
     become_child("backend", postmaster_pid);
     backend::process::arm_startup_timeout(settings.authentication_timeout_s);
-    let password = Some(settings.password.as_str().to_string()).filter(|p| !p.is_empty());
+    let verifier = |v: &str| Some(v.to_string()).filter(|v| !v.is_empty());
+    let password = verifier(settings.password.as_str());
+    let repl = verifier(settings.replication_password.as_str());
     match (conn, refusal) {
         (Accepted::Unix(mut s), Some(msg)) => reject(&mut s, msg),
         (Accepted::Tcp(mut s), Some(msg)) => reject(&mut s, msg),
-        (Accepted::Unix(s), None) => run_connection(shm, datadir, s, Peer::Unix, password),
-        (Accepted::Tcp(s), None) => run_connection(shm, datadir, s, Peer::Tcp, password),
+        (Accepted::Unix(s), None) => run_connection(shm, datadir, s, Peer::Unix, password, repl),
+        (Accepted::Tcp(s), None) => run_connection(shm, datadir, s, Peer::Tcp, password, repl),
     }
 }
 

@@ -19,6 +19,8 @@ pub struct InitOptions {
     pub sets: Vec<String>,
     /// File holding the TCP password (its verifier goes to walshm.conf).
     pub pwfile: Option<PathBuf>,
+    /// File holding the replication role's password (the same).
+    pub replication_pwfile: Option<PathBuf>,
     /// `--from-wal SRC`: restore from received or archived WAL.
     pub from_wal: Option<PathBuf>,
 }
@@ -33,6 +35,8 @@ pub struct StartOptions {
     pub discard_damaged_wal: bool,
     /// File holding the TCP password (overrides walshm.conf's verifier).
     pub pwfile: Option<PathBuf>,
+    /// File holding the replication role's password (the same).
+    pub replication_pwfile: Option<PathBuf>,
     /// `--worker NAME=COMMAND [ARGS]`, in order (walshm.conf's `worker`
     /// lines come first, added at start).
     pub worker_commands: Vec<WorkerSpec>,
@@ -59,22 +63,26 @@ pub fn help_text() -> String {
 
 Usage:
   postmaster init -D DIR [--wal-segment-size MB] [--pwfile FILE] [--set NAME=VALUE ...]
-                   [--from-wal SRC]
+                   [--replication-pwfile FILE] [--from-wal SRC]
       Create a data directory (mode 0700, files 0600): configuration file,
       control file, first WAL segment with a shutdown checkpoint. DIR must
       not exist or be empty. --pwfile FILE (mode 0600, first line) or the
       WALSHM_PASSWORD environment variable: the TCP password, stored in
-      walshm.conf only as a SCRAM-SHA-256 verifier.
+      walshm.conf only as a SCRAM-SHA-256 verifier. --replication-pwfile
+      FILE or WALSHM_REPLICATION_PASSWORD: the same for the replication
+      role, the only password replication connections over TCP accept.
       --from-wal SRC    restore: take the WAL of SRC (pg_receivewal's output,
                         .partial included, or an archive_command archive),
                         validated first; the first start recovers it to its
                         end (fetching more with restore_command, if set) and
                         continues on a new timeline
-  postmaster start -D DIR [--pwfile FILE] [--set NAME=VALUE ...] [--workers N --workload KIND]
-                    [--discard-damaged-wal] [--worker 'NAME=COMMAND [ARGS]' ...]
+  postmaster start -D DIR [--pwfile FILE] [--replication-pwfile FILE] [--set NAME=VALUE ...]
+                    [--workers N --workload KIND] [--discard-damaged-wal]
+                    [--worker 'NAME=COMMAND [ARGS]' ...]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
       stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. DIR must
-      have mode 0700. --pwfile / WALSHM_PASSWORD: as for init, for this run.
+      have mode 0700. --pwfile / WALSHM_PASSWORD, --replication-pwfile /
+      WALSHM_REPLICATION_PASSWORD: as for init, for this run.
       Exit status 3: refused to start because WAL is damaged before its end
       (valid WAL follows the first unreadable record); nothing was changed.
       --discard-damaged-wal  accept losing the WAL after the damage: it is
@@ -144,11 +152,13 @@ fn datadir<T>(p: &mut Parsing<T>, v: &str) {
 const DATADIR: &[&str] = &["-D", "--pgdata"];
 const SET: &[&str] = &["--set", "-c"];
 const PWFILE: &[&str] = &["--pwfile"];
+const REPLICATION_PWFILE: &[&str] = &["--replication-pwfile"];
 
-/// Options of the subcommands that take settings and a password file.
+/// Options of the subcommands that take settings and password files.
 trait Configured {
     fn sets(&mut self) -> &mut Vec<String>;
     fn pwfile(&mut self) -> &mut Option<PathBuf>;
+    fn replication_pwfile(&mut self) -> &mut Option<PathBuf>;
 }
 
 macro_rules! configured {
@@ -159,6 +169,9 @@ macro_rules! configured {
             }
             fn pwfile(&mut self) -> &mut Option<PathBuf> {
                 &mut self.pwfile
+            }
+            fn replication_pwfile(&mut self) -> &mut Option<PathBuf> {
+                &mut self.replication_pwfile
             }
         }
     )*};
@@ -174,10 +187,15 @@ fn pwfile<T: Configured>(p: &mut Parsing<T>, v: &str) {
     *p.opts.pwfile() = Some(v.into());
 }
 
+fn replication_pwfile<T: Configured>(p: &mut Parsing<T>, v: &str) {
+    *p.opts.replication_pwfile() = Some(v.into());
+}
+
 const INIT_FLAGS: &[Flag<InitOptions>] = &[
     flag(DATADIR, Action::Text(datadir)),
     flag(SET, Action::Text(add_set)),
     flag(PWFILE, Action::Text(pwfile)),
+    flag(REPLICATION_PWFILE, Action::Text(replication_pwfile)),
     flag(
         &["--wal-segment-size"],
         Action::Value(|p, v| segment_size(v).map(|n| p.opts.seg_size = n)),
@@ -192,6 +210,7 @@ const START_FLAGS: &[Flag<StartOptions>] = &[
     flag(DATADIR, Action::Text(datadir)),
     flag(SET, Action::Text(add_set)),
     flag(PWFILE, Action::Text(pwfile)),
+    flag(REPLICATION_PWFILE, Action::Text(replication_pwfile)),
     flag(
         &["--workers"],
         Action::Value(|p, v| workers(v).map(|n| p.opts.workers = n)),
@@ -298,6 +317,7 @@ fn parse_init(args: &[String]) -> Result<InitOptions, String> {
         seg_size: walformat::DEFAULT_SEG_SIZE,
         sets: Vec::new(),
         pwfile: None,
+        replication_pwfile: None,
         from_wal: None,
     };
     let (datadir, opts) = run_flags("init", args, INIT_FLAGS, blank)?;
@@ -313,6 +333,7 @@ fn parse_start(args: &[String]) -> Result<StartOptions, String> {
         ack: false,
         discard_damaged_wal: false,
         pwfile: None,
+        replication_pwfile: None,
         worker_commands: Vec::new(),
     };
     let (datadir, opts) = run_flags("start", args, START_FLAGS, blank)?;

@@ -42,25 +42,32 @@ fn is_empty_dir(p: &Path) -> std::io::Result<bool> {
     Ok(fs::read_dir(p)?.next().is_none())
 }
 
-/// `postmaster init -D DIR`.
-pub fn init(opts: &InitOptions) -> Result<(), String> {
-    let dir = &opts.datadir;
-    // Validate settings before touching the disk.
-    let mut settings = Settings::default();
-    for s in &opts.sets {
-        settings.set_assignment(s).map_err(|e| e.to_string())?;
+/// Both configured verifiers are well formed.
+fn check_verifiers(s: &Settings) -> Result<(), String> {
+    use crate::password::{check_verifier, LOGIN, REPLICATION};
+    check_verifier(&LOGIN, s.password.as_str())?;
+    check_verifier(&REPLICATION, s.replication_password.as_str())
+}
+
+/// walshm.conf lines holding the verifiers of the passwords given to
+/// `init` (files or environment).
+fn verifier_lines(opts: &InitOptions) -> Result<Vec<String>, String> {
+    use crate::password::{verifier_from_inputs, LOGIN, REPLICATION};
+    let mut lines = Vec::new();
+    for (secret, file) in [
+        (&LOGIN, &opts.pwfile),
+        (&REPLICATION, &opts.replication_pwfile),
+    ] {
+        if let Some(v) = verifier_from_inputs(secret, file.as_deref())? {
+            lines.push(format!("{} = '{v}'", secret.setting));
+        }
     }
-    crate::password::check_verifier(settings.password.as_str())?;
-    // A WAL source is checked whole before anything is created.
-    let source = opts
-        .from_wal
-        .as_deref()
-        .map(crate::restore::examine)
-        .transpose()?;
-    let mut lines = opts.sets.clone();
-    if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
-        lines.push(format!("password = '{v}'"));
-    }
+    Ok(lines)
+}
+
+/// Makes `dir` (mode 0700) or checks that it is an empty directory;
+/// returns whether it existed.
+fn make_empty_dir(dir: &Path) -> Result<bool, String> {
     let existed = dir.exists();
     match fs::metadata(dir) {
         Ok(m) if !m.is_dir() => {
@@ -85,6 +92,27 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
             .create(dir)
             .map_err(|e| format!("could not create directory \"{}\": {e}", dir.display()))?,
     }
+    Ok(existed)
+}
+
+/// `postmaster init -D DIR`.
+pub fn init(opts: &InitOptions) -> Result<(), String> {
+    let dir = &opts.datadir;
+    // Validate settings before touching the disk.
+    let mut settings = Settings::default();
+    for s in &opts.sets {
+        settings.set_assignment(s).map_err(|e| e.to_string())?;
+    }
+    check_verifiers(&settings)?;
+    // A WAL source is checked whole before anything is created.
+    let source = opts
+        .from_wal
+        .as_deref()
+        .map(crate::restore::examine)
+        .transpose()?;
+    let mut lines = opts.sets.clone();
+    lines.extend(verifier_lines(opts)?);
+    let existed = make_empty_dir(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
     for sub in ["pg_wal", "global"] {
         fs::DirBuilder::new()
@@ -255,7 +283,7 @@ pub fn load_config(dir: &Path, sets: &[String]) -> Result<(Settings, Vec<WorkerS
     for a in sets {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
-    crate::password::check_verifier(s.password.as_str())?;
+    check_verifiers(&s)?;
     Ok((s, workers))
 }
 

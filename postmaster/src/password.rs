@@ -1,4 +1,7 @@
-//! Where the TCP password comes from, and what is kept of it.
+//! Where the TCP passwords come from, and what is kept of them: the login
+//! password ([`LOGIN`]) and the replication role's ([`REPLICATION`], which
+//! replication connections over TCP authenticate with; see
+//! protocol::startup), each from its own file and variable.
 //!
 //! A plain password is never accepted on a command line (every local user
 //! can read `/proc/PID/cmdline` of the postmaster and of each child) nor
@@ -9,19 +12,38 @@
 //! `/proc/PID/environ` of the postmaster and of every child forked later
 //! no longer shows it) and removed before any child is forked. Only the
 //! SCRAM-SHA-256 verifier made from it is stored: in walshm.conf by
-//! `init`, in the `password` setting by `start`.
+//! `init`, in its setting by `start`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// The environment variable a plain password may be given in.
-pub const PASSWORD_ENV: &str = "WALSHM_PASSWORD";
+/// A password kept only as a verifier: the setting holding the verifier
+/// and the environment variable the plain password may be given in.
+pub struct Secret {
+    pub setting: &'static str,
+    pub env: &'static str,
+}
 
-/// The verifier for the password given by `--pwfile` or the environment;
-/// None when neither gives one. `--pwfile` wins over the environment
-/// (which is wiped either way).
-pub fn verifier_from_inputs(pwfile: Option<&Path>) -> Result<Option<String>, String> {
-    let from_env = take_env_password();
+/// The login password (`--pwfile`).
+pub const LOGIN: Secret = Secret {
+    setting: "password",
+    env: "WALSHM_PASSWORD",
+};
+
+/// The replication role's password (`--replication-pwfile`).
+pub const REPLICATION: Secret = Secret {
+    setting: "replication_password",
+    env: "WALSHM_REPLICATION_PASSWORD",
+};
+
+/// The verifier for `secret` given by its file or its environment
+/// variable; None when neither gives one. The file wins over the
+/// environment (which is wiped either way).
+pub fn verifier_from_inputs(
+    secret: &Secret,
+    pwfile: Option<&Path>,
+) -> Result<Option<String>, String> {
+    let from_env = take_env_password(secret.env);
     let password = match pwfile {
         Some(p) => Some(read_pwfile(p)?),
         None => from_env,
@@ -35,14 +57,15 @@ pub fn verifier_from_inputs(pwfile: Option<&Path>) -> Result<Option<String>, Str
     }
 }
 
-/// Checks that a configured `password` setting is a well-formed verifier.
-pub fn check_verifier(text: &str) -> Result<(), String> {
+/// Checks that the configured verifier of `secret` (its setting's
+/// value) is well formed.
+pub fn check_verifier(secret: &Secret, text: &str) -> Result<(), String> {
     if text.is_empty() {
         return Ok(());
     }
     protocol::Verifier::parse(text)
         .map(|_| ())
-        .map_err(|e| format!("setting \"password\": {e}"))
+        .map_err(|e| format!("setting \"{}\": {e}", secret.setting))
 }
 
 /// The first line of `path`, which must be a regular file that neither
@@ -69,12 +92,12 @@ fn read_pwfile(path: &Path) -> Result<String, String> {
     Ok(text.lines().next().unwrap_or("").to_string())
 }
 
-/// Reads `WALSHM_PASSWORD`, overwrites its value in the environment block
-/// and removes the variable.
-fn take_env_password() -> Option<String> {
-    let value = std::env::var(PASSWORD_ENV).ok();
-    wipe_env_value(PASSWORD_ENV);
-    std::env::remove_var(PASSWORD_ENV);
+/// Reads environment variable `name`, overwrites its value in the
+/// environment block and removes the variable.
+fn take_env_password(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok();
+    wipe_env_value(name);
+    std::env::remove_var(name);
     value
 }
 
@@ -116,11 +139,12 @@ mod tests {
         assert!(e.contains("0644"), "{e}");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(read_pwfile(&p).unwrap(), "hunter2");
-        let v = verifier_from_inputs(Some(&p)).unwrap().unwrap();
+        let v = verifier_from_inputs(&LOGIN, Some(&p)).unwrap().unwrap();
         assert!(v.starts_with("SCRAM-SHA-256$4096:"), "{v}");
         assert!(!v.contains("hunter2"));
-        check_verifier(&v).unwrap();
-        assert!(check_verifier("SCRAM-SHA-256$x").is_err());
+        check_verifier(&LOGIN, &v).unwrap();
+        let e = check_verifier(&REPLICATION, "SCRAM-SHA-256$x").unwrap_err();
+        assert!(e.contains("replication_password"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

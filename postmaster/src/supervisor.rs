@@ -130,8 +130,16 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     let datadir = datadir::check_datadir(&opts.datadir)?;
     let (mut settings, conf_workers) = datadir::load_config(&datadir, &opts.sets)?;
     // Before any fork: the environment variable is gone by then.
-    if let Some(v) = crate::password::verifier_from_inputs(opts.pwfile.as_deref())? {
-        settings.set("password", &v).map_err(|e| e.to_string())?;
+    use crate::password::{verifier_from_inputs, LOGIN, REPLICATION};
+    for (secret, file) in [
+        (&LOGIN, &opts.pwfile),
+        (&REPLICATION, &opts.replication_pwfile),
+    ] {
+        if let Some(v) = verifier_from_inputs(secret, file.as_deref())? {
+            settings
+                .set(secret.setting, &v)
+                .map_err(|e| e.to_string())?;
+        }
     }
     if opts.ack && !settings.synchronous_commit.flushes_locally() {
         return Err("--ack promises that each acknowledged commit is durable; it needs synchronous_commit = local, remote_write, on or remote_apply (not off)".into());

@@ -54,6 +54,9 @@ pub mod sqlstate {
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const CRASH_SHUTDOWN: &str = "57P02";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const UNDEFINED_FILE: &str = "58P01";
+    pub const INTERNAL_ERROR: &str = "XX000";
 }
 
 /// An error (or, with severity "WARNING"/"NOTICE", a notice) to report to

@@ -11,14 +11,24 @@
 //! SHOW name
 //! READ_REPLICATION_SLOT slot
 //! TIMELINE_HISTORY tli
-//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL]
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL ...]
 //! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
 //! DROP_REPLICATION_SLOT slot [WAIT]
 //! START_REPLICATION [SLOT slot] [PHYSICAL] X/Y [TIMELINE tli]
 //! ```
 //!
 //! Anything else is ERROR 42601 "syntax error", as PostgreSQL's replication
-//! grammar answers; logical slots and BASE_BACKUP are 0A000.
+//! grammar answers; logical slots and BASE_BACKUP are 0A000. Checks made
+//! here as PostgreSQL's grammar and option parser make them: a timeline
+//! of 0 is 42601 "invalid timeline 0"; a slot option given twice, or one
+//! that only logical slots take (the snapshot options, TWO_PHASE), is
+//! 42601 "conflicting or redundant options"; an unknown parenthesized
+//! option is XX000 "unrecognized option: NAME" (PostgreSQL's elog).
+//!
+//! Replies keep PostgreSQL's shapes: TIMELINE_HISTORY's `content` column
+//! is labelled bytea and carries the file's bytes as they are (sent in
+//! pieces by the caller behind [`timeline_history_head`]); a stream of a
+//! timeline older than the server's ends with [`next_timeline_result`].
 //!
 //! Stream messages (all inside CopyData, integers big-endian, times in
 //! microseconds since 2000-01-01):
@@ -240,10 +250,7 @@ pub fn parse_command(text: &str) -> Result<Command, SqlError> {
         "identify_system" => Command::IdentifySystem,
         "show" => Command::Show(show_name(&mut t)?),
         "read_replication_slot" => Command::ReadReplicationSlot(t.ident()?),
-        "timeline_history" => {
-            let tli = t.number()?;
-            Command::TimelineHistory(u32::try_from(tli).map_err(|_| syntax_error())?)
-        }
+        "timeline_history" => Command::TimelineHistory(timeline_id(&mut t)?),
         "create_replication_slot" => create_slot(&mut t)?,
         "drop_replication_slot" => {
             let name = t.ident()?;
@@ -268,6 +275,19 @@ fn show_name(t: &mut Tokens) -> Result<String, SqlError> {
     t.ident()
 }
 
+/// A timeline ID (PostgreSQL's UCONST): 0 is "invalid timeline 0", as
+/// repl_gram.y says for TIMELINE_HISTORY and START_REPLICATION.
+fn timeline_id(t: &mut Tokens) -> Result<u32, SqlError> {
+    let n = u32::try_from(t.number()?).map_err(|_| syntax_error())?;
+    if n == 0 {
+        return Err(SqlError::error(
+            sqlstate::SYNTAX_ERROR,
+            format!("invalid timeline {n}"),
+        ));
+    }
+    Ok(n)
+}
+
 fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
     let name = t.ident()?;
     let temporary = t.keyword("temporary");
@@ -282,7 +302,7 @@ fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
     let reserve_wal = if t.punct('(') {
         slot_options(t)?
     } else {
-        t.keyword("reserve_wal")
+        legacy_slot_options(t)?
     };
     Ok(Command::CreatePhysicalSlot {
         name,
@@ -294,41 +314,78 @@ fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
 /// PostgreSQL 15's parenthesized options after `(`: RESERVE_WAL [bool];
 /// returns whether WAL is reserved.
 fn slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
-    let mut reserve;
+    let mut reserve = SlotOptions::default();
     loop {
         let option = t.ident()?;
-        let value = match t.peek() {
-            Some(Token::Word(w)) if w != "," => {
-                let w = w.clone();
-                t.at += 1;
-                Some(w)
-            }
-            Some(Token::Str(s)) => {
-                let s = s.clone();
-                t.at += 1;
-                Some(s.to_ascii_lowercase())
-            }
-            Some(Token::Number(n)) => {
-                let n = *n;
-                t.at += 1;
-                Some(n.to_string())
-            }
-            _ => None,
-        };
-        match option.as_str() {
-            "reserve_wal" => reserve = parse_bool_option(&option, value.as_deref())?,
-            _ => {
-                return Err(SqlError::error(
-                    sqlstate::SYNTAX_ERROR,
-                    format!("unrecognized option: {option}"),
-                ))
-            }
-        }
+        let value = option_value(t);
+        reserve.take(&option, value.as_deref())?;
         if t.punct(')') {
-            return Ok(reserve);
+            return Ok(reserve.reserve_wal);
         }
         if !t.punct(',') {
             return Err(syntax_error());
+        }
+    }
+}
+
+/// The unparenthesized options (PostgreSQL's create_slot_legacy_opt list:
+/// any number of RESERVE_WAL, EXPORT_SNAPSHOT, NOEXPORT_SNAPSHOT,
+/// USE_SNAPSHOT, TWO_PHASE); returns whether WAL is reserved.
+fn legacy_slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
+    let mut reserve = SlotOptions::default();
+    loop {
+        let option = match t.peek() {
+            Some(Token::Word(w)) => match w.as_str() {
+                "reserve_wal" | "two_phase" => w.clone(),
+                "export_snapshot" | "noexport_snapshot" | "use_snapshot" => "snapshot".into(),
+                _ => return Ok(reserve.reserve_wal),
+            },
+            _ => return Ok(reserve.reserve_wal),
+        };
+        t.at += 1;
+        reserve.take(&option, None)?;
+    }
+}
+
+/// An option's value, if one follows its name (a word, a string or a
+/// number), lower-cased.
+fn option_value(t: &mut Tokens) -> Option<String> {
+    let value = match t.peek()? {
+        Token::Word(w) => w.clone(),
+        Token::Str(s) => s.to_ascii_lowercase(),
+        Token::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    t.at += 1;
+    Some(value)
+}
+
+/// The options of a physical slot seen so far (PostgreSQL's
+/// parseCreateReplSlotOptions).
+#[derive(Default)]
+struct SlotOptions {
+    reserve_wal: bool,
+    reserve_wal_given: bool,
+}
+
+impl SlotOptions {
+    /// Takes one option: a second RESERVE_WAL, or an option of logical
+    /// slots only, is "conflicting or redundant options".
+    fn take(&mut self, option: &str, value: Option<&str>) -> Result<(), SqlError> {
+        let conflicting =
+            || SqlError::error(sqlstate::SYNTAX_ERROR, "conflicting or redundant options");
+        match option {
+            "reserve_wal" if self.reserve_wal_given => Err(conflicting()),
+            "reserve_wal" => {
+                self.reserve_wal = parse_bool_option(option, value)?;
+                self.reserve_wal_given = true;
+                Ok(())
+            }
+            "snapshot" | "two_phase" => Err(conflicting()),
+            _ => Err(SqlError::error(
+                sqlstate::INTERNAL_ERROR,
+                format!("unrecognized option: {option}"),
+            )),
         }
     }
 }
@@ -361,8 +418,7 @@ fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
         _ => return Err(syntax_error()),
     };
     let timeline = if t.keyword("timeline") {
-        let n = t.number()?;
-        Some(u32::try_from(n).map_err(|_| syntax_error())?)
+        Some(timeline_id(t)?)
     } else {
         None
     };
@@ -403,19 +459,7 @@ pub fn result_set(
     tag: &str,
 ) -> Result<Vec<u8>, SqlError> {
     let mut out = Out::new();
-    let fields: Vec<FieldDescription> = columns
-        .iter()
-        .map(|(name, ty)| {
-            let (type_oid, type_len) = ty.oid_len();
-            FieldDescription {
-                name: name.to_string(),
-                type_oid,
-                type_len,
-                format: 0,
-            }
-        })
-        .collect();
-    out.row_description(&fields)?;
+    out.row_description(&field_descriptions(columns))?;
     for row in rows {
         let lens: Vec<Option<usize>> = row.iter().map(|c| c.as_ref().map(String::len)).collect();
         out.data_row_header(&lens)?;
@@ -428,6 +472,58 @@ pub fn result_set(
     }
     out.command_complete(tag);
     Ok(out.bytes().to_vec())
+}
+
+fn field_descriptions(columns: &[(&str, ColumnType)]) -> Vec<FieldDescription> {
+    columns
+        .iter()
+        .map(|(name, ty)| {
+            let (type_oid, type_len) = ty.oid_len();
+            FieldDescription {
+                name: name.to_string(),
+                type_oid,
+                type_len,
+                format: 0,
+            }
+        })
+        .collect()
+}
+
+/// The start of TIMELINE_HISTORY's answer for history file `file` of
+/// `len` bytes: RowDescription (`filename` text, `content` labelled bytea
+/// as PostgreSQL labels it, the file's bytes as they are) and the DataRow
+/// up to the content. The caller sends the `len` content bytes, then
+/// CommandComplete "TIMELINE_HISTORY": the file is never held whole.
+pub fn timeline_history_head(file: &str, len: usize) -> Result<Vec<u8>, SqlError> {
+    let mut out = Out::new();
+    out.row_description(&field_descriptions(&[
+        ("filename", ColumnType::Text),
+        ("content", ColumnType::Bytea),
+    ]))?;
+    out.data_row_header(&[Some(file.len()), Some(len)])?;
+    out.column_len(Some(file.len()));
+    out.raw(file.as_bytes());
+    out.column_len(Some(len));
+    Ok(out.bytes().to_vec())
+}
+
+/// What ends START_REPLICATION on a timeline older than the server's
+/// (after the CopyDones, or at once when it asked to start at the switch
+/// point): the timeline that followed and where it began, then
+/// CommandComplete "START_STREAMING" (walsender.c's StartReplication; the
+/// caller adds the command's own CommandComplete).
+pub fn next_timeline_result(next_tli: u32, next_tli_start: u64) -> Result<Vec<u8>, SqlError> {
+    result_set(
+        &[
+            ("next_tli", ColumnType::Int8),
+            ("next_tli_startpos", ColumnType::Text),
+        ],
+        &[vec![
+            Some(next_tli.to_string()),
+            Some(format_lsn(next_tli_start)),
+        ]],
+        "START_STREAMING",
+    )
 }
 
 /// CommandComplete `tag`.
@@ -703,6 +799,52 @@ mod tests {
                 .code,
             "0A000"
         );
+    }
+
+    #[test]
+    fn timeline_zero_is_invalid_as_postgresql_says() {
+        for cmd in [
+            "TIMELINE_HISTORY 0",
+            "START_REPLICATION 0/1000000 TIMELINE 0",
+        ] {
+            let e = parse_command(cmd).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                ("42601", "invalid timeline 0"),
+                "{cmd}"
+            );
+        }
+        assert_eq!(
+            parse_command("TIMELINE_HISTORY 2").unwrap(),
+            Command::TimelineHistory(2)
+        );
+    }
+
+    #[test]
+    fn redundant_or_logical_only_slot_options_conflict() {
+        for cmd in [
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false, reserve_wal 'true')",
+            "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (SNAPSHOT 'export')",
+            "CREATE_REPLICATION_SLOT s PHYSICAL (TWO_PHASE)",
+            "CREATE_REPLICATION_SLOT s PHYSICAL EXPORT_SNAPSHOT",
+        ] {
+            let e = parse_command(cmd).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                ("42601", "conflicting or redundant options"),
+                "{cmd}"
+            );
+        }
+        let e = parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (WAIT)").unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("XX000", "unrecognized option: wait")
+        );
+        let e =
+            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL maybe)").unwrap_err();
+        assert_eq!(e.code, "42601");
     }
 
     #[test]

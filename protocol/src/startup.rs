@@ -3,6 +3,20 @@
 //! Unix sockets, SCRAM-SHA-256 on TCP), and the AuthenticationOk /
 //! ParameterStatus / BackendKeyData / ReadyForQuery greeting.
 //!
+//! Who may replicate (PostgreSQL's superuser or REPLICATION role
+//! attribute, `StartupInfo::may_replicate`): user names are not
+//! authenticated here (the Unix socket admits only the server's own OS
+//! user, whatever name it gives; TCP logins share one password), so the
+//! permission goes with a credential, not a name. A Unix-socket peer runs
+//! as the owner of the data directory and may replicate (the superuser).
+//! Over TCP, a connection that asks for `replication` authenticates with
+//! `ServerParams::replication_password` when one is set (and may then
+//! replicate), otherwise with the login password, after which it is
+//! refused with FATAL 42501 "must be superuser or replication role to
+//! start walsender", before it takes a walsender entry (as InitPostgres
+//! checks before the walsender starts). A TCP session that logged in with
+//! the login password may not replicate.
+//!
 //! Invariants: reads here are exact (nothing is read beyond the current
 //! packet, so `serve` can take over the stream); every refusal sends a FATAL
 //! ErrorResponse first when the peer speaks the protocol, and then yields
@@ -39,6 +53,10 @@ pub struct ServerParams {
     /// a plain password); None, or a text that does not parse: no TCP
     /// authentication can succeed.
     pub password: Option<String>,
+    /// The replication role's verifier (same form): TCP connections that
+    /// ask for `replication` authenticate with it instead of `password`.
+    /// None: no TCP connection may replicate.
+    pub replication_password: Option<String>,
 }
 
 impl ServerParams {
@@ -49,7 +67,14 @@ impl ServerParams {
             backend_pid,
             secret_key,
             password,
+            replication_password: None,
         }
+    }
+
+    /// The same, with the replication role's verifier.
+    pub fn with_replication_password(mut self, verifier: Option<String>) -> Self {
+        self.replication_password = verifier;
+        self
     }
 }
 
@@ -62,7 +87,8 @@ pub enum Transport {
         peer_uid: Option<u32>,
         server_uid: u32,
     },
-    /// TCP: SCRAM-SHA-256 with `ServerParams::password`.
+    /// TCP: SCRAM-SHA-256 with `ServerParams::password` (or, for a
+    /// replication connection, `replication_password` when set).
     Tcp,
 }
 
@@ -87,6 +113,9 @@ pub struct StartupInfo {
     /// `replication=true` (physical) or `replication=database`: the
     /// connection becomes a walsender (see `replication`).
     pub replication: Option<ReplicationMode>,
+    /// Set by authentication: the client may replicate (start a
+    /// walsender, use replication slots); see the module header.
+    pub may_replicate: bool,
 }
 
 /// What `replication` asked for in the StartupMessage.
@@ -317,21 +346,26 @@ pub fn startup_with<S: Read + Write>(
         FirstPacket::Cancel { pid, key } => return Ok(Startup::Cancel { pid, key }),
         FirstPacket::Startup { version, body } => (version, body),
     };
-    let accepted = match parse_startup_parameters(&body).and_then(|p| interpret_startup(version, p))
-    {
-        Ok(a) => a,
-        Err(e) => {
-            send_error(stream, &e)?;
-            return Ok(Startup::Rejected);
-        }
-    };
+    let mut accepted =
+        match parse_startup_parameters(&body).and_then(|p| interpret_startup(version, p)) {
+            Ok(a) => a,
+            Err(e) => {
+                send_error(stream, &e)?;
+                return Ok(Startup::Rejected);
+            }
+        };
     let mut out = Out::new();
     if version & 0xffff > 0 || !accepted.unrecognized.is_empty() {
         out.negotiate_protocol_version(0, &accepted.unrecognized);
         send(stream, out.bytes())?;
         out.clear();
     }
-    if !authenticate(stream, transport, params, &accepted.info.user)? {
+    let Some(may_replicate) = authenticate(stream, transport, params, &accepted.info)? else {
+        return Ok(Startup::Rejected);
+    };
+    accepted.info.may_replicate = may_replicate;
+    if let Err(e) = replication_permitted(&accepted.info) {
+        send_error(stream, &e)?;
         return Ok(Startup::Rejected);
     }
     if let Err(e) = admit(&accepted.info) {
@@ -358,48 +392,66 @@ fn greet(out: &mut Out, params: &ServerParams, accepted: &Accepted) {
     out.ready_for_query(b'I');
 }
 
-/// Authenticates; false when refused (the error has been sent).
+/// A replication connection needs the permission to replicate
+/// (PostgreSQL's InitPostgres check for a walsender).
+fn replication_permitted(info: &StartupInfo) -> Result<(), SqlError> {
+    if info.replication.is_none() || info.may_replicate {
+        return Ok(());
+    }
+    Err(SqlError::fatal(
+        sqlstate::INSUFFICIENT_PRIVILEGE,
+        "must be superuser or replication role to start walsender",
+    ))
+}
+
+/// Authenticates: Some(whether the client may replicate), or None when
+/// refused (the error has been sent).
 fn authenticate<S: Read + Write>(
     stream: &mut S,
     transport: &Transport,
     params: &ServerParams,
-    user: &str,
-) -> io::Result<bool> {
+    info: &StartupInfo,
+) -> io::Result<Option<bool>> {
+    let user = &info.user;
     match transport {
         Transport::Unix {
             peer_uid,
             server_uid,
         } => {
             if *peer_uid == Some(*server_uid) {
-                return Ok(true);
+                return Ok(Some(true));
             }
             let e = SqlError::fatal(
                 sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
                 format!("Peer authentication failed for user \"{user}\""),
             );
             send_error(stream, &e)?;
-            Ok(false)
+            Ok(None)
         }
-        Transport::Tcp => match scram_exchange(stream, stored_verifier(params).as_ref())? {
-            Ok(()) => Ok(true),
-            Err(ScramFailure::ClientGone) => Ok(false),
-            Err(ScramFailure::Refused(e)) => {
-                let e = match e {
-                    ScramError::WrongPassword => SqlError::fatal(
-                        sqlstate::INVALID_PASSWORD,
-                        format!("password authentication failed for user \"{user}\""),
-                    ),
-                    ScramError::Unsupported(m) => {
-                        SqlError::fatal(sqlstate::FEATURE_NOT_SUPPORTED, m)
-                    }
-                    ScramError::Malformed(m) => {
-                        SqlError::protocol_violation("malformed SCRAM message").with_detail(m)
-                    }
-                };
-                send_error(stream, &e)?;
-                Ok(false)
+        Transport::Tcp => {
+            let (verifier, may_replicate) = tcp_verifier(params, info.replication.is_some());
+            match scram_exchange(stream, verifier.as_ref())? {
+                Ok(()) => Ok(Some(may_replicate)),
+                Err(ScramFailure::ClientGone) => Ok(None),
+                Err(ScramFailure::Refused(e)) => {
+                    send_error(stream, &scram_refusal(e, user))?;
+                    Ok(None)
+                }
             }
-        },
+        }
+    }
+}
+
+fn scram_refusal(e: ScramError, user: &str) -> SqlError {
+    match e {
+        ScramError::WrongPassword => SqlError::fatal(
+            sqlstate::INVALID_PASSWORD,
+            format!("password authentication failed for user \"{user}\""),
+        ),
+        ScramError::Unsupported(m) => SqlError::fatal(sqlstate::FEATURE_NOT_SUPPORTED, m),
+        ScramError::Malformed(m) => {
+            SqlError::protocol_violation("malformed SCRAM message").with_detail(m)
+        }
     }
 }
 
@@ -461,13 +513,19 @@ fn parse_initial_response(body: &[u8]) -> Result<(String, Vec<u8>), ScramError> 
     Ok((mechanism, data))
 }
 
-/// The configured verifier, if it parses (the postmaster refuses to
-/// start with one that does not, so None here means "none configured").
-fn stored_verifier(params: &ServerParams) -> Option<scram::Verifier> {
-    params
-        .password
-        .as_deref()
-        .and_then(|t| scram::Verifier::parse(t).ok())
+/// The verifier a TCP client must prove it knows, and whether knowing it
+/// lets the client replicate: a client asking for `replication` uses the
+/// replication role's verifier when one is configured; everyone else the
+/// login verifier. A verifier that does not parse counts as none (the
+/// postmaster refuses to start with one that does not).
+fn tcp_verifier(params: &ServerParams, replication: bool) -> (Option<scram::Verifier>, bool) {
+    let parse = |t: &Option<String>| t.as_deref().and_then(|t| scram::Verifier::parse(t).ok());
+    if replication {
+        if let Some(v) = parse(&params.replication_password) {
+            return (Some(v), true);
+        }
+    }
+    (parse(&params.password), false)
 }
 
 fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -598,6 +656,43 @@ mod tests {
         assert_eq!(mode("Database").unwrap(), Some(ReplicationMode::Database));
         assert_eq!(mode("off").unwrap(), None);
         assert_eq!(mode("maybe").unwrap_err().code, "22023");
+    }
+
+    #[test]
+    fn only_the_replication_credential_or_the_owner_may_replicate() {
+        let login = scram::Verifier::from_password("login", b"0123456789abcdef").to_string();
+        let repl = scram::Verifier::from_password("repl", b"fedcba9876543210").to_string();
+        let verifier = |params: &ServerParams, replication| {
+            let (v, may) = tcp_verifier(params, replication);
+            (v.map(|v| v.to_string()), may)
+        };
+        let plain = ServerParams::new(1, 2, Some(login.clone()));
+        assert_eq!(verifier(&plain, false), (Some(login.clone()), false));
+        assert_eq!(verifier(&plain, true), (Some(login.clone()), false));
+        let both = plain.with_replication_password(Some(repl.clone()));
+        assert_eq!(verifier(&both, false), (Some(login.clone()), false));
+        assert_eq!(verifier(&both, true), (Some(repl), true));
+        let mut info = StartupInfo {
+            replication: Some(ReplicationMode::Physical),
+            ..Default::default()
+        };
+        let e = replication_permitted(&info).unwrap_err();
+        assert_eq!((e.severity, e.code), ("FATAL", "42501"));
+        assert_eq!(
+            e.message,
+            "must be superuser or replication role to start walsender"
+        );
+        info.may_replicate = true;
+        assert!(replication_permitted(&info).is_ok());
+        info.may_replicate = false;
+        info.replication = None;
+        assert!(replication_permitted(&info).is_ok());
+        // The Unix socket's peer is the server's own user: it may.
+        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0anyone\0replication\0true\0\0"));
+        match startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap() {
+            Startup::Ready(info) => assert!(info.may_replicate),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn packet(code: i32, rest: &[u8]) -> Vec<u8> {

@@ -169,6 +169,18 @@ declare_settings! {
         },
         "SCRAM verifier for TCP logins (plain text: init/start --pwfile FILE or WALSHM_PASSWORD)",
         secret();
+    /// SCRAM-SHA-256 verifier of the replication role: a replication
+    /// connection over TCP authenticates with it, never with `password`
+    /// (empty: TCP replication refused with 42501). The Unix socket
+    /// admits only the server's own OS user, which may always replicate.
+    replication_password: Text<PASSWORD_BYTES> = Text::empty() =>
+        "replication_password",
+        Kind::Text {
+            valid: "SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> ('' = no replication over TCP)",
+            check: scram_verifier_only,
+        },
+        "SCRAM verifier replication connections over TCP log in with instead of password ('' = none may; plain text: init/start --replication-pwfile FILE or WALSHM_REPLICATION_PASSWORD)",
+        secret();
     /// Microseconds a connection backend polls its socket without
     /// sleeping before it blocks on the next client message; only while
     /// sessions take at most half the CPUs (0: never poll).
@@ -468,21 +480,28 @@ fn loopback_only(row: &Setting, value: &str) -> Result<(), SettingError> {
     }
 }
 
-/// The `password` setting holds only a SCRAM verifier (its full syntax is
-/// checked by the protocol crate when the server starts). A plain password
-/// is refused without echoing it: on a command line it would be readable
-/// in /proc/PID/cmdline by every local user.
-fn scram_verifier_only(_: &Setting, value: &str) -> Result<(), SettingError> {
+/// The `password` and `replication_password` settings hold only a SCRAM
+/// verifier (its full syntax is checked by the protocol crate when the
+/// server starts). A plain password is refused without echoing it: on a
+/// command line it would be readable in /proc/PID/cmdline by every local
+/// user.
+fn scram_verifier_only(row: &Setting, value: &str) -> Result<(), SettingError> {
     let verifier_like = value.is_empty()
         || (value.starts_with("SCRAM-SHA-256$") && !value.contains(char::is_whitespace));
+    let (flag, env) = match row.name {
+        "replication_password" => ("--replication-pwfile", "WALSHM_REPLICATION_PASSWORD"),
+        _ => ("--pwfile", "WALSHM_PASSWORD"),
+    };
     if !verifier_like {
-        return Err(SettingError(
-            "password must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>), never a plain password: give the plain password with --pwfile FILE (mode 0600) or the WALSHM_PASSWORD environment variable".into(),
-        ));
+        return Err(SettingError(format!(
+            "{} must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$4096:<salt>$<StoredKey>:<ServerKey>), never a plain password: give the plain password with {flag} FILE (mode 0600) or the {env} environment variable",
+            row.name
+        )));
     }
     if value.len() >= PASSWORD_BYTES || value.contains('\0') {
         return Err(SettingError(format!(
-            "password: verifier too long (at most {} bytes)",
+            "{}: verifier too long (at most {} bytes)",
+            row.name,
             PASSWORD_BYTES - 1
         )));
     }
@@ -722,5 +741,15 @@ mod tests {
             .set_assignment("password=SCRAM-SHA-256$4096:c2FsdA==$a:b")
             .is_ok());
         assert!(s.set("password", "").is_ok());
+        let e = s
+            .set("replication_password", "hunter2")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2"), "the error echoes the password: {e}");
+        assert!(
+            e.contains("--replication-pwfile") && e.contains("WALSHM_REPLICATION_PASSWORD"),
+            "{e}"
+        );
+        assert_eq!(s.show("replication_password"), None);
     }
 }

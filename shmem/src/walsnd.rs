@@ -161,7 +161,9 @@ pub struct WalSnd {
     pub apply: AtomicU64,
     /// The receiver reports flush positions (it is a sync-rep candidate).
     pub reports_flush: AtomicU32,
-    /// Microseconds since 2000-01-01 of the last status update, 0 = none.
+    /// The standby's clock in its last status update (microseconds since
+    /// 2000-01-01, any value it sent), 0 = none; pg_stat_replication shows
+    /// NULL for 0 and for a time timestamptz cannot show.
     pub reply_time: AtomicI64,
     pub backend_start: AtomicI64,
     /// Position of `application_name` in synchronous_standby_names (0 = not listed).

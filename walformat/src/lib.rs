@@ -57,6 +57,7 @@ pub use record::{
     SIZE_OF_XACT_COMMIT,
 };
 pub use time::{
-    civil_from_days, format_pg_timestamp, format_unix_secs, pg_now_us, PG_EPOCH_UNIX_SECS,
+    civil_from_days, format_pg_timestamp, format_unix_secs, pg_now_us, pg_timestamp_to_unix_us,
+    PG_END_TIMESTAMP, PG_EPOCH_UNIX_SECS, PG_FIRST_AD_TIMESTAMP,
 };
 pub use writer::SegmentWriter;

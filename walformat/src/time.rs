@@ -7,6 +7,26 @@ pub const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
 const USECS_PER_SEC: i64 = 1_000_000;
 const SECS_PER_DAY: i64 = 86_400;
 
+/// PostgreSQL's END_TIMESTAMP: the first instant past timestamptz's range
+/// (294277-01-01 00:00:00 UTC), in microseconds since 2000-01-01.
+pub const PG_END_TIMESTAMP: i64 = 9_223_371_331_200_000_000;
+/// 0001-01-01 00:00:00 UTC in microseconds since 2000-01-01: the earliest
+/// instant [`format_unix_secs`] writes as PostgreSQL does (earlier years
+/// are BC, written differently).
+pub const PG_FIRST_AD_TIMESTAMP: i64 = -63_082_281_600_000_000;
+
+/// A PostgreSQL timestamp (microseconds since 2000-01-01) as microseconds
+/// since the Unix epoch, or None when it lies outside the years PostgreSQL
+/// prints here (0001-01-01 up to its END_TIMESTAMP, and within i64 once
+/// moved to the Unix epoch): a value from another process (a standby's
+/// reply time) may be anything, and is then shown as NULL.
+pub fn pg_timestamp_to_unix_us(us: i64) -> Option<i64> {
+    if !(PG_FIRST_AD_TIMESTAMP..PG_END_TIMESTAMP).contains(&us) {
+        return None;
+    }
+    us.checked_add(PG_EPOCH_UNIX_SECS * USECS_PER_SEC)
+}
+
 /// Current time in microseconds since the PostgreSQL epoch.
 pub fn pg_now_us() -> i64 {
     let unix_us = match SystemTime::now().duration_since(UNIX_EPOCH) {
@@ -69,6 +89,27 @@ mod tests {
             "1999-12-31 23:59:59.000000 UTC"
         );
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn out_of_range_timestamps_have_no_unix_time() {
+        let epoch_us = PG_EPOCH_UNIX_SECS * USECS_PER_SEC;
+        assert_eq!(pg_timestamp_to_unix_us(0), Some(epoch_us));
+        let first = pg_timestamp_to_unix_us(PG_FIRST_AD_TIMESTAMP).unwrap();
+        assert_eq!(
+            civil_from_days(first / USECS_PER_SEC / SECS_PER_DAY),
+            (1, 1, 1)
+        );
+        for bad in [
+            i64::MIN,
+            PG_FIRST_AD_TIMESTAMP - 1,
+            PG_END_TIMESTAMP,
+            i64::MAX,
+        ] {
+            assert_eq!(pg_timestamp_to_unix_us(bad), None, "{bad}");
+        }
+        let last = pg_timestamp_to_unix_us(i64::MAX - epoch_us).unwrap();
+        assert!(format_unix_secs(last / USECS_PER_SEC).starts_with("294247-"));
     }
 
     #[test]

@@ -21,6 +21,12 @@
 //! nor a signal to a worker can be provoked. A wrong cancel is ignored
 //! without a word, as in PostgreSQL.
 //!
+//! Replication slots from SQL (`pg_create_physical_replication_slot`,
+//! `pg_drop_replication_slot`) need the permission to replicate, as
+//! PostgreSQL's CheckSlotPermissions: a client on the Unix socket (the
+//! server's own OS user) has it, a TCP login with the login password does
+//! not (42501; protocol::startup's header).
+//!
 //! Inspection: the views and functions of `protocol::sql::catalog` get
 //! their rows here, from shared memory (`shmem::stats`: activity and WAL
 //! counters; the settings table), the control file and `pg_wal/`; the
@@ -61,6 +67,9 @@ pub struct WalSession<'a> {
     geometry: std::cell::OnceCell<(u64, u32)>,
     /// `synchronous_commit` from the startup packet: this session's default.
     startup_sync_level: Option<&'static str>,
+    /// The client may use replication slots (PostgreSQL's superuser or
+    /// REPLICATION role; `protocol::StartupInfo::may_replicate`).
+    may_replicate: bool,
 }
 
 impl<'a> WalSession<'a> {
@@ -73,7 +82,25 @@ impl<'a> WalSession<'a> {
             activity: stats::activity_writer(ctx.shm, ctx.procno),
             geometry: std::cell::OnceCell::new(),
             startup_sync_level: None,
+            may_replicate: false,
         }
+    }
+
+    /// Lets this session use replication slots (the client authenticated
+    /// as one that may replicate).
+    pub fn permit_replication(&mut self, may: bool) {
+        self.may_replicate = may;
+    }
+
+    /// PostgreSQL's CheckSlotPermissions.
+    fn check_slot_permission(&self) -> Result<(), SqlError> {
+        if self.may_replicate {
+            return Ok(());
+        }
+        Err(SqlError::error(
+            sqlstate::INSUFFICIENT_PRIVILEGE,
+            "must be superuser or replication role to use replication slots",
+        ))
     }
 
     /// (segment size, timeline), from the control file on first use.
@@ -188,6 +215,7 @@ impl Session for WalSession<'_> {
         immediately_reserve: bool,
         temporary: bool,
     ) -> Result<Option<u64>, SqlError> {
+        self.check_slot_permission()?;
         if temporary {
             return Err(SqlError::error(
                 sqlstate::FEATURE_NOT_SUPPORTED,
@@ -209,6 +237,7 @@ impl Session for WalSession<'_> {
     }
 
     fn drop_replication_slot(&mut self, name: &str) -> Result<(), SqlError> {
+        self.check_slot_permission()?;
         let dir = &self.xact.xlog.context().datadir;
         crate::slots::drop_slot(self.shm, dir, name, false)
     }
@@ -563,6 +592,18 @@ fn forward_cancel(shm: &Shmem, pid: i32, key: i32) {
     }
 }
 
+/// How the client on socket `fd` reached us, for authentication.
+fn transport_of(peer: Peer, fd: i32) -> protocol::Transport {
+    match peer {
+        Peer::Unix => protocol::Transport::Unix {
+            peer_uid: peer_uid(fd),
+            // SAFETY: geteuid has no preconditions.
+            server_uid: unsafe { libc::geteuid() },
+        },
+        Peer::Tcp => protocol::Transport::Tcp,
+    }
+}
+
 /// A connection backend's whole life; returns the exit code.
 pub fn run_connection<S: Read + Write + AsRawFd>(
     shm: &Shmem,
@@ -570,6 +611,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     mut stream: S,
     peer: Peer,
     password: Option<String>,
+    replication_password: Option<String>,
 ) -> i32 {
     process::enable_cancel_signal();
     let fd = stream.as_raw_fd();
@@ -583,15 +625,9 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         log("FATAL", "could not generate a cancel key: no random bytes");
         return process::EXIT_FATAL;
     };
-    let transport = match peer {
-        Peer::Unix => protocol::Transport::Unix {
-            peer_uid: peer_uid(fd),
-            // SAFETY: geteuid has no preconditions.
-            server_uid: unsafe { libc::geteuid() },
-        },
-        Peer::Tcp => protocol::Transport::Tcp,
-    };
-    let params = protocol::ServerParams::new(pid, key as i32, password);
+    let transport = transport_of(peer, fd);
+    let params = protocol::ServerParams::new(pid, key as i32, password)
+        .with_replication_password(replication_password);
     // A replication connection takes its walsender entry before the
     // greeting (FATAL 53300 beyond max_wal_senders, as PostgreSQL).
     let mut walsender = None;
@@ -643,6 +679,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         writer.set_client_addr(&addr);
     }
     let mut session = WalSession::new(&ctx);
+    session.permit_replication(info.may_replicate);
     if let (Some(on), Some(level)) = (info.synchronous_commit, info.synchronous_commit_level) {
         session.start_with_synchronous_commit(on, level);
     }

@@ -30,12 +30,32 @@
 //! (half of `wal_sender_timeout`: a keepalive asking for a reply), and a
 //! receiver silent for `wal_sender_timeout` is disconnected.
 //!
+//! Timelines (walsender.c's StartReplication): START_REPLICATION on the
+//! server's timeline streams without end; on an ancestor of it (from the
+//! current timeline's history file) it streams up to that timeline's
+//! switch point, reading the switch segment from the next timeline's file
+//! (which holds the ancestor's WAL below the switch point), then sends
+//! CopyDone, sends no CopyData after it, waits for the client's CopyDone
+//! (a stream the client ends first is answered the same way) and answers
+//! with the next timeline and where it began (a result set), then
+//! CommandComplete "START_STREAMING" and "START_REPLICATION", which is
+//! what pg_receivewal reads to follow a switch. A start exactly at the
+//! switch point gets that answer without COPY; a start past it, or a
+//! timeline not in the history, is XX000 with PostgreSQL's message.
+//!
+//! TIMELINE_HISTORY sends the file from disk in 64 kB pieces behind a
+//! header that gives its length: a hostile, huge history file costs one
+//! piece of memory, never the whole file.
+//!
 //! Invariants: only WAL below the flush position is sent (it never
 //! changes on disk afterwards); a segment read while the checkpointer
 //! removes it is detected (`ReplCtl::removed_below_seg`, published before
 //! removal, checked after each read) and ends the stream with 58P01 rather
-//! than sending recycled bytes; bad client input is an ERROR (commands) or
-//! FATAL 08P01 (stream), never a panic.
+//! than sending recycled bytes; a receiver's reported write, flush and
+//! apply positions are clamped to what this connection sent before
+//! anything uses them (sync-rep release, the slot, pg_stat_replication):
+//! a report of WAL never sent releases no commit; bad client input is an
+//! ERROR (commands) or FATAL 08P01 (stream), never a panic.
 //!
 //! Fast shutdown: the postmaster sends SIGTERM to walsenders only after the
 //! shutdown checkpoint is flushed; the walsender then sends everything up
@@ -79,6 +99,8 @@ const MAX_BATCH: usize = 8 * MAX_SEND as usize;
 /// this much queued and need not wait for the walsender to be scheduled
 /// again after each 208 kB (the default for a Unix socket).
 const STREAM_SNDBUF: libc::c_int = 4 << 20;
+/// TIMELINE_HISTORY reads and sends the history file in pieces this large.
+const HISTORY_CHUNK: usize = 64 << 10;
 /// How long the shutdown drain waits for the receiver's last report.
 const SHUTDOWN_REPLY_WAIT: Duration = Duration::from_secs(10);
 /// ppoll timeout when no keepalive timer applies.
@@ -116,6 +138,14 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     /// The slot streamed for, if any.
     slot: Option<usize>,
     temp_slots: Vec<String>,
+    /// The timeline the current START_REPLICATION streams.
+    send_tl: SendTimeline,
+    /// Sent up to (exclusive) on the current stream: what the receiver's
+    /// reports are clamped to.
+    sent: Lsn,
+    /// The stream of an older timeline reached its end and we sent
+    /// CopyDone: no CopyData may follow, the client's CopyDone is awaited.
+    done_sending: bool,
     /// The open segment (segno, file).
     segment: Option<(u64, File)>,
     /// XLogData messages being gathered for one write (kept between
@@ -130,6 +160,16 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     last_ask: Instant,
     /// Where the stream's rounds spend their time (logged at its end).
     rounds: RoundStats,
+}
+
+/// The timeline a START_REPLICATION streams: the server's own, or an
+/// older one of its history, which ends at its switch point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SendTimeline {
+    tli: u32,
+    /// For an older timeline: where it ended (the switch point, where the
+    /// next one began) and the timeline that followed it.
+    ends: Option<(Lsn, u32)>,
 }
 
 fn entry(shm: &Shmem, i: usize) -> &WalSnd {
@@ -280,6 +320,12 @@ pub fn run<S: Read + Write + AsRawFd>(
         inbuf: Vec::new(),
         slot: None,
         temp_slots: Vec::new(),
+        send_tl: SendTimeline {
+            tli: shm.xlog().facts.timeline,
+            ends: None,
+        },
+        sent: 0,
+        done_sending: false,
         segment: None,
         outbuf: Vec::new(),
         last_reply: Instant::now(),
@@ -309,6 +355,16 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         // Acquire pairs with the Release fetch_max of flush_result in
         // xlog_write: the WAL below it is in the segment files.
         self.shm.xlog().write.flush_result.load(Ordering::Acquire)
+    }
+
+    /// Where the current stream's WAL ends for now: the flush position,
+    /// or for an older timeline its switch point (never past the flush).
+    fn send_upto(&self) -> Lsn {
+        let flush = self.flush_lsn();
+        match self.send_tl.ends {
+            Some((switch, _)) => switch.min(flush),
+            None => flush,
+        }
     }
 
     fn cleanup(&mut self) {
@@ -479,7 +535,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             Command::IdentifySystem => self.identify_system()?,
             Command::Show(name) => self.show(&name)?,
             Command::ReadReplicationSlot(name) => self.read_slot(&name)?,
-            Command::TimelineHistory(tli) => self.timeline_history(tli)?,
+            Command::TimelineHistory(tli) => return self.timeline_history(tli),
             Command::CreatePhysicalSlot {
                 name,
                 temporary,
@@ -568,24 +624,52 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         )
     }
 
-    fn timeline_history(&self, tli: u32) -> Result<Vec<u8>, SqlError> {
-        let file = format!("{tli:08X}.history");
+    /// TIMELINE_HISTORY: the history file streamed from disk in chunks
+    /// of HISTORY_CHUNK bytes behind a header that gives its length, so
+    /// that a file of any size costs one chunk of memory (PostgreSQL
+    /// builds the whole message first). The file is replaced only by a
+    /// rename, so the open file keeps its length; if it still reads short,
+    /// the message cannot be finished and the connection is closed.
+    fn timeline_history(&mut self, tli: u32) -> Result<Reply, SqlError> {
+        let file = crate::timeline::history_file_name(tli);
         let path = self.datadir.join("pg_wal").join(&file);
-        let content = walfile::read_file(Op::WalRead, &path).map_err(|e| {
+        let access = |e: std::io::Error| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => sqlstate::UNDEFINED_FILE,
+                _ => "58030",
+            };
+            SqlError::error(code, format!("could not open file \"pg_wal/{file}\": {e}"))
+        };
+        let f = walfile::open_read(Op::WalRead, &path).map_err(access)?;
+        let len = walfile::file_len(Op::WalRead, &f).map_err(access)?;
+        let too_large = || {
             SqlError::error(
-                "58P01",
-                format!("could not open file \"pg_wal/{file}\": {e}"),
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!("history file \"pg_wal/{file}\" is too large to send ({len} bytes)"),
             )
-        })?;
-        let content = String::from_utf8_lossy(&content).into_owned();
-        repl::result_set(
-            &[
-                ("filename", ColumnType::Text),
-                ("content", ColumnType::Text),
-            ],
-            &[vec![Some(file), Some(content)]],
-            "TIMELINE_HISTORY",
-        )
+        };
+        let len = usize::try_from(len).map_err(|_| too_large())?;
+        let head = repl::timeline_history_head(&file, len).map_err(|_| too_large())?;
+        if !self.send(&head) {
+            return Ok(Reply::Ended(End::ClientGone));
+        }
+        let mut chunk = vec![0u8; HISTORY_CHUNK.min(len)];
+        let mut off = 0;
+        while off < len {
+            let n = chunk.len().min(len - off);
+            if let Err(e) = walfile::read_at(Op::WalRead, &f, &mut chunk[..n], off as u64) {
+                log(
+                    "LOG",
+                    &format!("closing the connection: could not read file \"pg_wal/{file}\" at {off} of {len} bytes: {e}"),
+                );
+                return Ok(Reply::Ended(End::Fatal));
+            }
+            if !self.send(&chunk[..n]) {
+                return Ok(Reply::Ended(End::ClientGone));
+            }
+            off += n;
+        }
+        Ok(Reply::Bytes(repl::command_complete("TIMELINE_HISTORY")))
     }
 
     fn create_slot(
@@ -619,23 +703,31 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     // ---- streaming ----
 
     /// START_REPLICATION: checks, CopyBothResponse, the stream; then the
-    /// end of the command (or of the connection).
+    /// end of the command (or of the connection). On an older timeline
+    /// asked to start at its switch point there is nothing to stream: the
+    /// next timeline is named at once, without COPY (as PostgreSQL does).
     fn start_replication(
         &mut self,
         slot: Option<String>,
         start: Lsn,
         timeline: Option<u32>,
     ) -> Result<Reply, SqlError> {
-        if let Some(t) = timeline.filter(|&t| t != self.tli) {
-            return Err(SqlError::error(
-                "XX000",
-                format!("requested timeline {t} is not in this server's history"),
-            ));
+        self.segment = None;
+        let send_tl = self.send_timeline(timeline, start)?;
+        if let Some((switch, next)) = send_tl.ends.filter(|&(switch, _)| start == switch) {
+            if let Some(name) = slot {
+                slots::validate_name(&name)?;
+                let idx = slots::acquire(self.shm, &self.datadir, &name)?;
+                slots::release(self.shm, idx);
+            }
+            let mut out = repl::next_timeline_result(next, switch)?;
+            out.extend_from_slice(&repl::command_complete("START_REPLICATION"));
+            return Ok(Reply::Bytes(out));
         }
         let flush = self.flush_lsn();
         if start > flush {
             return Err(SqlError::error(
-                "XX000",
+                sqlstate::INTERNAL_ERROR,
                 format!(
                     "requested starting point {} is ahead of the WAL flush position of this server {}",
                     repl::format_lsn(start),
@@ -643,17 +735,17 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 ),
             ));
         }
-        self.open_segment(self.geo.seg_no(start))?;
-        if let Some(name) = slot {
-            slots::validate_name(&name)?;
-            let idx = slots::acquire(self.shm, &self.datadir, &name)?;
-            self.slot = Some(idx);
-            self.entry().slot.store(idx as u32 + 1, Ordering::Relaxed);
+        self.send_tl = send_tl;
+        self.done_sending = false;
+        if let Err(e) = self.prepare_stream(start, slot) {
+            self.send_tl = self.own_timeline();
+            return Err(e);
         }
         if !self.send(&repl::copy_both_response()) {
             return Ok(Reply::Ended(End::ClientGone));
         }
         self.enlarge_send_buffer();
+        self.sent = start;
         self.entry().sent.store(start, Ordering::Relaxed);
         self.entry()
             .state
@@ -661,6 +753,77 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         self.last_reply = Instant::now();
         self.ping_sent = false;
         let end = self.stream_wal(start);
+        self.end_stream(end)
+    }
+
+    /// Before the CopyBothResponse: the first segment of the stream can be
+    /// opened (58P01 when it is gone) and the slot, if any, acquired.
+    fn prepare_stream(&mut self, start: Lsn, slot: Option<String>) -> Result<(), SqlError> {
+        self.open_segment(self.geo.seg_no(start))?;
+        if let Some(name) = slot {
+            slots::validate_name(&name)?;
+            let idx = slots::acquire(self.shm, &self.datadir, &name)?;
+            self.slot = Some(idx);
+            self.entry().slot.store(idx as u32 + 1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The server's own timeline, streamed without end.
+    fn own_timeline(&self) -> SendTimeline {
+        SendTimeline {
+            tli: self.tli,
+            ends: None,
+        }
+    }
+
+    /// The timeline START_REPLICATION asked for (none: the server's),
+    /// checked as walsender.c checks it: another timeline must be an
+    /// ancestor in this server's history, and `start` not past the point
+    /// where it ended (before it, even on the next timeline's part of the
+    /// switch segment, is allowed: pg_receivewal starts there).
+    fn send_timeline(&self, requested: Option<u32>, start: Lsn) -> Result<SendTimeline, SqlError> {
+        let Some(tli) = requested.filter(|&t| t != self.tli) else {
+            return Ok(self.own_timeline());
+        };
+        let history = crate::timeline::Timeline::read(&self.datadir.join("pg_wal"), self.tli)
+            .map_err(|e| match e {
+                crate::timeline::TimelineError::Io(..) => SqlError::error("58030", e.to_string()),
+                _ => SqlError::error(sqlstate::INTERNAL_ERROR, e.to_string()),
+            })?;
+        let Some((next, switch)) = history.successor(tli) else {
+            return Err(SqlError::error(
+                sqlstate::INTERNAL_ERROR,
+                format!("requested timeline {tli} is not in this server's history"),
+            ));
+        };
+        if start > switch {
+            return Err(SqlError::error(
+                sqlstate::INTERNAL_ERROR,
+                format!(
+                    "requested starting point {} on timeline {tli} is not in this server's history",
+                    repl::format_lsn(start)
+                ),
+            )
+            .with_detail(format!(
+                "This server's history forked from timeline {tli} at {}.",
+                repl::format_lsn(switch)
+            )));
+        }
+        Ok(SendTimeline {
+            tli,
+            ends: Some((switch, next)),
+        })
+    }
+
+    /// After the CopyBoth phase: the slot released, the state back to
+    /// startup, and the end of the command. A client's CopyDone is
+    /// answered with ours (unless an older timeline's end already sent
+    /// it), the next timeline's result set for an older timeline, then
+    /// CommandComplete "START_STREAMING" and "START_REPLICATION" (the
+    /// second is PostgreSQL's too: receivelog.c reads the result set, then
+    /// a command result).
+    fn end_stream(&mut self, end: StreamEnd) -> Result<Reply, SqlError> {
         if !self.rounds.is_empty() {
             log("LOG", &std::mem::take(&mut self.rounds).summary());
         }
@@ -674,9 +837,22 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         // Our receiver no longer holds the backends back.
         throttle::publish(self.shm);
         self.segment = None;
+        let own = self.own_timeline();
+        let ended = std::mem::replace(&mut self.send_tl, own);
+        let copy_done_sent = std::mem::take(&mut self.done_sending);
         match end {
             StreamEnd::ClientCopyDone => {
-                let mut out = repl::copy_done();
+                let mut out = if copy_done_sent {
+                    Vec::new()
+                } else {
+                    repl::copy_done()
+                };
+                match ended.ends {
+                    Some((switch, next)) => {
+                        out.extend_from_slice(&repl::next_timeline_result(next, switch)?)
+                    }
+                    None => out.extend_from_slice(&repl::command_complete("START_STREAMING")),
+                }
                 out.extend_from_slice(&repl::command_complete("START_REPLICATION"));
                 Ok(Reply::Bytes(out))
             }
@@ -685,10 +861,21 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         }
     }
 
+    /// The timeline whose file holds segment `segno` of the stream: the
+    /// streamed one's, except that an older timeline's switch segment is
+    /// read from the next timeline's file (which holds the older one's
+    /// WAL up to the switch point), as walsender.c reads it.
+    fn segment_tli(&self, segno: u64) -> u32 {
+        match self.send_tl.ends {
+            Some((switch, next)) if self.geo.seg_no(switch) == segno => next,
+            _ => self.send_tl.tli,
+        }
+    }
+
     fn segment_path(&self, segno: u64) -> PathBuf {
         self.datadir
             .join("pg_wal")
-            .join(self.geo.file_name(self.tli, segno))
+            .join(self.geo.file_name(self.segment_tli(segno), segno))
     }
 
     fn removed_error(&self, segno: u64) -> SqlError {
@@ -696,7 +883,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             "58P01",
             format!(
                 "requested WAL segment {} has already been removed",
-                self.geo.file_name(self.tli, segno)
+                self.geo.file_name(self.segment_tli(segno), segno)
             ),
         )
     }
@@ -733,15 +920,16 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
 
     /// Appends to `outbuf` one XLogData message with the WAL from `from`
     /// up to at most `upto` (within one segment, at most MAX_SEND bytes),
-    /// read from the segment file; returns its end.
-    fn append_wal(&mut self, from: Lsn, upto: Lsn, flush: Lsn) -> Result<Lsn, SqlError> {
+    /// read from the segment file, its walEnd field `wal_end`; returns its
+    /// end.
+    fn append_wal(&mut self, from: Lsn, upto: Lsn, wal_end: Lsn) -> Result<Lsn, SqlError> {
         let segno = self.geo.seg_no(from);
         let seg_end = self.geo.seg_start(segno + 1);
         let end = upto.min(from + MAX_SEND).min(seg_end);
         let len = (end - from) as usize;
         self.open_segment(segno)?;
         let at = self.outbuf.len();
-        repl::xlog_data_header(&mut self.outbuf, from, flush, walformat::pg_now_us(), len)
+        repl::xlog_data_header(&mut self.outbuf, from, wal_end, walformat::pg_now_us(), len)
             .ok_or_else(|| SqlError::error("54000", "WAL message too large"))?;
         let data = at + repl::XLOG_DATA_HEADER;
         self.outbuf.resize(data + len, 0);
@@ -752,7 +940,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                     "58030",
                     format!(
                         "could not read from WAL segment {}, offset {offset}: {e}",
-                        self.geo.file_name(self.tli, segno)
+                        self.geo.file_name(self.segment_tli(segno), segno)
                     ),
                 )
             })?;
@@ -772,11 +960,11 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     fn send_wal(&mut self, from: Lsn, upto: Lsn) -> Result<Lsn, SqlError> {
         // Relaxed: a time stamp for the round timings only.
         let flushed_at = self.shm.repl().flushed_at_ns.load(Ordering::Relaxed);
-        let flush = self.flush_lsn();
+        let wal_end = self.send_upto();
         self.outbuf.clear();
         let mut sent = from;
         while sent < upto && self.outbuf.len() < MAX_BATCH {
-            sent = self.append_wal(sent, upto, flush)?;
+            sent = self.append_wal(sent, upto, wal_end)?;
         }
         let batch = std::mem::take(&mut self.outbuf);
         let started = shmem::walsnd::monotonic_ns();
@@ -864,12 +1052,18 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         end
     }
 
-    /// A standby status update: publish, advance the slot, answer a reply
-    /// request (the release follows in `handle_client_messages`).
+    /// A standby status update: clamped to what this connection sent (a
+    /// receiver cannot have written, flushed or applied WAL it was never
+    /// sent, so a report beyond it is not believed: it would release
+    /// synchronous commits, advance the slot and show in
+    /// pg_stat_replication positions no standby holds), then published,
+    /// applied to the slot, and a reply request answered (the release
+    /// follows in `handle_client_messages`).
     fn status_update(&mut self, st: repl::StandbyStatus) {
         self.last_reply = Instant::now();
         self.ping_sent = false;
         self.reply_asked = None;
+        let st = clamp_to_sent(st, self.sent);
         let e = entry(self.shm, self.me);
         // Relaxed: each is a position read by monitors and by
         // syncrep::release_waiters, which needs no order between them.
@@ -883,8 +1077,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         if let Some(idx) = self.slot {
             slots::advance(self.shm, idx, st.flush);
         }
-        if st.reply_requested {
-            let ka = repl::keepalive(self.flush_lsn(), walformat::pg_now_us(), false);
+        if st.reply_requested && !self.done_sending {
+            let ka = repl::keepalive(self.send_upto(), walformat::pg_now_us(), false);
             self.send(&ka);
         }
     }
@@ -919,16 +1113,25 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             if let Some(end) = self.handle_client_messages() {
                 return end;
             }
-            let flush = self.flush_lsn();
-            if sent < flush {
-                match self.send_wal(sent, flush) {
+            let upto = self.send_upto();
+            if sent < upto {
+                match self.send_wal(sent, upto) {
                     Ok(s) => sent = s,
                     Err(e) => return StreamEnd::Error(e),
                 }
                 self.lag.record(sent, walformat::pg_now_us());
+                self.sent = sent;
                 self.entry().sent.store(sent, Ordering::Relaxed);
                 self.ask_for_reply_if_throttling(sent);
                 continue;
+            }
+            if self.send_tl.ends.is_some() && !self.done_sending {
+                // The end of an older timeline: CopyDone, then the
+                // client's CopyDone is awaited (its reports still count).
+                if !self.send(&repl::copy_done()) {
+                    return StreamEnd::Ended(End::ClientGone);
+                }
+                self.done_sending = true;
             }
             self.entry()
                 .state
@@ -969,7 +1172,12 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         done >= sent
     }
 
+    /// Asks the receiver for a reply (a keepalive with the reply flag);
+    /// nothing once our CopyDone is sent.
     fn ping(&mut self, sent: Lsn) {
+        if self.done_sending {
+            return;
+        }
         let ka = repl::keepalive(sent, walformat::pg_now_us(), true);
         self.send(&ka);
         self.ping_sent = true;
@@ -981,7 +1189,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     /// WAITERS_ASK_SPACING); one request outstanding at a time.
     fn ask_for_reply_if_throttling(&mut self, sent: Lsn) {
         let limit = throttle::limit_bytes(self.shm);
-        if limit == 0 || self.reply_asked.is_some_and(|t| t.elapsed() < REPLY_REASK) {
+        let asked_lately = self.reply_asked.is_some_and(|t| t.elapsed() < REPLY_REASK);
+        if limit == 0 || asked_lately || self.done_sending {
             return;
         }
         let unreported = sent.saturating_sub(self.entry().write.load(Ordering::Relaxed));
@@ -1019,7 +1228,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     fn sleep_until_flush_or_message(&self, sent: Lsn) {
         let ctl = self.shm.repl();
         ctl.announce_sleep(self.me);
-        if self.flush_lsn() > sent || shutdown_requested() {
+        if self.send_upto() > sent || shutdown_requested() {
             ctl.cancel_sleep(self.me);
             return;
         }
@@ -1033,6 +1242,17 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         };
         self.wait(nap.min(IDLE_POLL));
         ctl.cancel_sleep(self.me);
+    }
+}
+
+/// A status update with its write, flush and apply positions lowered to
+/// at most `sent` (0, "not reported", stays 0).
+fn clamp_to_sent(st: repl::StandbyStatus, sent: Lsn) -> repl::StandbyStatus {
+    repl::StandbyStatus {
+        write: st.write.min(sent),
+        flush: st.flush.min(sent),
+        apply: st.apply.min(sent),
+        ..st
     }
 }
 
@@ -1050,4 +1270,24 @@ enum StreamEnd {
     Ended(End),
     /// A FATAL to send, then exit.
     Error(SqlError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_clamped_to_what_was_sent() {
+        let st = repl::StandbyStatus {
+            write: u64::MAX,
+            flush: 0x3000,
+            apply: 0,
+            send_time: 7,
+            reply_requested: true,
+        };
+        let c = clamp_to_sent(st, 0x2000);
+        assert_eq!((c.write, c.flush, c.apply), (0x2000, 0x2000, 0));
+        assert_eq!((c.send_time, c.reply_requested), (7, true));
+        assert_eq!(clamp_to_sent(st, u64::MAX).flush, 0x3000);
+    }
 }
