@@ -1,4 +1,4 @@
-//! Command-line parsing for `postmaster` (hand-written: three subcommands
+//! Command-line parsing for `postmaster` (hand-written: five subcommands
 //! and a handful of flags do not need a parser crate, and the errors say
 //! exactly what is wrong).
 //!
@@ -6,11 +6,13 @@
 //! the flag does to that subcommand's options) and a small function that
 //! runs the table over the arguments, then checks what the flags imply
 //! together. A flag not in the subcommand's table is an error naming it.
-//! The settings part of `--help` is generated from `shmem::settings`.
+//! The settings part of `--help`, `postmaster settings` and its Markdown
+//! form (docs/settings.md, checked by a test below) are generated from
+//! `shmem::settings`.
 
 use crate::supervised::WorkerSpec;
 use backend::workload::{Workload, WORKLOAD_HELP};
-use shmem::settings::SETTINGS;
+use shmem::settings::{Context, Kind, Setting, Settings, SETTINGS};
 use std::path::PathBuf;
 
 pub struct InitOptions {
@@ -49,8 +51,15 @@ pub struct WaldumpOptions {
     pub quiet: bool,
 }
 
+/// `postmaster settings [--markdown]`: the settings table, as text or as
+/// docs/settings.md.
+pub struct SettingsOptions {
+    pub markdown: bool,
+}
+
 pub enum Command {
     Help(String),
+    Settings(SettingsOptions),
     Init(InitOptions),
     Start(StartOptions),
     Waldump(WaldumpOptions),
@@ -108,13 +117,124 @@ Usage:
       directory), its PID, uptime, WAL insert/write/flush positions, and one
       line per process with its type, wait event and state. Reads shared
       memory without taking any lock. --json: one JSON object.
+  postmaster settings [--markdown]
+      Print every setting with its values and help (the list below);
+      --markdown: as a Markdown page with defaults, which is docs/settings.md.
 
 Settings (--set NAME=VALUE, or NAME = VALUE lines in DIR/walshm.conf):
 ",
     );
+    s.push_str(&settings_text());
+    s
+}
+
+/// One line per setting: name, valid values, help (the end of `--help`).
+pub fn settings_text() -> String {
+    let mut s = String::new();
     for row in SETTINGS {
         let (name, valid) = (row.name, row.valid());
         s.push_str(&format!("  {name:<23} {valid:<45} {}\n", row.what()));
+    }
+    s
+}
+
+/// The command that writes docs/settings.md (named in the page itself and
+/// in the test's failure message).
+pub const SETTINGS_MARKDOWN_COMMAND: &str =
+    "cargo run -q --bin postmaster -- settings --markdown > docs/settings.md";
+
+/// docs/settings.md: every setting with its values, default, when it can
+/// change and its help, in declaration order.
+pub fn settings_markdown() -> String {
+    let defaults = Settings::default();
+    let mut s = format!(
+        "# Settings
+
+<!-- Generated from shmem/src/settings.rs; do not edit by hand. -->
+This page is generated from the settings table in `shmem/src/settings.rs`.
+Regenerate it after changing a setting, from the repository's root:
+
+```sh
+{SETTINGS_MARKDOWN_COMMAND}
+```
+
+`cargo test -p postmaster` fails while this page differs from what that
+command prints.
+
+Give a setting as `--set NAME=VALUE` to `postmaster init` or `postmaster
+start`, or as a `NAME = VALUE` line in `DIR/walshm.conf`. A number with a
+unit takes a suffix (kB, MB, GB; us, ms, s, min, h); a bare number is in
+the unit the values column names first. `SHOW NAME` answers every setting
+but `password`; `SET` is refused (55P02) for every setting that only
+changes at start. What each algorithm switch does, and where it comes
+from, is in [variants.md](variants.md).
+
+| setting | values | default | changes | what it does |
+| --- | --- | --- | --- | --- |
+"
+    );
+    for row in SETTINGS {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} |\n",
+            row.name,
+            markdown_values(row),
+            markdown_default(row, &defaults),
+            match row.context {
+                Context::Postmaster => "at start",
+                Context::Session => "at start; SET in a session",
+            },
+            markdown_cell(&markdown_what(row)),
+        ));
+    }
+    s
+}
+
+/// The values column: each name of an enum or boolean as code, the rest
+/// (units, ranges, text rules) as `--help` says it.
+fn markdown_values(row: &Setting) -> String {
+    let names = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match row.kind {
+        Kind::Bool => names(&["on", "off"]),
+        Kind::Enum(list) => names(list),
+        _ => markdown_cell(&row.valid()),
+    }
+}
+
+/// The default as SHOW prints it; an empty text as `''`.
+fn markdown_default(row: &Setting, defaults: &Settings) -> String {
+    match row.display(defaults) {
+        shown if shown.is_empty() => "''".into(),
+        shown => shown,
+    }
+}
+
+/// The help, its seed, and whether the value is kept secret.
+fn markdown_what(row: &Setting) -> String {
+    let mut s = row.help.to_string();
+    if let Some(seed) = row.seed {
+        s.push_str(&format!(" (seed {seed})"));
+    }
+    if row.secret {
+        s.push_str("; never shown by SHOW nor echoed in an error");
+    }
+    s
+}
+
+/// Text made safe for a table cell: `|` would end the cell, `<` open an
+/// HTML tag, `*` start emphasis.
+fn markdown_cell(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '|' | '<' | '>' | '*' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
     }
     s
 }
@@ -245,6 +365,17 @@ const STATUS_FLAGS: &[Flag<crate::status::StatusOptions>] = &[
     flag(&["--json"], Action::Switch(|p| p.opts.json = true)),
 ];
 
+const SETTINGS_FLAGS: &[Flag<SettingsOptions>] = &[flag(
+    &["--markdown"],
+    Action::Switch(|p| p.opts.markdown = true),
+)];
+
+fn parse_settings(args: &[String]) -> Result<SettingsOptions, String> {
+    let blank = SettingsOptions { markdown: false };
+    let (_, opts) = scan_flags("settings", args, SETTINGS_FLAGS, blank)?;
+    Ok(opts)
+}
+
 fn parse_status(args: &[String]) -> Result<crate::status::StatusOptions, String> {
     let blank = crate::status::StatusOptions {
         datadir: PathBuf::new(),
@@ -281,13 +412,26 @@ fn value<'a>(args: &mut impl Iterator<Item = &'a String>, flag: &str) -> Result<
 }
 
 /// Runs `flags` over `args`, starting from `opts`; returns the options and
-/// the data directory (required by every subcommand).
+/// the data directory (required by every subcommand that has a -D flag).
 fn run_flags<T>(
     sub: &str,
     args: &[String],
     flags: &[Flag<T>],
     opts: T,
 ) -> Result<(PathBuf, T), String> {
+    let (datadir, opts) = scan_flags(sub, args, flags, opts)?;
+    let datadir = datadir.ok_or_else(|| format!("\"{sub}\" needs -D DIR (the data directory)"))?;
+    Ok((datadir, opts))
+}
+
+/// Runs `flags` over `args`, starting from `opts`; returns the data
+/// directory if one was given, and the options.
+fn scan_flags<T>(
+    sub: &str,
+    args: &[String],
+    flags: &[Flag<T>],
+    opts: T,
+) -> Result<(Option<PathBuf>, T), String> {
     let mut p = Parsing {
         datadir: None,
         opts,
@@ -305,10 +449,7 @@ fn run_flags<T>(
             Action::Value(apply) => apply(&mut p, value(&mut args, a)?)?,
         }
     }
-    let datadir = p
-        .datadir
-        .ok_or_else(|| format!("\"{sub}\" needs -D DIR (the data directory)"))?;
-    Ok((datadir, p.opts))
+    Ok((p.datadir, p.opts))
 }
 
 fn parse_init(args: &[String]) -> Result<InitOptions, String> {
@@ -387,8 +528,62 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "start" => parse_start(rest).map(Command::Start),
         "waldump" => parse_waldump(rest).map(Command::Waldump),
         "status" => parse_status(rest).map(Command::Status),
+        "settings" => parse_settings(rest).map(Command::Settings),
         other => Err(format!(
-            "unknown command \"{other}\" (expected init, start, waldump or status)"
+            "unknown command \"{other}\" (expected init, start, waldump, status or settings)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn settings_takes_markdown_and_nothing_else() {
+        let Ok(Command::Settings(o)) = parse(&args(&["settings"])) else {
+            panic!("settings not parsed");
+        };
+        assert!(!o.markdown);
+        let Ok(Command::Settings(o)) = parse(&args(&["settings", "--markdown"])) else {
+            panic!("settings --markdown not parsed");
+        };
+        assert!(o.markdown);
+        let Err(e) = parse(&args(&["settings", "-D", "/tmp/x"])) else {
+            panic!("settings took -D");
+        };
+        assert!(e.contains("unknown option \"-D\" for \"settings\""), "{e}");
+    }
+
+    #[test]
+    fn markdown_has_one_row_per_setting_and_escapes_cells() {
+        let md = settings_markdown();
+        for row in SETTINGS {
+            let start = format!("| `{}` |", row.name);
+            let line = md.lines().find(|l| l.starts_with(&start));
+            let line = line.unwrap_or_else(|| panic!("no row for {}", row.name));
+            // Six unescaped bars: the cells' edges, nothing inside a cell.
+            let bars = line
+                .match_indices('|')
+                .filter(|(i, _)| !line[..*i].ends_with('\\'));
+            assert_eq!(bars.count(), 6, "{line}");
+        }
+        assert!(md.contains(SETTINGS_MARKDOWN_COMMAND));
+    }
+
+    /// docs/settings.md is what `postmaster settings --markdown` prints.
+    #[test]
+    fn docs_settings_md_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/settings.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == settings_markdown(),
+            "docs/settings.md differs from the settings table in shmem/src/settings.rs; \
+             regenerate it from the repository's root with:\n    {SETTINGS_MARKDOWN_COMMAND}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The postmaster: `init` creates a data directory, `start` runs the server
-//! (shared memory, forked children, crash handling), `waldump` prints WAL.
+//! (shared memory, forked children, crash handling), `waldump` prints WAL,
+//! `status` reads a running server, `settings` prints the settings table.
 //!
 //! The postmaster never takes a spinlock or LWLock and never waits on
 //! anything in shared memory: a crashed child may leave those in any state.
@@ -41,6 +42,14 @@ pub fn main() -> i32 {
     match cli::parse(&args) {
         Ok(cli::Command::Help(text)) => {
             print!("{text}");
+            0
+        }
+        Ok(cli::Command::Settings(opts)) => {
+            if opts.markdown {
+                print!("{}", cli::settings_markdown());
+            } else {
+                print!("{}", cli::settings_text());
+            }
             0
         }
         Ok(cli::Command::Init(opts)) => report(datadir::init(&opts)),
