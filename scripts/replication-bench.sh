@@ -16,7 +16,7 @@
 #!    --reps repetitions in turn, so that every ratio is same-run. For
 #!    walshm also the commits released per status update (from its
 #!    walsender's exit log line), and where its rounds spent their time
-#!    (the walsender's "streaming rounds" line, backend/src/roundstats.rs:
+#!    (the walsender's "streaming rounds" line, replication/src/roundstats.rs:
 #!    local flush -> send, the socket writes, send -> the receiver's flush
 #!    report, the release pass and commits per pass). Per commit: the server's CPU (as root:
 #!    the server runs in a cgroup v1 cpuacct group from its start, so that

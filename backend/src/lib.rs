@@ -1,9 +1,13 @@
-//! walshm backends: the code every WAL-touching process shares and the
-//! bodies of the processes the postmaster forks.
+//! walshm's WAL engine: the code every WAL-touching process shares (the
+//! worker library included) and the bodies of the auxiliary processes the
+//! postmaster forks. It depends only on `shmem`, `walformat` and
+//! `pgerror`: never on the wire protocol, SQL or SCRAM (`protocol`), which
+//! sit above it with the processes that speak them (`connection/`,
+//! `replication/`).
 //!
 //! Layout:
-//! - `procs/`: one file per process body (startup, checkpointer,
-//!   connection, worker); the walwriter is the top-level `walwriter` crate;
+//! - `procs/`: one file per process body (startup, checkpointer, archiver,
+//!   worker); the walwriter is the top-level `walwriter` crate;
 //! - library parts borrowed by those bodies through their per-process
 //!   [`context::ProcContext`]: `xlog` (WAL insertion, buffers, write and
 //!   flush), `xact` (transactions), `procarray` (XIDs and snapshots),
@@ -12,10 +16,13 @@
 //!   `walfile` (the I/O seam, fail points) and `powerloss` (its power-loss
 //!   journal);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
-//!   (the connection's polling reads).
+//!   (a client socket's polling reads, which the engine's waits use);
+//! - replication state the commit path and the checkpointer need:
+//!   `syncrep` (synchronous replication waits and release), `slots`
+//!   (replication slots), `throttle` (`max_replication_lag`).
 //!
-//! The old paths `backend::{startup, checkpointer, session, workload}`
-//! stay as re-exports of the `procs` modules.
+//! `backend::{startup, checkpointer, workload}` are re-exports of the
+//! `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
@@ -24,14 +31,12 @@ pub mod archive;
 pub mod client_poll;
 pub mod context;
 pub mod control;
-pub mod lagtracker;
 pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;
 pub mod reply;
 pub mod restore;
-pub mod roundstats;
 pub mod slots;
 pub mod syncrep;
 pub mod throttle;
@@ -40,6 +45,5 @@ pub mod walfile;
 pub mod xact;
 pub mod xlog;
 
-pub use procs::connection as session;
 pub use procs::worker as workload;
 pub use procs::{archiver, checkpointer, startup};

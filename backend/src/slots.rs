@@ -25,7 +25,7 @@
 
 use crate::process::log;
 use crate::walfile::{self, Op};
-use protocol::{sqlstate, SqlError};
+use pgerror::{sqlstate, SqlError};
 use shmem::sync::Ordering;
 use shmem::walsnd::{SlotShared, NAME_BYTES};
 use shmem::Shmem;
@@ -415,43 +415,6 @@ pub fn rows(shm: &Shmem, datadir: &Path) -> Vec<SlotRow> {
 /// The slot named `name`, if any.
 pub fn row(shm: &Shmem, datadir: &Path, name: &str) -> Option<SlotRow> {
     rows(shm, datadir).into_iter().find(|r| r.name == name)
-}
-
-/// The rows of `pg_replication_slots`. wal_status: 'lost' for an
-/// invalidated slot, 'extended' when it holds more than max_wal_size, else
-/// 'reserved'; safe_wal_size: bytes it may still fall behind before
-/// max_slot_wal_keep_size invalidates it (None: no limit).
-pub fn pg_replication_slots(shm: &Shmem, datadir: &Path) -> Vec<protocol::ReplicationSlotRow> {
-    let insert = shm.xlog().write.flush_result.load(Ordering::Relaxed);
-    let s = shm.settings();
-    let max_wal = (s.max_wal_size_mb as u64) << 20;
-    let limit = shmem::settings::parse_keep_size_mb(s.max_slot_wal_keep_size.as_str())
-        .flatten()
-        .map(|mb| mb << 20);
-    rows(shm, datadir)
-        .into_iter()
-        .map(|r| {
-            let reserved = r.restart_lsn != 0;
-            let behind = insert.saturating_sub(r.restart_lsn);
-            let status = match (r.lost, reserved) {
-                (true, _) => Some("lost"),
-                (false, false) => None,
-                (false, true) if behind > max_wal => Some("extended"),
-                (false, true) => Some("reserved"),
-            };
-            let safe = limit
-                .filter(|_| reserved && !r.lost)
-                .map(|l| l as i64 - behind as i64);
-            protocol::ReplicationSlotRow {
-                slot_name: r.name,
-                temporary: r.temporary,
-                active_pid: (r.active_pid != 0).then_some(r.active_pid),
-                restart_lsn: reserved.then_some(r.restart_lsn),
-                wal_status: status.map(str::to_string),
-                safe_wal_size: safe,
-            }
-        })
-        .collect()
 }
 
 /// Writes every persistent slot whose restart_lsn moved since its last

@@ -559,54 +559,6 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
     }
 }
 
-/// The rows of `pg_stat_replication`, one per walsender. Unix-socket
-/// clients have no address and port -1, as in PostgreSQL; the lag columns
-/// are what the walsender's lag tracker measured (`lagtracker`), NULL
-/// before the first measurement and for a position the receiver does not
-/// report (pg_receivewal's apply). `reply_time` is the standby's own clock
-/// as its last status update gave it: NULL before the first one (0, as
-/// PostgreSQL keeps it) and for a time outside what timestamptz shows
-/// (`walformat::pg_timestamp_to_unix_us`), never a wrapped date.
-pub fn pg_stat_replication(shm: &Shmem) -> Vec<protocol::ReplicationRow> {
-    let lsn = |v: u64| (v != 0).then_some(v);
-    let lag = |us: i64| (us >= 0).then_some(us);
-    // Stored in PostgreSQL's epoch; the row wants the Unix epoch.
-    let time = |us: i64| {
-        if us == 0 {
-            return None;
-        }
-        walformat::pg_timestamp_to_unix_us(us)
-    };
-    shm.repl()
-        .senders
-        .iter()
-        .filter_map(|s| {
-            // Acquire pairs with the Release store of pid when the entry
-            // was claimed: the fields below are its walsender's.
-            let pid = s.pid.load(Ordering::Acquire);
-            (pid > 0).then(|| protocol::ReplicationRow {
-                pid,
-                usename: Some(s.usename.load()).filter(|n| !n.is_empty()),
-                application_name: s.application_name.load(),
-                client_addr: None,
-                client_port: Some(-1),
-                backend_start: time(s.backend_start.load(Ordering::Relaxed)),
-                state: shmem::walsnd::sender_state::name(s.state.load(Ordering::Relaxed)).into(),
-                sent_lsn: lsn(s.sent.load(Ordering::Relaxed)),
-                write_lsn: lsn(s.write.load(Ordering::Relaxed)),
-                flush_lsn: lsn(s.flush.load(Ordering::Relaxed)),
-                replay_lsn: lsn(s.apply.load(Ordering::Relaxed)),
-                sync_priority: s.sync_priority.load(Ordering::Relaxed) as i32,
-                sync_state: sync_state::name(s.sync_state.load(Ordering::Relaxed)).into(),
-                reply_time: time(s.reply_time.load(Ordering::Relaxed)),
-                write_lag: lag(s.write_lag.load(Ordering::Relaxed)),
-                flush_lag: lag(s.flush_lag.load(Ordering::Relaxed)),
-                replay_lag: lag(s.replay_lag.load(Ordering::Relaxed)),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,7 +132,7 @@ pub(crate) fn run_client_child(
     refusal: Option<&str>,
     postmaster_pid: i32,
 ) -> i32 {
-    use backend::session::{run_connection, Peer};
+    use connection::{run_connection, Peer};
     become_child("backend", postmaster_pid);
     backend::process::arm_startup_timeout(settings.authentication_timeout_s);
     let verifier = |v: &str| Some(v.to_string()).filter(|v| !v.is_empty());

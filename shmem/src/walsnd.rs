@@ -230,7 +230,7 @@ pub struct ReplCtl {
     pub release_passes: AtomicU64,
     /// CLOCK_MONOTONIC time (ns, [`monotonic_ns`]) of the last advance of
     /// the flush position, stored by the flusher after its flush_result
-    /// store: the walsenders' round timings (`backend::roundstats`) only.
+    /// store: the walsenders' round timings (`replication::roundstats`) only.
     pub flushed_at_ns: AtomicU64,
     /// `sync_rep_wake = group`: the futex word released sync-rep waiters
     /// are woken on (see the module header).

@@ -5,18 +5,17 @@
 //! | --- | --- | --- |
 //! | startup | `startup.rs` | [`startup::run`] (recovery, then exit) |
 //! | checkpointer | `checkpointer.rs` | [`checkpointer::run`] |
-//! | connection backend | `connection.rs` | [`connection::run_connection`] |
 //! | worker backend | `worker.rs` | [`worker::run`] (the `--workload` loops) |
 //! | archiver | `archiver.rs` | [`archiver::run`] (`archive_command`) |
 //!
-//! The walwriter's body is the top-level `walwriter` crate. Each body
+//! The walwriter's body is the top-level `walwriter` crate; the bodies
+//! that speak the wire protocol are above this crate: the connection
+//! backend in `connection/`, the walsender in `replication/`. Each body
 //! builds its [`crate::context::ProcContext`] and lends it to the library
 //! parts beside this folder (`xlog`, `xact`, `procarray`, `control`,
 //! `walfile`); the postmaster forks and calls these entry points.
 
 pub mod archiver;
 pub mod checkpointer;
-pub mod connection;
 pub mod startup;
-pub mod walsender;
 pub mod worker;

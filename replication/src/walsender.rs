@@ -73,10 +73,10 @@
 //! only every `--status-interval` (10 s by default).
 
 use crate::lagtracker::{self, LagTracker};
-use crate::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
 use crate::roundstats::RoundStats;
-use crate::walfile::{self, Op};
-use crate::{slots, syncrep, throttle};
+use backend::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
+use backend::walfile::{self, Op};
+use backend::{slots, syncrep, throttle};
 use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
 use protocol::{sqlstate, ReplicationMode, SqlError, StartupInfo};
 use shmem::sync::Ordering;
@@ -631,7 +631,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     /// rename, so the open file keeps its length; if it still reads short,
     /// the message cannot be finished and the connection is closed.
     fn timeline_history(&mut self, tli: u32) -> Result<Reply, SqlError> {
-        let file = crate::timeline::history_file_name(tli);
+        let file = backend::timeline::history_file_name(tli);
         let path = self.datadir.join("pg_wal").join(&file);
         let access = |e: std::io::Error| {
             let code = match e.kind() {
@@ -786,9 +786,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let Some(tli) = requested.filter(|&t| t != self.tli) else {
             return Ok(self.own_timeline());
         };
-        let history = crate::timeline::Timeline::read(&self.datadir.join("pg_wal"), self.tli)
+        let history = backend::timeline::Timeline::read(&self.datadir.join("pg_wal"), self.tli)
             .map_err(|e| match e {
-                crate::timeline::TimelineError::Io(..) => SqlError::error("58030", e.to_string()),
+                backend::timeline::TimelineError::Io(..) => SqlError::error("58030", e.to_string()),
                 _ => SqlError::error(sqlstate::INTERNAL_ERROR, e.to_string()),
             })?;
         let Some((next, switch)) = history.successor(tli) else {

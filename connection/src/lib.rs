@@ -1,6 +1,9 @@
-//! A client connection's backend: the `protocol::Session` that turns
-//! statements into WAL, and the connection's life (start-up, cancel
-//! requests, serving, exit).
+//! `connection`: a client connection's backend process (PostgreSQL's
+//! tcop/postgres.c): the `protocol::Session` that turns statements into
+//! WAL through the engine (`backend`), and the connection's life
+//! (start-up, cancel requests, serving, exit). A replication connection
+//! becomes a walsender (`replication::walsender`) after start-up. Nothing
+//! depends on this crate but the postmaster, which forks it.
 //!
 //! Transactions follow the protocol crate's contract: `begin` at the start
 //! of every transaction (implicit per query message, or an explicit
@@ -33,16 +36,18 @@
 //! session publishes its own query, state and transaction start through
 //! its activity writer.
 
-use crate::checkpointer::request_checkpoint;
-use crate::client_poll::PollingStream;
-use crate::context::ProcContext;
-use crate::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
-use crate::procs::walsender;
-use crate::xact::Xact;
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+use backend::checkpointer::request_checkpoint;
+use backend::client_poll::PollingStream;
+use backend::context::ProcContext;
+use backend::process::{self, log, shutdown_requested, CANCEL_REQUESTED};
+use backend::xact::Xact;
 use protocol::{
     sqlstate, ActivityRow, ControlRow, Session, SettingRow, SqlError, Termination, WalFileRow,
     WalStatsRow,
 };
+use replication::walsender;
 use shmem::settings::{Context, Kind, Setting, Settings, Unit, SETTINGS};
 use shmem::stats::{self, ActivityState, ActivityWriter};
 use shmem::sync::Ordering;
@@ -106,7 +111,7 @@ impl<'a> WalSession<'a> {
     /// (segment size, timeline), from the control file on first use.
     fn geometry(&self) -> (u64, u32) {
         *self.geometry.get_or_init(|| {
-            crate::control::ControlFile::read(&self.datadir)
+            backend::control::ControlFile::read(&self.datadir)
                 .map(|c| (c.seg_size, c.timeline))
                 .unwrap_or((16 << 20, 1))
         })
@@ -206,7 +211,7 @@ impl Session for WalSession<'_> {
     }
 
     fn set_synchronous_commit_level(&mut self, name: &str) {
-        crate::syncrep::set_session_level(name);
+        backend::syncrep::set_session_level(name);
     }
 
     fn create_physical_replication_slot(
@@ -224,22 +229,22 @@ impl Session for WalSession<'_> {
         }
         let ctx = self.xact.xlog.context();
         let (shm, dir, fsync) = (self.shm, &ctx.datadir, ctx.settings.fsync);
-        let lsn = crate::slots::create(shm, dir, name, false, immediately_reserve, fsync)?;
+        let lsn = backend::slots::create(shm, dir, name, false, immediately_reserve, fsync)?;
         Ok(immediately_reserve.then_some(lsn))
     }
 
     fn replication_slots(&mut self) -> Vec<protocol::ReplicationSlotRow> {
-        crate::slots::pg_replication_slots(self.shm, &self.xact.xlog.context().datadir)
+        replication::views::pg_replication_slots(self.shm, &self.xact.xlog.context().datadir)
     }
 
     fn stat_replication(&mut self) -> Vec<protocol::ReplicationRow> {
-        crate::syncrep::pg_stat_replication(self.shm)
+        replication::views::pg_stat_replication(self.shm)
     }
 
     fn drop_replication_slot(&mut self, name: &str) -> Result<(), SqlError> {
         self.check_slot_permission()?;
         let dir = &self.xact.xlog.context().datadir;
-        crate::slots::drop_slot(self.shm, dir, name, false)
+        backend::slots::drop_slot(self.shm, dir, name, false)
     }
 
     fn termination(&self) -> Option<Termination> {
@@ -332,8 +337,8 @@ impl Session for WalSession<'_> {
     }
 
     fn control(&mut self) -> Result<ControlRow, SqlError> {
-        let path = crate::control::path(&self.datadir);
-        let c = crate::control::ControlFile::read(&self.datadir)
+        let path = backend::control::path(&self.datadir);
+        let c = backend::control::ControlFile::read(&self.datadir)
             .map_err(|e| SqlError::error(sqlstate::PROGRAM_LIMIT_EXCEEDED, e.to_string()))?;
         let seg = c.seg_size.max(1);
         let redo_segno = c.redo / seg;
@@ -684,17 +689,17 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         session.start_with_synchronous_commit(on, level);
     }
     let stream = PollingStream::new(stream, shm);
-    let served = if crate::reply::enabled(&ctx) {
+    let served = if backend::reply::enabled(&ctx) {
         // Durable commits' replies go out through the walwriter
         // (`commit_reply = flusher`).
-        crate::reply::register_connection(me, fd);
-        crate::reply::lower_own_priority(&ctx);
+        backend::reply::register_connection(me, fd);
+        backend::reply::lower_own_priority(&ctx);
         session.xact.defer_replies(true);
-        let mut stream = crate::reply::ReplyStream::new(stream, shm, me);
+        let mut stream = backend::reply::ReplyStream::new(stream, shm, me);
         let served = protocol::serve(&mut stream, &mut session);
         let settled = stream.settle();
         session.close();
-        crate::reply::end_connection(me, fd);
+        backend::reply::end_connection(me, fd);
         served.and(settled)
     } else {
         let mut stream = stream;
