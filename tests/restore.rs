@@ -606,17 +606,7 @@ fn fast_shutdown_stops_restore_command_between_fetches() {
             "nothing restored\n{}",
             s.stderr()
         );
-        s.signal(sig);
-        let asked = Instant::now();
-        let o = s.wait_exit(TIMEOUT);
-        let took = asked.elapsed();
-        assert_no_panic("fast shutdown during archive recovery", &o);
-        assert!(
-            took < Duration::from_secs(4),
-            "signal {sig}: the postmaster took {took:?} to stop\n{}",
-            o.describe()
-        );
-        assert_eq!(o.code(), Some(0), "signal {sig}\n{}", o.describe());
+        stops_promptly(s, sig);
         let fetched = segnos(&new.join("pg_wal"), 1);
         assert!(
             fetched.len() < (LAST as usize) - 2,
@@ -625,6 +615,22 @@ fn fast_shutdown_stops_restore_command_between_fetches() {
         assert_not_promoted("fast shutdown", &new, &control_before);
         assert_cleaned_up(&new);
     }
+}
+
+/// Sends `sig` (a fast shutdown) and asserts the postmaster exits 0 within
+/// 4 s, without a panic.
+fn stops_promptly(s: Server, sig: i32) {
+    s.signal(sig);
+    let asked = Instant::now();
+    let o = s.wait_exit(TIMEOUT);
+    let took = asked.elapsed();
+    assert_no_panic("fast shutdown during archive recovery", &o);
+    assert!(
+        took < Duration::from_secs(4),
+        "signal {sig}: the postmaster took {took:?} to stop\n{}",
+        o.describe()
+    );
+    assert_eq!(o.code(), Some(0), "signal {sig}\n{}", o.describe());
 }
 
 /// A `restore_command` that hangs does not hold up a fast shutdown: the
@@ -648,16 +654,7 @@ fn fast_shutdown_stops_a_hanging_restore_command() {
         "the command did not start\n{}",
         s.stderr()
     );
-    s.signal(libc::SIGTERM);
-    let asked = Instant::now();
-    let o = s.wait_exit(TIMEOUT);
-    let took = asked.elapsed();
-    assert!(
-        took < Duration::from_secs(4),
-        "the postmaster took {took:?} to stop\n{}",
-        o.describe()
-    );
-    assert_eq!(o.code(), Some(0), "{}", o.describe());
+    stops_promptly(s, libc::SIGTERM);
     assert!(!target.exists(), "the half-fetched file stays behind");
     assert_not_promoted("fast shutdown", &new, &control_before);
     assert_cleaned_up(&new);
