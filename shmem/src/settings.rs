@@ -261,7 +261,7 @@ declare_settings! {
     /// Insertion locks backends spread over: `all` of `wal_insert_locks`
     /// (PostgreSQL's), `cpus` (at most one per CPU), `spare-cpu` (one
     /// fewer than CPUs) or `adaptive` (default: `all` while the walwriter
-    /// keeps up, `spare-cpu` while it falls behind; backend/src/xlog.rs).
+    /// keeps up, `spare-cpu` while it falls behind; backend/src/xlog/pace.rs).
     wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::Adaptive =>
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
         "insertion locks in use: all, cpus (at most one per CPU), spare-cpu (one fewer than CPUs, leaving one to the walwriter) or adaptive (all while the walwriter keeps up, spare-cpu while it falls behind)";
@@ -269,7 +269,7 @@ declare_settings! {
     /// (PostgreSQL's: sleep on it), `scan` (take any free one first),
     /// `scan-yield` (also yield and re-scan before sleeping) or `adaptive`
     /// (default: `queue` until this backend's recent acquisitions waited
-    /// often, then `scan-yield`; see backend/src/xlog.rs).
+    /// often, then `scan-yield`; see backend/src/xlog/insert_locks.rs).
     wal_insert_lock_wait: InsertLockWait = InsertLockWait::Adaptive =>
         "wal_insert_lock_wait", Kind::Enum(InsertLockWait::NAMES),
         "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan), adaptive (queue, scan-yield while waits are frequent)";
@@ -279,7 +279,7 @@ declare_settings! {
     /// 6-20 % less server CPU per commit at 16-256 clients, with a quarter
     /// fewer context switches, tps 1.0-1.24x, and tied at 1 and 4 clients
     /// (within the noise); `leader` is PostgreSQL's XLogFlush (see
-    /// `backend::xlog`'s notes).
+    /// backend/src/xlog/group_commit.rs).
     group_commit: GroupCommit = GroupCommit::Hybrid =>
         "group_commit", Kind::Enum(GroupCommit::NAMES),
         "who flushes for a durable commit: hybrid (itself when WALWriteLock is free, else the next releaser covers it or hands it the flush), leader (PostgreSQL's) or flusher (always the walwriter)";
@@ -346,7 +346,7 @@ declare_settings! {
     /// do not lead but join it (`shmem::proc::FlushWaiters`' baton). Off
     /// by default: same-run A/Bs (2 cores, shared) raised commits per
     /// fdatasync at 16-256 clients and cut CPU per commit at 256, but lost
-    /// tps at 4 clients (`backend::xlog`'s notes).
+    /// tps at 4 clients (backend/src/xlog/group_commit.rs).
     group_commit_baton: bool = false =>
         "group_commit_baton", Kind::Bool,
         "hybrid group commit: committers arriving while a flush is being handed to a waiting backend join it instead of leading their own";

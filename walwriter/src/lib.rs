@@ -26,7 +26,7 @@
 //! wrote something, the next round starts at once: the requests that
 //! arrived during one fdatasync fill the next (MySQL 8's log
 //! writer/flusher and notifier, in one process here). With `hybrid` the
-//! backends pass the flush among themselves (see `backend::xlog`): only
+//! backends pass the flush among themselves (see backend/src/xlog/group_commit.rs): only
 //! waiting no-I/O processes keep us going round at once.
 //!
 //! Commit replies (`commit_reply = flusher`): after each round
@@ -38,7 +38,7 @@
 //! Insertion-lock pace (`wal_insert_lock_spread = adaptive`):
 //! after each round, `PaceWatch` judges from the page counters and the
 //! time we slept on the latch whether we fall behind the inserters, and if
-//! so has them leave us a CPU (see `backend::xlog`).
+//! so has them leave us a CPU (see backend/src/xlog/pace.rs).
 //!
 //! On SIGTERM (sent by the postmaster after every backend has exited) it
 //! writes and flushes everything inserted and exits 0: fast shutdown leaves

@@ -19,7 +19,7 @@
 //!   segment it passes, writes our pid into the proc slot it assigned and
 //!   builds a no-I/O `ProcContext`: this process never writes or syncs a
 //!   WAL file; flushes are done for it by the walwriter (see
-//!   `backend::xlog`'s "No-I/O mode");
+//!   `backend/src/xlog/via_walwriter.rs`);
 //! - every operation goes through `backend::api::Session`, the same
 //!   insertion API the built-in workloads use;
 //! - once the server generation ends (crash restart, shutdown), every call
