@@ -1,7 +1,7 @@
 //! A raw PostgreSQL wire-protocol client for the integration tests (start-up
 //! packets, messages, reading replies and ErrorResponse fields), the path
 //! of PostgreSQL 15's client programs (skipped loudly when absent unless
-//! WALSHM_REQUIRE_PG=1), a free TCP port, and /proc memory readings.
+//! WALSHM_REQUIRE_PG=1), a free TCP port, and a server on it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -252,16 +252,6 @@ pub fn extended_query(sql: &str, params: &[&str]) -> Vec<u8> {
     out.extend(msg(b'E', &e));
     out.extend(msg(b'S', &[]));
     out
-}
-
-pub fn vm_rss_kb(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
 }
 
 /// The Unix socket of a server on `port` in data directory `datadir`.
