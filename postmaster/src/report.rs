@@ -44,15 +44,18 @@
 //! generations.
 //!
 //! (one line in the output). `walshm_summary` is the format's version;
-//! keys are only ever added.
+//! keys are only ever added. The line is `SummaryLine` written by
+//! serde_json: keys in field order (`walshm_summary` first, which is how
+//! readers find the line), a non-finite number as `null`.
 //!
 //! Exit code: a snapshot that showed an already committed XID as running,
 //! or a broken lwlock invariant, makes the postmaster exit 1.
 
 use backend::workload::Workload;
+use serde::ser::{SerializeStruct, Serializer};
+use serde::Serialize;
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::fmt::Write as _;
 
 /// Version of the JSON summary line (its first key).
 pub const SUMMARY_VERSION: u32 = 1;
@@ -65,14 +68,19 @@ macro_rules! say {
     }};
 }
 
-/// Counters of one worker, summed over generations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counters of one worker, summed over generations. In JSON only
+/// `records`, `bytes` and `transactions` (the other counts are summed into
+/// the summary's own keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct WorkerTotals {
     pub records: u64,
     pub bytes: u64,
     pub transactions: u64,
+    #[serde(skip)]
     pub lock_acquires: u64,
+    #[serde(skip)]
     pub snapshot_violations: u64,
+    #[serde(skip)]
     pub sync_commits: u64,
 }
 
@@ -108,13 +116,6 @@ impl WorkerTotals {
             self.records, self.bytes, self.transactions
         )
     }
-
-    fn counts_json(&self) -> String {
-        format!(
-            "{{\"records\":{},\"bytes\":{},\"transactions\":{}}}",
-            self.records, self.bytes, self.transactions
-        )
-    }
 }
 
 /// The exact lwlock check of a cleanly ended generation.
@@ -139,6 +140,26 @@ impl LwlockCheck {
     }
 }
 
+/// `{"generation","protected_counter","exclusive_acquisitions","torn_reads","ok"}`.
+impl Serialize for LwlockCheck {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut o = s.serialize_struct("LwlockCheck", 5)?;
+        o.serialize_field("generation", &self.generation)?;
+        o.serialize_field("protected_counter", &self.counter)?;
+        o.serialize_field("exclusive_acquisitions", &self.exclusive)?;
+        o.serialize_field("torn_reads", &self.torn)?;
+        o.serialize_field("ok", &self.ok())?;
+        o.end()
+    }
+}
+
+/// A generation that ended in a crash: only its torn reads are checked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+struct CrashedGeneration {
+    generation: u64,
+    torn_reads: u64,
+}
+
 /// What the supervisor knows of the run as a whole.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RunFacts {
@@ -153,8 +174,7 @@ pub(crate) struct Report {
     workers: Vec<WorkerTotals>,
     wal_syncs: u64,
     lwlock_checks: Vec<LwlockCheck>,
-    /// (generation, torn reads) of each generation that ended in a crash.
-    lwlock_crashed: Vec<(u64, u64)>,
+    lwlock_crashed: Vec<CrashedGeneration>,
     /// The last lwlock failure, as the FATAL message names it.
     lwlock_mismatch: Option<String>,
     supervised: Vec<SupervisedFacts>,
@@ -163,7 +183,7 @@ pub(crate) struct Report {
 }
 
 /// What the summary says about one supervised worker.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct SupervisedFacts {
     pub name: String,
     pub starts: u32,
@@ -183,17 +203,33 @@ impl SupervisedFacts {
             if self.done { ", done" } else { "" }
         )
     }
+}
 
-    fn json(&self) -> String {
-        format!(
-            "{{\"name\":{},\"starts\":{},\"exec_failures\":{},\"restarts\":{},\"done\":{}}}",
-            json_string(&self.name),
-            self.starts,
-            self.exec_failures,
-            self.restarts,
-            self.done
-        )
-    }
+/// The summary's JSON line (module header), in key order.
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    walshm_summary: u32,
+    workload: Option<String>,
+    backends: usize,
+    elapsed_s: f64,
+    crash_restarts: u32,
+    per_backend: &'a [WorkerTotals],
+    total: WorkerTotals,
+    synchronous_commits: u64,
+    wal_fdatasyncs: u64,
+    commits_per_fdatasync: Option<f64>,
+    snapshot_violations: u64,
+    lwlock: Option<LwlockSection<'a>>,
+    supervised_workers: &'a [SupervisedFacts],
+    worker_slots: WorkerTotals,
+}
+
+/// The `lwlock` workload's checks in the summary.
+#[derive(Serialize)]
+struct LwlockSection<'a> {
+    ok: bool,
+    checks: &'a [LwlockCheck],
+    crashed_generations: &'a [CrashedGeneration],
 }
 
 impl Report {
@@ -271,7 +307,10 @@ impl Report {
         if torn > 0 {
             self.lwlock_mismatch = Some(format!("{torn} torn reads in generation {generation}"));
         }
-        self.lwlock_crashed.push((generation, torn));
+        self.lwlock_crashed.push(CrashedGeneration {
+            generation,
+            torn_reads: torn,
+        });
     }
 
     fn total(&self) -> WorkerTotals {
@@ -343,90 +382,28 @@ impl Report {
     /// The summary as one JSON object on one line (format: module header).
     fn summary_json(&self, w: Option<Workload>, run: RunFacts) -> String {
         let sum = self.total();
-        let mut o = format!(
-            "{{\"walshm_summary\":{SUMMARY_VERSION},\"workload\":{},\"backends\":{},\"elapsed_s\":{},\"crash_restarts\":{}",
-            w.map_or("null".into(), |w| json_string(&w.to_string())),
-            self.workers.len(),
-            json_number(run.elapsed_s),
-            run.crash_restarts
-        );
-        let per: Vec<String> = self.workers.iter().map(|t| t.counts_json()).collect();
-        let _ = write!(
-            o,
-            ",\"per_backend\":[{}],\"total\":{},\"synchronous_commits\":{},\"wal_fdatasyncs\":{},\"commits_per_fdatasync\":{},\"snapshot_violations\":{}",
-            per.join(","),
-            sum.counts_json(),
-            sum.sync_commits,
-            self.wal_syncs,
-            self.commits_per_fdatasync(&sum).map_or("null".into(), json_number),
-            sum.snapshot_violations
-        );
-        let _ = write!(o, ",\"lwlock\":{}", self.lwlock_json());
-        let workers: Vec<String> = self.supervised.iter().map(SupervisedFacts::json).collect();
-        let _ = write!(
-            o,
-            ",\"supervised_workers\":[{}],\"worker_slots\":{}}}",
-            workers.join(","),
-            self.worker_slots.counts_json()
-        );
-        o
+        let line = SummaryLine {
+            walshm_summary: SUMMARY_VERSION,
+            workload: w.map(|w| w.to_string()),
+            backends: self.workers.len(),
+            elapsed_s: run.elapsed_s,
+            crash_restarts: run.crash_restarts,
+            per_backend: &self.workers,
+            total: sum,
+            synchronous_commits: sum.sync_commits,
+            wal_fdatasyncs: self.wal_syncs,
+            commits_per_fdatasync: self.commits_per_fdatasync(&sum),
+            snapshot_violations: sum.snapshot_violations,
+            lwlock: (self.workload == Some(Workload::Lwlock)).then(|| LwlockSection {
+                ok: self.lwlock_mismatch.is_none(),
+                checks: &self.lwlock_checks,
+                crashed_generations: &self.lwlock_crashed,
+            }),
+            supervised_workers: &self.supervised,
+            worker_slots: self.worker_slots,
+        };
+        serde_json::to_string(&line).expect("the summary serializes")
     }
-
-    fn lwlock_json(&self) -> String {
-        if self.workload != Some(Workload::Lwlock) {
-            return "null".into();
-        }
-        let checks: Vec<String> = self
-            .lwlock_checks
-            .iter()
-            .map(|c| {
-                format!(
-                    "{{\"generation\":{},\"protected_counter\":{},\"exclusive_acquisitions\":{},\"torn_reads\":{},\"ok\":{}}}",
-                    c.generation, c.counter, c.exclusive, c.torn, c.ok()
-                )
-            })
-            .collect();
-        let crashed: Vec<String> = self
-            .lwlock_crashed
-            .iter()
-            .map(|(g, t)| format!("{{\"generation\":{g},\"torn_reads\":{t}}}"))
-            .collect();
-        format!(
-            "{{\"ok\":{},\"checks\":[{}],\"crashed_generations\":[{}]}}",
-            self.lwlock_mismatch.is_none(),
-            checks.join(","),
-            crashed.join(",")
-        )
-    }
-}
-
-/// A finite number as JSON (Rust's shortest round-trip form is valid JSON);
-/// a non-finite one, which JSON cannot hold, as null.
-fn json_number(x: f64) -> String {
-    if x.is_finite() {
-        x.to_string()
-    } else {
-        "null".into()
-    }
-}
-
-/// `s` as a JSON string literal: quote, backslash and control characters
-/// escaped, everything else as is (the line is UTF-8).
-pub(crate) fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-            out.push(c);
-        } else if (c as u32) < 0x20 {
-            let _ = write!(out, "\\u{:04x}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -514,7 +491,10 @@ mod tests {
     #[test]
     fn lwlock_section_lists_checks_and_crashed_generations() {
         let mut r = Report::new(Some(Workload::Lwlock), 1);
-        r.lwlock_crashed.push((1, 0));
+        r.lwlock_crashed.push(CrashedGeneration {
+            generation: 1,
+            torn_reads: 0,
+        });
         r.lwlock_checks.push(LwlockCheck {
             generation: 2,
             counter: 7,
@@ -535,10 +515,24 @@ mod tests {
     }
 
     #[test]
-    fn strings_are_escaped() {
-        let s = "a\"b\\c\nd\u{1}é";
-        let v: serde_json::Value = serde_json::from_str(&json_string(s)).unwrap();
-        assert_eq!(v, s);
-        assert_eq!(json_number(f64::NAN), "null");
+    fn strings_are_escaped_and_non_finite_numbers_are_null() {
+        let mut r = Report::new(None, 0);
+        let name = "a\"b\\c\nd\u{1}é";
+        r.set_supervised(vec![SupervisedFacts {
+            name: name.into(),
+            starts: 1,
+            exec_failures: 0,
+            restarts: 0,
+            done: false,
+        }]);
+        let run = RunFacts {
+            elapsed_s: f64::NAN,
+            ..RUN
+        };
+        let line = r.summary_json(None, run);
+        assert!(line.starts_with("{\"walshm_summary\":1,"), "{line}");
+        let j = parse(&line);
+        assert_eq!(j["supervised_workers"][0]["name"], name);
+        assert!(j["elapsed_s"].is_null());
     }
 }

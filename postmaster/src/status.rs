@@ -8,10 +8,13 @@
 //! [`observe`] (the one place that knows how an observer finds it) and read
 //! with plain atomic loads only: no lock is taken, so a wedged or crashed
 //! server cannot make this command hang. Output is text for people, or one
-//! JSON object (`--json`) for programs.
+//! JSON object on one line (`--json`) for programs: `{"running":false}`;
+//! `{"running":true,"pid":N,"processes":null}` while the segment cannot be
+//! read (the server starts or restarts); else `StatusJson` with the WAL
+//! positions, `throttle` and one entry per process.
 
 use crate::datadir::PID_FILE;
-use crate::report::json_string;
+use serde::Serialize;
 use shmem::register::{self, Kind};
 use shmem::stats::{self, ProcActivity};
 use shmem::sync::Ordering;
@@ -79,20 +82,23 @@ fn wal_positions(shm: &Shmem) -> (u64, u64, u64) {
 /// `max_replication_lag`'s state: the published throttle point (null
 /// when off or no receiver counts), the backends waiting now, the waits
 /// so far and their total time.
-fn throttle_json(shm: &Shmem) -> String {
+#[derive(Serialize)]
+struct Throttle {
+    allowed_upto: Option<String>,
+    waiting: u32,
+    waits: u64,
+    wait_us: u64,
+}
+
+fn throttle(shm: &Shmem) -> Throttle {
     let t = &shm.repl().throttle;
     let point = t.allowed_upto.load(Ordering::Relaxed);
-    format!(
-        "{{\"allowed_upto\":{},\"waiting\":{},\"waits\":{},\"wait_us\":{}}}",
-        if point == 0 {
-            "null".into()
-        } else {
-            json_string(&walformat::format_lsn(point))
-        },
-        t.waiters.load(Ordering::Relaxed),
-        t.waits.load(Ordering::Relaxed),
-        t.wait_us.load(Ordering::Relaxed)
-    )
+    Throttle {
+        allowed_upto: (point != 0).then(|| walformat::format_lsn(point)),
+        waiting: t.waiters.load(Ordering::Relaxed),
+        waits: t.waits.load(Ordering::Relaxed),
+        wait_us: t.wait_us.load(Ordering::Relaxed),
+    }
 }
 
 /// The server's state as read from the segment.
@@ -100,9 +106,40 @@ struct Running {
     pid: i32,
     uptime_s: u64,
     wal: (u64, u64, u64),
-    /// Flow control's counters (`max_replication_lag`), as a JSON object.
-    throttle: String,
+    /// Flow control's counters (`max_replication_lag`).
+    throttle: Throttle,
     procs: Vec<ProcActivity>,
+}
+
+/// `--json` of a running server (module header), in key order; without
+/// `wal` (the segment could not be read) `processes` is null.
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    running: bool,
+    pid: i32,
+    #[serde(flatten)]
+    wal: Option<WalJson<'a>>,
+    processes: Option<Vec<ProcessJson<'a>>>,
+}
+
+#[derive(Serialize)]
+struct WalJson<'a> {
+    uptime_s: u64,
+    insert_lsn: String,
+    write_lsn: String,
+    flush_lsn: String,
+    throttle: &'a Throttle,
+}
+
+/// One process of `--json`.
+#[derive(Serialize)]
+struct ProcessJson<'a> {
+    pid: i32,
+    procno: u32,
+    backend_type: &'a str,
+    wait_event_type: Option<&'a str>,
+    wait_event: Option<&'a str>,
+    state: Option<&'a str>,
 }
 
 fn text(r: &Running) -> String {
@@ -137,37 +174,40 @@ fn text(r: &Running) -> String {
     out
 }
 
-fn opt_json(s: Option<&str>) -> String {
-    s.map_or("null".into(), json_string)
+fn json(r: &Running) -> String {
+    let lsn = walformat::format_lsn;
+    let status = StatusJson {
+        running: true,
+        pid: r.pid,
+        wal: Some(WalJson {
+            uptime_s: r.uptime_s,
+            insert_lsn: lsn(r.wal.0),
+            write_lsn: lsn(r.wal.1),
+            flush_lsn: lsn(r.wal.2),
+            throttle: &r.throttle,
+        }),
+        processes: Some(
+            r.procs
+                .iter()
+                .map(|p| ProcessJson {
+                    pid: p.pid,
+                    procno: p.procno,
+                    backend_type: p.backend_type_name,
+                    wait_event_type: p.wait_event_type,
+                    wait_event: p.wait_event,
+                    state: p.state,
+                })
+                .collect(),
+        ),
+    };
+    json_line(&status)
 }
 
-fn json(r: &Running) -> String {
-    let lsn = |l| json_string(&walformat::format_lsn(l));
-    let procs: Vec<String> = r
-        .procs
-        .iter()
-        .map(|p| {
-            format!(
-                "{{\"pid\":{},\"procno\":{},\"backend_type\":{},\"wait_event_type\":{},\"wait_event\":{},\"state\":{}}}",
-                p.pid,
-                p.procno,
-                json_string(p.backend_type_name),
-                opt_json(p.wait_event_type),
-                opt_json(p.wait_event),
-                opt_json(p.state)
-            )
-        })
-        .collect();
-    format!(
-        "{{\"running\":true,\"pid\":{},\"uptime_s\":{},\"insert_lsn\":{},\"write_lsn\":{},\"flush_lsn\":{},\"throttle\":{},\"processes\":[{}]}}\n",
-        r.pid,
-        r.uptime_s,
-        lsn(r.wal.0),
-        lsn(r.wal.1),
-        lsn(r.wal.2),
-        r.throttle,
-        procs.join(",")
-    )
+/// `v` as one line of JSON.
+fn json_line(v: &impl Serialize) -> String {
+    let mut line = serde_json::to_string(v).expect("the status serializes");
+    line.push('\n');
+    line
 }
 
 /// Runs the command; returns the exit status (see the module header).
@@ -182,7 +222,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
     }
     let not_running = || {
         if opts.json {
-            println!("{{\"running\":false}}");
+            print!("{}", json_line(&serde_json::json!({ "running": false })));
         } else {
             println!("postmaster: no server running");
         }
@@ -197,10 +237,13 @@ pub fn run(opts: &StatusOptions) -> i32 {
             // While it starts or restarts after a crash the segment may be
             // missing: the server runs, its shared state is not there yet.
             if opts.json {
-                println!(
-                    "{{\"running\":true,\"pid\":{},\"processes\":null}}",
-                    info.pid
-                );
+                let status = StatusJson {
+                    running: true,
+                    pid: info.pid,
+                    wal: None,
+                    processes: None,
+                };
+                print!("{}", json_line(&status));
             } else {
                 println!("postmaster: server is running (PID: {})", info.pid);
             }
@@ -213,7 +256,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
         pid: info.pid,
         uptime_s: now.saturating_sub(info.start_unix_s),
         wal: wal_positions(&shm),
-        throttle: throttle_json(&shm),
+        throttle: throttle(&shm),
         procs: stats::activity(&shm),
     };
     print!("{}", if opts.json { json(&r) } else { text(&r) });

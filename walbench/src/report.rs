@@ -4,12 +4,16 @@
 //! mode's tables and writes the files it was asked for (JSON, CSV, chart),
 //! naming each.
 //!
-//! Invariants: a number is formatted once, by its `Value` (so a field reads
-//! the same in JSON and CSV); JSON strings are escaped; an array of records
-//! is written one record per line (`[\n  {..},\n  {..}\n]`), which the
-//! documented JSON of both modes keeps; a missing value is `null` in JSON
-//! and an empty CSV cell.
+//! Invariants: a number is rounded once, by its `Value` (so a field holds
+//! the same number in JSON and CSV); serde_json writes every JSON key and
+//! value (escaping, numbers: a `Fixed` number as the shortest form of its
+//! rounded value, `1.5` for CSV's `1.500`; a non-finite one as `null`);
+//! in a document an array of records is written one record per line
+//! (`[\n  {..},\n  {..}\n]`, `RecordsPerLine`), which the documented JSON
+//! of every mode keeps; a missing value is `null` in JSON and an empty CSV
+//! cell.
 
+use serde::ser::{Serialize, Serializer};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -20,15 +24,14 @@ pub enum Value {
     Int(u64),
     /// A number with this many decimals.
     Fixed(f64, usize),
-    /// A number in Rust's shortest form (`2`, `0.25`).
+    /// A number as is: in CSV in Rust's shortest form (`2`, `0.25`), in
+    /// JSON in serde_json's (`2.0`, `0.25`).
     Num(f64),
     Bool(bool),
     /// JSON `null`, an empty CSV cell.
     Null,
-    /// `[a,b]` on one line.
+    /// `[a,b]`; in a document one element per line if they are objects.
     List(Vec<Value>),
-    /// `[\n  a,\n  b\n]`: one element per line.
-    Lines(Vec<Value>),
     Obj(Record),
     /// An object whose keys are only known at run time (wait events,
     /// per-tranche counters).
@@ -53,26 +56,9 @@ impl Value {
         ns.map_or(Value::Null, |n| Value::Fixed(n as f64 / 1000.0, 3))
     }
 
+    /// The value as compact JSON.
     pub fn json(&self) -> String {
-        match self {
-            Value::Str(s) => json_str(s),
-            Value::Obj(fields) => json_object(fields.iter().map(|(k, v)| (*k, v))),
-            Value::Map(fields) => json_object(fields.iter().map(|(k, v)| (k.as_str(), v))),
-            Value::List(v) => {
-                let items: Vec<String> = v.iter().map(Value::json).collect();
-                format!("[{}]", items.join(","))
-            }
-            Value::Lines(v) => {
-                let items: String = v
-                    .iter()
-                    .map(|x| format!("\n  {}", x.json()))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                format!("[{items}\n]")
-            }
-            Value::Null => "null".into(),
-            other => other.csv(),
-        }
+        serde_json::to_string(self).expect("a report value serializes")
     }
 
     /// The value as a CSV cell (no quoting: walbench's names have no commas).
@@ -89,34 +75,98 @@ impl Value {
     }
 }
 
-/// `{"k":v,...}`.
-fn json_object<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>) -> String {
-    let f: Vec<String> = fields
-        .map(|(k, v)| format!("{}:{}", json_str(k), v.json()))
-        .collect();
-    format!("{{{}}}", f.join(","))
+/// `x` rounded to `decimals` decimals: the number that `{x:.decimals$}`
+/// (the CSV cell) reads as.
+fn rounded(x: f64, decimals: usize) -> f64 {
+    format!("{x:.decimals$}").parse().unwrap_or(x)
 }
 
-/// A JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
+/// Key order is the record's.
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Str(x) => s.serialize_str(x),
+            Value::Int(n) => s.serialize_u64(*n),
+            Value::Fixed(x, d) => s.serialize_f64(rounded(*x, *d)),
+            Value::Num(x) => s.serialize_f64(*x),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Null => s.serialize_unit(),
+            Value::List(v) => s.collect_seq(v),
+            Value::Obj(fields) => s.collect_map(fields.iter().map(|(k, v)| (*k, v))),
+            Value::Map(fields) => s.collect_map(fields.iter().map(|(k, v)| (k, v))),
         }
     }
-    o.push('"');
-    o
 }
 
-/// A JSON document: `fields` as one object, newline-terminated.
+/// A JSON document: `fields` as one object, newline-terminated, each
+/// element of an array of objects on a line of its own.
 pub fn json_document(fields: Record) -> String {
-    format!("{}\n", Value::Obj(fields).json())
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, RecordsPerLine::default());
+    Value::Obj(fields)
+        .serialize(&mut ser)
+        .expect("a report document serializes");
+    out.push(b'\n');
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// serde_json's compact layout, except that an object that is an element
+/// of an array starts a line (indented by two spaces), and such an array
+/// ends on a line of its own: `{"runs":[\n  {..},\n  {..}\n]}`. An array
+/// of other values (and an empty one) stays on one line.
+///
+/// The formatter only sees punctuation: `begin_array_value` marks that an
+/// element starts, and `begin_object` finds the mark when the element is an
+/// object (any other element clears it at `end_array_value`).
+#[derive(Default)]
+struct RecordsPerLine {
+    /// One entry per open array: has it held an object?
+    arrays: Vec<bool>,
+    /// An element of the innermost array has begun and written nothing yet.
+    element_starts: bool,
+}
+
+impl serde_json::ser::Formatter for RecordsPerLine {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.arrays.push(false);
+        self.element_starts = false;
+        w.write_all(b"[")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.element_starts = true;
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b",")
+        }
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.element_starts = false;
+        Ok(())
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        if self.arrays.pop() == Some(true) {
+            w.write_all(b"\n")?;
+        }
+        w.write_all(b"]")
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        if std::mem::take(&mut self.element_starts) {
+            if let Some(has_objects) = self.arrays.last_mut() {
+                *has_objects = true;
+            }
+            w.write_all(b"\n  ")?;
+        }
+        w.write_all(b"{")
+    }
 }
 
 /// One CSV line: the fields of `record` named by `columns` (comma-separated
@@ -284,18 +334,29 @@ mod tests {
         ];
         assert_eq!(
             Value::Obj(r.clone()).json(),
-            "{\"name\":\"a\\\"b\",\"n\":3,\"x\":1.23,\"y\":0.5,\"ok\":true,\"none\":null,\"us\":1.500,\"list\":[1,2]}"
+            "{\"name\":\"a\\\"b\",\"n\":3,\"x\":1.23,\"y\":0.5,\"ok\":true,\"none\":null,\"us\":1.5,\"list\":[1,2]}"
         );
         assert_eq!(
             csv_line("n,x,none,us,missing,ok", &r),
             "3,1.23,,1.500,,true"
         );
-        assert_eq!(Value::Lines(vec![]).json(), "[\n]");
+        assert_eq!(Value::str("\u{1}").json(), "\"\\u0001\"");
+        assert_eq!(Value::Fixed(f64::NAN, 1).json(), "null");
+    }
+
+    #[test]
+    fn documents_put_each_record_of_an_array_on_a_line() {
+        let rec = |n| Value::Obj(vec![("n", Value::Int(n)), ("l", Value::List(vec![]))]);
+        let doc = json_document(vec![
+            ("runs", Value::List(vec![rec(1), rec(2)])),
+            ("names", Value::List(vec![Value::str("a"), Value::str("b")])),
+            ("none", Value::List(vec![])),
+            ("one", rec(3)),
+        ]);
         assert_eq!(
-            Value::Lines(vec![Value::Int(1), Value::Int(2)]).json(),
-            "[\n  1,\n  2\n]"
+            doc,
+            "{\"runs\":[\n  {\"n\":1,\"l\":[]},\n  {\"n\":2,\"l\":[]}\n],\"names\":[\"a\",\"b\"],\"none\":[],\"one\":{\"n\":3,\"l\":[]}}\n"
         );
-        assert_eq!(json_str("\u{1}"), "\"\\u0001\"");
     }
 
     #[test]

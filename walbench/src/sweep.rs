@@ -415,7 +415,7 @@ fn run_record(r: &Run) -> Value {
 pub fn json(runs: &[Run]) -> String {
     report::json_document(vec![(
         "runs",
-        Value::Lines(runs.iter().map(run_record).collect()),
+        Value::List(runs.iter().map(run_record).collect()),
     )])
 }
 

@@ -7,6 +7,7 @@
 //! builds it for `cargo test --workspace`); without it the end-to-end tests
 //! print a loud SKIPPED message and pass.
 
+use serde_json::Value as J;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use walbench::reproduce;
@@ -43,176 +44,33 @@ impl Drop for Scratch {
     }
 }
 
-// A minimal JSON parser: enough to validate walbench's output.
-#[derive(Debug, Clone, PartialEq)]
-enum J {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<J>),
-    Obj(Vec<(String, J)>),
+/// Typed fields of walbench's JSON records; a missing or mistyped field
+/// fails the test, naming it.
+trait Fields {
+    fn num(&self, k: &str) -> f64;
+    fn str(&self, k: &str) -> &str;
 }
 
-impl J {
-    fn get(&self, k: &str) -> Option<&J> {
-        match self {
-            J::Obj(v) => v.iter().find(|(n, _)| n == k).map(|(_, x)| x),
-            _ => None,
-        }
-    }
+impl Fields for J {
     fn num(&self, k: &str) -> f64 {
-        match self.get(k) {
-            Some(J::Num(n)) => *n,
-            other => panic!("{k} is not a number: {other:?}"),
-        }
+        self[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} is not a number: {}", self[k]))
     }
     fn str(&self, k: &str) -> &str {
-        match self.get(k) {
-            Some(J::Str(s)) => s,
-            other => panic!("{k} is not a string: {other:?}"),
-        }
-    }
-}
-
-struct P<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl P<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-    fn eat(&mut self, c: u8) -> Result<(), String> {
-        self.ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected '{}' at {}", c as char, self.i))
-        }
-    }
-    fn value(&mut self) -> Result<J, String> {
-        self.ws();
-        match self.s.get(self.i) {
-            Some(b'{') => {
-                self.i += 1;
-                let mut v = vec![];
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(J::Obj(v));
-                }
-                loop {
-                    self.ws();
-                    let J::Str(k) = self.value()? else {
-                        return Err(format!("key expected at {}", self.i));
-                    };
-                    self.eat(b':')?;
-                    v.push((k, self.value()?));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(J::Obj(v));
-                        }
-                        _ => return Err(format!("bad object at {}", self.i)),
-                    }
-                }
-            }
-            Some(b'[') => {
-                self.i += 1;
-                let mut v = vec![];
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(J::Arr(v));
-                }
-                loop {
-                    v.push(self.value()?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(J::Arr(v));
-                        }
-                        _ => return Err(format!("bad array at {}", self.i)),
-                    }
-                }
-            }
-            Some(b'"') => {
-                self.i += 1;
-                let mut out = String::new();
-                while let Some(&c) = self.s.get(self.i) {
-                    self.i += 1;
-                    match c {
-                        b'"' => return Ok(J::Str(out)),
-                        b'\\' => {
-                            let e = *self.s.get(self.i).ok_or("eof")?;
-                            self.i += 1;
-                            match e {
-                                b'u' => {
-                                    let h = std::str::from_utf8(&self.s[self.i..self.i + 4])
-                                        .map_err(|e| e.to_string())?;
-                                    let n =
-                                        u32::from_str_radix(h, 16).map_err(|e| e.to_string())?;
-                                    out.push(char::from_u32(n).ok_or("bad escape")?);
-                                    self.i += 4;
-                                }
-                                b'n' => out.push('\n'),
-                                b't' => out.push('\t'),
-                                other => out.push(other as char),
-                            }
-                        }
-                        c if c < 0x20 => return Err("control character in string".into()),
-                        c => out.push(c as char),
-                    }
-                }
-                Err("unterminated string".into())
-            }
-            Some(b't') if self.s[self.i..].starts_with(b"true") => {
-                self.i += 4;
-                Ok(J::Bool(true))
-            }
-            Some(b'f') if self.s[self.i..].starts_with(b"false") => {
-                self.i += 5;
-                Ok(J::Bool(false))
-            }
-            Some(b'n') if self.s[self.i..].starts_with(b"null") => {
-                self.i += 4;
-                Ok(J::Null)
-            }
-            _ => {
-                let st = self.i;
-                while self.i < self.s.len() && b"+-.eE0123456789".contains(&self.s[self.i]) {
-                    self.i += 1;
-                }
-                std::str::from_utf8(&self.s[st..self.i])
-                    .ok()
-                    .and_then(|t| t.parse().ok())
-                    .map(J::Num)
-                    .ok_or_else(|| format!("bad value at {st}"))
-            }
-        }
+        self[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k} is not a string: {}", self[k]))
     }
 }
 
 fn parse_json(text: &str) -> J {
-    let mut p = P {
-        s: text.as_bytes(),
-        i: 0,
-    };
-    let v = p
-        .value()
-        .unwrap_or_else(|e| panic!("invalid JSON ({e}): {text}"));
-    p.ws();
-    assert_eq!(p.i, text.len(), "trailing data in JSON");
-    v
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}): {text}"))
+}
+
+/// The `runs` array of a document.
+fn runs(j: &J) -> &[J] {
+    j["runs"].as_array().expect("runs")
 }
 
 /// Runs one experiment on a tiny grid and validates its three files;
@@ -235,12 +93,9 @@ fn tiny(name: &str, size: Option<&str>, extra: &str, dir: &Path) -> J {
     let j = parse_json(&std::fs::read_to_string(&json).unwrap());
     assert_eq!(j.str("reproduce"), name);
     assert_eq!(j.num("repeat"), 1.0);
-    assert!(j.get("machine").unwrap().num("cores") >= 1.0);
-    let Some(J::Arr(runs)) = j.get("runs") else {
-        panic!("no runs")
-    };
-    assert_eq!(runs.len(), 2 * nvariants, "{name}");
-    for r in runs {
+    assert!(j["machine"].num("cores") >= 1.0);
+    assert_eq!(runs(&j).len(), 2 * nvariants, "{name}");
+    for r in runs(&j) {
         for k in [
             "clients",
             "seconds",
@@ -257,11 +112,11 @@ fn tiny(name: &str, size: Option<&str>, extra: &str, dir: &Path) -> J {
             assert!(!r.str(k).is_empty());
         }
         assert!(r.get("latency_us_p50").is_some() && r.get("latency_us_p99").is_some());
-        assert!(r.num("tps") > 0.0, "{name}: no throughput in {r:?}");
+        assert!(r.num("tps") > 0.0, "{name}: no throughput in {r}");
         assert!(r.num("tps_min") <= r.num("tps") && r.num("tps") <= r.num("tps_max"));
         // The rate is the counters' delta over the window.
         let per_tx = r.num("records_per_transaction");
-        let tx = if r.get("transactions_derived") == Some(&J::Bool(true)) {
+        let tx = if r["transactions_derived"] == true {
             (r.num("records") / per_tx).floor()
         } else {
             r.num("transactions")
@@ -279,7 +134,7 @@ fn tiny(name: &str, size: Option<&str>, extra: &str, dir: &Path) -> J {
             };
             assert!(
                 (tps - r.num("tps")).abs() <= tps * 0.01 + 1.0 + edge,
-                "{name}: {tps} vs {r:?}"
+                "{name}: {tps} vs {r}"
             );
             assert!(r.num("records_at_exit") >= r.num("records"));
         }
@@ -320,10 +175,7 @@ fn atomic_insertingat_and_its_wal() {
     );
     // One point: what the runtime counted equals the logical messages in
     // the WAL on disk (kept by wal_keep_size=100GB).
-    let Some(J::Arr(runs)) = j.get("runs") else {
-        panic!()
-    };
-    let r = runs
+    let r = runs(&j)
         .iter()
         .find(|r| r.str("variant") == "atomic" && r.num("clients") == 1.0)
         .unwrap();
@@ -359,18 +211,13 @@ fn insert_locks_tiny() {
     let Some(j) = tiny_scratch("001", "insert-locks", Some("8000")) else {
         return;
     };
-    let Some(J::Arr(runs)) = j.get("runs") else {
-        panic!()
-    };
-    assert!(runs
+    assert!(runs(&j)
         .iter()
         .all(|r| r.num("records_per_transaction") == 13.0));
     // Whole batches of 13 records are counted by the runtime itself.
-    assert!(runs
-        .iter()
-        .all(|r| r.get("transactions_derived") == Some(&J::Bool(false))));
+    assert!(runs(&j).iter().all(|r| r["transactions_derived"] == false));
     // Batches straddling the window's edges: at most one per client each.
-    for r in runs {
+    for r in runs(&j) {
         let slack = 2.0 * 13.0 * r.num("clients");
         assert!(
             (r.num("records") - 13.0 * r.num("transactions")).abs() <= slack,
@@ -399,10 +246,7 @@ fn parallel_insert_tiny() {
     let Some(j) = tiny_scratch("003", "parallel-insert", Some("16")) else {
         return;
     };
-    let Some(J::Arr(runs)) = j.get("runs") else {
-        panic!()
-    };
-    assert!(runs
+    assert!(runs(&j)
         .iter()
         .all(|r| r.num("records_per_transaction") == 10000.0));
 }

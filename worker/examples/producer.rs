@@ -94,6 +94,17 @@ struct Totals {
     aborts: u64,
 }
 
+/// The `--summary` line, in key order (readers find it by its first key).
+#[derive(serde::Serialize)]
+struct SummaryLine {
+    walshm_producer: u32,
+    records: u64,
+    commits: u64,
+    aborts: u64,
+    /// Whole milliseconds.
+    seconds: f64,
+}
+
 /// Writes until done; Ok(true) when finished, Ok(false) after a server
 /// restart (re-attach wanted), Err on anything else.
 fn produce(w: &mut Worker, a: &Args, t: &mut Totals, started: Instant) -> Result<bool, Error> {
@@ -208,11 +219,14 @@ pub fn run_with(args: Vec<String>) -> i32 {
     match run(&a) {
         Ok(t) => {
             if a.summary {
-                let secs = started.elapsed().as_secs_f64();
-                println!(
-                    "{{\"walshm_producer\":1,\"records\":{},\"commits\":{},\"aborts\":{},\"seconds\":{secs:.3}}}",
-                    t.records, t.commits, t.aborts
-                );
+                let line = SummaryLine {
+                    walshm_producer: 1,
+                    records: t.records,
+                    commits: t.commits,
+                    aborts: t.aborts,
+                    seconds: started.elapsed().as_millis() as f64 / 1000.0,
+                };
+                println!("{}", serde_json::to_string(&line).expect("serializes"));
             }
             0
         }

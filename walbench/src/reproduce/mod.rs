@@ -708,9 +708,9 @@ mod tests {
             "\"reproduce\":\"atomic-insertingat\"",
             "\"repeat\":3",
             "\"tps_min\":100.0",
-            "\"latency_us_p50\":1.500",
+            "\"latency_us_p50\":1.5",
             "\"latency_us_p99\":null",
-            "\"ratio\":2.0000",
+            "\"ratio\":2.0",
         ] {
             assert!(j.contains(k), "{k} missing in {j}");
         }

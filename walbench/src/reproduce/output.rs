@@ -325,9 +325,9 @@ pub fn json(o: &Options, machine: &Machine, s: &[Summary]) -> String {
         ("machine", machine_record(machine)),
         (
             "runs",
-            Value::Lines(s.iter().map(|x| Value::Obj(run_record(o, x))).collect()),
+            Value::List(s.iter().map(|x| Value::Obj(run_record(o, x))).collect()),
         ),
-        ("ratios", Value::Lines(ratios(o, s))),
+        ("ratios", Value::List(ratios(o, s))),
     ])
 }
 
