@@ -110,45 +110,53 @@ pub fn disarm_startup_timeout() {
 }
 
 /// Closes every descriptor but 0, 1, 2 and `keep` (a child's own client
-/// socket). Uses close_range(2); where the kernel lacks it, walks
-/// /proc/self/fd. The shared memory mapping needs no descriptor (the
-/// segment's fd is closed right after mmap) and the pid and lock files
-/// are not held open.
+/// socket). The shared memory mapping needs no descriptor (the segment's
+/// fd is closed right after mmap) and the pid and lock files are not held
+/// open.
 pub fn close_inherited_fds(keep: Option<i32>) {
-    let keep = keep.filter(|fd| *fd > 2);
-    let ranges: [(u32, u32); 2] = match keep {
-        Some(k) => [(3, k as u32 - 1), (k as u32 + 1, u32::MAX)],
-        None => [(3, u32::MAX), (1, 0)],
-    };
+    close_fds_except(&[keep.unwrap_or(-1), -1]);
+}
+
+/// Closes every descriptor above 2 but those in `keep` (negative entries
+/// are ignored): close_range(2) over the gaps, or, where the kernel lacks
+/// it, a plain close of every number below the descriptor limit. The one
+/// way a child of the postmaster sheds what it inherited, also between
+/// fork and exec: it allocates nothing.
+pub fn close_fds_except(keep: &[i32; 2]) {
+    let mut keep = keep.map(|fd| fd.max(2) as u32);
+    keep.sort_unstable();
+    let mut first = 3u32;
     let mut ok = true;
-    for (first, last) in ranges {
-        if first > last {
-            continue;
+    for k in keep.into_iter().chain([u32::MAX]) {
+        if k > first {
+            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
+            // SAFETY: close_range only closes descriptors of this process;
+            // none of them is used by anything we keep.
+            ok &= unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0;
         }
-        // SAFETY: close_range only closes descriptors of this process;
-        // none of them is used by anything we keep.
-        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-        ok &= r == 0;
+        first = first.max(k.saturating_add(1));
     }
     if !ok {
-        close_listed_fds(keep);
+        close_each_fd_except(&keep);
     }
 }
 
-/// The fallback of [`close_inherited_fds`].
-fn close_listed_fds(keep: Option<i32>) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
+/// The fallback of [`close_fds_except`]: every number from 3 up to the
+/// descriptor limit (at most 65,536), but `keep`.
+fn close_each_fd_except(keep: &[u32; 2]) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    let fds: Vec<i32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds {
-        if fd > 2 && Some(fd) != keep {
-            // SAFETY: closing a descriptor of ours that nothing we keep uses
-            // (the directory's own fd, already closed, fails harmlessly).
-            unsafe { libc::close(fd) };
+    // SAFETY: getrlimit only writes `lim`.
+    let limit = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => lim.rlim_cur.min(65_536) as u32,
+        _ => 1024,
+    };
+    for fd in 3..limit {
+        if !keep.contains(&fd) {
+            // SAFETY: closing descriptors of our own; failures are harmless.
+            unsafe { libc::close(fd as i32) };
         }
     }
 }

@@ -563,17 +563,9 @@ fn peer_addr(fd: i32) -> Option<String> {
 /// bytes (the connection is then refused rather than given a guessable key).
 fn random_key() -> Option<u32> {
     for _ in 0..16 {
-        let mut b = [0u8; 4];
-        // SAFETY: `b` is a writable 4-byte buffer.
-        let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, 4, 0) };
-        if n == 4 {
-            match u32::from_le_bytes(b) {
-                0 => continue,
-                key => return Some(key),
-            }
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return None;
+        match u32::from_le_bytes(protocol::random_bytes().ok()?) {
+            0 => continue,
+            key => return Some(key),
         }
     }
     None

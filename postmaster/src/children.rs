@@ -336,7 +336,7 @@ unsafe fn exec_child(
     err_wr: RawFd,
     postmaster_pid: i32,
 ) -> ! {
-    close_fds_except([plan.channel_fd, err_wr]);
+    backend::process::close_fds_except(&[plan.channel_fd, err_wr]);
     // SAFETY: fcntl, prctl, getppid, signal, sigprocmask, execve, write
     // and _exit are async-signal-safe; every pointer refers to memory
     // built before the fork.
@@ -401,32 +401,6 @@ fn read_exec_errno(fd: RawFd) -> Option<i32> {
         }
     }
     Some(i32::from_le_bytes(buf))
-}
-
-/// Closes every descriptor above 2 but the two in `keep` (close_range
-/// over the gaps; a plain close loop where the kernel lacks it). Runs
-/// between fork and exec, so it allocates nothing.
-fn close_fds_except(keep: [RawFd; 2]) {
-    let mut keep = keep.map(|fd| fd.max(2) as u32);
-    keep.sort_unstable();
-    let mut first = 3u32;
-    let mut ok = true;
-    for k in keep.into_iter().chain([u32::MAX]) {
-        if k > first {
-            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range only closes descriptors of this process.
-            ok &= unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0;
-        }
-        first = first.max(k.saturating_add(1));
-    }
-    if !ok {
-        for fd in 3..1024u32 {
-            if !keep.contains(&fd) {
-                // SAFETY: closing descriptors of our own; failures are harmless.
-                unsafe { libc::close(fd as RawFd) };
-            }
-        }
-    }
 }
 
 /// Blocks every signal; returns the previous mask.

@@ -38,6 +38,6 @@ pub use session::{
 };
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{
-    crash_notice_bytes, error_response_bytes, reject_with, send_error_after_startup, startup,
-    startup_with, ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
+    crash_notice_bytes, error_response_bytes, random_bytes, reject_with, send_error_after_startup,
+    startup, startup_with, ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
 };

@@ -115,8 +115,7 @@ impl std::fmt::Display for Verifier {
 /// The stored form of `password` with a fresh random salt (what
 /// `init --pwfile` writes to walshm.conf).
 pub fn verifier_for_password(password: &str) -> std::io::Result<String> {
-    let mut salt = [0u8; SALT_LEN];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut salt)?;
+    let salt: [u8; SALT_LEN] = crate::startup::random_bytes()?;
     Ok(Verifier::from_password(password, &salt).to_string())
 }
 

@@ -528,7 +528,10 @@ fn tcp_verifier(params: &ServerParams, replication: bool) -> (Option<scram::Veri
     (parse(&params.password), false)
 }
 
-fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+/// `N` random bytes from the kernel's CSPRNG (`/dev/urandom`): the one
+/// source of randomness of the server (SCRAM nonces and salts, cancel
+/// keys).
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     let mut buf = [0u8; N];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
     Ok(buf)

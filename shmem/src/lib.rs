@@ -11,6 +11,8 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
+#[cfg(not(loom))]
+pub mod futex;
 pub mod groupclear;
 pub mod histogram;
 #[cfg(not(loom))]

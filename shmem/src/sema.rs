@@ -220,43 +220,13 @@ impl Latch {
 /// Sleeps while `*word == expected`; false on timeout.
 #[cfg(not(loom))]
 fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<Duration>) -> bool {
-    let word: &AtomicU32 = word;
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` is a valid, aligned 32-bit word for the duration of the
-    // call; FUTEX_WAIT without FUTEX_PRIVATE_FLAG keys the wait on the shared
-    // page, as needed across processes; `ts_ptr` is null or points to a live
-    // timespec on this stack frame.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word as *const AtomicU32,
-            libc::FUTEX_WAIT,
-            expected,
-            ts_ptr,
-        )
-    };
-    !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    let deadline = timeout.map(|d| crate::walsnd::monotonic_ns() + d.as_nanos() as u64);
+    crate::futex::wait(word, expected, deadline, crate::futex::ANY) != crate::futex::Wait::TimedOut
 }
 
 #[cfg(not(loom))]
 fn futex_wake(word: &FutexWord, n: i32) {
-    let word: &AtomicU32 = word;
-    // SAFETY: `word` is a valid, aligned 32-bit word; FUTEX_WAKE only reads
-    // the address to find waiters.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word as *const AtomicU32,
-            libc::FUTEX_WAKE,
-            n,
-        );
-    }
+    crate::futex::wake(word, n, crate::futex::ANY);
 }
 
 /// Under loom: an untimed wait blocks on the word's `Notify` (the waker's

@@ -289,54 +289,17 @@ fn futex_wait_bits(
     timeout: std::time::Duration,
 ) -> SeqSleep {
     let deadline = monotonic_ns() + timeout.as_nanos() as u64;
-    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
-    let ts = libc::timespec {
-        tv_sec: (deadline / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: `word` is a valid, aligned 32-bit word in the shared segment
-    // for the duration of the call; FUTEX_WAIT_BITSET without
-    // FUTEX_PRIVATE_FLAG keys the wait on the shared page (the wakers are
-    // other processes); `ts` lives on this stack frame; the unused fifth
-    // argument is null.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word as *const AtomicU32,
-            libc::FUTEX_WAIT_BITSET,
-            seen,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            bits,
-        )
-    };
-    if r == 0 {
-        return SeqSleep::Woken;
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ETIMEDOUT) => SeqSleep::TimedOut,
-        Some(libc::EINTR) => SeqSleep::Interrupted,
-        _ => SeqSleep::Woken,
+    match crate::futex::wait(word, seen, Some(deadline), bits) {
+        crate::futex::Wait::Woken => SeqSleep::Woken,
+        crate::futex::Wait::TimedOut => SeqSleep::TimedOut,
+        crate::futex::Wait::Interrupted => SeqSleep::Interrupted,
     }
 }
 
 /// Wakes every sleeper on `word` whose bits meet `bits`.
 #[cfg(not(loom))]
 fn futex_wake_bits(word: &AtomicU32, bits: u32) {
-    // SAFETY: FUTEX_WAKE_BITSET only reads the address to find sleepers;
-    // the word is valid and aligned; the timeout and second address
-    // arguments are unused (null).
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word as *const AtomicU32,
-            libc::FUTEX_WAKE_BITSET,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            bits,
-        );
-    }
+    crate::futex::wake(word, i32::MAX, bits);
 }
 
 #[cfg(not(loom))]

@@ -143,37 +143,29 @@ pub struct walshm_reader {
     error: CString,
 }
 
-impl Handle for walshm_worker {
-    const MAGIC: u64 = WORKER_MAGIC;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-    fn busy(&self) -> &AtomicBool {
-        &self.busy
-    }
-    fn error(&self) -> &CStr {
-        &self.error
-    }
-    fn set_error(&mut self, e: CString) {
-        self.error = e;
-    }
+/// `Handle` for a handle type with the fields `magic`, `busy`, `error`.
+macro_rules! impl_handle {
+    ($ty:ty, $magic:expr) => {
+        impl Handle for $ty {
+            const MAGIC: u64 = $magic;
+            fn magic(&self) -> u64 {
+                self.magic
+            }
+            fn busy(&self) -> &AtomicBool {
+                &self.busy
+            }
+            fn error(&self) -> &CStr {
+                &self.error
+            }
+            fn set_error(&mut self, e: CString) {
+                self.error = e;
+            }
+        }
+    };
 }
 
-impl Handle for walshm_reader {
-    const MAGIC: u64 = READER_MAGIC;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-    fn busy(&self) -> &AtomicBool {
-        &self.busy
-    }
-    fn error(&self) -> &CStr {
-        &self.error
-    }
-    fn set_error(&mut self, e: CString) {
-        self.error = e;
-    }
-}
+impl_handle!(walshm_worker, WORKER_MAGIC);
+impl_handle!(walshm_reader, READER_MAGIC);
 
 /// A decoded record, as `walshm_reader_next` fills it in.
 #[repr(C)]
