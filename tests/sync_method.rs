@@ -19,11 +19,6 @@
 //!   PANIC and a crash restart that loses no ack, and the `wal_fsync` point
 //!   never fires (it does with `fdatasync`).
 //!
-//! - `wal_direct_io` (walshm's own): with it on, the server's
-//!   WAL segment descriptors carry O_DIRECT (read from /proc/PID/fdinfo),
-//!   with it off none does; kill -9 of the group with O_DIRECT under
-//!   fdatasync and open_datasync loses no ack; a short power-loss torture
-//!   with O_DIRECT and open_datasync loses none either.
 //!
 //! Verdicts come from exit codes, ack lines, the WAL, pg_stat_wal rows and
 //! the JSON summary and report, never from log wording.
@@ -287,25 +282,11 @@ fn wal_descriptor_flags(pid: i32, pg_wal: &std::path::Path) -> Vec<u32> {
     flags
 }
 
-/// Does this file system take O_DIRECT at all (tmpfs before Linux 6.6 not:
-/// then the server falls back to buffered writes, see walfile)?
-fn o_direct_supported(dir: &std::path::Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let probe = dir.join("o-direct-probe");
-    std::fs::write(&probe, b"").unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&probe)
-        .is_ok()
-}
-
 /// The flags of the server's WAL segment descriptors during an acknowledged
 /// durable run with `sets`: at least one descriptor, from every child.
-fn server_wal_flags(tag: &str, sets: &[&str]) -> (Vec<u32>, bool) {
+fn server_wal_flags(tag: &str, sets: &[&str]) -> Vec<u32> {
     let tmp = TempDir::new(tag);
     let d = init(&tmp.join("data"), &[]);
-    let supported = o_direct_supported(tmp.path());
     let mut s = Server::start(&d.path, tmp.path(), &durable_ack_args("2", sets));
     s.wait_ready(TIMEOUT);
     let pg_wal = d.path.join("pg_wal");
@@ -320,54 +301,25 @@ fn server_wal_flags(tag: &str, sets: &[&str]) -> (Vec<u32>, bool) {
     });
     let o = s.stop_ok();
     assert!(found, "{tag}: no WAL segment descriptor seen\n{}", o.stderr);
-    (flags, supported)
+    flags
 }
 
+/// The WAL descriptors carry O_DSYNC exactly with `open_datasync`, and
+/// never O_DIRECT (walsenders, the archiver and readers read WAL back
+/// through the page cache).
 #[test]
-fn direct_io_wal_descriptors_carry_o_direct() {
-    let (on, supported) = server_wal_flags("sm-direct-on", &["wal_direct_io=on"]);
-    if supported {
-        assert!(
-            on.iter().all(|f| f & O_DIRECT_BIT != 0),
-            "wal_direct_io=on: a WAL descriptor without O_DIRECT: {on:?}"
-        );
-    } else {
-        eprintln!("direct_io: O_DIRECT unsupported here, checked the buffered fallback only");
-        assert!(on.iter().all(|f| f & O_DIRECT_BIT == 0), "{on:?}");
-    }
-    let (dsync, _) = server_wal_flags(
-        "sm-direct-dsync",
-        &["wal_direct_io=on", "wal_sync_method=open_datasync"],
-    );
+fn wal_descriptors_carry_the_sync_methods_flags() {
     let dsync_bit = libc::O_DSYNC as u32;
+    let dsync = server_wal_flags("sm-flags-dsync", &["wal_sync_method=open_datasync"]);
     assert!(
         dsync
             .iter()
-            .all(|f| f & dsync_bit != 0 && (f & O_DIRECT_BIT != 0) == supported),
-        "wal_direct_io=on with open_datasync: {dsync:?}"
+            .all(|f| f & dsync_bit != 0 && f & O_DIRECT_BIT == 0),
+        "open_datasync: {dsync:?}"
     );
-    let (off, _) = server_wal_flags("sm-direct-off", &[]);
+    let plain = server_wal_flags("sm-flags-fdatasync", &[]);
     assert!(
-        off.iter().all(|f| f & O_DIRECT_BIT == 0),
-        "wal_direct_io off: a WAL descriptor with O_DIRECT: {off:?}"
-    );
-}
-
-#[test]
-fn direct_io_fdatasync_kill9_group_nothing_acked_lost() {
-    kill_group_keeps_acks_with("fdatasync", &["wal_direct_io=on"]);
-}
-
-#[test]
-fn direct_io_open_datasync_kill9_group_nothing_acked_lost() {
-    kill_group_keeps_acks_with("open_datasync", &["wal_direct_io=on"]);
-}
-
-#[test]
-fn direct_io_open_datasync_survives_power_loss() {
-    power_loss_keeps_acks(
-        "sm-direct-power",
-        "17",
-        &["wal_sync_method=open_datasync", "wal_direct_io=on"],
+        plain.iter().all(|f| f & (dsync_bit | O_DIRECT_BIT) == 0),
+        "fdatasync: {plain:?}"
     );
 }

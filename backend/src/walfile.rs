@@ -66,27 +66,6 @@
 //! minimal, no senders); walshm's walsenders, archiver and readers read
 //! the WAL through the page cache, so it never does.
 //!
-//! Direct I/O (`wal_direct_io`, opt-in, walshm's own):
-//! with `fsync = on` the segment descriptor also carries O_DIRECT
-//! ([`direct_open_flag`]), under every method; the sync after a write (or
-//! the O_DSYNC of the write) is unchanged, since a direct write only
-//! reaches the device's volatile cache. Invariants: WAL buffer pages are
-//! 4096-aligned in shared memory and every WAL write is whole 8 kB pages
-//! at a page offset, as O_DIRECT requires; a new segment's zero fill goes
-//! through its own buffered descriptor and is synced before it is linked,
-//! so the page cache holds only clean pages of a segment written directly
-//! (the kernel invalidates them around each direct write: a reader through
-//! the cache, which only reads below the published write position, sees
-//! the written bytes). Races: a buffered reader racing the direct write of
-//! the same page reads either version of bytes past the published write
-//! position only, never below it. A file system that refuses O_DIRECT at
-//! open (EINVAL) gets the buffered descriptor, durable as before.
-//! Per commit at one client (pgbench durable autocommit), both servers
-//! make the same calls: one recv, one pwrite of the whole 8 kB page, one
-//! fdatasync (two virtio requests, write then flush: ~120-130 us of wall
-//! time and 37-44 us of CPU, mostly the VM exits of the queue notify and
-//! two sleeps), one send; O_DIRECT|O_DSYNC cuts that CPU to 26-29 us in a
-//! raw loop.
 //!
 //! Callers' policy: a failed WAL write or fdatasync is a PANIC (the process
 //! aborts, the postmaster restarts everything, recovery runs): after a failed
@@ -451,20 +430,6 @@ pub fn sync_open_flag(method: WalSyncMethod, fsync: bool) -> libc::c_int {
     }
 }
 
-/// The open(2) flag for `wal_direct_io`:
-/// O_DIRECT when it is on and `fsync = on`, none otherwise. With
-/// `fsync = off` nothing is promised, so the page cache's speed wins.
-/// Added to [`sync_open_flag`]'s flag, whatever the method: fdatasync /
-/// fsync still follow each write (a direct write reaches the device's
-/// volatile cache, not stable storage).
-pub fn direct_open_flag(direct: bool, fsync: bool) -> libc::c_int {
-    if direct && fsync {
-        libc::O_DIRECT
-    } else {
-        0
-    }
-}
-
 /// Is WAL durable as soon as its write returns (an `open_*` method with
 /// `fsync = on`)? Then no sync call is made, nor counted.
 pub fn write_is_durable(method: WalSyncMethod, fsync: bool) -> bool {
@@ -472,10 +437,7 @@ pub fn write_is_durable(method: WalSyncMethod, fsync: bool) -> bool {
 }
 
 /// Opens segment `path` for writing, creating it zero-filled if absent,
-/// with `flags` ([`sync_open_flag`], and [`direct_open_flag`]'s O_DIRECT)
-/// on the descriptor. A file system that refuses O_DIRECT (EINVAL at
-/// open) gets the descriptor without it: the writes are then buffered,
-/// and durable by the same sync as before.
+/// with `flags` ([`sync_open_flag`]) on the descriptor.
 ///
 /// An existing file of the wrong size (truncated, or damaged) is never
 /// written into: every reader refuses such a segment whole, so WAL written
@@ -493,17 +455,11 @@ pub fn open_or_create_segment(
     flags: libc::c_int,
     first_page: &[u8],
 ) -> std::io::Result<File> {
-    let open_with = |flags: libc::c_int| {
+    let open = || {
         OpenOptions::new()
             .write(true)
             .custom_flags(flags)
             .open(path)
-    };
-    let open = || match open_with(flags) {
-        Err(e) if flags & libc::O_DIRECT != 0 && e.raw_os_error() == Some(libc::EINVAL) => {
-            open_with(flags & !libc::O_DIRECT)
-        }
-        r => r,
     };
     match open() {
         Ok(f) if f.metadata()?.len() == seg_size => return Ok(f),
@@ -738,76 +694,6 @@ mod tests {
             write_at(Op::WalWrite, &f, &[2; 512], 8192).unwrap();
             sync_wal(Op::WalFsync, &f, WalSyncMethod::Fsync).unwrap();
         }
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// `wal_direct_io`: O_DIRECT only with fsync on; a segment opened with
-    /// it carries O_DIRECT (unless the file system refused it at open, then
-    /// the descriptor is the buffered one), and an aligned page written
-    /// through it reads back through the page cache.
-    #[test]
-    fn direct_io_opens_segments_with_o_direct_only_when_fsync_is_on() {
-        use std::os::unix::io::AsRawFd;
-        assert_eq!(direct_open_flag(true, true), libc::O_DIRECT);
-        assert_eq!(
-            direct_open_flag(true, false),
-            0,
-            "O_DIRECT with fsync = off"
-        );
-        assert_eq!(direct_open_flag(false, true), 0);
-        let dir = std::env::temp_dir().join(format!("walshm-direct-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let seg = dir.join("000000010000000000000001");
-        // Does this file system take O_DIRECT at all? (tmpfs before 6.6 not.)
-        let probe = dir.join("probe");
-        std::fs::write(&probe, b"").unwrap();
-        let supported = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&probe)
-            .is_ok();
-        // A page-aligned 8 kB page, as the WAL buffers are.
-        let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
-        // SAFETY: `layout` has a non-zero size.
-        let page = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!page.is_null());
-        // SAFETY: `page` is a live allocation of 8192 bytes, freed below.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(page, 8192) };
-        for (round, (flags, direct)) in [
-            (libc::O_DIRECT, supported),
-            (libc::O_DIRECT | libc::O_DSYNC, supported),
-            (0, false),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            // A new value each round, over the same page: the read back
-            // must see this round's bytes, not a stale cached page.
-            let value = 7 + round as u8;
-            bytes.fill(value);
-            let f = open_or_create_segment(&seg, 1 << 16, true, flags, &[1; 8]).unwrap();
-            // SAFETY: F_GETFL only reads the flags of `f`'s open descriptor.
-            let got = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-            assert_eq!(
-                got & libc::O_DIRECT != 0,
-                direct,
-                "flags {flags:#x}: {got:#x}"
-            );
-            assert_eq!(got & libc::O_DSYNC != 0, flags & libc::O_DSYNC != 0);
-            write_at(Op::WalWrite, &f, bytes, 8192).unwrap();
-            sync_wal(Op::WalFsync, &f, WalSyncMethod::Fdatasync).unwrap();
-            let mut back = vec![0u8; 8192];
-            File::open(&seg)
-                .unwrap()
-                .read_exact_at(&mut back, 8192)
-                .unwrap();
-            assert!(
-                back.iter().all(|&b| b == value),
-                "flags {flags:#x}: read back differs"
-            );
-        }
-        // SAFETY: allocated above with the same layout, not used after.
-        unsafe { std::alloc::dealloc(page, layout) };
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -373,24 +373,6 @@ declare_settings! {
     commit_reply_max_members: u32 = 0 =>
         "commit_reply_max_members", Kind::count(0, 100_000),
         "commit_reply = flusher: hand replies to the walwriter only while at most this many processes are in the ProcArray (0 = no limit)";
-    // ---- durable commits at few clients ----
-    /// With `fsync = on`, WAL segments are written with O_DIRECT (the
-    /// kernel's page cache is bypassed; readers still read through it,
-    /// which the kernel keeps coherent), whatever `wal_sync_method`:
-    /// PostgreSQL adds O_DIRECT to the open_* methods only when no WAL is
-    /// read back. Per durable 8 kB write on this machine's virtio disk
-    /// (raw pwrite + sync loop, both two device round trips): 26-29 us of
-    /// CPU for O_DIRECT|O_DSYNC against 37-40 buffered + fdatasync.
-    /// Server, pgbench durable autocommit, same-run pairs, 2 cores, shared,
-    /// on / off with fdatasync (medians): server CPU per commit 0.93x at
-    /// 1 client (5 pairs), 0.97x at 4 (5), 0.98x at 16 (5), 0.95x at 64
-    /// (3); tps 1.01x, 1.04x, 1.06x, 1.06x. Off by default: the gain is
-    /// about this shared machine's noise, and walsenders, the archiver and
-    /// readers then read the WAL back from the disk instead of the cache
-    /// (docs/benchmarks.md, durable commits at 1-16 clients).
-    wal_direct_io: bool = false =>
-        "wal_direct_io", Kind::Bool,
-        "write WAL segments with O_DIRECT (bypassing the page cache) when fsync is on";
     // ---- group wake of released synchronous commits ----
     /// How a sync-rep release pass wakes the commits it released: `each`
     /// (the walsender posts every released backend's semaphore, one futex

@@ -84,8 +84,7 @@ impl Xlog<'_> {
             let path = self.pg_wal.join(self.geo.file_name(self.tli, segno));
             let first_page = self.new_segment_first_page(segno);
             let settings = &self.ctx.settings;
-            let flags = crate::walfile::sync_open_flag(settings.wal_sync_method, self.fsync)
-                | crate::walfile::direct_open_flag(settings.wal_direct_io, self.fsync);
+            let flags = crate::walfile::sync_open_flag(settings.wal_sync_method, self.fsync);
             let file = match crate::walfile::open_or_create_segment(
                 &path,
                 self.geo.seg_size,
