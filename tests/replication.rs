@@ -1120,17 +1120,6 @@ fn error_of(msgs: &[(u8, Vec<u8>)]) -> (String, String) {
     )
 }
 
-/// The peak resident set (VmHWM) of process `pid`, in kB.
-fn vm_hwm_kb(pid: i32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .expect("VmHWM")
-}
-
 /// The pid of the walsender whose application_name is `app`.
 fn walsender_pid(d: &DataDir, port: u16, app: &str) -> i32 {
     let rows = data_rows(&sql(
@@ -1181,9 +1170,9 @@ fn timeline_history_streams_a_large_file_in_bounded_memory() {
     let mut s = repl_connect(&socket_path(&d.path, port), "hist").unwrap();
     assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
     let pid = walsender_pid(&d, port, "hist");
-    let before = vm_hwm_kb(pid);
+    let before = status_kb(pid, "VmHWM");
     let reply = query(&mut s, "TIMELINE_HISTORY 5");
-    let after = vm_hwm_kb(pid);
+    let after = status_kb(pid, "VmHWM");
     assert_eq!(error_code(&reply), None, "{:?}", error_of(&reply));
     let grew = after.saturating_sub(before);
     let half = content.len() as u64 / 2048;

@@ -45,15 +45,7 @@ fn geo() -> Geometry {
 }
 
 fn init_from(new: &Path, src: &Path, extra: &[&str]) -> Out {
-    let mut args = vec![
-        "init".to_string(),
-        "-D".into(),
-        new.display().to_string(),
-        "--from-wal".into(),
-        src.display().to_string(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    run_cmd(Command::new(postmaster_bin()).args(&args), TIMEOUT)
+    init_from_within(new, src, extra, TIMEOUT)
 }
 
 /// Copies `src` into `dir` under `name` (made if needed).

@@ -244,18 +244,22 @@ impl Outcome {
 /// goes to the server log (stderr), never to stdout, where the server's
 /// `ack` lines and summary go.
 pub fn run_shell(command: &str, dir: &Path) -> Outcome {
-    use std::process::Stdio;
-    match Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(std::io::stderr()))
-        .status()
-    {
+    match shell(command, dir).status() {
         Ok(st) => outcome_of(st),
         Err(e) => Outcome::NotRun(e.to_string()),
     }
+}
+
+/// `/bin/sh -c command` in `dir`, no stdin, its stdout into our stderr.
+fn shell(command: &str, dir: &Path) -> Command {
+    use std::process::Stdio;
+    let mut c = Command::new("/bin/sh");
+    c.arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::io::stderr()));
+    c
 }
 
 /// How often [`run_shell_until`] asks its `stop`.
@@ -268,15 +272,7 @@ const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 /// which exits at once when a shutdown arrives during `restore_command`.
 pub fn run_shell_until(command: &str, dir: &Path, stop: &dyn Fn() -> bool) -> Outcome {
     use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let child = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(std::io::stderr()))
-        .process_group(0)
-        .spawn();
+    let child = shell(command, dir).process_group(0).spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => return Outcome::NotRun(e.to_string()),

@@ -244,26 +244,10 @@ pub fn shutdown_requested() -> bool {
 /// Writes a whole buffer to a file descriptor with one `write` when
 /// possible (the `ack` lines must not interleave).
 pub fn write_all_fd(fd: libc::c_int, bytes: &[u8]) -> std::io::Result<()> {
-    let mut off = 0;
-    while off < bytes.len() {
+    shmem::sys::write_all_with(bytes, |rest| {
         // SAFETY: the pointer and length describe a live slice.
-        let n = unsafe {
-            libc::write(
-                fd,
-                bytes[off..].as_ptr() as *const libc::c_void,
-                bytes.len() - off,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        off += n as usize;
-    }
-    Ok(())
+        unsafe { libc::write(fd, rest.as_ptr() as *const libc::c_void, rest.len()) }
+    })
 }
 
 /// A log line on stderr, prefixed like PostgreSQL's: `name[pid] LEVEL: msg`.

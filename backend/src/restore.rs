@@ -99,6 +99,11 @@ pub struct SegmentIdentity {
 pub fn segment_identity(path: &Path) -> Result<SegmentIdentity, String> {
     regular_file_len(path)
         .map_err(|why| format!("\"{}\" cannot be used: {why}", path.display()))?;
+    read_identity(path)
+}
+
+/// [`segment_identity`] of a path already known to be a regular file.
+fn read_identity(path: &Path) -> Result<SegmentIdentity, String> {
     let file = walfile::open_read(Op::WalRead, path)
         .map_err(|e| format!("could not open \"{}\": {e}", path.display()))?;
     let mut page = vec![0u8; walformat::SIZE_OF_XLOG_LONG_PHD];
@@ -127,11 +132,10 @@ pub fn segment_identity(path: &Path) -> Result<SegmentIdentity, String> {
 /// one); otherwise why not, as a reason ("it is not a regular file but a
 /// FIFO"). Never opens the file.
 pub fn regular_file_len(path: &Path) -> Result<u64, String> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => Ok(m.len()),
-        Ok(m) => Err(format!("it is {}", timeline::not_a_regular_file(&m))),
-        Err(e) => Err(format!("could not stat it: {e}")),
-    }
+    walfile::regular_file_len(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => format!("it is {e}"),
+        _ => format!("could not stat it: {e}"),
+    })
 }
 
 /// What a file must be to stand for segment `segno` of timeline `tli`.
@@ -155,7 +159,7 @@ pub fn check_segment(path: &Path, spec: &SegmentSpec) -> Result<(), String> {
     if len != size {
         return Err(format!("it has {len} bytes, expected {size}"));
     }
-    let id = segment_identity(path)
+    let id = read_identity(path)
         .map_err(|_| "it has no valid long page header of PostgreSQL 15's format".to_string())?;
     if id.system_identifier != spec.system_identifier {
         return Err(format!(
@@ -206,7 +210,8 @@ impl From<String> for FetchError {
 /// Runs `restore_command` for `name`; true if it delivered the file,
 /// which is then `pg_wal/name`. `check` validates the delivered file
 /// before it is renamed into place (a failure removes it; the error names
-/// the file and the command).
+/// the file and the command). `stop` is asked before the command starts
+/// and while it runs (module header, "Shutdown").
 fn restore_file(
     command: &str,
     datadir: &Path,
@@ -214,6 +219,9 @@ fn restore_file(
     check: impl Fn(&Path) -> Result<(), String>,
     stop: &dyn Fn() -> bool,
 ) -> Result<bool, FetchError> {
+    if stop() {
+        return Err(FetchError::ShutdownRequested);
+    }
     let pg_wal = datadir.join("pg_wal");
     let target = pg_wal.join(RESTORE_TARGET);
     let _ = walfile::remove_file(Op::WalRemove, &target);
@@ -270,9 +278,6 @@ pub fn fetch_segments(
         let tli = history.timeline_of_segment(segno, geo.seg_size);
         let name = geo.file_name(tli, segno);
         if !pg_wal.join(&name).exists() {
-            if stop() {
-                return Err(FetchError::ShutdownRequested);
-            }
             let spec = SegmentSpec {
                 geo,
                 system_identifier: control.system_identifier,
@@ -319,9 +324,6 @@ pub fn fetch_newer_histories(
     let pg_wal = datadir.join("pg_wal");
     let mut newest = timeline::newest_timeline(&pg_wal, tli).map_err(|e| e.to_string())?;
     while newest < timeline::MAX_TIMELINE {
-        if stop() {
-            return Err(FetchError::ShutdownRequested);
-        }
         let next = newest + 1;
         let name = timeline::history_file_name(next);
         let check = |p: &Path| check_history_file(p, next, &name);

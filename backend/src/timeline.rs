@@ -383,32 +383,14 @@ pub fn current(datadir: &Path) -> Result<Timeline, String> {
 pub fn history_file_bytes(pg_wal: &Path, tli: u32) -> Result<Option<Vec<u8>>, TimelineError> {
     let path = pg_wal.join(history_file_name(tli));
     let io_error = |e| TimelineError::Io(path.display().to_string(), e);
-    match std::fs::metadata(&path) {
-        Ok(m) if m.is_file() => {}
-        Ok(m) => return Err(io_error(not_a_regular_file(&m))),
+    match walfile::regular_file_len(&path) {
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(e)),
     }
     walfile::read_file(walfile::Op::WalRead, &path)
         .map(Some)
         .map_err(io_error)
-}
-
-/// The error for a file that must be a regular file but is `m`'s kind.
-pub fn not_a_regular_file(m: &std::fs::Metadata) -> std::io::Error {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    let kind = [
-        (t.is_fifo(), " but a FIFO"),
-        (t.is_dir(), " but a directory"),
-        (t.is_socket(), " but a socket"),
-        (t.is_char_device() || t.is_block_device(), " but a device"),
-    ]
-    .into_iter()
-    .find_map(|(is, kind)| is.then_some(kind))
-    .unwrap_or_default();
-    let why = format!("not a regular file{kind}");
-    std::io::Error::new(std::io::ErrorKind::InvalidInput, why)
 }
 
 /// Writes the history file of `new_tli`, branched from `parent` (whose own

@@ -281,6 +281,30 @@ pub fn read_file(op: Op, path: &Path) -> std::io::Result<Vec<u8>> {
     std::fs::read(path)
 }
 
+/// The length of `path` if it is a regular file (or a symbolic link to
+/// one), without opening it (a FIFO would block its reader); otherwise an
+/// InvalidInput error saying what it is ("not a regular file but a
+/// FIFO"), or the stat error (NotFound included).
+pub fn regular_file_len(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = std::fs::metadata(path)?;
+    if m.is_file() {
+        return Ok(m.len());
+    }
+    let t = m.file_type();
+    let kind = [
+        (t.is_fifo(), " but a FIFO"),
+        (t.is_dir(), " but a directory"),
+        (t.is_socket(), " but a socket"),
+        (t.is_char_device() || t.is_block_device(), " but a device"),
+    ]
+    .into_iter()
+    .find_map(|(is, kind)| is.then_some(kind))
+    .unwrap_or_default();
+    let why = format!("not a regular file{kind}");
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why))
+}
+
 /// The names of the entries of directory `dir`.
 pub fn list_dir(op: Op, dir: &Path) -> std::io::Result<Vec<OsString>> {
     fail(op)?;

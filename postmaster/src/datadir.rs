@@ -359,14 +359,6 @@ fn check_datadir_mode(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Is `pid` a live process?
-fn process_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence/permission.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-}
-
 /// The pid file, removed when dropped.
 pub struct PidFile {
     path: PathBuf,
@@ -409,7 +401,7 @@ impl PidFile {
                         .and_then(|l| l.trim().parse().ok())
                         .unwrap_or(0);
                     if owner != std::process::id() as i32
-                        && process_alive(owner)
+                        && shmem::sys::process_exists(owner)
                         && is_postmaster(owner)
                     {
                         return Err(format!(

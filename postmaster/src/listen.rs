@@ -58,7 +58,7 @@ pub struct AcceptPause {
 
 impl AcceptPause {
     /// Whether the listener is still paused (clears an expired pause).
-    pub fn active(&mut self) -> bool {
+    fn active(&mut self) -> bool {
         match self.until {
             Some(t) if Instant::now() < t => true,
             _ => {
@@ -73,9 +73,34 @@ impl AcceptPause {
         self.until
     }
 
+    /// Every connection waiting on one listener (`accept` until it would
+    /// block), none while paused; a failed accept pauses (and is logged as
+    /// about `what`), keeping what was accepted before it.
+    pub fn accept_waiting<T>(
+        &mut self,
+        what: &str,
+        mut accept: impl FnMut() -> io::Result<T>,
+    ) -> Vec<T> {
+        let mut got = Vec::new();
+        if self.active() {
+            return got;
+        }
+        loop {
+            match accept() {
+                Ok(x) => got.push(x),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.failed(what, &e);
+                    return got;
+                }
+            }
+        }
+    }
+
     /// An accept on `what` failed with `e`: pause, and say so (once per
     /// burst).
-    pub fn failed(&mut self, what: &str, e: &io::Error) {
+    fn failed(&mut self, what: &str, e: &io::Error) {
         self.until = Some(Instant::now() + ACCEPT_RETRY);
         self.said.log("LOG", || {
             format!(
@@ -83,26 +108,6 @@ impl AcceptPause {
                 ACCEPT_RETRY.as_millis()
             )
         });
-    }
-}
-
-/// What an accept gave, sorted for the loops that call it.
-pub enum AcceptResult<T> {
-    Got(T),
-    /// Nothing (more) is waiting.
-    Empty,
-    Failed(io::Error),
-}
-
-/// One `accept` outcome, with EINTR retried.
-pub fn accept_one<T>(mut accept: impl FnMut() -> io::Result<T>) -> AcceptResult<T> {
-    loop {
-        match accept() {
-            Ok(x) => return AcceptResult::Got(x),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return AcceptResult::Empty,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return AcceptResult::Failed(e),
-        }
     }
 }
 
@@ -201,42 +206,28 @@ impl Listeners {
         self.pause.resume_at()
     }
 
-    /// Every connection waiting to be accepted (none while paused).
+    /// Every connection waiting to be accepted (none while paused; after
+    /// a failed accept on the Unix socket the TCP one waits too).
     pub fn accept_all(&mut self) -> Vec<Accepted> {
-        let mut out = Vec::new();
-        if self.pause.active() {
-            return out;
-        }
-        let failed = loop {
-            match accept_one(|| self.unix.accept()) {
-                AcceptResult::Got((s, _)) => {
-                    let _ = s.set_nonblocking(false);
-                    out.push(Accepted::Unix(s));
-                }
-                AcceptResult::Empty => break None,
-                AcceptResult::Failed(e) => break Some(("the Unix socket", e)),
-            }
-        };
-        let failed = failed.or_else(|| self.accept_tcp(&mut out));
-        if let Some((what, e)) = failed {
-            self.pause.failed(what, &e);
+        let unix = &self.unix;
+        let mut out: Vec<Accepted> = self
+            .pause
+            .accept_waiting("the Unix socket", || unix.accept())
+            .into_iter()
+            .map(|(s, _)| {
+                let _ = s.set_nonblocking(false);
+                Accepted::Unix(s)
+            })
+            .collect();
+        if let Some(t) = &self.tcp {
+            let tcp = self.pause.accept_waiting("the TCP socket", || t.accept());
+            out.extend(tcp.into_iter().map(|(s, _)| {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_nodelay(true);
+                Accepted::Tcp(s)
+            }));
         }
         out
-    }
-
-    fn accept_tcp(&self, out: &mut Vec<Accepted>) -> Option<(&'static str, io::Error)> {
-        let t = self.tcp.as_ref()?;
-        loop {
-            match accept_one(|| t.accept()) {
-                AcceptResult::Got((s, _)) => {
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_nodelay(true);
-                    out.push(Accepted::Tcp(s));
-                }
-                AcceptResult::Empty => return None,
-                AcceptResult::Failed(e) => return Some(("the TCP socket", e)),
-            }
-        }
     }
 }
 

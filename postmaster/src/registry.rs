@@ -240,20 +240,12 @@ impl Registry {
     }
 
     fn accept_new(&mut self) {
-        use crate::listen::{accept_one, AcceptResult};
-        if self.accept_pause.active() {
-            return;
-        }
-        loop {
-            let Some(l) = &self.listener else { return };
-            match accept_one(|| l.accept()) {
-                AcceptResult::Got((stream, _)) => self.take_connection(stream),
-                AcceptResult::Empty => return,
-                AcceptResult::Failed(e) => {
-                    self.accept_pause.failed("the registration socket", &e);
-                    return;
-                }
-            }
+        let Some(l) = &self.listener else { return };
+        let new = self
+            .accept_pause
+            .accept_waiting("the registration socket", || l.accept());
+        for (stream, _) in new {
+            self.take_connection(stream);
         }
     }
 
@@ -426,13 +418,16 @@ impl Registry {
             Phase::ShuttingDown => Some(Status::ShuttingDown),
         };
         let slot = match (kind, self.channels[i].origin) {
-            (Kind::Observer, Origin::External { .. }) if self.observers() >= caps().observers => {
+            (Kind::Observer, Origin::External { .. }) => {
                 let cap = caps().observers;
-                self.send_busy(&self.channels[i].stream, cap);
-                self.log_cap("observers attached", cap);
-                return Step::Drop(None);
+                if self.observers() >= cap {
+                    self.send_busy(&self.channels[i].stream, cap);
+                    self.log_cap("observers attached", cap);
+                    return Step::Drop(None);
+                }
+                None
             }
-            (Kind::Observer, _) => None,
+            (Kind::Observer, Origin::Supervised(_)) => None,
             (Kind::Worker, Origin::Supervised(id)) => match self.slots.get(id) {
                 Some(false) => Some(id as u32),
                 _ => return self.refuse(i, Status::Full, generation),

@@ -196,20 +196,13 @@ pub fn release(shm: &Shmem, me: usize) {
     free_entry(shm, me);
 }
 
-/// Is process `pid` gone (its entry can be reused)?
-fn is_gone(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
 fn claim_entry(shm: &Shmem, application_name: &str) -> Option<usize> {
     let ctl = shm.repl();
     let max = (shm.settings().max_wal_senders as usize).min(ctl.senders.len());
     ctl.lock.lock();
     let free = ctl.senders[..max].iter().position(|s| {
         let pid = s.pid.load(Ordering::Relaxed);
-        pid == 0 || is_gone(pid)
+        pid == 0 || !shmem::sys::process_exists(pid)
     });
     if let Some(i) = free {
         let s = &ctl.senders[i];

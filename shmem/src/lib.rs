@@ -28,6 +28,8 @@ pub mod settings;
 pub mod spin;
 pub mod stats;
 pub mod sync;
+#[cfg(not(loom))]
+pub mod sys;
 pub mod variants;
 pub mod waitevent;
 pub mod walsnd;

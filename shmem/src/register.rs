@@ -423,29 +423,18 @@ fn hello(
 /// left the signal at its default.
 fn send_request(channel: &UnixStream, req: Request) -> std::io::Result<()> {
     let bytes = req.encode(std::process::id() as i32);
-    let mut off = 0;
-    while off < bytes.len() {
-        let rest = &bytes[off..];
+    crate::sys::write_all_with(&bytes, |rest| {
         // SAFETY: `rest` is a live buffer of `rest.len()` bytes; the
         // descriptor is the channel's own.
-        let n = unsafe {
+        unsafe {
             libc::send(
                 channel.as_raw_fd(),
                 rest.as_ptr() as *const libc::c_void,
                 rest.len(),
                 libc::MSG_NOSIGNAL,
             )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
         }
-        off += n as usize;
-    }
-    Ok(())
+    })
 }
 
 /// Refuses a socket whose server runs as another user.

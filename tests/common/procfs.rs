@@ -40,11 +40,16 @@ pub fn children_of(pid: i32) -> Vec<(i32, String)> {
 
 /// Resident set size of `pid` in kB (VmRSS of /proc/PID/status).
 pub fn vm_rss_kb(pid: i32) -> u64 {
+    status_kb(pid, "VmRSS")
+}
+
+/// The kB figure `field` (VmRSS, VmHWM, ...) of /proc/PID/status.
+pub fn status_kb(pid: i32, field: &str) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
+        .unwrap_or_else(|| panic!("{field} of process {pid}"))
 }

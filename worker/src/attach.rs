@@ -159,7 +159,8 @@ impl Link {
         FORK_EPOCH.load(Ordering::Relaxed) == self.owner.epoch
     }
 
-    /// `owned_here`, and the pid too (for rare calls: detach).
+    /// `owned_here`, and the pid too (for rare calls: detach; a child
+    /// made by the raw `clone` system call skips the fork handler).
     pub fn owned_here_strictly(&self) -> bool {
         self.owned_here() && std::process::id() == self.owner.pid
     }
@@ -183,13 +184,9 @@ impl Link {
         &self.data_dir
     }
 
-    /// Tells the postmaster we detach cleanly and unmaps the segment. In a
-    /// forked child: [`Link::release_local`] instead.
+    /// Tells the postmaster we detach cleanly and unmaps the segment (the
+    /// owner only: a forked child calls [`Link::release_local`]).
     pub fn detach(self) -> Result<()> {
-        if !self.owned_here_strictly() {
-            self.release_local();
-            return Ok(());
-        }
         self.registration
             .detach()
             .map_err(|e| Error::Attach(format!("detach: {e}")))
@@ -198,7 +195,7 @@ impl Link {
     /// What a forked child may release: its copy of the channel. The
     /// mapping is leaked (the child's exit unmaps it): thread-local
     /// pointers installed by the parent's attach may still point into it.
-    fn release_local(self) {
+    pub fn release_local(self) {
         let Registration { shm, channel, .. } = self.registration;
         drop(channel);
         std::mem::forget(shm);
@@ -269,12 +266,8 @@ impl ServerWatch for Link {
 /// Whether process `pid` exists and is not a zombie (a postmaster killed
 /// but not yet reaped by its parent is dead for us).
 fn process_alive(pid: i32) -> bool {
-    if pid <= 0 {
+    if !shmem::sys::process_exists(pid) {
         return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The state follows the command name's closing parenthesis.

@@ -40,13 +40,12 @@ static LIVE: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
 /// The serial number of the next handle.
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-/// Records a new handle; returns its serial number.
-fn register(addr: usize) -> u64 {
+/// Records a new handle under the next serial number.
+fn register(addr: usize) {
     let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut live) = LIVE.lock() {
         live.push((addr, serial));
     }
-    serial
 }
 
 fn unregister(addr: usize) -> bool {
@@ -63,8 +62,7 @@ fn unregister(addr: usize) -> bool {
 }
 
 fn is_live(addr: usize) -> bool {
-    LIVE.lock()
-        .is_ok_and(|live| live.iter().any(|&(a, _)| a == addr))
+    serial_of(addr).is_some()
 }
 
 /// The serial number of the live handle at `addr`.
@@ -381,7 +379,7 @@ pub unsafe extern "C" fn walshm_attach(
             worker,
             error: CString::default(),
         }));
-        let _ = register(h as usize);
+        register(h as usize);
         // SAFETY: errbuf/errlen as the caller promised.
         unsafe { write_errbuf(errbuf, errlen, "") };
         h
@@ -511,11 +509,8 @@ pub unsafe extern "C" fn walshm_detach(w: *mut walshm_worker) -> c_int {
 // ----------------------------------------------------------------------
 
 fn new_reader_handle(worker: usize, reader: Reader<'static>) -> *mut walshm_reader {
-    let worker_serial = if worker == 0 {
-        0
-    } else {
-        serial_of(worker).unwrap_or(0)
-    };
+    // No live handle at address 0 (no worker): serial 0, never handed out.
+    let worker_serial = serial_of(worker).unwrap_or(0);
     let h = Box::into_raw(Box::new(walshm_reader {
         magic: READER_MAGIC,
         busy: AtomicBool::new(false),
@@ -524,7 +519,7 @@ fn new_reader_handle(worker: usize, reader: Reader<'static>) -> *mut walshm_read
         reader,
         error: CString::default(),
     }));
-    let _ = register(h as usize);
+    register(h as usize);
     h
 }
 

@@ -211,7 +211,8 @@ impl Worker {
             return Ok(());
         }
         if !self.link.owned_here_strictly() {
-            return self.release_in_child();
+            self.release_in_child();
+            return Ok(());
         }
         self.session.shutdown();
         if !self.session.generation_ended() {
@@ -232,13 +233,13 @@ impl Worker {
     /// Detach in a forked child: the session and context (whose drops
     /// would touch the parent's slot, admission token and statistics) are
     /// leaked, and the link releases only the child's copies.
-    fn release_in_child(&mut self) -> Result<()> {
+    fn release_in_child(&mut self) {
         // SAFETY: `detached` was false, so `link` was never taken; the
         // session and context that borrow it are never dropped or used
         // again (`detached` is now true), so they cannot outlive it in
         // any use.
         let link = unsafe { ManuallyDrop::take(&mut self.link) };
-        link.detach()
+        link.release_local();
     }
 
     #[inline]
