@@ -19,7 +19,9 @@
 //!   (a client socket's polling reads, which the engine's waits use);
 //! - replication state the commit path and the checkpointer need:
 //!   `syncrep` (synchronous replication waits and release), `slots`
-//!   (replication slots), `throttle` (`max_replication_lag`).
+//!   (replication slots), `throttle` (`max_replication_lag`), and
+//!   `reorder` (logical decoding's reorder buffer, which the library's
+//!   readers and the logical walsender share).
 //!
 //! `backend::{startup, checkpointer, workload}` are re-exports of the
 //! `procs` modules.
@@ -35,6 +37,7 @@ pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod reorder;
 pub mod reply;
 pub mod restore;
 pub mod slots;

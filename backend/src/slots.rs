@@ -1,13 +1,23 @@
-//! Physical replication slots (PostgreSQL's slot.c, physical only): a named
-//! position (`restart_lsn`) below which the checkpointer keeps WAL, advanced
-//! by the flush reports of the receiver streaming from it.
+//! Replication slots (PostgreSQL's slot.c): a named position
+//! (`restart_lsn`) below which the checkpointer keeps WAL. A physical slot
+//! is advanced by the flush reports of the receiver streaming from it; a
+//! logical slot also holds `confirmed_flush` (its client has everything
+//! that committed before it) and the output plugin and database it was
+//! created for, and its restart_lsn is the oldest WAL that decoding from
+//! confirmed_flush needs (`confirm`).
 //!
 //! On disk: `DIR/pg_replslot/NAME/state`, replaced atomically (temporary
 //! file, fsync, rename, directory fsync: `walfile::write_file_atomically`):
 //!
 //! ```text
+//! version 1 (physical slots, still read):
 //! { magic u32 = 0x534c5457 "WTLS" | version u32 = 1 | restart_lsn u64
 //!   | name_len u32 | name bytes | crc32c u32 (of everything before) }
+//! version 2 (written now):
+//! { magic u32 | version u32 = 2 | restart_lsn u64 | logical u8 | two_phase u8
+//!   | reserved u16 = 0 | confirmed_flush u64 | name_len u32 | name bytes
+//!   | plugin_len u32 | plugin bytes | database_len u32 | database bytes
+//!   | crc32c u32 (of everything before) }
 //! ```
 //!
 //! In shared memory (`ReplCtl::slots`, up to `max_replication_slots` used):
@@ -16,12 +26,26 @@
 //! (the name is reserved in memory before the file is written, so two
 //! creators of one name cannot both succeed).
 //!
-//! Crash invariant: the checkpointer saves every slot whose restart_lsn
-//! moved (`save_all`) *before* it computes what it may remove
-//! (`removal_cutoff`), and computes from the saved positions, so after a
-//! crash every slot's saved restart_lsn still has its WAL. A slot that
-//! holds more than `max_slot_wal_keep_size` behind the redo point is
-//! marked lost (wal_status 'lost') and no longer holds WAL back.
+//! Crash invariant: the checkpointer saves every slot whose restart_lsn or
+//! confirmed_flush moved (`save_all`) *before* it computes what it may
+//! remove (`removal_cutoff`), and computes from the saved positions, so
+//! after a crash every slot's saved restart_lsn still has its WAL. A slot
+//! that holds more than `max_slot_wal_keep_size` behind the redo point is
+//! marked lost (wal_status 'lost') and no longer holds WAL back. A logical
+//! slot's saved confirmed_flush may be older than what its client
+//! confirmed last before a crash: the client then gets those transactions
+//! again (at least once, as PostgreSQL).
+//!
+//! A logical slot's first position (`create_logical`, PostgreSQL's
+//! snapshot builder reduced to what messages need): restart_lsn is the
+//! insert position C0 read before a look at the running transactions; the
+//! slot waits until each of them ended and takes the insert position then,
+//! C1, as confirmed_flush (the "consistent point"). A transaction that
+//! commits at or after C1 was not running when C0 was read (each running
+//! one ended before C1), so it assigned its XID, and wrote its first
+//! record, after C0: decoding from C0 sees all of it. (Reading C0 with
+//! Acquire sees the XID of whoever reserved WAL below it: a reserver
+//! publishes its XID before it reserves.)
 
 use crate::process::log;
 use crate::walfile::{self, Op};
@@ -34,7 +58,9 @@ use std::time::Duration;
 use walformat::{Geometry, Lsn};
 
 const MAGIC: u32 = 0x534c_5457;
-const VERSION: u32 = 1;
+/// The state file version written; [`VERSION_PHYSICAL`] is still read.
+const VERSION: u32 = 2;
+const VERSION_PHYSICAL: u32 = 1;
 const LOADED: u32 = 2;
 const LOADING: u32 = 1;
 
@@ -79,44 +105,118 @@ fn not_found(name: &str) -> SqlError {
     )
 }
 
-fn encode(name: &str, restart_lsn: Lsn) -> Vec<u8> {
-    let mut b = Vec::with_capacity(24 + name.len());
+/// A logical slot's decoding state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogicalState {
+    pub plugin: String,
+    pub database: String,
+    pub confirmed_flush: Lsn,
+    pub two_phase: bool,
+}
+
+/// What a state file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotFile {
+    name: String,
+    restart_lsn: Lsn,
+    logical: Option<LogicalState>,
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+}
+
+fn encode(f: &SlotFile) -> Vec<u8> {
+    let l = f.logical.clone().unwrap_or_default();
+    let mut b = Vec::with_capacity(64 + f.name.len());
     b.extend_from_slice(&MAGIC.to_le_bytes());
     b.extend_from_slice(&VERSION.to_le_bytes());
-    b.extend_from_slice(&restart_lsn.to_le_bytes());
-    b.extend_from_slice(&(name.len() as u32).to_le_bytes());
-    b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(&f.restart_lsn.to_le_bytes());
+    b.push(f.logical.is_some() as u8);
+    b.push(l.two_phase as u8);
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(&l.confirmed_flush.to_le_bytes());
+    put_str(&mut b, &f.name);
+    put_str(&mut b, &l.plugin);
+    put_str(&mut b, &l.database);
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
     b
 }
 
-/// (name, restart_lsn) of a state file, or why it is not one.
-fn decode(b: &[u8]) -> Result<(String, Lsn), String> {
-    let u32_at = |o: usize| -> Option<u32> {
-        b.get(o..o + 4)
-            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    };
-    if u32_at(0) != Some(MAGIC) || u32_at(4) != Some(VERSION) {
-        return Err("bad magic or version".into());
+/// Reads a state file's fields in order, each bounds-checked.
+struct Fields<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).ok_or("bad length")?;
+        let s = self.b.get(self.at..end).ok_or("too short")?;
+        self.at = end;
+        Ok(s)
     }
-    let lsn = b
-        .get(8..16)
-        .map(|s| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(s);
-            u64::from_le_bytes(a)
-        })
-        .ok_or("too short")?;
-    let len = u32_at(16).ok_or("too short")? as usize;
-    let end = 20usize.checked_add(len).ok_or("bad name length")?;
-    let name = b.get(20..end).ok_or("too short")?;
-    let crc = u32_at(end).ok_or("too short")?;
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let len = self.u32()? as usize;
+        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| "a name is not UTF-8".to_string())
+    }
+}
+
+/// A state file's contents, or why it is not one.
+fn decode(b: &[u8]) -> Result<SlotFile, String> {
+    let mut f = Fields { b, at: 0 };
+    let version = match (f.u32(), f.u32()) {
+        (Ok(MAGIC), Ok(v @ (VERSION_PHYSICAL | VERSION))) => v,
+        _ => return Err("bad magic or version".into()),
+    };
+    let restart_lsn = f.u64()?;
+    let (logical, two_phase, confirmed_flush) = if version == VERSION {
+        let logical = f.u8()? != 0;
+        let two_phase = f.u8()? != 0;
+        f.take(2)?;
+        (logical, two_phase, f.u64()?)
+    } else {
+        (false, false, 0)
+    };
+    let name = f.string()?;
+    let (plugin, database) = if version == VERSION {
+        (f.string()?, f.string()?)
+    } else {
+        (String::new(), String::new())
+    };
+    let end = f.at;
+    let crc = f.u32()?;
     if b.len() != end + 4 || crc32c::crc32c(&b[..end]) != crc {
         return Err("checksum mismatch".into());
     }
-    let name = String::from_utf8(name.to_vec()).map_err(|_| "name is not UTF-8")?;
-    Ok((name, lsn))
+    Ok(SlotFile {
+        name,
+        restart_lsn,
+        logical: logical.then_some(LogicalState {
+            plugin,
+            database,
+            confirmed_flush,
+            two_phase,
+        }),
+    })
 }
 
 fn used_slots(shm: &Shmem) -> &[SlotShared] {
@@ -164,11 +264,19 @@ fn load_from_disk(shm: &Shmem, datadir: &Path) {
             .map_err(|e| e.to_string())
             .and_then(|b| decode(&b));
         match decoded {
-            Ok((name, lsn)) => match free.next() {
-                Some(s) => fill(s, &name, lsn, false),
+            Ok(file) => match free.next() {
+                Some(s) => {
+                    fill(s, &file.name, file.restart_lsn, false);
+                    fill_logical(s, file.logical.as_ref());
+                    s.saved_confirmed
+                        .store(s.confirmed_flush.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
                 None => log(
                     "WARNING",
-                    &format!("too many replication slots on disk; \"{name}\" not loaded: increase max_replication_slots"),
+                    &format!(
+                        "too many replication slots on disk; \"{}\" not loaded: increase max_replication_slots",
+                        file.name
+                    ),
                 ),
             },
             Err(e) => log(
@@ -188,7 +296,41 @@ fn fill(s: &SlotShared, name: &str, lsn: Lsn, temporary: bool) {
     s.lost.store(0, Ordering::Relaxed);
     s.active_pid.store(0, Ordering::Relaxed);
     s.temporary.store(temporary as u32, Ordering::Relaxed);
+    s.logical.store(0, Ordering::Relaxed);
+    s.confirmed_flush.store(0, Ordering::Relaxed);
+    s.saved_confirmed.store(0, Ordering::Relaxed);
+    s.two_phase.store(0, Ordering::Relaxed);
     s.in_use.store(1, Ordering::Relaxed);
+}
+
+/// Makes `s` (just filled) a logical slot with `state`.
+fn fill_logical(s: &SlotShared, state: Option<&LogicalState>) {
+    let Some(l) = state else { return };
+    // Relaxed: as in `fill`.
+    s.plugin.store(&l.plugin);
+    s.database.store(&l.database);
+    s.confirmed_flush
+        .store(l.confirmed_flush, Ordering::Relaxed);
+    s.two_phase.store(l.two_phase as u32, Ordering::Relaxed);
+    s.logical.store(1, Ordering::Relaxed);
+}
+
+/// A slot's logical state, None for a physical slot.
+fn logical_state(s: &SlotShared) -> Option<LogicalState> {
+    (s.logical.load(Ordering::Relaxed) != 0).then(|| LogicalState {
+        plugin: s.plugin.load(),
+        database: s.database.load(),
+        confirmed_flush: s.confirmed_flush.load(Ordering::Relaxed),
+        two_phase: s.two_phase.load(Ordering::Relaxed) != 0,
+    })
+}
+
+fn file_of(s: &SlotShared, restart_lsn: Lsn) -> SlotFile {
+    SlotFile {
+        name: s.name.load(),
+        restart_lsn,
+        logical: logical_state(s),
+    }
 }
 
 /// Index of the slot named `name`; caller holds the lock or accepts a
@@ -211,6 +353,22 @@ pub fn create(
 ) -> Result<Lsn, SqlError> {
     validate_name(name)?;
     ensure_loaded(shm, datadir);
+    let idx = claim_entry(shm, name, temporary, None)?;
+    let slot = &used_slots(shm)[idx];
+    let lsn = if reserve_wal { reserve(shm, slot) } else { 0 };
+    persist_new(shm, datadir, idx, fsync)?;
+    Ok(lsn)
+}
+
+/// Takes a free entry for a new slot `name` under the lock (42710 if the
+/// name is taken, 53400 if none is free). A logical slot is marked active
+/// for this process until it is ready (see `create_logical`).
+fn claim_entry(
+    shm: &Shmem,
+    name: &str,
+    temporary: bool,
+    logical: Option<&LogicalState>,
+) -> Result<usize, SqlError> {
     let ctl = shm.repl();
     ctl.lock.lock();
     if find(shm, name).is_some() {
@@ -230,34 +388,141 @@ pub fn create(
     };
     let slot = &used_slots(shm)[idx];
     fill(slot, name, 0, temporary);
-    ctl.lock.unlock();
-    let lsn = if reserve_wal { reserve(shm, slot) } else { 0 };
-    if !temporary {
-        if let Err(e) = save(datadir, name, lsn, fsync) {
-            free_entry(shm, idx);
-            return Err(SqlError::error(
-                "58030",
-                format!("could not create replication slot \"{name}\": {e}"),
-            ));
-        }
+    if logical.is_some() {
+        fill_logical(slot, logical);
+        // Relaxed: under the lock, as `fill`.
+        slot.active_pid
+            .store(std::process::id() as i32, Ordering::Relaxed);
     }
-    Ok(lsn)
+    ctl.lock.unlock();
+    Ok(idx)
 }
 
-/// Reserves WAL for a new slot from the last checkpoint's redo point (as
-/// PostgreSQL does for a physical slot), retrying if the checkpointer
-/// removed that segment meanwhile.
-fn reserve(shm: &Shmem, slot: &SlotShared) -> Lsn {
+/// Writes a new slot's state file (not for a temporary slot); on failure
+/// the slot is freed again.
+fn persist_new(shm: &Shmem, datadir: &Path, idx: usize, fsync: bool) -> Result<(), SqlError> {
+    let slot = &used_slots(shm)[idx];
+    if slot.temporary.load(Ordering::Relaxed) != 0 {
+        return Ok(());
+    }
+    let file = file_of(slot, slot.restart_lsn.load(Ordering::Relaxed));
+    save(datadir, &file, fsync).map_err(|e| {
+        free_entry(shm, idx);
+        SqlError::error(
+            "58030",
+            format!("could not create replication slot \"{}\": {e}", file.name),
+        )
+    })
+}
+
+/// What a new logical slot is for.
+pub struct NewLogical<'n> {
+    pub name: &'n str,
+    pub temporary: bool,
+    pub plugin: &'n str,
+    pub database: &'n str,
+    pub two_phase: bool,
+}
+
+/// CREATE_REPLICATION_SLOT ... LOGICAL / pg_create_logical_replication_slot:
+/// the slot's consistent point (its confirmed_flush; see the module
+/// header). The plugin name is checked by the caller.
+pub fn create_logical(
+    shm: &Shmem,
+    datadir: &Path,
+    new: &NewLogical,
+    fsync: bool,
+) -> Result<Lsn, SqlError> {
+    validate_name(new.name)?;
+    ensure_loaded(shm, datadir);
+    let state = LogicalState {
+        plugin: new.plugin.to_string(),
+        database: new.database.to_string(),
+        confirmed_flush: 0,
+        two_phase: new.two_phase,
+    };
+    let idx = claim_entry(shm, new.name, new.temporary, Some(&state))?;
+    let slot = &used_slots(shm)[idx];
+    // `claim_entry` marked the slot active for us: nobody drops or uses
+    // it while it is being made.
+    reserve_at(shm, slot, || insert_rec_ptr(shm));
+    let consistent = match wait_for_running_transactions(shm) {
+        Some(lsn) => lsn,
+        None => {
+            free_entry(shm, idx);
+            return Err(SqlError::fatal(
+                pgerror::sqlstate::ADMIN_SHUTDOWN,
+                "terminating connection due to administrator command",
+            ));
+        }
+    };
+    slot.confirmed_flush.store(consistent, Ordering::Relaxed);
+    persist_new(shm, datadir, idx, fsync)?;
+    slot.saved_confirmed.store(consistent, Ordering::Relaxed);
     let ctl = shm.repl();
-    let geo = Geometry::new(shm.xlog().facts.seg_size).ok();
-    loop {
-        // Relaxed: a position to start from; the re-check below decides.
+    ctl.lock.lock();
+    slot.active_pid.store(0, Ordering::Relaxed);
+    ctl.lock.unlock();
+    Ok(consistent)
+}
+
+/// Where the next record will start (a record start, after any page
+/// header). Acquire: see the module header (pairs with the Release of a
+/// reservation, which follows the reserver's XID store).
+fn insert_rec_ptr(shm: &Shmem) -> Lsn {
+    let pos = shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire);
+    Geometry::new(shm.xlog().facts.seg_size).map_or(0, |g| g.bytepos_to_recptr(pos))
+}
+
+/// Waits until every transaction running now has ended; the insert
+/// position then. None if a shutdown was asked for meanwhile.
+fn wait_for_running_transactions(shm: &Shmem) -> Option<Lsn> {
+    let members = shm.proc_array_members();
+    let procs = shm.procs();
+    let n = (shm.proc_array().num_members.load(Ordering::Relaxed) as usize).min(members.len());
+    // SeqCst: the XIDs are read after C0 (the caller's Acquire load).
+    shmem::sync::fence(Ordering::SeqCst);
+    let running: Vec<(usize, u32)> = members[..n]
+        .iter()
+        .map(|m| m.load(Ordering::Relaxed) as usize)
+        .filter_map(|procno| {
+            let xid = procs.get(procno)?.xid.load(Ordering::Relaxed);
+            (xid != 0).then_some((procno, xid))
+        })
+        .collect();
+    for (procno, xid) in running {
+        while procs[procno].xid.load(Ordering::Acquire) == xid {
+            if crate::process::shutdown_requested() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Some(insert_rec_ptr(shm))
+}
+
+/// Reserves WAL for a new physical slot from the last checkpoint's redo
+/// point (as PostgreSQL does), or the flush position before the first
+/// checkpoint.
+fn reserve(shm: &Shmem, slot: &SlotShared) -> Lsn {
+    reserve_at(shm, slot, || {
+        // Relaxed: a position to start from; `reserve_at` re-checks.
         let redo = shm.xlog().checkpointer.last_redo.load(Ordering::Relaxed);
-        let lsn = if redo == 0 {
+        if redo == 0 {
             shm.xlog().write.flush_result.load(Ordering::Relaxed)
         } else {
             redo
-        };
+        }
+    })
+}
+
+/// Makes `start()` the slot's restart_lsn, retrying with a fresh position
+/// if the checkpointer removed that segment meanwhile.
+fn reserve_at(shm: &Shmem, slot: &SlotShared, start: impl Fn() -> Lsn) -> Lsn {
+    let ctl = shm.repl();
+    let geo = Geometry::new(shm.xlog().facts.seg_size).ok();
+    loop {
+        let lsn = start();
         // SeqCst: store, then load the intent; `removal_cutoff` stores
         // the intent, then loads this (Dekker): the checkpointer sees
         // this reservation, or we see its intent and reserve again.
@@ -271,14 +536,14 @@ fn reserve(shm: &Shmem, slot: &SlotShared) -> Lsn {
     }
 }
 
-fn save(datadir: &Path, name: &str, lsn: Lsn, fsync: bool) -> std::io::Result<()> {
+fn save(datadir: &Path, file: &SlotFile, fsync: bool) -> std::io::Result<()> {
     let root = slot_root(datadir);
-    let dir = root.join(name);
+    let dir = root.join(&file.name);
     walfile::create_dir_all(Op::WalDir, &dir)?;
     if fsync {
         walfile::sync_dir(&root)?;
     }
-    walfile::write_file_atomically(&dir.join("state"), &encode(name, lsn), fsync)
+    walfile::write_file_atomically(&dir.join("state"), &encode(file), fsync)
 }
 
 fn remove_slot_dir(dir: &Path) {
@@ -356,10 +621,51 @@ pub fn drop_slot(shm: &Shmem, datadir: &Path, name: &str, wait: bool) -> Result<
     Ok(())
 }
 
-/// A walsender takes slot `name` for streaming; its index.
+/// A walsender takes slot `name` for physical streaming; its index.
 pub fn acquire(shm: &Shmem, datadir: &Path, name: &str) -> Result<usize, SqlError> {
+    acquire_kind(shm, datadir, name, false)
+}
+
+/// A walsender or a session takes slot `name` for decoding: its index and
+/// state. An invalidated slot cannot be read (55000, as PostgreSQL).
+pub fn acquire_logical(
+    shm: &Shmem,
+    datadir: &Path,
+    name: &str,
+) -> Result<(usize, LogicalState), SqlError> {
+    let idx = acquire_kind(shm, datadir, name, true)?;
+    let s = &used_slots(shm)[idx];
+    if s.lost.load(Ordering::Relaxed) != 0 {
+        release(shm, idx);
+        return Err(SqlError::error(
+            pgerror::sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("cannot read from logical replication slot \"{name}\""),
+        )
+        .with_detail(
+            "This slot has been invalidated because it exceeded the maximum reserved size.",
+        ));
+    }
+    let state = logical_state(s).unwrap_or_default();
+    Ok((idx, state))
+}
+
+fn acquire_kind(shm: &Shmem, datadir: &Path, name: &str, logical: bool) -> Result<usize, SqlError> {
     ensure_loaded(shm, datadir);
-    take_inactive(shm, name).map_err(|e| take_error(name, e))
+    let idx = take_inactive(shm, name).map_err(|e| take_error(name, e))?;
+    let is_logical = used_slots(shm)[idx].logical.load(Ordering::Relaxed) != 0;
+    if is_logical != logical {
+        release(shm, idx);
+        let message = if logical {
+            "cannot use physical replication slot for logical decoding".to_string()
+        } else {
+            "cannot use a logical replication slot for physical replication".to_string()
+        };
+        return Err(SqlError::error(
+            pgerror::sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            message,
+        ));
+    }
+    Ok(idx)
 }
 
 /// The walsender is done with slot `idx`; a temporary slot is dropped.
@@ -386,6 +692,24 @@ pub fn advance(shm: &Shmem, idx: usize, flush: Lsn) {
     }
 }
 
+/// The client of logical slot `idx` confirmed `confirmed` (only moves
+/// forward); `restart`, when known, is the oldest WAL decoding from there
+/// needs (only moves forward). Saved by the next checkpoint.
+pub fn confirm(shm: &Shmem, idx: usize, confirmed: Lsn, restart: Option<Lsn>) {
+    let s = &used_slots(shm)[idx];
+    // Relaxed: as in `advance`.
+    s.confirmed_flush.fetch_max(confirmed, Ordering::Relaxed);
+    if let Some(r) = restart.filter(|&r| r != 0) {
+        s.restart_lsn.fetch_max(r, Ordering::Relaxed);
+    }
+}
+
+/// Slot `idx`'s restart_lsn.
+pub fn restart_lsn(shm: &Shmem, idx: usize) -> Lsn {
+    // Relaxed: the slot is acquired by the caller, the only mover.
+    used_slots(shm)[idx].restart_lsn.load(Ordering::Relaxed)
+}
+
 /// One slot as READ_REPLICATION_SLOT and pg_replication_slots show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotRow {
@@ -394,6 +718,8 @@ pub struct SlotRow {
     pub active_pid: i32,
     pub restart_lsn: Lsn,
     pub lost: bool,
+    /// A logical slot's state; None for a physical slot.
+    pub logical: Option<LogicalState>,
 }
 
 /// Every slot in use.
@@ -408,6 +734,7 @@ pub fn rows(shm: &Shmem, datadir: &Path) -> Vec<SlotRow> {
             active_pid: s.active_pid.load(Ordering::Relaxed),
             restart_lsn: s.restart_lsn.load(Ordering::Relaxed),
             lost: s.lost.load(Ordering::Relaxed) != 0,
+            logical: logical_state(s),
         })
         .collect()
 }
@@ -417,23 +744,33 @@ pub fn row(shm: &Shmem, datadir: &Path, name: &str) -> Option<SlotRow> {
     rows(shm, datadir).into_iter().find(|r| r.name == name)
 }
 
-/// Writes every persistent slot whose restart_lsn moved since its last
-/// save (the checkpointer, before it removes WAL).
+/// Writes every persistent slot whose restart_lsn or confirmed_flush
+/// moved since its last save (the checkpointer, before it removes WAL;
+/// the only writer of existing slots' files).
 pub fn save_all(shm: &Shmem, datadir: &Path, fsync: bool) {
     for s in used_slots(shm) {
         if s.in_use.load(Ordering::Relaxed) == 0 || s.temporary.load(Ordering::Relaxed) != 0 {
             continue;
         }
         let lsn = s.restart_lsn.load(Ordering::SeqCst);
-        if lsn == s.saved_lsn.load(Ordering::Relaxed) {
+        let confirmed = s.confirmed_flush.load(Ordering::Relaxed);
+        if lsn == s.saved_lsn.load(Ordering::Relaxed)
+            && confirmed == s.saved_confirmed.load(Ordering::Relaxed)
+        {
             continue;
         }
-        let name = s.name.load();
-        match save(datadir, &name, lsn, fsync) {
-            Ok(()) => s.saved_lsn.store(lsn, Ordering::Relaxed),
+        let mut file = file_of(s, lsn);
+        if let Some(l) = file.logical.as_mut() {
+            l.confirmed_flush = confirmed;
+        }
+        match save(datadir, &file, fsync) {
+            Ok(()) => {
+                s.saved_lsn.store(lsn, Ordering::Relaxed);
+                s.saved_confirmed.store(confirmed, Ordering::Relaxed);
+            }
             Err(e) => log(
                 "WARNING",
-                &format!("could not save replication slot \"{name}\": {e}"),
+                &format!("could not save replication slot \"{}\": {e}", file.name),
             ),
         }
     }
@@ -508,14 +845,46 @@ mod tests {
 
     #[test]
     fn state_file_round_trips_and_detects_damage() {
-        let b = encode("slot_1", 0x1_0200_0000);
-        assert_eq!(decode(&b).unwrap(), ("slot_1".to_string(), 0x1_0200_0000));
-        for i in 0..b.len() {
-            let mut bad = b.clone();
-            bad[i] ^= 0x40;
-            assert!(decode(&bad).is_err(), "byte {i}");
+        let physical = SlotFile {
+            name: "slot_1".into(),
+            restart_lsn: 0x1_0200_0000,
+            logical: None,
+        };
+        let logical = SlotFile {
+            name: "slot_2".into(),
+            restart_lsn: 0x1_0200_0028,
+            logical: Some(LogicalState {
+                plugin: "test_decoding".into(),
+                database: "postgres".into(),
+                confirmed_flush: 0x1_0300_0000,
+                two_phase: true,
+            }),
+        };
+        for f in [physical, logical] {
+            let b = encode(&f);
+            assert_eq!(decode(&b).unwrap(), f);
+            for i in 0..b.len() {
+                let mut bad = b.clone();
+                bad[i] ^= 0x40;
+                assert!(decode(&bad).is_err(), "byte {i}");
+            }
+            assert!(decode(&b[..b.len() - 1]).is_err());
         }
-        assert!(decode(&b[..b.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn version_1_files_are_physical_slots() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.extend_from_slice(&VERSION_PHYSICAL.to_le_bytes());
+        b.extend_from_slice(&0x1_0200_0000u64.to_le_bytes());
+        put_str(&mut b, "old");
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let f = decode(&b).unwrap();
+        assert_eq!(f.name, "old");
+        assert_eq!(f.restart_lsn, 0x1_0200_0000);
+        assert_eq!(f.logical, None);
     }
 
     #[test]

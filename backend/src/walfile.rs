@@ -360,6 +360,22 @@ pub fn create_marker_file(path: &Path, fsync: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Creates the empty file `path`, failing with AlreadyExists if it exists
+/// (one creator wins); with `fsync`, fsyncs it and its directory.
+pub fn create_new_file(op: Op, path: &Path, fsync: bool) -> std::io::Result<()> {
+    fail(op)?;
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    if fsync {
+        f.sync_all()?;
+        sync_dir(path.parent().expect("file has a directory"))?;
+    }
+    Ok(())
+}
+
 /// The WAL readers' file access (recovery's reader and look-ahead) through
 /// this seam: every open, read and listing is a `wal_read` / `wal_dir`
 /// fail point.

@@ -41,6 +41,7 @@ pub mod sqlstate {
     pub const INVALID_ROW_COUNT_OFFSET: &str = "2201X";
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const DUPLICATE_OBJECT: &str = "42710";
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const UNDEFINED_PARAMETER: &str = "42P02";
     pub const DUPLICATE_CURSOR: &str = "42P03";

@@ -31,7 +31,7 @@ mod wire;
 
 pub use error::{sqlstate, SqlError};
 pub use scram::{constant_time_eq, verifier_for_password, Verifier};
-pub use serve::serve;
+pub use serve::{serve, simple_query_reply};
 pub use session::{
     ActivityRow, ControlRow, ReplicationRow, ReplicationSlotRow, Session, SettingRow, Termination,
     WalFileRow, WalStatsRow,

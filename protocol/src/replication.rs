@@ -13,17 +13,26 @@
 //! TIMELINE_HISTORY tli
 //! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL [RESERVE_WAL ...]
 //! CREATE_REPLICATION_SLOT slot [TEMPORARY] PHYSICAL (RESERVE_WAL [bool] [, ...])
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] LOGICAL plugin [EXPORT_SNAPSHOT | NOEXPORT_SNAPSHOT | USE_SNAPSHOT | TWO_PHASE ...]
+//! CREATE_REPLICATION_SLOT slot [TEMPORARY] LOGICAL plugin (SNAPSHOT 'export'|'use'|'nothing', TWO_PHASE [bool])
 //! DROP_REPLICATION_SLOT slot [WAIT]
 //! START_REPLICATION [SLOT slot] [PHYSICAL] X/Y [TIMELINE tli]
+//! START_REPLICATION SLOT slot LOGICAL X/Y [(name ['value'] [, ...])]
 //! ```
 //!
 //! Anything else is ERROR 42601 "syntax error", as PostgreSQL's replication
-//! grammar answers; logical slots and BASE_BACKUP are 0A000. Checks made
-//! here as PostgreSQL's grammar and option parser make them: a timeline
-//! of 0 is 42601 "invalid timeline 0"; a slot option given twice, or one
-//! that only logical slots take (the snapshot options, TWO_PHASE), is
-//! 42601 "conflicting or redundant options"; an unknown parenthesized
-//! option is XX000 "unrecognized option: NAME" (PostgreSQL's elog).
+//! grammar answers (a walsender of a `replication=database` connection
+//! hands such text to the SQL engine instead, as PostgreSQL does: see
+//! [`is_replication_command`]); BASE_BACKUP is 0A000. Checks made here as
+//! PostgreSQL's grammar and option parser make them: a timeline of 0 is
+//! 42601 "invalid timeline 0"; a slot option given twice, or one that the
+//! slot's kind does not take (RESERVE_WAL for logical slots, the snapshot
+//! options and TWO_PHASE for physical ones), is 42601 "conflicting or
+//! redundant options"; an unknown parenthesized option is XX000
+//! "unrecognized option: NAME" (PostgreSQL's elog); a SNAPSHOT value other
+//! than export, use or nothing is 22023. Output plugin options are kept as
+//! written (names folded as identifiers, values exactly) for the plugin to
+//! check.
 //!
 //! Replies keep PostgreSQL's shapes: TIMELINE_HISTORY's `content` column
 //! is labelled bytea and carries the file's bytes as they are (sent in
@@ -67,6 +76,12 @@ pub enum Command {
         temporary: bool,
         reserve_wal: bool,
     },
+    CreateLogicalSlot {
+        name: String,
+        temporary: bool,
+        plugin: String,
+        two_phase: bool,
+    },
     DropSlot {
         name: String,
         wait: bool,
@@ -76,7 +91,16 @@ pub enum Command {
         start: u64,
         timeline: Option<u32>,
     },
+    StartLogical {
+        slot: String,
+        start: u64,
+        options: Vec<PluginOption>,
+    },
 }
+
+/// One output plugin option of START_REPLICATION ... LOGICAL:
+/// (name, value), a missing value is None.
+pub type PluginOption = (String, Option<String>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
@@ -291,36 +315,53 @@ fn timeline_id(t: &mut Tokens) -> Result<u32, SqlError> {
 fn create_slot(t: &mut Tokens) -> Result<Command, SqlError> {
     let name = t.ident()?;
     let temporary = t.keyword("temporary");
-    if t.keyword("logical") {
-        return Err(SqlError::not_supported(
-            "logical replication slots are not supported by walshm",
-        ));
-    }
-    if !t.keyword("physical") {
-        return Err(syntax_error());
-    }
-    let reserve_wal = if t.punct('(') {
-        slot_options(t)?
+    let kind = if t.keyword("logical") {
+        SlotKind::Logical(t.ident()?)
+    } else if t.keyword("physical") {
+        SlotKind::Physical
     } else {
-        legacy_slot_options(t)?
+        return Err(syntax_error());
     };
-    Ok(Command::CreatePhysicalSlot {
-        name,
-        temporary,
-        reserve_wal,
+    let logical = matches!(kind, SlotKind::Logical(_));
+    let options = if t.punct('(') {
+        slot_options(t, logical)?
+    } else {
+        legacy_slot_options(t, logical)?
+    };
+    Ok(match kind {
+        SlotKind::Physical => Command::CreatePhysicalSlot {
+            name,
+            temporary,
+            reserve_wal: options.reserve_wal,
+        },
+        SlotKind::Logical(plugin) => Command::CreateLogicalSlot {
+            name,
+            temporary,
+            plugin,
+            two_phase: options.two_phase,
+        },
     })
 }
 
-/// PostgreSQL 15's parenthesized options after `(`: RESERVE_WAL [bool];
-/// returns whether WAL is reserved.
-fn slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
-    let mut reserve = SlotOptions::default();
+enum SlotKind {
+    Physical,
+    /// With the output plugin's name.
+    Logical(String),
+}
+
+/// PostgreSQL 15's parenthesized options after `(`: RESERVE_WAL [bool]
+/// (physical), SNAPSHOT 'value' and TWO_PHASE [bool] (logical).
+fn slot_options(t: &mut Tokens, logical: bool) -> Result<SlotOptions, SqlError> {
+    let mut options = SlotOptions {
+        logical,
+        ..SlotOptions::default()
+    };
     loop {
         let option = t.ident()?;
         let value = option_value(t);
-        reserve.take(&option, value.as_deref())?;
+        options.take(&option, value.as_deref())?;
         if t.punct(')') {
-            return Ok(reserve.reserve_wal);
+            return Ok(options);
         }
         if !t.punct(',') {
             return Err(syntax_error());
@@ -330,20 +371,25 @@ fn slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
 
 /// The unparenthesized options (PostgreSQL's create_slot_legacy_opt list:
 /// any number of RESERVE_WAL, EXPORT_SNAPSHOT, NOEXPORT_SNAPSHOT,
-/// USE_SNAPSHOT, TWO_PHASE); returns whether WAL is reserved.
-fn legacy_slot_options(t: &mut Tokens) -> Result<bool, SqlError> {
-    let mut reserve = SlotOptions::default();
+/// USE_SNAPSHOT, TWO_PHASE).
+fn legacy_slot_options(t: &mut Tokens, logical: bool) -> Result<SlotOptions, SqlError> {
+    let mut options = SlotOptions {
+        logical,
+        ..SlotOptions::default()
+    };
     loop {
-        let option = match t.peek() {
+        let (option, value) = match t.peek() {
             Some(Token::Word(w)) => match w.as_str() {
-                "reserve_wal" | "two_phase" => w.clone(),
-                "export_snapshot" | "noexport_snapshot" | "use_snapshot" => "snapshot".into(),
-                _ => return Ok(reserve.reserve_wal),
+                "reserve_wal" | "two_phase" => (w.clone(), None),
+                "export_snapshot" => ("snapshot".to_string(), Some("export")),
+                "noexport_snapshot" => ("snapshot".to_string(), Some("nothing")),
+                "use_snapshot" => ("snapshot".to_string(), Some("use")),
+                _ => return Ok(options),
             },
-            _ => return Ok(reserve.reserve_wal),
+            _ => return Ok(options),
         };
         t.at += 1;
-        reserve.take(&option, None)?;
+        options.take(&option, value)?;
     }
 }
 
@@ -360,28 +406,51 @@ fn option_value(t: &mut Tokens) -> Option<String> {
     Some(value)
 }
 
-/// The options of a physical slot seen so far (PostgreSQL's
+/// The options of a slot seen so far (PostgreSQL's
 /// parseCreateReplSlotOptions).
 #[derive(Default)]
 struct SlotOptions {
+    logical: bool,
     reserve_wal: bool,
     reserve_wal_given: bool,
+    snapshot_given: bool,
+    two_phase: bool,
+    two_phase_given: bool,
 }
 
 impl SlotOptions {
-    /// Takes one option: a second RESERVE_WAL, or an option of logical
-    /// slots only, is "conflicting or redundant options".
+    /// Takes one option: one given twice, or one the slot's kind does not
+    /// take, is "conflicting or redundant options".
     fn take(&mut self, option: &str, value: Option<&str>) -> Result<(), SqlError> {
         let conflicting =
             || SqlError::error(sqlstate::SYNTAX_ERROR, "conflicting or redundant options");
         match option {
-            "reserve_wal" if self.reserve_wal_given => Err(conflicting()),
+            "reserve_wal" if self.reserve_wal_given || self.logical => Err(conflicting()),
             "reserve_wal" => {
                 self.reserve_wal = parse_bool_option(option, value)?;
                 self.reserve_wal_given = true;
                 Ok(())
             }
-            "snapshot" | "two_phase" => Err(conflicting()),
+            "snapshot" if self.snapshot_given || !self.logical => Err(conflicting()),
+            "snapshot" => {
+                self.snapshot_given = true;
+                match value {
+                    Some("export" | "use" | "nothing") => Ok(()),
+                    other => Err(SqlError::error(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        format!(
+                            "unrecognized value for CREATE_REPLICATION_SLOT option \"snapshot\": \"{}\"",
+                            other.unwrap_or("")
+                        ),
+                    )),
+                }
+            }
+            "two_phase" if self.two_phase_given || !self.logical => Err(conflicting()),
+            "two_phase" => {
+                self.two_phase = parse_bool_option(option, value)?;
+                self.two_phase_given = true;
+                Ok(())
+            }
             _ => Err(SqlError::error(
                 sqlstate::INTERNAL_ERROR,
                 format!("unrecognized option: {option}"),
@@ -408,15 +477,21 @@ fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
         None
     };
     if t.keyword("logical") {
-        return Err(SqlError::not_supported(
-            "logical replication is not supported by walshm",
-        ));
+        let slot = slot.ok_or_else(syntax_error)?;
+        let start = lsn(t)?;
+        let options = if t.punct('(') {
+            plugin_options(t)?
+        } else {
+            Vec::new()
+        };
+        return Ok(Command::StartLogical {
+            slot,
+            start,
+            options,
+        });
     }
     t.keyword("physical");
-    let start = match t.next() {
-        Some(Token::Lsn(l)) => l,
-        _ => return Err(syntax_error()),
-    };
+    let start = lsn(t)?;
     let timeline = if t.keyword("timeline") {
         Some(timeline_id(t)?)
     } else {
@@ -427,6 +502,65 @@ fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
         start,
         timeline,
     })
+}
+
+fn lsn(t: &mut Tokens) -> Result<u64, SqlError> {
+    match t.next() {
+        Some(Token::Lsn(l)) => Ok(l),
+        _ => Err(syntax_error()),
+    }
+}
+
+/// The output plugin options after `(`: `name ['value']`, comma-separated
+/// (repl_gram.y's plugin_opt_elem: an identifier, then a string or
+/// nothing).
+fn plugin_options(t: &mut Tokens) -> Result<Vec<PluginOption>, SqlError> {
+    let mut options = Vec::new();
+    loop {
+        let name = t.ident()?;
+        let value = match t.peek() {
+            Some(Token::Str(s)) => {
+                let v = s.clone();
+                t.at += 1;
+                Some(v)
+            }
+            _ => None,
+        };
+        options.push((name, value));
+        if t.punct(')') {
+            return Ok(options);
+        }
+        if !t.punct(',') {
+            return Err(syntax_error());
+        }
+    }
+}
+
+/// Whether `text` starts with a replication command's keyword. On a
+/// `replication=database` connection anything else is SQL (PostgreSQL's
+/// walsender hands it to the executor).
+pub fn is_replication_command(text: &str) -> bool {
+    const KEYWORDS: [&str; 10] = [
+        "identify_system",
+        "show",
+        "read_replication_slot",
+        "timeline_history",
+        "create_replication_slot",
+        "drop_replication_slot",
+        "start_replication",
+        "base_backup",
+        "alter_replication_slot",
+        "upload_manifest",
+    ];
+    let text = text.trim_start();
+    let word_len = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    let word = text[..word_len].to_ascii_lowercase();
+    if word.is_empty() {
+        return matches!(text.trim(), "" | ";");
+    }
+    KEYWORDS.contains(&word.as_str())
 }
 
 // ---- replies ----
@@ -793,12 +927,89 @@ mod tests {
                 wait: true
             }
         );
+    }
+
+    #[test]
+    fn logical_commands_pg_recvlogical_and_psycopg2_send() {
+        let logical = |temporary, plugin: &str, two_phase| Command::CreateLogicalSlot {
+            name: "s".into(),
+            temporary,
+            plugin: plugin.into(),
+            two_phase,
+        };
         assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT s LOGICAL pgoutput")
-                .unwrap_err()
-                .code,
-            "0A000"
+            parse_command(
+                "CREATE_REPLICATION_SLOT \"s\" LOGICAL \"test_decoding\" (SNAPSHOT 'nothing')"
+            )
+            .unwrap(),
+            logical(false, "test_decoding", false)
         );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT \"s\" TEMPORARY LOGICAL \"pgoutput\"").unwrap(),
+            logical(true, "pgoutput", false)
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT s LOGICAL pgoutput NOEXPORT_SNAPSHOT TWO_PHASE")
+                .unwrap(),
+            logical(false, "pgoutput", true)
+        );
+        let code = |text: &str| parse_command(text).unwrap_err().code;
+        assert_eq!(
+            code("CREATE_REPLICATION_SLOT s LOGICAL p (RESERVE_WAL)"),
+            "42601"
+        );
+        assert_eq!(
+            code("CREATE_REPLICATION_SLOT s PHYSICAL (SNAPSHOT 'use')"),
+            "42601"
+        );
+        assert_eq!(
+            code("CREATE_REPLICATION_SLOT s LOGICAL p (SNAPSHOT 'x')"),
+            "22023"
+        );
+        assert_eq!(
+            code("CREATE_REPLICATION_SLOT s LOGICAL p (SNAPSHOT 'use', SNAPSHOT 'use')"),
+            "42601"
+        );
+        assert_eq!(
+            parse_command(
+                "START_REPLICATION SLOT \"s\" LOGICAL 0/1A (\"include-xids\" '0', \"publication_names\" 'Pub', skip)"
+            )
+            .unwrap(),
+            Command::StartLogical {
+                slot: "s".into(),
+                start: 0x1a,
+                options: vec![
+                    ("include-xids".into(), Some("0".into())),
+                    ("publication_names".into(), Some("Pub".into())),
+                    ("skip".into(), None),
+                ],
+            }
+        );
+        assert_eq!(
+            parse_command("START_REPLICATION SLOT s LOGICAL 0/0").unwrap(),
+            Command::StartLogical {
+                slot: "s".into(),
+                start: 0,
+                options: vec![],
+            }
+        );
+        assert_eq!(code("START_REPLICATION LOGICAL 0/0"), "42601");
+        assert_eq!(code("START_REPLICATION SLOT s LOGICAL 0/0 (a 'b'"), "42601");
+    }
+
+    #[test]
+    fn sql_is_told_apart_from_replication_commands() {
+        assert!(is_replication_command("IDENTIFY_SYSTEM"));
+        assert!(is_replication_command(
+            "  start_replication SLOT s LOGICAL 0/0"
+        ));
+        assert!(is_replication_command(""));
+        assert!(is_replication_command(" ; "));
+        assert!(!is_replication_command(
+            "SELECT pg_catalog.set_config('search_path', '', false);"
+        ));
+        assert!(!is_replication_command("CREATE PUBLICATION p"));
+        assert!(!is_replication_command("showx"));
     }
 
     #[test]

@@ -341,6 +341,42 @@ fn no_transaction_warning() -> SqlError {
     )
 }
 
+/// The reply to one simple Query message holding `sql`, as [`serve`]
+/// would send it before ReadyForQuery (which is left out, as are
+/// ParameterStatus reports). A walsender of a `replication=database`
+/// connection answers the SQL its clients send between replication
+/// commands with it (`SELECT pg_catalog.set_config(...)`, as
+/// pg_recvlogical sends); each call is its own implicit transaction.
+pub fn simple_query_reply(session: &mut dyn Session, sql: &str) -> Vec<u8> {
+    let mut sink = Sink(Vec::new());
+    let mut c = Connection::new(session, &mut sink);
+    c.simple_query(sql);
+    if c.write_out().is_err() {
+        return Vec::new();
+    }
+    sink.0
+}
+
+/// A stream that only collects what is written to it.
+struct Sink(Vec<u8>);
+
+impl Read for Sink {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Ok(0)
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl<'s, S: Read + Write> Connection<'s, S> {
     fn new(session: &'s mut dyn Session, stream: &'s mut S) -> Self {
         let sync = session.synchronous_commit();
@@ -1036,8 +1072,14 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                     params,
                     now: self.xact_start,
                     settings: &self.params,
+                    set_requests: Vec::new(),
                 };
-                Ok(Outcome::rows(run_query(query, &mut env)?))
+                let rows = run_query(query, &mut env)?;
+                // set_config() calls take effect as SET would, in order.
+                for (name, value, local) in std::mem::take(&mut env.set_requests) {
+                    self.set(&name, &SetValue::Values(vec![value]), local)?;
+                }
+                Ok(Outcome::rows(rows))
             }
             Kind::ShowAll => {
                 let rows = self

@@ -14,6 +14,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod lagtracker;
+pub mod logical;
 pub mod roundstats;
 pub mod views;
 pub mod walsender;

@@ -197,7 +197,20 @@ pub struct SlotShared {
     pub lost: AtomicU32,
     /// A temporary slot is dropped when its session ends, never saved.
     pub temporary: AtomicU32,
+    /// 1: a logical slot (the fields below mean something), 0: physical.
+    pub logical: AtomicU32,
+    /// Logical: the client confirmed everything committed before this
+    /// position; decoding resumes with the first commit at or after it.
+    pub confirmed_flush: AtomicU64,
+    /// `confirmed_flush` as last written to the slot's state file.
+    pub saved_confirmed: AtomicU64,
+    /// Logical: 1 when created with two-phase decoding enabled.
+    pub two_phase: AtomicU32,
     pub name: ShName,
+    /// Logical: the output plugin's name.
+    pub plugin: ShName,
+    /// Logical: the database the slot decodes for.
+    pub database: ShName,
 }
 
 /// The ReplCtl region (see the module header).

@@ -55,6 +55,7 @@ pub enum Func {
     PostmasterStartTime,
     CurrentSetting,
     CurrentSettingMissingOk,
+    SetConfig,
     SizePrettyInt,
     SizePrettyNumeric,
     StatResetShared,
@@ -112,6 +113,7 @@ static CATALOG: &[Signature] = signatures! {
     "pg_postmaster_start_time"() -> Timestamptz => PostmasterStartTime;
     "current_setting"(Text) -> Text => CurrentSetting;
     "current_setting"(Text, Bool) -> Text => CurrentSettingMissingOk;
+    "set_config"(Text, Text, Bool) -> Text => SetConfig;
     "pg_size_pretty"(Int8) -> Text => SizePrettyInt;
     "pg_size_pretty"(SqlType::Numeric) -> Text => SizePrettyNumeric;
     "pg_stat_reset_shared"(Text) -> SqlType::Void => StatResetShared;

@@ -66,6 +66,10 @@ pub struct Env<'a> {
     /// now(): the transaction's start, microseconds since the Unix epoch.
     pub now: i64,
     pub settings: &'a dyn SessionSettings,
+    /// set_config(name, value, is_local) calls of the statement, applied
+    /// as SET after it ran (by `serve`, which owns the session's
+    /// parameters).
+    pub set_requests: Vec<(String, String, bool)>,
 }
 
 impl<'a> Env<'a> {
@@ -76,6 +80,7 @@ impl<'a> Env<'a> {
             params: &[],
             now: 0,
             settings: &ServerOnly,
+            set_requests: Vec::new(),
         };
         f(&mut env)
     }
@@ -439,6 +444,13 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             Err(_) if arg(1) == &Value::Bool(true) => Value::Null,
             Err(e) => return Err(e),
         },
+        Func::SetConfig => {
+            let value = text(arg(1)).to_string();
+            let local = arg(2) == &Value::Bool(true);
+            env.set_requests
+                .push((text(arg(0)).to_string(), value.clone(), local));
+            Value::Text(value)
+        }
         Func::SizePrettyInt => Value::Text(size_pretty_int(int(arg(0)))),
         Func::SizePrettyNumeric => Value::Text(size_pretty_numeric(as_numeric(arg(0)))),
         Func::StatResetShared => reset_shared(text(arg(0)), env.session)?,

@@ -1,5 +1,7 @@
-//! The walsender: a connection that asked for `replication=true` in its
-//! StartupMessage (PostgreSQL's walsender.c, physical replication only).
+//! The walsender: a connection that asked for `replication=true` or
+//! `replication=database` in its StartupMessage (PostgreSQL's
+//! walsender.c). Logical streaming is in `logical`, the SQL a database
+//! connection may send between commands in `sql`.
 //! It answers the replication commands (`protocol::replication`) and, after
 //! START_REPLICATION, streams WAL in a CopyBoth stream: XLogData from the
 //! requested position up to the flush position, read from the segment
@@ -71,6 +73,9 @@
 //! reply flag, one outstanding at a time) when a quarter of the limit it
 //! sent is unreported or backends wait: pg_receivewal reports on its own
 //! only every `--status-interval` (10 s by default).
+
+mod logical;
+mod sql;
 
 use crate::lagtracker::{self, LagTracker};
 use crate::roundstats::RoundStats;
@@ -160,6 +165,9 @@ struct WalSender<'a, S: Read + Write + AsRawFd> {
     last_ask: Instant,
     /// Where the stream's rounds spend their time (logged at its end).
     rounds: RoundStats,
+    /// While streaming logically: the client's last flush report (0 before
+    /// one), which confirms the slot; None for a physical stream.
+    logical_confirm: Option<Lsn>,
 }
 
 /// The timeline a START_REPLICATION streams: the server's own, or an
@@ -327,6 +335,7 @@ pub fn run<S: Read + Write + AsRawFd>(
         reply_asked: None,
         last_ask: Instant::now(),
         rounds: RoundStats::default(),
+        logical_confirm: None,
     };
     ws.entry().usename.store(&info.user);
     let end = ws.command_loop();
@@ -505,9 +514,19 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                     return self.send_fatal(&e);
                 }
             }
-            let outcome = repl::query_text(&body)
-                .and_then(|text| repl::parse_command(&text))
-                .map(|cmd| self.execute(cmd));
+            let text = match repl::query_text(&body) {
+                Ok(t) => t,
+                Err(e) => return self.send_fatal(&e),
+            };
+            if self.mode == ReplicationMode::Database && !repl::is_replication_command(&text) {
+                let mut out = self.sql_reply(&text);
+                out.extend_from_slice(&repl::ready_for_query());
+                if !self.send(&out) {
+                    return End::ClientGone;
+                }
+                continue;
+            }
+            let outcome = repl::parse_command(&text).map(|cmd| self.execute(cmd));
             let reply = match outcome {
                 Ok(Ok(Reply::Bytes(b))) => b,
                 Ok(Ok(Reply::Ended(end))) => return end,
@@ -522,6 +541,15 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         }
     }
 
+    /// The reply to SQL on a `replication=database` connection.
+    fn sql_reply(&mut self, text: &str) -> Vec<u8> {
+        let mut session = sql::WalSenderSql {
+            shm: self.shm,
+            synchronous_commit: true,
+        };
+        protocol::simple_query_reply(&mut session, text)
+    }
+
     fn execute(&mut self, cmd: Command) -> Result<Reply, SqlError> {
         let bytes = match cmd {
             Command::Empty => repl::empty_query_response(),
@@ -534,6 +562,17 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 temporary,
                 reserve_wal,
             } => self.create_slot(&name, temporary, reserve_wal)?,
+            Command::CreateLogicalSlot {
+                name,
+                temporary,
+                plugin,
+                two_phase,
+            } => self.create_logical_slot(&name, temporary, &plugin, two_phase)?,
+            Command::StartLogical {
+                slot,
+                start,
+                options,
+            } => return self.start_logical(&slot, start, &options),
             Command::DropSlot { name, wait } => {
                 slots::drop_slot(self.shm, &self.datadir, &name, wait)?;
                 repl::command_complete("DROP_REPLICATION_SLOT")
@@ -673,6 +712,18 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     ) -> Result<Vec<u8>, SqlError> {
         let fsync = self.shm.settings().fsync;
         let lsn = slots::create(self.shm, &self.datadir, name, temporary, reserve, fsync)?;
+        self.slot_created(name, temporary, lsn, None)
+    }
+
+    /// CREATE_REPLICATION_SLOT's reply (and the end of a temporary slot
+    /// with the session).
+    fn slot_created(
+        &mut self,
+        name: &str,
+        temporary: bool,
+        lsn: Lsn,
+        plugin: Option<&str>,
+    ) -> Result<Vec<u8>, SqlError> {
         if temporary {
             self.temp_slots.push(name.to_string());
         }
@@ -687,7 +738,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 Some(name.to_string()),
                 Some(repl::format_lsn(lsn)),
                 None,
-                None,
+                plugin.map(str::to_string),
             ]],
             "CREATE_REPLICATION_SLOT",
         )
@@ -1067,7 +1118,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         e.reports_flush
             .store((st.flush != 0) as u32, Ordering::Relaxed);
         self.publish_lags(&st);
-        if let Some(idx) = self.slot {
+        if self.logical_confirm.is_some() {
+            self.logical_confirm = Some(st.flush);
+        } else if let Some(idx) = self.slot {
             slots::advance(self.shm, idx, st.flush);
         }
         if st.reply_requested && !self.done_sending {
