@@ -75,6 +75,9 @@ pub struct WalSession<'a> {
     /// The client may use replication slots (PostgreSQL's superuser or
     /// REPLICATION role; `protocol::StartupInfo::may_replicate`).
     may_replicate: bool,
+    /// The database the client connected to (what its logical slots are
+    /// for).
+    database: String,
 }
 
 impl<'a> WalSession<'a> {
@@ -88,6 +91,7 @@ impl<'a> WalSession<'a> {
             geometry: std::cell::OnceCell::new(),
             startup_sync_level: None,
             may_replicate: false,
+            database: String::new(),
         }
     }
 
@@ -156,6 +160,86 @@ impl Session for WalSession<'_> {
             self.xact.xlog.insert_message(&msg, &mut spill)
         };
         Ok(at.end)
+    }
+
+    fn emit_message_flush(
+        &mut self,
+        transactional: bool,
+        prefix: &str,
+        payload: &[u8],
+        flush: bool,
+    ) -> Result<u64, SqlError> {
+        let end = self.emit_message(transactional, prefix, payload)?;
+        if flush && !transactional {
+            self.xact.xlog.flush(end);
+        }
+        Ok(end)
+    }
+
+    fn create_logical_replication_slot(
+        &mut self,
+        name: &str,
+        plugin: &str,
+        temporary: bool,
+        two_phase: bool,
+    ) -> Result<u64, SqlError> {
+        self.check_slot_permission()?;
+        if temporary {
+            return Err(SqlError::error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "temporary replication slots can only be created by a replication connection here",
+            ));
+        }
+        let new = backend::slots::NewLogical {
+            name,
+            temporary,
+            plugin,
+            database: &self.database,
+            two_phase,
+        };
+        let dir = &self.xact.xlog.context().datadir;
+        replication::logical::sql::create_slot(self.shm, dir, &new).map(|(_, lsn)| lsn)
+    }
+
+    fn logical_slot_changes(
+        &mut self,
+        args: &protocol::ChangesArgs,
+    ) -> Result<Vec<protocol::ChangeRow>, SqlError> {
+        self.check_slot_permission()?;
+        let req = replication::logical::sql::ChangesRequest {
+            slot: &args.slot,
+            upto_lsn: args.upto_lsn,
+            upto_nchanges: args.upto_nchanges,
+            options: &args.options,
+            peek: args.peek,
+            binary: args.binary,
+        };
+        let dir = &self.xact.xlog.context().datadir;
+        let outputs = replication::logical::sql::changes(self.shm, dir, &req)?;
+        Ok(outputs
+            .into_iter()
+            .map(|o| protocol::ChangeRow {
+                lsn: o.lsn,
+                xid: o.xid,
+                data: o.data,
+            })
+            .collect())
+    }
+
+    fn replication_slot_advance(&mut self, name: &str, upto: u64) -> Result<u64, SqlError> {
+        self.check_slot_permission()?;
+        let dir = &self.xact.xlog.context().datadir;
+        replication::logical::sql::advance(self.shm, dir, name, upto).map(|(_, end)| end)
+    }
+
+    fn create_publication(&mut self, name: &str) -> Result<(), SqlError> {
+        let ctx = self.xact.xlog.context();
+        replication::logical::publication::create(&ctx.datadir, name, ctx.settings.fsync)
+    }
+
+    fn drop_publication(&mut self, name: &str, if_exists: bool) -> Result<(), SqlError> {
+        let ctx = self.xact.xlog.context();
+        replication::logical::publication::drop(&ctx.datadir, name, if_exists, ctx.settings.fsync)
     }
 
     fn txid_current(&mut self) -> Result<u64, SqlError> {
@@ -677,6 +761,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     }
     let mut session = WalSession::new(&ctx);
     session.permit_replication(info.may_replicate);
+    session.database = info.database.clone();
     if let (Some(on), Some(level)) = (info.synchronous_commit, info.synchronous_commit_level) {
         session.start_with_synchronous_commit(on, level);
     }

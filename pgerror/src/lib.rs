@@ -42,6 +42,7 @@ pub mod sqlstate {
     pub const WRONG_OBJECT_TYPE: &str = "42809";
     pub const UNDEFINED_OBJECT: &str = "42704";
     pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const NULL_VALUE_NOT_ALLOWED: &str = "22004";
     pub const UNDEFINED_COLUMN: &str = "42703";
     pub const UNDEFINED_PARAMETER: &str = "42P02";
     pub const DUPLICATE_CURSOR: &str = "42P03";

@@ -33,8 +33,8 @@ pub use error::{sqlstate, SqlError};
 pub use scram::{constant_time_eq, verifier_for_password, Verifier};
 pub use serve::{serve, simple_query_reply};
 pub use session::{
-    ActivityRow, ControlRow, ReplicationRow, ReplicationSlotRow, Session, SettingRow, Termination,
-    WalFileRow, WalStatsRow,
+    ActivityRow, ChangeRow, ChangesArgs, ControlRow, LogicalSlotColumns, ReplicationRow,
+    ReplicationSlotRow, Session, SettingRow, Termination, WalFileRow, WalStatsRow,
 };
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{

@@ -1108,6 +1108,16 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 Ok(Outcome::tag("SET"))
             }
             Kind::SetIgnored => Ok(Outcome::tag("SET")),
+            Kind::CreatePublication(name) => {
+                self.session.create_publication(name)?;
+                Ok(Outcome::tag("CREATE PUBLICATION"))
+            }
+            Kind::DropPublication { names, if_exists } => {
+                for name in names {
+                    self.session.drop_publication(name, *if_exists)?;
+                }
+                Ok(Outcome::tag("DROP PUBLICATION"))
+            }
             Kind::Reset(name) => {
                 self.reset(name.as_deref());
                 Ok(Outcome::tag("RESET"))

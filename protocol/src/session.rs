@@ -132,11 +132,14 @@ pub struct SettingRow {
     pub shown: String,
 }
 
-/// One replication slot, as `pg_replication_slots` shows it
-/// (physical slots only, so plugin, database and the xmins are NULL).
+/// One replication slot, as `pg_replication_slots` shows it (the xmins
+/// are NULL: walshm has no snapshots to hold back).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicationSlotRow {
     pub slot_name: String,
+    /// A logical slot's output plugin, database and confirmed_flush_lsn
+    /// (None for a physical slot).
+    pub logical: Option<LogicalSlotColumns>,
     pub temporary: bool,
     /// The walsender using it, None if inactive.
     pub active_pid: Option<i32>,
@@ -147,6 +150,35 @@ pub struct ReplicationSlotRow {
     /// Bytes it may still fall behind before max_slot_wal_keep_size
     /// invalidates it; None without a limit.
     pub safe_wal_size: Option<i64>,
+}
+
+/// The columns only a logical slot fills in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogicalSlotColumns {
+    pub plugin: String,
+    pub database: String,
+    pub confirmed_flush_lsn: u64,
+    pub two_phase: bool,
+}
+
+/// What `pg_logical_slot_{get,peek}[_binary]_changes` asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangesArgs {
+    pub slot: String,
+    pub upto_lsn: Option<u64>,
+    pub upto_nchanges: Option<i64>,
+    /// The plugin options (name, value) from the variadic text pairs.
+    pub options: Vec<(String, Option<String>)>,
+    pub peek: bool,
+    pub binary: bool,
+}
+
+/// One row of those functions: (lsn, xid, data).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeRow {
+    pub lsn: u64,
+    pub xid: u32,
+    pub data: Vec<u8>,
 }
 
 /// One walsender, as `pg_stat_replication` shows it. Times:
@@ -237,6 +269,55 @@ pub trait Session {
         Vec::new()
     }
     /// pg_drop_replication_slot. The default refuses (0A000).
+    /// pg_logical_emit_message's PostgreSQL 17 form: with `flush`, returns
+    /// only once the message is durable (a transactional one: with its
+    /// transaction's commit anyway).
+    fn emit_message_flush(
+        &mut self,
+        transactional: bool,
+        prefix: &str,
+        payload: &[u8],
+        flush: bool,
+    ) -> Result<u64, SqlError> {
+        let _ = flush;
+        self.emit_message(transactional, prefix, payload)
+    }
+    /// pg_create_logical_replication_slot -> the consistent point.
+    fn create_logical_replication_slot(
+        &mut self,
+        _name: &str,
+        _plugin: &str,
+        _temporary: bool,
+        _two_phase: bool,
+    ) -> Result<u64, SqlError> {
+        Err(SqlError::not_supported(
+            "logical decoding is not supported here",
+        ))
+    }
+    /// pg_logical_slot_{get,peek}[_binary]_changes.
+    fn logical_slot_changes(&mut self, _args: &ChangesArgs) -> Result<Vec<ChangeRow>, SqlError> {
+        Err(SqlError::not_supported(
+            "logical decoding is not supported here",
+        ))
+    }
+    /// pg_replication_slot_advance -> (slot_name, end_lsn).
+    fn replication_slot_advance(&mut self, _name: &str, _upto: u64) -> Result<u64, SqlError> {
+        Err(SqlError::not_supported(
+            "replication slots are not supported here",
+        ))
+    }
+    /// CREATE PUBLICATION name (42710 if it exists).
+    fn create_publication(&mut self, _name: &str) -> Result<(), SqlError> {
+        Err(SqlError::not_supported(
+            "publications are not supported here",
+        ))
+    }
+    /// DROP PUBLICATION name (42704 if it does not exist, unless `if_exists`).
+    fn drop_publication(&mut self, _name: &str, _if_exists: bool) -> Result<(), SqlError> {
+        Err(SqlError::not_supported(
+            "publications are not supported here",
+        ))
+    }
     fn drop_replication_slot(&mut self, _name: &str) -> Result<(), SqlError> {
         Err(SqlError::not_supported(
             "replication slots are not supported here",

@@ -24,6 +24,29 @@ impl Default for FakeSession {
 }
 
 impl Session for FakeSession {
+    fn create_logical_replication_slot(
+        &mut self,
+        _: &str,
+        _: &str,
+        _: bool,
+        _: bool,
+    ) -> Result<u64, SqlError> {
+        Ok(0x16B_6C50)
+    }
+    fn replication_slot_advance(&mut self, _: &str, upto: u64) -> Result<u64, SqlError> {
+        Ok(upto)
+    }
+    fn logical_slot_changes(
+        &mut self,
+        args: &crate::ChangesArgs,
+    ) -> Result<Vec<crate::ChangeRow>, SqlError> {
+        Ok(vec![crate::ChangeRow {
+            lsn: 0x16B_6C50,
+            xid: 7,
+            data: format!("from {}", args.slot).into_bytes(),
+        }])
+    }
+
     fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
         Ok(0x100)
     }

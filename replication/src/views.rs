@@ -6,7 +6,7 @@
 //! layer.
 
 use backend::slots;
-use protocol::{ReplicationRow, ReplicationSlotRow};
+use protocol::{LogicalSlotColumns, ReplicationRow, ReplicationSlotRow};
 use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::path::Path;
@@ -37,6 +37,12 @@ pub fn pg_replication_slots(shm: &Shmem, datadir: &Path) -> Vec<ReplicationSlotR
                 .filter(|_| reserved && !r.lost)
                 .map(|l| l as i64 - behind as i64);
             ReplicationSlotRow {
+                logical: r.logical.map(|l| LogicalSlotColumns {
+                    plugin: l.plugin,
+                    database: l.database,
+                    confirmed_flush_lsn: l.confirmed_flush,
+                    two_phase: l.two_phase,
+                }),
                 slot_name: r.name,
                 temporary: r.temporary,
                 active_pid: (r.active_pid != 0).then_some(r.active_pid),

@@ -56,6 +56,8 @@ pub enum Func {
     CurrentSetting,
     CurrentSettingMissingOk,
     SetConfig,
+    CreateLogicalSlot,
+    SlotAdvance,
     SizePrettyInt,
     SizePrettyNumeric,
     StatResetShared,
@@ -125,6 +127,13 @@ static CATALOG: &[Signature] = signatures! {
     "pg_create_physical_replication_slot"(Text, Bool) -> SqlType::Record => CreatePhysicalSlot;
     "pg_create_physical_replication_slot"(Text, Bool, Bool) -> SqlType::Record => CreatePhysicalSlot;
     "pg_drop_replication_slot"(Text) -> SqlType::Void => DropSlot;
+    "pg_create_logical_replication_slot"(Text, Text) -> SqlType::Record => CreateLogicalSlot;
+    "pg_create_logical_replication_slot"(Text, Text, Bool) -> SqlType::Record => CreateLogicalSlot;
+    "pg_create_logical_replication_slot"(Text, Text, Bool, Bool) -> SqlType::Record => CreateLogicalSlot;
+    "pg_replication_slot_advance"(Text, Lsn) -> SqlType::Record => SlotAdvance;
+    // PostgreSQL 17's form: the fourth argument is `flush`.
+    "pg_logical_emit_message"(Bool, Text, Text, Bool) -> Lsn => EmitMessageText;
+    "pg_logical_emit_message"(Bool, Text, Bytea, Bool) -> Lsn => EmitMessageBytea;
 };
 
 /// Operators after resolution.
@@ -301,6 +310,11 @@ pub enum Kind {
     SetIgnored,
     Reset(Option<String>),
     Show(String),
+    CreatePublication(String),
+    DropPublication {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// SHOW ALL: name, setting, description.
     ShowAll,
     /// No statement at all (empty query string).
@@ -427,6 +441,11 @@ pub fn analyze(stmt: &Statement, declared: &[u32], extendable: bool) -> Result<A
             local: *local,
         },
         Statement::SetIgnored => Kind::SetIgnored,
+        Statement::CreatePublication(name) => Kind::CreatePublication(name.clone()),
+        Statement::DropPublication { names, if_exists } => Kind::DropPublication {
+            names: names.clone(),
+            if_exists: *if_exists,
+        },
         Statement::Reset(name) => Kind::Reset(name.clone()),
         Statement::Show(name) if name.eq_ignore_ascii_case("all") => Kind::ShowAll,
         Statement::Show(name) => Kind::Show(name.clone()),
@@ -455,9 +474,12 @@ pub fn analyze(stmt: &Statement, declared: &[u32], extendable: bool) -> Result<A
 fn analyze_from(from: &FromItem, ctx: &mut Ctx) -> Result<Source, SqlError> {
     let relation = catalog::lookup(&from.name, from.args.is_some(), from.pos)?;
     let given = from.args.as_deref().unwrap_or(&[]);
-    let wanted = relation.args.unwrap_or(&[]);
+    let fixed = relation.args.unwrap_or(&[]);
+    let extra = given.len().saturating_sub(fixed.len());
+    let mut wanted: Vec<SqlType> = fixed.to_vec();
+    wanted.extend(relation.extra.types(extra).unwrap_or_default());
     let mut args = Vec::with_capacity(given.len());
-    for (arg, want) in given.iter().zip(wanted) {
+    for (arg, want) in given.iter().zip(&wanted) {
         let e = typed(arg, ctx, 0)?;
         let have = e.ty();
         args.push(

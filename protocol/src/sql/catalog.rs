@@ -20,7 +20,7 @@ use super::functions::walfile_name;
 use super::numeric::Numeric;
 use super::value::{SqlType, Value, F64};
 use crate::error::{sqlstate, SqlError};
-use crate::session::{ActivityRow, ReplicationRow, ReplicationSlotRow, SettingRow};
+use crate::session::{ActivityRow, ChangesArgs, ReplicationRow, ReplicationSlotRow, SettingRow};
 
 use SqlType::{Bool, Float8, Inet, Int4, Int8, Interval, Lsn, Name, Oid, Text, Timestamptz, Xid};
 
@@ -31,8 +31,31 @@ pub struct Relation {
     pub name: &'static str,
     /// Argument types of a set-returning function; None for a view.
     pub args: Option<&'static [SqlType]>,
+    /// What may follow `args`.
+    pub extra: Extra,
     pub columns: &'static [(&'static str, SqlType)],
     pub rows: Producer,
+}
+
+/// Arguments a set-returning function takes after its fixed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    Nothing,
+    /// These, in order, each optional (a default applies).
+    Optional(&'static [SqlType]),
+    /// Any number of text arguments (VARIADIC text[]).
+    VariadicText,
+}
+
+impl Extra {
+    /// The types of `n` arguments after the fixed ones; None if not taken.
+    pub fn types(self, n: usize) -> Option<Vec<SqlType>> {
+        match self {
+            Extra::Nothing => (n == 0).then(Vec::new),
+            Extra::Optional(types) => types.get(..n).map(<[SqlType]>::to_vec),
+            Extra::VariadicText => Some(vec![Text; n]),
+        }
+    }
 }
 
 impl std::fmt::Debug for Relation {
@@ -53,6 +76,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_stat_activity",
         args: None,
+        extra: Extra::Nothing,
         columns: &[
             ("datid", Oid),
             ("datname", Name),
@@ -82,6 +106,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_stat_wal",
         args: None,
+        extra: Extra::Nothing,
         columns: &[
             ("wal_records", Int8),
             ("wal_fpi", Int8),
@@ -98,6 +123,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_settings",
         args: None,
+        extra: Extra::Nothing,
         columns: &[
             ("name", Text),
             ("setting", Text),
@@ -122,6 +148,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_replication_slots",
         args: None,
+        extra: Extra::Nothing,
         columns: &[
             ("slot_name", Name),
             ("plugin", Name),
@@ -144,6 +171,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_stat_replication",
         args: None,
+        extra: Extra::Nothing,
         columns: &[
             ("pid", Int4),
             ("usesysid", Oid),
@@ -171,6 +199,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_ls_waldir",
         args: Some(&[]),
+        extra: Extra::Nothing,
         columns: &[
             ("name", Text),
             ("size", Int8),
@@ -181,6 +210,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_control_checkpoint",
         args: Some(&[]),
+        extra: Extra::Nothing,
         columns: &[
             ("checkpoint_lsn", Lsn),
             ("redo_lsn", Lsn),
@@ -206,6 +236,7 @@ pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_control_system",
         args: Some(&[]),
+        extra: Extra::Nothing,
         columns: &[
             ("pg_control_version", Int4),
             ("catalog_version_no", Int4),
@@ -215,12 +246,167 @@ pub static RELATIONS: &[Relation] = &[
         rows: control_system,
     },
     Relation {
+        name: "pg_logical_slot_get_changes",
+        args: Some(CHANGES_ARGS),
+        extra: Extra::VariadicText,
+        columns: &[("lsn", Lsn), ("xid", Xid), ("data", Text)],
+        rows: get_changes,
+    },
+    Relation {
+        name: "pg_logical_slot_peek_changes",
+        args: Some(CHANGES_ARGS),
+        extra: Extra::VariadicText,
+        columns: &[("lsn", Lsn), ("xid", Xid), ("data", Text)],
+        rows: peek_changes,
+    },
+    Relation {
+        name: "pg_logical_slot_get_binary_changes",
+        args: Some(CHANGES_ARGS),
+        extra: Extra::VariadicText,
+        columns: &[("lsn", Lsn), ("xid", Xid), ("data", SqlType::Bytea)],
+        rows: get_binary_changes,
+    },
+    Relation {
+        name: "pg_logical_slot_peek_binary_changes",
+        args: Some(CHANGES_ARGS),
+        extra: Extra::VariadicText,
+        columns: &[("lsn", Lsn), ("xid", Xid), ("data", SqlType::Bytea)],
+        rows: peek_binary_changes,
+    },
+    Relation {
+        name: "pg_create_logical_replication_slot",
+        args: Some(&[Text, Text]),
+        extra: Extra::Optional(&[Bool, Bool]),
+        columns: &[("slot_name", Name), ("lsn", Lsn)],
+        rows: create_logical_slot,
+    },
+    Relation {
+        name: "pg_replication_slot_advance",
+        args: Some(&[Text, Lsn]),
+        extra: Extra::Nothing,
+        columns: &[("slot_name", Name), ("end_lsn", Lsn)],
+        rows: slot_advance,
+    },
+    Relation {
         name: "pg_walfile_name_offset",
         args: Some(&[Lsn]),
+        extra: Extra::Nothing,
         columns: &[("file_name", Text), ("file_offset", Int4)],
         rows: walfile_name_offset,
     },
 ];
+
+/// slot_name, upto_lsn, upto_nchanges (then the options, variadic).
+const CHANGES_ARGS: &[SqlType] = &[Text, Lsn, Int4];
+
+/// The arguments of the changes functions: the plugin options come in
+/// (name, value) pairs.
+fn changes_args(args: &[Value], peek: bool, binary: bool) -> Result<ChangesArgs, SqlError> {
+    let slot = match args.first() {
+        Some(Value::Text(s)) => s.clone(),
+        _ => {
+            return Err(SqlError::error(
+                sqlstate::NULL_VALUE_NOT_ALLOWED,
+                "slot name must not be null",
+            ))
+        }
+    };
+    let extra = &args[CHANGES_ARGS.len().min(args.len())..];
+    if extra.len() % 2 != 0 {
+        return Err(SqlError::error(
+            "2202E",
+            "array must have even number of elements",
+        ));
+    }
+    let as_text = |v: &Value| match v {
+        Value::Text(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut options = Vec::with_capacity(extra.len() / 2);
+    for pair in extra.chunks(2) {
+        let Some(name) = as_text(&pair[0]) else {
+            return Err(SqlError::error(
+                sqlstate::NULL_VALUE_NOT_ALLOWED,
+                "option name must not be null",
+            ));
+        };
+        options.push((name, as_text(&pair[1])));
+    }
+    Ok(ChangesArgs {
+        slot,
+        upto_lsn: match args.get(1) {
+            Some(Value::U64(l)) => Some(*l),
+            _ => None,
+        },
+        upto_nchanges: match args.get(2) {
+            Some(Value::Int(n)) => Some(*n),
+            _ => None,
+        },
+        options,
+        peek,
+        binary,
+    })
+}
+
+fn changes(
+    env: &mut Env,
+    args: &[Value],
+    peek: bool,
+    binary: bool,
+) -> Result<Vec<Vec<Value>>, SqlError> {
+    let request = changes_args(args, peek, binary)?;
+    let rows = env.session.logical_slot_changes(&request)?;
+    rows.into_iter()
+        .map(|r| {
+            let data = if binary {
+                Value::Bytea(r.data)
+            } else {
+                Value::Text(String::from_utf8(r.data).map_err(|_| {
+                    SqlError::error(
+                        sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
+                        "invalid byte sequence for encoding \"UTF8\" in decoded output",
+                    )
+                })?)
+            };
+            Ok(vec![Value::U64(r.lsn), Value::Int(i64::from(r.xid)), data])
+        })
+        .collect()
+}
+
+fn create_logical_slot(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    let (Some(Value::Text(name)), Some(Value::Text(plugin))) = (args.first(), args.get(1)) else {
+        return Ok(Vec::new());
+    };
+    let flag = |i: usize| args.get(i) == Some(&Value::Bool(true));
+    let lsn = env
+        .session
+        .create_logical_replication_slot(name, plugin, flag(2), flag(3))?;
+    Ok(vec![vec![text(name.as_str()), Value::U64(lsn)]])
+}
+
+fn slot_advance(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    let (Some(Value::Text(name)), Some(Value::U64(upto))) = (args.first(), args.get(1)) else {
+        return Ok(Vec::new());
+    };
+    let end = env.session.replication_slot_advance(name, *upto)?;
+    Ok(vec![vec![text(name.as_str()), Value::U64(end)]])
+}
+
+fn get_changes(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    changes(env, args, false, false)
+}
+
+fn peek_changes(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    changes(env, args, true, false)
+}
+
+fn get_binary_changes(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    changes(env, args, false, true)
+}
+
+fn peek_binary_changes(env: &mut Env, args: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    changes(env, args, true, true)
+}
 
 /// The relation named `name`, or 42P01 at `pos` (a function in FROM that
 /// is not one: 42883, as PostgreSQL).
@@ -363,23 +549,29 @@ fn opt_int(i: Option<i32>) -> Value {
     i.map_or(Value::Null, |i| Value::Int(i64::from(i)))
 }
 
+/// The database OID a logical slot shows (walshm has one database).
+const DATABASE_OID: i64 = 5;
+
 fn replication_slot_row(r: ReplicationSlotRow) -> Vec<Value> {
+    let l = r.logical.as_ref();
     vec![
         text(r.slot_name),
-        Value::Null,
-        text("physical"),
-        Value::Null,
-        Value::Null,
+        l.map_or(Value::Null, |l| text(&l.plugin)),
+        text(if l.is_some() { "logical" } else { "physical" }),
+        l.map_or(Value::Null, |_| Value::Int(DATABASE_OID)),
+        l.map_or(Value::Null, |l| text(&l.database)),
         Value::Bool(r.temporary),
         Value::Bool(r.active_pid.is_some()),
         opt_int(r.active_pid),
         Value::Null,
         Value::Null,
         opt_lsn(r.restart_lsn),
-        Value::Null,
+        l.map_or(Value::Null, |l| {
+            opt_lsn(Some(l.confirmed_flush_lsn).filter(|&x| x != 0))
+        }),
         opt_text(r.wal_status),
         r.safe_wal_size.map_or(Value::Null, Value::Int),
-        Value::Bool(false),
+        Value::Bool(l.is_some_and(|l| l.two_phase)),
     ]
 }
 
@@ -505,7 +697,11 @@ mod tests {
                 .args
                 .unwrap_or(&[])
                 .iter()
-                .map(|_| Value::U64(0x16B_6C50))
+                .map(|t| match t {
+                    Text => Value::Text("s".into()),
+                    Int4 => Value::Int(1),
+                    _ => Value::U64(0x16B_6C50),
+                })
                 .collect();
             let rows = Env::with(&mut session, |env| (rel.rows)(env, &args)).unwrap();
             for row in rows {

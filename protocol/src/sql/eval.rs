@@ -369,6 +369,14 @@ fn reset_shared(target: &str, session: &mut dyn Session) -> Result<Value, SqlErr
     Ok(Value::Void)
 }
 
+/// The (slot_name, lsn) record the slot functions return.
+fn slot_record(name: &str, lsn: u64) -> Value {
+    Value::Record(vec![
+        (Value::Text(name.to_string()), SqlType::Name),
+        (Value::U64(lsn), SqlType::Lsn),
+    ])
+}
+
 fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
     let arg = |i: usize| args.get(i).unwrap_or(&Value::Null);
     Ok(match func {
@@ -380,7 +388,11 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
                 Value::Text(s) => s.as_bytes(),
                 _ => &[],
             };
-            Value::U64(env.session.emit_message(transactional, prefix, payload)?)
+            let flush = arg(3) == &Value::Bool(true);
+            Value::U64(
+                env.session
+                    .emit_message_flush(transactional, prefix, payload, flush)?,
+            )
         }
         Func::TxidCurrent => {
             let xid = env.session.txid_current()?;
@@ -405,6 +417,23 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
                 (Value::Text(name.to_string()), SqlType::Name),
                 (lsn.map_or(Value::Null, Value::U64), SqlType::Lsn),
             ])
+        }
+        Func::CreateLogicalSlot => {
+            let name = text(arg(0));
+            let temporary = arg(2) == &Value::Bool(true);
+            let two_phase = arg(3) == &Value::Bool(true);
+            let lsn = env.session.create_logical_replication_slot(
+                name,
+                text(arg(1)),
+                temporary,
+                two_phase,
+            )?;
+            slot_record(name, lsn)
+        }
+        Func::SlotAdvance => {
+            let name = text(arg(0));
+            let end = env.session.replication_slot_advance(name, lsn(arg(1)))?;
+            slot_record(name, end)
         }
         Func::DropSlot => {
             env.session.drop_replication_slot(text(arg(0)))?;

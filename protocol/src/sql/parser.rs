@@ -228,6 +228,13 @@ pub enum Statement {
     /// RESET name; None: RESET ALL.
     Reset(Option<String>),
     Show(String),
+    /// CREATE PUBLICATION name [FOR ALL TABLES] [WITH (...)].
+    CreatePublication(String),
+    /// DROP PUBLICATION [IF EXISTS] name [, ...] [CASCADE | RESTRICT].
+    DropPublication {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// A known SQL command walshm does not implement; the text names it.
     Unsupported(String),
 }
@@ -546,6 +553,8 @@ impl<'a> Parser<'a> {
             "set" => self.set()?,
             "reset" => self.reset()?,
             "show" => self.show()?,
+            "create" if self.eat_kw("publication") => self.create_publication()?,
+            "drop" if self.eat_kw("publication") => self.drop_publication()?,
             other if UNSUPPORTED_COMMANDS.contains(&other) => self.unsupported(other),
             _ => {
                 self.pos -= 1;
@@ -553,6 +562,50 @@ impl<'a> Parser<'a> {
             }
         };
         Ok(stmt)
+    }
+
+    /// After CREATE PUBLICATION: a publication is a name (walshm has no
+    /// tables, so FOR TABLE / FOR TABLES IN SCHEMA are not supported);
+    /// WITH options are skipped.
+    fn create_publication(&mut self) -> Result<Statement, SqlError> {
+        let name = self.name()?;
+        if self.eat_kw("for") {
+            if !(self.eat_kw("all") && self.eat_kw("tables")) {
+                return Ok(Statement::Unsupported(
+                    "CREATE PUBLICATION ... FOR TABLE".into(),
+                ));
+            }
+        }
+        if self.eat_kw("with") {
+            if !self.eat(&Tok::LParen) {
+                return Err(self.syntax_error());
+            }
+            while !self.eat(&Tok::RParen) {
+                if self.peek().is_none() {
+                    return Err(self.syntax_error());
+                }
+                self.pos += 1;
+            }
+        }
+        self.expect_end()?;
+        Ok(Statement::CreatePublication(name))
+    }
+
+    /// After DROP PUBLICATION.
+    fn drop_publication(&mut self) -> Result<Statement, SqlError> {
+        let if_exists = self.at_kw("if") && self.peek_at(1).is_some_and(|t| t.is_kw("exists"));
+        if if_exists {
+            self.pos += 2;
+        }
+        let mut names = vec![self.name()?];
+        while self.eat(&Tok::Comma) {
+            names.push(self.name()?);
+        }
+        if !self.eat_kw("cascade") {
+            self.eat_kw("restrict");
+        }
+        self.expect_end()?;
+        Ok(Statement::DropPublication { names, if_exists })
     }
 
     fn unsupported(&mut self, command: &str) -> Statement {
@@ -1416,6 +1469,21 @@ mod tests {
         assert_eq!(one("abort"), Statement::Rollback);
         assert_eq!(one("ROLLBACK AND NO CHAIN"), Statement::Rollback);
         assert!(matches!(one("COMMIT AND CHAIN"), Statement::Unsupported(_)));
+        assert_eq!(
+            one("CREATE PUBLICATION \"Pub\" FOR ALL TABLES WITH (publish = 'insert')"),
+            Statement::CreatePublication("Pub".into())
+        );
+        assert_eq!(
+            one("drop publication if exists a, B cascade"),
+            Statement::DropPublication {
+                names: vec!["a".into(), "b".into()],
+                if_exists: true
+            }
+        );
+        assert!(matches!(
+            one("CREATE PUBLICATION p FOR TABLE t"),
+            Statement::Unsupported(_)
+        ));
         assert!(matches!(
             one("ROLLBACK TO SAVEPOINT a"),
             Statement::Unsupported(_)
