@@ -312,7 +312,7 @@ fn changes_args(args: &[Value], peek: bool, binary: bool) -> Result<ChangesArgs,
         }
     };
     let extra = &args[CHANGES_ARGS.len().min(args.len())..];
-    if extra.len() % 2 != 0 {
+    if !extra.len().is_multiple_of(2) {
         return Err(SqlError::error(
             "2202E",
             "array must have even number of elements",

@@ -569,12 +569,10 @@ impl<'a> Parser<'a> {
     /// WITH options are skipped.
     fn create_publication(&mut self) -> Result<Statement, SqlError> {
         let name = self.name()?;
-        if self.eat_kw("for") {
-            if !(self.eat_kw("all") && self.eat_kw("tables")) {
-                return Ok(Statement::Unsupported(
-                    "CREATE PUBLICATION ... FOR TABLE".into(),
-                ));
-            }
+        if self.eat_kw("for") && !(self.eat_kw("all") && self.eat_kw("tables")) {
+            return Ok(Statement::Unsupported(
+                "CREATE PUBLICATION ... FOR TABLE".into(),
+            ));
         }
         if self.eat_kw("with") {
             if !self.eat(&Tok::LParen) {
