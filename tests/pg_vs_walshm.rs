@@ -17,11 +17,11 @@ mod common;
 use common::wire::pg_client;
 use common::*;
 
+use common::script::{processes_mentioning, signal_quietly};
 use std::collections::HashMap;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
 /// The script's original CSV keys, which stay first and in this order.
 const OLD_KEYS: &[&str] = &[
@@ -53,59 +53,9 @@ const NEW_KEYS: &[&str] = &[
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
 
-/// Runs the script with `args` in its own process group; SIGTERM, then
-/// SIGKILL to the group if it outlives the deadline (then panics).
+/// Runs the script with `args` (bounded: see common::script).
 fn run_script(tmp: &Path, args: &[&str]) -> ExitStatus {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-vs-walshm.sh");
-    let mut child = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .env("WALSHM_BIN", postmaster_bin())
-        .env("TMPDIR", tmp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("run scripts/pg-vs-walshm.sh");
-    let pgid = child.id() as i32;
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().expect("wait for the script") {
-            return st;
-        }
-        if start.elapsed() > SCRIPT_DEADLINE {
-            signal_quietly(-pgid, libc::SIGTERM);
-            wait_until(Duration::from_secs(15), || {
-                child.try_wait().ok().flatten().is_some()
-            });
-            signal_quietly(-pgid, libc::SIGKILL);
-            let _ = child.wait();
-            panic!("pg-vs-walshm.sh did not finish within {SCRIPT_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Sends `sig` to `pid` (a group when negative), ignoring one that is gone.
-fn signal_quietly(pid: i32, sig: i32) {
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(pid, sig) };
-}
-
-/// Pids of live processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            pids.push(pid);
-        }
-    }
-    pids
+    common::script::run_script("pg-vs-walshm.sh", args, &[], tmp, None, SCRIPT_DEADLINE)
 }
 
 fn number(row: &HashMap<&str, &str>, key: &str) -> f64 {

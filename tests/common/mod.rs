@@ -43,4 +43,6 @@ helper_modules!(
 #[allow(dead_code)]
 pub mod receiver;
 #[allow(dead_code)]
+pub mod script;
+#[allow(dead_code)]
 pub mod wire;
