@@ -69,7 +69,10 @@ fn clients_print_what_postgresql_15_prints() {
     for &pid in &left {
         common::script::signal_quietly(pid, libc::SIGKILL);
     }
-    assert!(left.is_empty(), "processes of the script outlived it: {left:?}");
+    assert!(
+        left.is_empty(),
+        "processes of the script outlived it: {left:?}"
+    );
 }
 
 /// pg_recvlogical in its own process group, killed on drop.

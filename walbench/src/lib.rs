@@ -45,6 +45,7 @@ pub mod procstat;
 pub mod report;
 pub mod reproduce;
 pub mod sweep;
+pub mod tail;
 pub mod torture;
 pub mod variants;
 pub mod workercmp;
@@ -65,6 +66,7 @@ pub fn main_with(args: &[String]) -> i32 {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
         Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
         Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
+        Some((mode, rest)) if mode == "tail" => tail::MODE.main(rest),
         _ => sweep::MODE.main(args),
     }
 }

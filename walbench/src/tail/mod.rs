@@ -1,0 +1,376 @@
+//! `walbench tail`: how fast a committed message reaches a reader, per
+//! read path, at fixed producer rates, and the most a path delivers.
+//!
+//! Paths: `recvlogical-walshm` (PostgreSQL 15's pg_recvlogical with
+//! test_decoding against walshm) and `recvlogical-pg15` (the same against
+//! PostgreSQL 15, when its programs are installed).
+//!
+//! Method, the same for every path: producers commit one transactional
+//! message at a time (`pg_logical_emit_message(true, ...)` in autocommit,
+//! or a library transaction) on a schedule: message i of a producer is
+//! due at start + i / rate; its content carries its sequence number and
+//! that due time (CLOCK_MONOTONIC, one clock for every process of the
+//! machine). The reader's side takes the time a message arrives and
+//! records arrival - due: a stalled producer or server shows as latency
+//! (no coordinated omission), not as a gap. After the window the reader
+//! gets up to 5 s to drain; what was acknowledged and never arrived is
+//! `lost`. `max_rate`: the read path's own speed: producers without a
+//! schedule write a backlog for the same window while no reader streams,
+//! then the reader starts; messages per second from its start to the last
+//! arrival.
+//!
+//! Both servers run with the same `--set` settings (default
+//! `fsync=off`: the read side is measured, not the disk; give
+//! `--set fsync=on` to include durable commits).
+//!
+//! JSON (`--json FILE`): `{"machine": ..., "runs": [{"path", "rate",
+//! "size", "delivered", "lost", "latency_us": {"p50", "p90", "p99",
+//! "p999", "max"}, "max_rate"}, ...]}`.
+
+pub mod recvlogical;
+pub mod servers;
+pub mod wire;
+
+use crate::cli::{self, Mode, Opt};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `walbench tail`'s options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub rates: Vec<u64>,
+    pub size: usize,
+    pub seconds: f64,
+    pub json: Option<PathBuf>,
+    pub paths: Vec<String>,
+    pub sets: Vec<String>,
+}
+
+/// Every path, in the order they run.
+pub const PATHS: [&str; 2] = ["recvlogical-walshm", "recvlogical-pg15"];
+
+#[derive(Clone, Copy)]
+enum Key {
+    Rates,
+    Size,
+    Seconds,
+    Json,
+    Paths,
+    Set,
+}
+
+fn options() -> Vec<Opt<Key>> {
+    vec![
+        Opt::new(
+            Key::Rates,
+            "--rates LIST",
+            "comma-separated producer rates, messages/s (default 1000,10000)",
+        ),
+        Opt::new(Key::Size, "--size B", "message bytes (default 64, at least 40)"),
+        Opt::new(Key::Seconds, "--seconds S", "measured seconds per run (default 3)"),
+        Opt::new(Key::Json, "--json FILE", "write the runs as JSON"),
+        Opt::new(
+            Key::Paths,
+            "--paths LIST",
+            "read paths (default all: recvlogical-walshm, recvlogical-pg15\nwhen PostgreSQL 15 is installed)",
+        ),
+        Opt::new(Key::Set, "--set NAME=VALUE", "a setting for both servers (default fsync=off)")
+            .alias("-c")
+            .many(),
+    ]
+}
+
+pub fn help() -> String {
+    cli::help(
+        "walbench tail: latency from a message's due time to its delivery, per read path \
+         and producer rate, and the most each path delivers",
+        &[],
+        "walbench tail",
+        &options(),
+        "Latency counts from each message's due time (no coordinated omission).\n",
+    )
+}
+
+/// The smallest message: "seq due_ns " and padding.
+const MIN_SIZE: usize = 40;
+
+fn parse(args: &[String]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        rates: vec![1000, 10000],
+        size: 64,
+        seconds: 3.0,
+        json: None,
+        paths: PATHS.iter().map(|p| p.to_string()).collect(),
+        sets: Vec::new(),
+    };
+    let spec = options();
+    let applied = cli::parse_with(&spec, 0, args, |k, v| {
+        match k {
+            Key::Rates => {
+                o.rates = cli::list(v, "rate")?;
+                if o.rates.iter().any(|&r| r == 0 || r > 1_000_000) {
+                    return Err(format!("invalid --rates \"{v}\" (each 1..=1000000)"));
+                }
+            }
+            Key::Size => {
+                o.size = v
+                    .parse()
+                    .ok()
+                    .filter(|&s| (MIN_SIZE..=1 << 20).contains(&s))
+                    .ok_or_else(|| format!("invalid --size \"{v}\" ({MIN_SIZE}..=1048576)"))?
+            }
+            Key::Seconds => o.seconds = cli::seconds(v)?,
+            Key::Json => o.json = Some(PathBuf::from(v)),
+            Key::Paths => {
+                o.paths = cli::names(v).collect();
+                if let Some(bad) = o.paths.iter().find(|p| !PATHS.contains(&p.as_str())) {
+                    return Err(format!(
+                        "unknown path \"{bad}\" (paths: {})",
+                        PATHS.join(", ")
+                    ));
+                }
+            }
+            Key::Set => o.sets.push(v.to_string()),
+        }
+        Ok(())
+    })?;
+    if applied.is_none() {
+        return Ok(None);
+    }
+    if o.sets.is_empty() {
+        o.sets.push("fsync=off".into());
+    }
+    Ok(Some(o))
+}
+
+pub const MODE: Mode<Options> =
+    Mode::new("walbench tail --help", parse, help, run_mode).after_progress();
+
+/// Latency percentiles, microseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    /// From arrival - due times in nanoseconds.
+    pub fn of(mut ns: Vec<u64>) -> Latency {
+        if ns.is_empty() {
+            return Latency::default();
+        }
+        ns.sort_unstable();
+        let at = |q: f64| {
+            let i = ((ns.len() as f64 * q).ceil() as usize).clamp(1, ns.len()) - 1;
+            ns[i] as f64 / 1000.0
+        };
+        Latency {
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: ns[ns.len() - 1] as f64 / 1000.0,
+        }
+    }
+}
+
+/// One run: a path at a rate.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub path: String,
+    pub rate: u64,
+    pub size: usize,
+    pub delivered: u64,
+    pub lost: u64,
+    pub latency: Latency,
+    pub max_rate: f64,
+}
+
+/// What a paced or unpaced window measured.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    /// Messages acknowledged to the producers.
+    pub acked: u64,
+    /// Distinct acknowledged messages the reader got.
+    pub delivered: u64,
+    /// arrival - due of each delivered message, ns.
+    pub latencies_ns: Vec<u64>,
+    /// Seconds from the first due time to the last arrival.
+    pub elapsed: f64,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A message's content: "SEQ DUE_NS " padded with 'x' to `size` bytes.
+pub fn content(seq: u64, due_ns: u64, size: usize) -> String {
+    let mut s = format!("{seq} {due_ns} ");
+    while s.len() < size {
+        s.push('x');
+    }
+    s
+}
+
+/// (seq, due_ns) of a content.
+pub fn parse_content(text: &str) -> Option<(u64, u64)> {
+    let mut it = text.split(' ');
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// How long the reader may drain after the window.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
+/// Producers for `rate` messages/s: one per 2,500/s, at most 16.
+pub fn producers_for(rate: u64) -> u64 {
+    rate.div_ceil(2500).clamp(1, 16)
+}
+
+fn run_mode(o: &Options) -> Result<(), String> {
+    let runs = run(o)?;
+    println!();
+    print!("{}", table(&runs));
+    if let Some(path) = &o.json {
+        crate::report::write_file(path, json(&runs).as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs every path at every rate.
+pub fn run(o: &Options) -> Result<Vec<Run>, String> {
+    let mut runs = Vec::new();
+    for path in &o.paths {
+        let measured = match path.as_str() {
+            "recvlogical-walshm" => recvlogical::measure(o, false)?,
+            "recvlogical-pg15" => recvlogical::measure(o, true)?,
+            _ => unreachable!("paths are checked when parsed"),
+        };
+        let Some((windows, max_rate)) = measured else {
+            eprintln!("walbench tail: {path} skipped (PostgreSQL 15 is not installed)");
+            continue;
+        };
+        for (rate, w) in o.rates.iter().zip(windows) {
+            runs.push(Run {
+                path: path.clone(),
+                rate: *rate,
+                size: o.size,
+                delivered: w.delivered,
+                lost: w.acked.saturating_sub(w.delivered),
+                latency: Latency::of(w.latencies_ns),
+                max_rate,
+            });
+        }
+    }
+    Ok(runs)
+}
+
+/// The runs as a table.
+pub fn table(runs: &[Run]) -> String {
+    let mut s = format!(
+        "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}\n",
+        "path",
+        "rate",
+        "size",
+        "delivered",
+        "lost",
+        "p50_us",
+        "p90_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "max_rate"
+    );
+    for r in runs {
+        s.push_str(&format!(
+            "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.0}\n",
+            r.path,
+            r.rate,
+            r.size,
+            r.delivered,
+            r.lost,
+            r.latency.p50,
+            r.latency.p90,
+            r.latency.p99,
+            r.latency.p999,
+            r.latency.max,
+            r.max_rate
+        ));
+    }
+    s
+}
+
+/// The runs as the JSON document the module header describes.
+pub fn json(runs: &[Run]) -> String {
+    let runs: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "path": r.path,
+                "rate": r.rate,
+                "size": r.size,
+                "delivered": r.delivered,
+                "lost": r.lost,
+                "latency_us": {
+                    "p50": r.latency.p50,
+                    "p90": r.latency.p90,
+                    "p99": r.latency.p99,
+                    "p999": r.latency.p999,
+                    "max": r.latency.max,
+                },
+                "max_rate": r.max_rate,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "machine": crate::machine::Machine::probe(&std::env::temp_dir()).describe(),
+        "runs": runs,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_take_the_upper_rank() {
+        let l = Latency::of((1..=1000).map(|i| i * 1000).collect());
+        assert_eq!(l.p50, 500.0);
+        assert_eq!(l.p99, 990.0);
+        assert_eq!(l.p999, 999.0);
+        assert_eq!(l.max, 1000.0);
+        assert_eq!(Latency::of(vec![]), Latency::default());
+    }
+
+    #[test]
+    fn contents_round_trip_at_their_size() {
+        let c = content(42, 123_456_789, 64);
+        assert_eq!(c.len(), 64);
+        assert_eq!(parse_content(&c), Some((42, 123_456_789)));
+        assert_eq!(parse_content("x"), None);
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let args = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let o = parse(&args("--rates 10,20 --paths recvlogical-walshm"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.rates, vec![10, 20]);
+        assert_eq!(o.sets, vec!["fsync=off".to_string()]);
+        assert!(parse(&args("--rates 0")).is_err());
+        assert!(parse(&args("--size 10")).is_err());
+        assert!(parse(&args("--paths nope")).is_err());
+    }
+}
