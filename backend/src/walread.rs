@@ -58,6 +58,7 @@ use shmem::Shmem;
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use walformat::{
     decode_record_bytes, format_lsn, maxalign, DecodedRecord, Geometry, Lsn, PageCheck, PageUse,
     WalError, SIZE_OF_XLOG_LONG_PHD, SIZE_OF_XLOG_RECORD, XLOG_BLCKSZ, XLP_FIRST_IS_CONTRECORD,
@@ -109,13 +110,21 @@ pub fn flushed_upto(shm: &Shmem) -> Lsn {
     shm.xlog().write.flush_result.load(Ordering::Acquire)
 }
 
+/// How long [`inserted_upto`] watches an insertion lock whose holder has
+/// not advertised a position (it copies one record: a microsecond or two)
+/// before it settles for the write position.
+pub const COPY_SPIN: Duration = Duration::from_micros(20);
+
 /// A position below which every insertion into `shm`'s WAL buffers has
-/// finished, without waiting (PostgreSQL's WaitXLogInsertionsToFinish
-/// without the wait): the reserved position, lowered to the advertised
-/// `insertingAt` of each insertion lock held. A lock held with no position
-/// advertised (a copy in progress somewhere) leaves only the write
-/// position as a sure bound. Never below what the caller saw before if it
-/// passes that as `known` (finished insertions stay finished).
+/// finished (PostgreSQL's WaitXLogInsertionsToFinish, without sleeping):
+/// the reserved position, lowered to the advertised `insertingAt` of each
+/// insertion lock held. A lock held with no position advertised is an
+/// insertion whose start is unknown: it is watched for at most
+/// [`COPY_SPIN`] until it is seen free or advertising (a later holder
+/// seen free-then-held reserved after our look at the reserved position,
+/// so it does not matter); if it stays so, only the write position is
+/// sure. Never below `known` (what the caller saw before: finished
+/// insertions stay finished).
 pub fn inserted_upto(shm: &Shmem, geo: &Geometry, known: Lsn) -> Lsn {
     let x = shm.xlog();
     // Acquire pairs with the reservation's Release (`Xlog::reserve`):
@@ -125,18 +134,26 @@ pub fn inserted_upto(shm: &Shmem, geo: &Geometry, known: Lsn) -> Lsn {
     let mut finished = reserved;
     for i in 0..shm.n_insert_locks() {
         let l = shm.insert_lock(i);
-        if l.lock.is_free() {
-            continue;
-        }
-        // Acquire pairs with the Release store of `update_var` /
-        // `release_clear_var`.
-        match l.inserting_at.load(Ordering::Acquire) {
-            0 => {
+        let mut spin_until = None;
+        loop {
+            if l.lock.is_free() {
+                break;
+            }
+            // Acquire pairs with the Release store of `update_var` /
+            // `release_clear_var`.
+            let at = l.inserting_at.load(Ordering::Acquire);
+            if at != 0 {
+                finished = finished.min(at);
+                break;
+            }
+            let now = Instant::now();
+            if *spin_until.get_or_insert(now + COPY_SPIN) <= now {
                 // Acquire pairs with the Release fetch_max in
                 // `advance_results`: WAL below it was finished and written.
                 finished = finished.min(x.write.write_result.load(Ordering::Acquire));
+                break;
             }
-            at => finished = finished.min(at),
+            std::hint::spin_loop();
         }
     }
     // Pairs with the Release (SeqCst) fetch_sub of the lock releases seen
