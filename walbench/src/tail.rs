@@ -173,7 +173,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
     if applied.is_none() {
         return Ok(None);
     }
-    if o.rates.iter().any(|&r| r == 0) {
+    if o.rates.contains(&0) {
         return Err("--rates: a rate must be above 0".into());
     }
     o.size = o.size.max(HEADER);
