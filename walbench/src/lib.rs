@@ -18,9 +18,6 @@
 //! compares a worker program using the library with the built-in
 //! workloads.
 //!
-//! `walbench tail` (module `tail`) measures producer-to-consumer latency
-//! of the library's WAL readers (flushed and inserted modes).
-//!
 //! `walbench torture -D DIR` (module `torture`) kills server processes or
 //! simulates power losses in a loop and checks that no acknowledged commit
 //! was lost.
@@ -48,7 +45,6 @@ pub mod procstat;
 pub mod report;
 pub mod reproduce;
 pub mod sweep;
-pub mod tail;
 pub mod torture;
 pub mod variants;
 pub mod workercmp;
@@ -69,7 +65,6 @@ pub fn main_with(args: &[String]) -> i32 {
         Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
         Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
         Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
-        Some((mode, rest)) if mode == "tail" => tail::MODE.main(rest),
         _ => sweep::MODE.main(args),
     }
 }

@@ -92,7 +92,7 @@ impl Drop for TempDir {
 }
 
 /// Kills the server's process group if a point fails half-way.
-pub(crate) struct ServerGuard(pub(crate) Option<Child>);
+struct ServerGuard(Option<Child>);
 
 impl Drop for ServerGuard {
     fn drop(&mut self) {
@@ -233,7 +233,7 @@ fn sample(shm: &Shmem, procnos: &[u32]) -> Sample {
     s
 }
 
-pub(crate) fn init_datadir(postmaster: &Path, dir: &Path) -> Result<(), String> {
+fn init_datadir(postmaster: &Path, dir: &Path) -> Result<(), String> {
     if dir.join("global").join("pg_control").exists() {
         return Ok(());
     }
@@ -368,7 +368,7 @@ fn combine(
     }
 }
 
-pub(crate) fn wait_ready(log: &Path, timeout: Duration) -> Result<(), String> {
+fn wait_ready(log: &Path, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
