@@ -14,7 +14,8 @@
 //!   `api` (the one insertion API: [`api::Session`], used by the built-in
 //!   workloads and the `worker/` library), `control` (the control file),
 //!   `walfile` (the I/O seam, fail points) and `powerloss` (its power-loss
-//!   journal);
+//!   journal), `walread` (reading WAL records incrementally from the WAL
+//!   buffers and the files);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
 //!   (a client socket's polling reads, which the engine's waits use);
 //! - replication state the commit path and the checkpointer need:
@@ -45,6 +46,7 @@ pub mod syncrep;
 pub mod throttle;
 pub mod timeline;
 pub mod walfile;
+pub mod walread;
 pub mod xact;
 pub mod xlog;
 

@@ -23,6 +23,7 @@ pub mod lwlock;
 pub mod prevlink;
 pub mod proc;
 pub mod procarray;
+pub mod readwake;
 pub mod sema;
 pub mod settings;
 pub mod spin;

@@ -538,8 +538,11 @@ impl LWLock {
         // Release pairs with the Acquire compare-exchange in `attempt_lock`
         // of the next holder. Being an RMW on the state word, it also orders
         // against a waiter's HAS_WAITERS fetch_or: either we see the flag or
-        // the waiter's re-check sees the lock free.
-        let old = self.state.fetch_sub(val, Ordering::Release);
+        // the waiter's re-check sees the lock free. SeqCst rather than
+        // Release (the same locked instruction on x86): a WAL insertion
+        // lock's release is also the store side of the inserted-mode
+        // readers' Dekker pairing (`readwake`, `wake_after_release`).
+        let old = self.state.fetch_sub(val, Ordering::SeqCst);
         let new = State(old - val);
         if new.wants_wakeup() && new.is_free() {
             self.wakeup(env);

@@ -22,6 +22,9 @@
 //!   (advanced with fetch_max), readable without any lock. The write result
 //!   also advances mid-write, one run at a time, as WALWrite's variable.
 //!
+//! - `readers` (no lock): the WAL readers' wake words, Dekker-paired with
+//!   the flush and insertion-lock release (see `readwake`).
+//!
 //! - `wal_stats.lock` (spinlock): the `pg_stat_wal` reset baseline and
 //!   `stats_reset_us` (the counters themselves are per process, in
 //!   `stats`). Never held across anything but those loads and stores.
@@ -154,4 +157,6 @@ pub struct XLogCtl {
     pub wal_stats: WalStatsShared,
     /// Procs waiting for the walwriter's flush (all-zero: none).
     pub flush_waiters: crate::proc::FlushWaiters,
+    /// The futex words library WAL readers sleep on (`readwake`).
+    pub readers: crate::readwake::ReaderWakes,
 }

@@ -34,6 +34,7 @@ mod decode;
 mod geometry;
 mod lookahead;
 mod page;
+mod pagecheck;
 mod reader;
 mod record;
 mod time;
@@ -49,6 +50,7 @@ pub use lookahead::{
     look_ahead, look_ahead_from, unsynced_window_end, Lookahead, ValidWalAfter, Verdict,
 };
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
+pub use pagecheck::{PageCheck, PageUse};
 pub use reader::{LongHeaderMismatch, StdWalFiles, WalError, WalFiles, WalReader};
 pub use record::{
     abort_record_into, checkpoint_record, commit_record, commit_record_into, logical_message,

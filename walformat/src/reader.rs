@@ -6,12 +6,12 @@
 //! with fail points), so that no read of WAL bypasses it.
 
 use crate::consts::{
-    SIZE_OF_XLOG_LONG_PHD, SIZE_OF_XLOG_RECORD, SIZE_OF_XLOG_SHORT_PHD, XLOG_BLCKSZ,
-    XLOG_PAGE_MAGIC, XLP_ALL_FLAGS, XLP_FIRST_IS_CONTRECORD, XLP_LONG_HEADER,
+    SIZE_OF_XLOG_LONG_PHD, SIZE_OF_XLOG_RECORD, XLOG_BLCKSZ, XLP_FIRST_IS_CONTRECORD,
 };
 use crate::decode::{decode_complete, lsn_text, parse_record_header, DecodedRecord};
 use crate::geometry::{maxalign, Geometry, Lsn};
-use crate::page::{get_u32, read_page_header, PageHeader};
+use crate::page::{get_u32, PageHeader};
+use crate::pagecheck::{PageCheck, PageUse};
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::File;
@@ -409,14 +409,6 @@ struct Segment {
     data: Vec<u8>,
 }
 
-/// What a page is being read for: starting a record (an absent or zeroed
-/// page is a clean end of WAL) or continuing record `lsn`.
-#[derive(Clone, Copy)]
-enum PageUse {
-    RecordStart,
-    Continuation { lsn: Lsn, rem_len: u32 },
-}
-
 /// Reads WAL from a pg_wal directory (segment files named by
 /// [`Geometry::file_name`]).
 pub struct WalReader {
@@ -424,13 +416,13 @@ pub struct WalReader {
     dir: PathBuf,
     geo: Geometry,
     tli: u32,
-    sysid: Option<u64>,
+    /// Page-header validation (system identifier, latest page timeline).
+    check: PageCheck,
     segment: Option<Segment>,
     /// Where the next record starts (`EndRecPtr` form: may be a page boundary).
     next: Lsn,
     expected_prev: Option<Lsn>,
     end_of_valid: Lsn,
-    latest_page_tli: u32,
     /// True until the first record is returned: a start at a page boundary
     /// then skips a leading continuation record like `XLogFindNextRecord`.
     first: bool,
@@ -520,12 +512,11 @@ impl WalReader {
             dir: pg_wal_dir.to_path_buf(),
             geo,
             tli: history.last().map_or(1, |&(t, _)| t),
-            sysid,
+            check: PageCheck::new(geo, history.last().map_or(1, |&(t, _)| t), sysid),
             segment: None,
             next: start,
             expected_prev: None,
             end_of_valid: start,
-            latest_page_tli: 0,
             first: true,
             buf: Vec::new(),
             pad_short,
@@ -554,7 +545,7 @@ impl WalReader {
         self.next = start;
         self.expected_prev = None;
         self.end_of_valid = start;
-        self.latest_page_tli = 0;
+        self.check.reset_timeline();
         self.first = true;
     }
 
@@ -582,7 +573,7 @@ impl WalReader {
 
     /// System identifier in use (given, or learned from a long header).
     pub fn sysid(&self) -> Option<u64> {
-        self.sysid
+        self.check.sysid()
     }
 
     /// Next valid record; `Ok(None)` at a clean end of WAL (zero length,
@@ -801,137 +792,12 @@ impl WalReader {
                 }),
             };
         }
-        let offset = self.geo.seg_offset(page);
-        let hdr_bytes = &self.loaded_data()[offset as usize..][..SIZE_OF_XLOG_LONG_PHD];
-        let zeroed = hdr_bytes[..SIZE_OF_XLOG_SHORT_PHD].iter().all(|&b| b == 0);
-        let hdr = read_page_header(hdr_bytes);
-        match (usage, zeroed, hdr) {
-            (PageUse::RecordStart, true, _) => Ok(None),
-            (PageUse::Continuation { lsn, rem_len }, true, _) => {
-                Err(self.missing_continuation(lsn, page, rem_len, 0, 0))
-            }
-            (_, false, Some(hdr)) => {
-                self.validate_page_header(page, &hdr)?;
-                if let PageUse::Continuation { lsn, rem_len } = usage {
-                    let flagged = hdr.info & XLP_FIRST_IS_CONTRECORD != 0;
-                    if !flagged || hdr.rem_len != rem_len {
-                        return Err(self.missing_continuation(
-                            lsn,
-                            page,
-                            rem_len,
-                            hdr.info,
-                            hdr.rem_len,
-                        ));
-                    }
-                }
-                Ok(Some(hdr))
-            }
-            // read_page_header only fails on short input, impossible here.
-            (_, false, None) => Err(WalError::BadPageInfo {
-                lsn: page,
-                file: self.segment_name(),
-                offset,
-                info: 0,
-            }),
-        }
-    }
-
-    fn missing_continuation(
-        &self,
-        lsn: Lsn,
-        page: Lsn,
-        expected_rem_len: u32,
-        found_info: u16,
-        found_rem_len: u32,
-    ) -> WalError {
-        WalError::MissingContinuation {
-            lsn,
-            page,
-            file: self.segment_name(),
-            offset: self.geo.seg_offset(page),
-            expected_rem_len,
-            found_info,
-            found_rem_len,
-        }
-    }
-
-    /// `XLogReaderValidatePageHeader`.
-    fn validate_page_header(&mut self, page: Lsn, hdr: &PageHeader) -> Result<(), WalError> {
-        let file = self.segment_name();
-        let offset = self.geo.seg_offset(page);
-        if hdr.magic != XLOG_PAGE_MAGIC {
-            return Err(WalError::BadMagic {
-                lsn: page,
-                file,
-                offset,
-                magic: hdr.magic,
-            });
-        }
-        let is_long = hdr.info & XLP_LONG_HEADER != 0;
-        if hdr.info & !XLP_ALL_FLAGS != 0 || is_long != (offset == 0) {
-            return Err(WalError::BadPageInfo {
-                lsn: page,
-                file,
-                offset,
-                info: hdr.info,
-            });
-        }
-        if let Some((sysid, seg_size, blcksz)) = hdr.long {
-            self.check_long_header(page, sysid, seg_size, blcksz)?;
-        }
-        if hdr.pageaddr != page {
-            return Err(WalError::BadPageAddr {
-                lsn: page,
-                file,
-                offset,
-                found: hdr.pageaddr,
-            });
-        }
-        if hdr.tli < self.latest_page_tli || hdr.tli > self.tli {
-            return Err(WalError::BadTimeline {
-                lsn: page,
-                file,
-                tli: hdr.tli,
-                previous: if hdr.tli < self.latest_page_tli {
-                    self.latest_page_tli
-                } else {
-                    self.tli
-                },
-            });
-        }
-        self.latest_page_tli = hdr.tli;
-        Ok(())
-    }
-
-    fn check_long_header(
-        &mut self,
-        page: Lsn,
-        sysid: u64,
-        seg_size: u32,
-        blcksz: u32,
-    ) -> Result<(), WalError> {
-        let mismatch = match self.sysid {
-            Some(expected) if expected != sysid => Some(LongHeaderMismatch::SystemId {
-                found: sysid,
-                expected,
-            }),
-            _ if u64::from(seg_size) != self.geo.seg_size => Some(LongHeaderMismatch::SegSize {
-                found: seg_size,
-                expected: self.geo.seg_size,
-            }),
-            _ if blcksz as usize != XLOG_BLCKSZ => {
-                Some(LongHeaderMismatch::BlckSz { found: blcksz })
-            }
-            _ => None,
+        let offset = self.geo.seg_offset(page) as usize;
+        let (data, name) = match &self.segment {
+            Some(seg) => (&seg.data[..], &seg.name[..]),
+            None => (&[][..], ""),
         };
-        if let Some(mismatch) = mismatch {
-            return Err(WalError::BadLongHeader {
-                lsn: page,
-                file: self.segment_name(),
-                mismatch,
-            });
-        }
-        self.sysid = Some(sysid);
-        Ok(())
+        let hdr_bytes = &data[offset..][..SIZE_OF_XLOG_LONG_PHD];
+        self.check.check(page, hdr_bytes, usage, name)
     }
 }

@@ -95,6 +95,11 @@ typedef struct walshm_record {
 /* A reader bounded by the server's flush position (only durable records);
    NULL on error (message: walshm_error(w)). Close it before detaching w. */
 walshm_reader *walshm_reader_open(walshm_worker *w, uint64_t from);
+/* A reader of records as soon as they are completely inserted, before they
+   are durable (a crash may take them back: after a server restart its
+   walshm_reader_next fails with "server restarted"); NULL on error
+   (message: walshm_error(w)). Close it before detaching w. */
+walshm_reader *walshm_reader_open_inserted(walshm_worker *w, uint64_t from);
 /* A reader of a data directory's WAL files, no server needed. */
 walshm_reader *walshm_reader_open_dir(const char *data_dir, uint64_t from, char *errbuf, size_t errlen);
 /* Next record into *out, waiting up to timeout_ms for one (tail mode; 0:

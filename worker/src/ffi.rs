@@ -18,7 +18,7 @@
 //! - failures return -1 (or NULL) and leave a NUL-terminated message in the
 //!   handle, read with `walshm_error`.
 
-use crate::{Error, Reader, RecordKind, Worker};
+use crate::{Error, ReadMode, Reader, RecordKind, Worker};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -533,9 +533,37 @@ pub unsafe extern "C" fn walshm_reader_open(
     w: *mut walshm_worker,
     from: u64,
 ) -> *mut walshm_reader {
+    // SAFETY: the caller's promise for `w`, passed on.
+    unsafe { open_attached_reader(w, from, ReadMode::Flushed) }
+}
+
+/// A reader of records as soon as they are completely inserted, before
+/// they are durable (`Worker::reader_inserted`); NULL on error (message in
+/// `walshm_error(w)`). Close it before detaching `w`.
+///
+/// # Safety
+/// `w` as `walshm.h` documents it.
+#[no_mangle]
+pub unsafe extern "C" fn walshm_reader_open_inserted(
+    w: *mut walshm_worker,
+    from: u64,
+) -> *mut walshm_reader {
+    // SAFETY: the caller's promise for `w`, passed on.
+    unsafe { open_attached_reader(w, from, ReadMode::Inserted) }
+}
+
+/// `walshm_reader_open` and `walshm_reader_open_inserted`.
+///
+/// # Safety
+/// `w` as `walshm.h` documents it.
+unsafe fn open_attached_reader(
+    w: *mut walshm_worker,
+    from: u64,
+    mode: ReadMode,
+) -> *mut walshm_reader {
     let mut out = None;
     with_worker(w, |wk| {
-        let r = wk.reader(from)?;
+        let r = wk.reader_in(from, mode)?;
         // SAFETY: the reader borrows the worker's mapping, which lives as
         // long as the worker handle; every reader call first checks that
         // the handle is still live (`walshm_reader_next`), and the header

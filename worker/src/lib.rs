@@ -45,7 +45,10 @@ pub mod ffi;
 mod reader;
 
 pub use error::{Error, Result};
-pub use reader::{Committed, Message, Reader, Record, RecordKind, STRADDLE_WINDOW};
+pub use reader::{
+    Committed, Message, ReadMode, Reader, Record, RecordKind, GUARD_SLEEP, TAIL_NAP_FIRST,
+    TAIL_NAP_MAX,
+};
 pub use walformat::{format_lsn, parse_lsn, Lsn};
 
 use backend::api::Session;
@@ -191,10 +194,24 @@ impl Worker {
     /// server's flush position; it reports [`Error::ServerRestarted`] once
     /// this generation ends.
     pub fn reader(&self, from: Lsn) -> Result<Reader<'_>> {
+        self.reader_in(from, ReadMode::Flushed)
+    }
+
+    /// A reader of the WAL from `from` (0: the oldest segment) that
+    /// returns records as soon as they are completely inserted, before they
+    /// are durable (a crash may take them back: it reports
+    /// [`Error::ServerRestarted`] once this generation ends).
+    pub fn reader_inserted(&self, from: Lsn) -> Result<Reader<'_>> {
+        self.reader_in(from, ReadMode::Inserted)
+    }
+
+    /// A reader bounded as `mode` says ([`Worker::reader`],
+    /// [`Worker::reader_inserted`]).
+    pub fn reader_in(&self, from: Lsn, mode: ReadMode) -> Result<Reader<'_>> {
         if !self.link.owned_here() {
             return Err(self.link.not_owner());
         }
-        Reader::flushed(&self.data_dir, from, self.link.shm(), &**self.link)
+        Reader::attached(&self.data_dir, from, self.link.shm(), &**self.link, mode)
     }
 
     /// Detaches: aborts an open transaction, leaves the ProcArray, frees

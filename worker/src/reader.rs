@@ -1,24 +1,28 @@
 //! Reading the WAL back: decoded records (LSN, XID, kind, prefix, payload)
-//! from an LSN up to the end of flushed WAL, and a tail mode that waits for
-//! more. The segment files are only ever opened read-only, through
-//! walformat's reader and decoder (no second decoder here).
+//! from an LSN on, and a tail mode that waits for more. Records are read
+//! with `backend::walread::WalRead`: pages still in the server's WAL
+//! buffers are copied from shared memory, older ones read from the segment
+//! files one page at a time (no second decoder here, no whole-segment
+//! reads).
 //!
 //! Bounds. A reader made by [`crate::Worker::reader`] returns only records
 //! that end at or below the server's flush position (a record that is
 //! written but not yet durable is held back: a crash could still take it
-//! away). A reader opened on a data directory alone ([`Reader::open`])
+//! away). One made by [`crate::Worker::reader_inserted`] returns records
+//! as soon as every insertion below their end finished, before they are
+//! durable: a crash may take them back, so once the server generation
+//! ends the reader reports [`Error::ServerRestarted`] (as the flushed one
+//! does). A reader opened on a data directory alone ([`Reader::open`])
 //! returns the valid WAL the files hold.
 //!
-//! Segment caching. walformat's reader loads a whole segment file at once,
-//! so data written after that load is not seen: at a clean end of WAL (or
-//! an invalid page beyond the flush position), the reader reopens at the
-//! next record start, once, with `xl_prev` still checked across the reopen.
-//!
-//! Errors while reading just past the flush position are not errors: the
-//! pages there may still be zeroed or recycled in the file. A record may
-//! straddle the flush position, so an error counts as "not yet" while the
-//! flush position is less than [`STRADDLE_WINDOW`] past where it occurred
-//! (a record is at most `MAX_PAYLOAD` plus headers long).
+//! Waiting. A server-bound reader sleeps on the futex word of its mode
+//! (`shmem::readwake`): the flusher (or, in the inserted mode, an inserter
+//! releasing its insertion lock) bumps it after the position advanced, so
+//! a record is delivered as soon as it is there, without a timer. The
+//! sleep's deadline is a guard only: after [`GUARD_SLEEP`] without a wake
+//! the reader checks whether the server is gone (a killed postmaster wakes
+//! nobody). A reader of files alone has nobody to wake it and polls (from
+//! [`TAIL_NAP_FIRST`] doubling to [`TAIL_NAP_MAX`]).
 //!
 //! [`Committed`] turns the record stream into what a consumer wants: the
 //! transactional messages of committed transactions only, buffered per XID
@@ -33,22 +37,24 @@
 use crate::error::{Error, Result};
 use backend::context::ServerWatch;
 use backend::control::ControlFile;
+use backend::walread::{self, WalRead};
+use shmem::walsnd::monotonic_ns;
 use shmem::Shmem;
 use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::{
-    DecodedRecord, Geometry, Lsn, WalError, WalReader, RM_XACT_ID, XLOG_XACT_ABORT,
-    XLOG_XACT_COMMIT, XLOG_XACT_OPMASK,
+    DecodedRecord, Geometry, Lsn, RM_XACT_ID, XLOG_XACT_ABORT, XLOG_XACT_COMMIT, XLOG_XACT_OPMASK,
 };
 
-/// How far past a read error the flush position must be before the error
-/// is reported rather than taken for WAL not yet flushed.
-pub const STRADDLE_WINDOW: u64 = crate::MAX_PAYLOAD as u64 + (1 << 20);
+/// Longest futex sleep of a server-bound reader before it checks whether
+/// the server is still there (a guard: wake-ups come from the flusher or
+/// the inserters).
+pub const GUARD_SLEEP: Duration = Duration::from_millis(100);
 
-/// First and longest sleep of a tail wait.
-const TAIL_NAP_FIRST: Duration = Duration::from_micros(100);
-const TAIL_NAP_MAX: Duration = Duration::from_millis(10);
+/// First and longest sleep of a files-only reader's tail wait.
+pub const TAIL_NAP_FIRST: Duration = Duration::from_micros(100);
+pub const TAIL_NAP_MAX: Duration = Duration::from_millis(10);
 
 /// What kind of record a [`Record`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,29 +85,34 @@ pub struct Record<'r> {
     pub payload: &'r [u8],
 }
 
+/// How far a server-bound reader may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Up to the flush position: only durable records.
+    Flushed,
+    /// Up to where every insertion finished: records before they are
+    /// durable (a crash may take them back).
+    Inserted,
+}
+
 /// How far a reader may read.
 enum Bound<'w> {
     /// The valid WAL in the files.
     Files,
-    /// The flush position of an attached server generation.
-    Flushed {
+    /// A position of an attached server generation.
+    Server {
         shm: &'w Shmem,
         watch: &'w dyn ServerWatch,
+        mode: ReadMode,
     },
 }
 
 /// A WAL reader (see the module header).
 pub struct Reader<'w> {
-    pg_wal: PathBuf,
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
+    wal: WalRead<'w>,
     bound: Bound<'w>,
-    inner: Option<WalReader>,
-    /// Where the next record starts.
-    next: Lsn,
-    /// The last record returned (the next one's expected `xl_prev`).
-    prev: Option<Lsn>,
+    /// Inserted mode: the highest finished-insertion position seen.
+    inserted: Lsn,
     current: Option<DecodedRecord>,
 }
 
@@ -115,41 +126,42 @@ impl Reader<'static> {
 }
 
 impl<'w> Reader<'w> {
-    /// A reader bounded by `shm`'s flush position.
-    pub(crate) fn flushed(
+    /// A reader bounded by `shm`'s flush position (or, `Inserted`, by its
+    /// finished insertions).
+    pub(crate) fn attached(
         data_dir: &Path,
         from: Lsn,
         shm: &'w Shmem,
         watch: &'w dyn ServerWatch,
+        mode: ReadMode,
     ) -> Result<Reader<'w>> {
-        Reader::with_bound(data_dir, from, Bound::Flushed { shm, watch })
+        Reader::with_bound(data_dir, from, Bound::Server { shm, watch, mode })
     }
 
     fn with_bound(data_dir: &Path, from: Lsn, bound: Bound<'w>) -> Result<Reader<'w>> {
-        let control = ControlFile::read(data_dir).map_err(|e| Error::Read(e.to_string()))?;
-        let geo = Geometry::new(control.seg_size).map_err(|e| Error::Read(e.to_string()))?;
-        let pg_wal = data_dir.join("pg_wal");
-        let next = if from == 0 {
-            oldest_segment_start(&pg_wal, &geo, control.timeline)?
+        let shm = match bound {
+            Bound::Files => None,
+            Bound::Server { shm, .. } => Some(shm),
+        };
+        let from = if from == 0 {
+            let control = ControlFile::read(data_dir).map_err(|e| Error::Read(e.to_string()))?;
+            let geo = Geometry::new(control.seg_size).map_err(|e| Error::Read(e.to_string()))?;
+            oldest_segment_start(&data_dir.join("pg_wal"), &geo, control.timeline)?
         } else {
             from
         };
+        let wal = WalRead::new(shm, data_dir, from).map_err(|e| Error::Read(e.to_string()))?;
         Ok(Reader {
-            pg_wal,
-            geo,
-            tli: control.timeline,
-            sysid: control.system_identifier,
+            wal,
             bound,
-            inner: None,
-            next,
-            prev: None,
+            inserted: 0,
             current: None,
         })
     }
 
     /// Where the next record starts (resume a later reader from here).
     pub fn position(&self) -> Lsn {
-        self.next
+        self.wal.position()
     }
 
     /// The next record up to the bound; None when there is none yet.
@@ -176,22 +188,47 @@ impl<'w> Reader<'w> {
     }
 
     fn advance_wait(&mut self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
+        let deadline = monotonic_ns().saturating_add(timeout.as_nanos() as u64);
+        let Bound::Server { shm, watch, mode } = self.bound else {
+            return self.advance_polling(deadline);
+        };
+        let word = match mode {
+            ReadMode::Flushed => &shm.xlog().readers.flushed,
+            ReadMode::Inserted => &shm.xlog().readers.inserted,
+        };
+        loop {
+            if self.advance()? {
+                return Ok(true);
+            }
+            // Announce the sleep, then look again (`shmem::readwake`).
+            let seen = word.prepare();
+            let found = self.advance();
+            let now = monotonic_ns();
+            if !matches!(found, Ok(false)) || now >= deadline {
+                word.finish();
+                return found;
+            }
+            let wake_by = deadline.min(now + GUARD_SLEEP.as_nanos() as u64);
+            let slept = word.sleep(seen, wake_by);
+            word.finish();
+            if slept == shmem::futex::Wait::TimedOut && watch.server_gone() {
+                return Err(Error::ServerRestarted);
+            }
+        }
+    }
+
+    /// A files-only reader's tail wait: nobody wakes it, so it naps.
+    fn advance_polling(&mut self, deadline: u64) -> Result<bool> {
         let mut nap = TAIL_NAP_FIRST;
         loop {
             if self.advance()? {
                 return Ok(true);
             }
-            if let Bound::Flushed { watch, .. } = self.bound {
-                if watch.server_gone() {
-                    return Err(Error::ServerRestarted);
-                }
-            }
-            let now = Instant::now();
+            let now = monotonic_ns();
             if now >= deadline {
                 return Ok(false);
             }
-            std::thread::sleep(nap.min(deadline - now));
+            std::thread::sleep(nap.min(Duration::from_nanos(deadline - now)));
             nap = (nap * 2).min(TAIL_NAP_MAX);
         }
     }
@@ -206,100 +243,39 @@ impl<'w> Reader<'w> {
         matches!(checkpoint, Some((_, true)))
     }
 
-    /// The bound now: None for `Files`; the flush position otherwise, or
-    /// ServerRestarted once that generation ended.
-    fn bound_lsn(&self) -> Result<Option<Lsn>> {
+    /// The bound now: everything for `Files`; the flush position or the
+    /// finished insertions otherwise, or ServerRestarted once that
+    /// generation ended.
+    fn bound_lsn(&mut self) -> Result<Lsn> {
         match self.bound {
-            Bound::Files => Ok(None),
-            Bound::Flushed { shm, watch } => {
+            Bound::Files => Ok(Lsn::MAX),
+            Bound::Server { shm, watch, mode } => {
                 if watch.generation_ended() {
                     return Err(Error::ServerRestarted);
                 }
-                // Acquire pairs with the Release fetch_max of the flush
-                // result in `Xlog::xlog_write`: the files hold what it says.
-                let flushed = shm
-                    .xlog()
-                    .write
-                    .flush_result
-                    .load(shmem::sync::Ordering::Acquire);
-                Ok(Some(flushed))
+                Ok(match mode {
+                    ReadMode::Flushed => walread::flushed_upto(shm),
+                    ReadMode::Inserted => {
+                        let geo = self.wal.geometry();
+                        self.inserted = walread::inserted_upto(shm, &geo, self.inserted);
+                        self.inserted
+                    }
+                })
             }
         }
     }
 
     /// Reads the next record into `current`; false at the bound.
     fn advance(&mut self) -> Result<bool> {
-        let bound = self.bound_lsn()?;
-        if bound.is_some_and(|b| self.next >= b) {
-            return Ok(false);
-        }
-        loop {
-            let fresh = self.inner.is_none();
-            if fresh && !self.open_inner(bound)? {
-                return Ok(false);
-            }
-            let inner = self.inner.as_mut().expect("opened above");
-            match inner.next_record() {
-                Ok(Some(rec)) => {
-                    if bound.is_some_and(|b| rec.end > b) {
-                        // Not durable yet: read it again later.
-                        self.inner = None;
-                        return Ok(false);
-                    }
-                    self.next = rec.next;
-                    self.prev = Some(rec.lsn);
-                    self.current = Some(rec);
-                    return Ok(true);
-                }
-                Ok(None) => {}
-                Err(e) if is_not_yet_flushed(&e, self.next, bound) => {}
-                Err(e) => {
-                    self.inner = None;
-                    return Err(Error::Read(e.to_string()));
-                }
-            }
-            // End of what the loaded segment showed: look at the file again,
-            // once.
-            self.inner = None;
-            if fresh {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// Opens walformat's reader at `next`; false if its segment does not
-    /// exist yet.
-    fn open_inner(&mut self, bound: Option<Lsn>) -> Result<bool> {
-        match WalReader::open(
-            &self.pg_wal,
-            self.geo,
-            self.tli,
-            Some(self.sysid),
-            self.next,
-        ) {
-            Ok(mut r) => {
-                if let Some(prev) = self.prev {
-                    r.set_expected_prev(prev);
-                }
-                self.inner = Some(r);
+        let upto = self.bound_lsn()?;
+        match self.wal.next_record(upto) {
+            Ok(Some(rec)) => {
+                self.current = Some(rec);
                 Ok(true)
             }
-            Err(WalError::MissingSegment { .. })
-                if bound.is_none_or(|b| self.geo.seg_no(b) <= self.geo.seg_no(self.next)) =>
-            {
-                Ok(false)
-            }
+            Ok(None) => Ok(false),
             Err(e) => Err(Error::Read(e.to_string())),
         }
-    }
-}
-
-/// A read error close enough to the flush position that the WAL there may
-/// simply not be written yet (see the module header).
-fn is_not_yet_flushed(e: &WalError, next: Lsn, bound: Option<Lsn>) -> bool {
-    match bound {
-        None => false,
-        Some(b) => b < e.lsn().max(next).saturating_add(STRADDLE_WINDOW),
     }
 }
 

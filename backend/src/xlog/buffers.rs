@@ -15,6 +15,7 @@
 //! it, `via_walwriter`).
 //!
 //! Races: `init_page` invalidates `xlblocks[i]` before touching the page
+//! (then a Release fence, for `walread`'s copies of pages)
 //! and publishes the new end with Release once the header is written, so a
 //! reader that still expects the old page never takes the half-initialized
 //! one for it, and a reader that sees the new end sees the header. A page
@@ -170,8 +171,12 @@ impl Xlog<'_> {
     fn init_page(&self, idx: usize, page_start: Lsn) {
         let xlblocks = self.shm.xlblocks();
         // Invalidate first: a reader that still expects the old page must
-        // not take the half-initialized one for it.
+        // not take the half-initialized one for it. The Release fence
+        // orders the invalidation before the page writes below: a WAL
+        // reader copying the page (`walread`, a seqlock reader) that sees
+        // any of them sees `xlblocks[idx]` changed after its Acquire fence.
         xlblocks[idx].store(0, Ordering::Relaxed);
+        shmem::sync::fence(Ordering::Release);
         // SAFETY: we hold WALBufMappingLock and the old page is written, so
         // nobody writes this buffer; the page is 8 KiB inside the mapping.
         let page = unsafe { std::slice::from_raw_parts_mut(self.shm.wal_page(idx), XLOG_BLCKSZ) };

@@ -330,16 +330,18 @@ impl Xlog<'_> {
         }
     }
 
-    /// Releases WALWriteLock, then wakes the walsenders if our
-    /// `xlog_write` advanced the flush position: outside the lock, and the
-    /// wake-up's fence follows the flush_result store either way, so none
-    /// is lost. Every release of WALWriteLock in this module goes through here.
+    /// Releases WALWriteLock, then wakes the walsenders and the library
+    /// WAL readers (`shmem::readwake`) if our `xlog_write` advanced the
+    /// flush position: outside the lock, and each wake-up's fence follows
+    /// the flush_result store either way, so none is lost. Every release
+    /// of WALWriteLock goes through here.
     pub(super) fn release_wal_write_lock(&mut self) {
         self.shm
             .named_lock(NamedLock::WalWrite)
             .release(&self.ctx.env);
         if std::mem::take(&mut self.walsenders_to_wake) {
             shmem::walsnd::wake_walsenders(self.shm.repl());
+            self.shm.xlog().readers.flushed.wake();
         }
         if self.ctx.settings.group_commit == GroupCommit::Hybrid {
             self.notify_flush_waiters();

@@ -188,10 +188,13 @@ impl Xlog<'_> {
         None
     }
 
+    /// Releases insertion lock `i`, then wakes the inserted-mode WAL
+    /// readers if any waits (one load otherwise; `shmem::readwake`).
     pub(super) fn release_insert_lock(&mut self, i: usize) {
         let l = self.shm.insert_lock(i);
         l.lock.release_clear_var(&self.ctx.env, &l.inserting_at, 0);
         self.holding = None;
+        self.shm.xlog().readers.inserted.wake_after_release();
     }
 
     /// Advertises that we will not write below `at` any more.
