@@ -21,17 +21,13 @@ pub mod sql;
 pub mod test_decoding;
 
 use backend::reorder::Reorder;
+use backend::walread::{ReadError, WalRead};
 use plugin::{Output, Plugin};
+use protocol::sqlstate;
 use protocol::SqlError;
-use shmem::sync::Ordering;
 use shmem::Shmem;
-use std::path::{Path, PathBuf};
-use walformat::{DecodedRecord, Geometry, Lsn, WalError, WalReader};
-
-/// How far past a read error the flush position must be before the error
-/// is reported rather than taken for WAL not yet flushed (a record may
-/// straddle the flush position).
-const STRADDLE_WINDOW: u64 = 2 << 20;
+use std::path::Path;
+use walformat::{DecodedRecord, Lsn};
 
 /// Decodes a slot's WAL (see the module header).
 pub struct Decoder<'a> {
@@ -106,119 +102,35 @@ impl<'a> Decoder<'a> {
     }
 }
 
-/// The records of the flushed WAL, read from the segment files.
+/// The records of the WAL below the caller's bound: `backend::walread`
+/// (from the shared WAL buffers while they hold a page, else one `pread`
+/// per page).
 struct Source<'a> {
-    shm: &'a Shmem,
-    pg_wal: PathBuf,
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
-    inner: Option<WalReader>,
-    next: Lsn,
-    prev: Option<Lsn>,
+    read: WalRead<'a>,
 }
 
 impl<'a> Source<'a> {
     fn new(shm: &'a Shmem, datadir: &Path, from: Lsn) -> Result<Source<'a>, SqlError> {
-        let facts = &shm.xlog().facts;
-        let geo = Geometry::new(facts.seg_size)
-            .map_err(|e| SqlError::error("XX000", format!("bad WAL segment size: {e}")))?;
-        Ok(Source {
-            shm,
-            pg_wal: datadir.join("pg_wal"),
-            geo,
-            tli: facts.timeline,
-            sysid: facts.system_identifier,
-            inner: None,
-            next: from,
-            prev: None,
-        })
-    }
-
-    fn removed(&self, segno: u64) -> SqlError {
-        SqlError::error(
-            "58P01",
-            format!(
-                "requested WAL segment {} has already been removed",
-                self.geo.file_name(self.tli, segno)
-            ),
-        )
-    }
-
-    fn is_removed(&self, segno: u64) -> bool {
-        // SeqCst: pairs with the checkpointer's store in
-        // slots::removal_cutoff, made before it removes anything.
-        self.shm.repl().removed_below_seg.load(Ordering::SeqCst) > segno
+        let read = WalRead::new(Some(shm), datadir, from).map_err(read_error)?;
+        Ok(Source { read })
     }
 
     /// The next record that ends at or below `upto`; None if there is
     /// none yet.
     fn next_record(&mut self, upto: Lsn) -> Result<Option<DecodedRecord>, SqlError> {
-        if self.next >= upto {
-            return Ok(None);
-        }
-        loop {
-            let fresh = self.inner.is_none();
-            if fresh && !self.open()? {
-                return Ok(None);
-            }
-            let inner = self.inner.as_mut().expect("opened above");
-            match inner.next_record() {
-                Ok(Some(rec)) if rec.end > upto => {
-                    self.inner = None;
-                    return Ok(None);
-                }
-                Ok(Some(rec)) => {
-                    if self.is_removed(self.geo.seg_no(rec.lsn)) {
-                        return Err(self.removed(self.geo.seg_no(rec.lsn)));
-                    }
-                    self.next = rec.next;
-                    self.prev = Some(rec.lsn);
-                    return Ok(Some(rec));
-                }
-                Ok(None) => {}
-                Err(e) if upto < e.lsn().max(self.next).saturating_add(STRADDLE_WINDOW) => {}
-                Err(e) => {
-                    self.inner = None;
-                    return Err(SqlError::error(
-                        "XX000",
-                        format!("could not decode WAL: {e}"),
-                    ));
-                }
-            }
-            self.inner = None;
-            if fresh {
-                return Ok(None);
-            }
-        }
+        self.read.next_record(upto).map_err(read_error)
     }
+}
 
-    /// Opens the files' reader at `next`; false if its segment does not
-    /// exist yet.
-    fn open(&mut self) -> Result<bool, SqlError> {
-        let segno = self.geo.seg_no(self.next);
-        if self.is_removed(segno) {
-            return Err(self.removed(segno));
-        }
-        match WalReader::open_from(
-            &backend::walfile::SEAM,
-            &self.pg_wal,
-            self.geo,
-            self.tli,
-            Some(self.sysid),
-            self.next,
-        ) {
-            Ok(mut r) => {
-                if let Some(prev) = self.prev {
-                    r.set_expected_prev(prev);
-                }
-                self.inner = Some(r);
-                Ok(true)
-            }
-            Err(WalError::MissingSegment { .. }) if !self.is_removed(segno) => Ok(false),
-            Err(WalError::MissingSegment { .. }) => Err(self.removed(segno)),
-            Err(e) => Err(SqlError::error("XX000", format!("could not read WAL: {e}"))),
-        }
+/// A read error as the client sees it: a removed segment is 58P01 (as
+/// PostgreSQL's walsender says it), anything else XX000.
+fn read_error(e: ReadError) -> SqlError {
+    match e {
+        ReadError::Removed { .. } => SqlError::error(sqlstate::UNDEFINED_FILE, e.to_string()),
+        other => SqlError::error(
+            sqlstate::INTERNAL_ERROR,
+            format!("could not decode WAL: {other}"),
+        ),
     }
 }
 
