@@ -605,14 +605,21 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let Some((sub, rest)) = args.split_first() else {
         return Ok(Command::Help(help_text()));
     };
-    if is_help(sub) || sub == "help" || rest.iter().any(|a| is_help(a)) {
+    if is_help(sub) || sub == "help" {
         return Ok(Command::Help(help_text()));
     }
     if matches!(sub.as_str(), "-V" | "--version") {
         return Ok(Command::Version);
     }
     if sub.starts_with('-') {
+        // PostgreSQL's command line, where -h is the listen address.
+        if args.iter().any(|a| a == "--help") {
+            return Ok(Command::Help(help_text()));
+        }
         return parse_postgres(args).map(Command::Start);
+    }
+    if rest.iter().any(|a| is_help(a)) {
+        return Ok(Command::Help(help_text()));
     }
     match sub.as_str() {
         "init" => parse_init(rest).map(Command::Init),
@@ -632,6 +639,60 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn postgres_command_line_becomes_a_start() {
+        let a = args(&[
+            "-D",
+            "/d",
+            "-p",
+            "5499",
+            "-h",
+            "localhost",
+            "-c",
+            "fsync=off",
+            "--wal-buffers=64",
+            "-k",
+            "/s",
+            "-N",
+            "7",
+            "-F",
+        ]);
+        let Ok(Command::Start(o)) = parse(&a) else {
+            panic!("not parsed as a start");
+        };
+        assert!(o.postgres_cli);
+        assert_eq!(o.datadir, PathBuf::from("/d"));
+        assert_eq!(
+            o.sets,
+            [
+                "port=5499",
+                "listen_addresses=localhost",
+                "fsync=off",
+                "wal_buffers=64",
+                "unix_socket_directories=/s",
+                "max_connections=7",
+                "fsync=off"
+            ]
+        );
+        let Ok(Command::Start(o)) = parse(&args(&["start", "-D", "/d"])) else {
+            panic!("start not parsed");
+        };
+        assert!(!o.postgres_cli);
+        assert!(matches!(parse(&args(&["-V"])), Ok(Command::Version)));
+        assert!(matches!(
+            parse(&args(&["-D", "/d", "--help"])),
+            Ok(Command::Help(_))
+        ));
+        let Err(e) = parse(&args(&["-D", "/d", "-B", "128MB"])) else {
+            panic!("-B accepted");
+        };
+        assert!(e.contains("unknown option \"-B\""), "{e}");
+        let Err(e) = parse(&args(&["-D"])) else {
+            panic!("-D without a value accepted");
+        };
+        assert!(e.contains("-D needs a value"), "{e}");
     }
 
     #[test]

@@ -439,7 +439,7 @@ impl Postmaster {
             return;
         }
         log("LOG", "received SIGHUP, reloading configuration files");
-        let new = match datadir::load_settings(&self.datadir, &self.sets) {
+        let mut new = match datadir::load_settings(&self.datadir, &self.sets) {
             Ok(new) => new,
             Err(e) => {
                 log(
@@ -449,6 +449,11 @@ impl Postmaster {
                 return;
             }
         };
+        // The verifiers may have come from --pwfile or the environment at
+        // start, not from the file; they never change at a reload.
+        for row in shmem::settings::SETTINGS.iter().filter(|r| r.secret) {
+            row.copy(&self.settings, &mut new);
+        }
         let outcome = self.settings.reload_from(&new);
         for name in outcome.needs_restart {
             log(

@@ -17,8 +17,10 @@
 //! and display) is in `kinds`, as PostgreSQL's guc.c beside guc_tables.c.
 //!
 //! Contexts: every row but `synchronous_commit` is `Context::Postmaster`
-//! (fixed at start; a session's SET of it gets 55P02). A new
-//! `Context::Session` row also needs its SET handled in the protocol crate.
+//! (fixed at start; a session's SET of it gets 55P02; a reload reports it
+//! as needing a restart). A `Context::Session` row takes a reloaded value
+//! (SIGHUP, [`Settings::reload_from`]) for the sessions forked afterwards;
+//! a new one also needs its SET handled in the protocol crate.
 //!
 //! Invariants: every row's accessors name that row's field (the macro writes
 //! both from one line); the default of every row shows as a value the row's
