@@ -181,7 +181,9 @@ start`, or as a `NAME = VALUE` line in `DIR/walshm.conf`. A number with a
 unit takes a suffix (kB, MB, GB; us, ms, s, min, h); a bare number is in
 the unit the values column names first. `SHOW NAME` answers every setting
 but `password`; `SET` is refused (55P02) for every setting that only
-changes at start. What each algorithm switch does, and where it comes
+changes at start. A reload (SIGHUP, `pg_ctl reload`) reads `walshm.conf`
+again; a setting that changes only at start keeps its value until a
+restart. What each algorithm switch does, and where it comes
 from, is in [variants.md](variants.md).
 
 | setting | values | default | changes | what it does |
@@ -196,7 +198,8 @@ from, is in [variants.md](variants.md).
             markdown_default(row, &defaults),
             match row.context {
                 Context::Postmaster => "at start",
-                Context::Session => "at start; SET in a session",
+                Context::Session =>
+                    "at start; at a reload (SIGHUP) for new sessions; SET in a session",
             },
             markdown_cell(&markdown_what(row)),
         ));
