@@ -370,14 +370,14 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
 
 /// The timeline in a data directory's control file.
 fn control_timeline(dir: &Path) -> u32 {
-    let b = fs::read(dir.join("global/pg_control")).unwrap();
-    u32::from_le_bytes(b[32..36].try_into().unwrap())
+    backend::control::ControlFile::read(dir).unwrap().timeline
 }
 
 /// The system identifier in a data directory's control file.
 fn sysid(dir: &Path) -> u64 {
-    let b = fs::read(dir.join("global/pg_control")).unwrap();
-    u64::from_le_bytes(b[16..24].try_into().unwrap())
+    backend::control::ControlFile::read(dir)
+        .unwrap()
+        .system_identifier
 }
 
 fn assert_refused(what: &str, o: &Out, new: &Path, existed: bool) {

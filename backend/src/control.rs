@@ -1,38 +1,139 @@
-//! The control file `global/pg_control`: what recovery starts from.
+//! The control file `global/pg_control`: what recovery starts from, in
+//! PostgreSQL 15's `ControlFileData` layout, so that PostgreSQL's own
+//! `pg_controldata` (and `pg_ctl promote`, `pg_basebackup`, ...) read it.
 //!
-//! Byte layout (little-endian, 512 bytes used of one sector-sized write):
+//! The file is `PG_CONTROL_FILE_SIZE` (8192) bytes: the 296-byte struct
+//! image, then zeros. Little-endian, x86-64 alignment (as PostgreSQL 15
+//! built for this machine lays the C struct out); offsets in decimal:
 //!
 //! ```text
-//! { magic: u64 "WALSHMCF" | version: u32 | state: u32 | system_identifier: u64
-//! | seg_size: u64 | timeline: u32 | pad: u32 | checkpoint: u64 | redo: u64
-//! | next_xid: u64 | time: i64 | crc32c: u32 over all preceding bytes }
+//! { system_identifier: u64 | pg_control_version: u32 = 1300 | catalog_version_no: u32 = 202209061 |
+//!   0                        8                                 12
+//!   state: u32 (DBState) | pad: 4 | time: i64 | checkPoint: u64 | checkPointCopy: CheckPoint (88) |
+//!   16                     20       24          32                40
+//!   unloggedLSN: u64 | minRecoveryPoint: u64 | minRecoveryPointTLI: u32 | pad: 4 |
+//!   128                136                     144                        148
+//!   backupStartPoint: u64 | backupEndPoint: u64 | backupEndRequired: bool | pad: 3 |
+//!   152                     160                   168                       169
+//!   wal_level: i32 | wal_log_hints: bool | pad: 3 | MaxConnections: i32 | max_worker_processes: i32 |
+//!   172              176                   177      180                   184
+//!   max_wal_senders: i32 | max_prepared_xacts: i32 | max_locks_per_xact: i32 |
+//!   188                    192                       196
+//!   track_commit_timestamp: bool | pad: 3 | maxAlign: u32 | floatFormat: f64 = 1234567.0 |
+//!   200                            201      204             208
+//!   blcksz: u32 | relseg_size: u32 | xlog_blcksz: u32 | xlog_seg_size: u32 | nameDataLen: u32 |
+//!   216           220                224                228                  232
+//!   indexMaxKeys: u32 | toast_max_chunk_size: u32 | loblksize: u32 | float8ByVal: bool | pad: 3 |
+//!   236                 240                         244              248                 249
+//!   data_checksum_version: u32 | mock_authentication_nonce: [u8; 32] | crc: u32 (CRC-32C of 0..288) | pad: 4 }
+//!   252                          256                                   288                              292..296
 //! ```
+//!
+//! `checkPointCopy` is the 88-byte `CheckPoint` of the WAL's checkpoint
+//! record (`walformat::CheckPoint`). What walshm keeps ([`ControlFile`]):
+//! state, system identifier, segment size, timeline, checkpoint and redo
+//! LSNs, next XID and time; the rest is written with the values
+//! PostgreSQL 15's defaults give (`wal_level` logical, `max_connections`
+//! 100, 8 kB blocks, no data checksums, ...), the checkpoint copy as the
+//! checkpointer writes its record ([`crate::checkpointer::checkpoint_contents`]),
+//! and the nonce derived from the system identifier.
+//!
+//! Reading checks the version, the CRC-32C and the state, and refuses a
+//! file with a clear error otherwise. A file in walshm's previous format
+//! (magic "WALSHMCF", 512 bytes) is still read; [`convert_legacy`] rewrites
+//! it in this layout once (the postmaster calls it at start), and every
+//! write is in this layout.
 //!
 //! Crash safety: the file is written whole to `pg_control.tmp`, fsynced,
 //! renamed over `pg_control`, and the directory fsynced, so a crash leaves
-//! either the old or the new file, never a torn one. A file whose magic,
-//! version or CRC does not check is refused with a clear error.
+//! either the old or the new file, never a torn one.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use walformat::Lsn;
+use walformat::{CheckPoint, Lsn, SIZE_OF_CHECKPOINT};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"WALSHMCF");
-const VERSION: u32 = 1;
-const LEN: usize = 76;
-const FILE_SIZE: usize = 512;
+/// PostgreSQL 15's PG_CONTROL_VERSION.
+pub const PG_CONTROL_VERSION: u32 = 1300;
+/// PostgreSQL 15's CATALOG_VERSION_NO.
+pub const CATALOG_VERSION_NO: u32 = 202_209_061;
+/// PG_CONTROL_FILE_SIZE: the file's physical size.
+const FILE_SIZE: usize = 8192;
+/// sizeof(ControlFileData).
+const STRUCT_SIZE: usize = 296;
+/// offsetof(ControlFileData, crc): the CRC covers every byte before it.
+const CRC_AT: usize = 288;
 
-/// Cluster state, as PostgreSQL's DBState.
+/// Offsets of the fields walshm reads and writes (see the diagram above).
+mod at {
+    pub const SYSTEM_IDENTIFIER: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const CATALOG_VERSION: usize = 12;
+    pub const STATE: usize = 16;
+    pub const TIME: usize = 24;
+    pub const CHECKPOINT: usize = 32;
+    pub const CHECKPOINT_COPY: usize = 40;
+    pub const WAL_LEVEL: usize = 172;
+    pub const MAX_CONNECTIONS: usize = 180;
+    pub const MAX_WORKER_PROCESSES: usize = 184;
+    pub const MAX_WAL_SENDERS: usize = 188;
+    pub const MAX_PREPARED_XACTS: usize = 192;
+    pub const MAX_LOCKS_PER_XACT: usize = 196;
+    pub const MAX_ALIGN: usize = 204;
+    pub const FLOAT_FORMAT: usize = 208;
+    pub const BLCKSZ: usize = 216;
+    pub const RELSEG_SIZE: usize = 220;
+    pub const XLOG_BLCKSZ: usize = 224;
+    pub const XLOG_SEG_SIZE: usize = 228;
+    pub const NAME_DATA_LEN: usize = 232;
+    pub const INDEX_MAX_KEYS: usize = 236;
+    pub const TOAST_MAX_CHUNK_SIZE: usize = 240;
+    pub const LOBLKSIZE: usize = 244;
+    pub const FLOAT8_BYVAL: usize = 248;
+    pub const NONCE: usize = 256;
+}
+
+const _: () = assert!(at::CHECKPOINT_COPY + SIZE_OF_CHECKPOINT == 128);
+const _: () = assert!(at::NONCE + 32 == CRC_AT && CRC_AT + 8 == STRUCT_SIZE);
+
+/// The previous walshm format: `{ magic "WALSHMCF" | version 1 | state |
+/// system_identifier | seg_size | timeline | pad | checkpoint | redo |
+/// next_xid | time | crc32c }`, 76 bytes used of 512.
+mod legacy {
+    pub const MAGIC: u64 = u64::from_le_bytes(*b"WALSHMCF");
+    pub const VERSION: u32 = 1;
+    pub const LEN: usize = 76;
+}
+
+/// Cluster state, PostgreSQL's DBState (same numbers).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DbState {
+    Startup = 0,
     ShutDown = 1,
-    InProduction = 2,
-    InCrashRecovery = 3,
+    ShutDownInRecovery = 2,
+    ShuttingDown = 3,
+    InCrashRecovery = 4,
+    InArchiveRecovery = 5,
+    InProduction = 6,
 }
 
 impl DbState {
     fn from_u32(v: u32) -> Option<DbState> {
+        Some(match v {
+            0 => DbState::Startup,
+            1 => DbState::ShutDown,
+            2 => DbState::ShutDownInRecovery,
+            3 => DbState::ShuttingDown,
+            4 => DbState::InCrashRecovery,
+            5 => DbState::InArchiveRecovery,
+            6 => DbState::InProduction,
+            _ => return None,
+        })
+    }
+
+    /// The state of walshm's previous format (1 shut down, 2 in
+    /// production, 3 in crash recovery).
+    fn from_legacy(v: u32) -> Option<DbState> {
         match v {
             1 => Some(DbState::ShutDown),
             2 => Some(DbState::InProduction),
@@ -41,11 +142,16 @@ impl DbState {
         }
     }
 
+    /// As `pg_controldata` prints it.
     pub fn name(self) -> &'static str {
         match self {
+            DbState::Startup => "starting up",
             DbState::ShutDown => "shut down",
-            DbState::InProduction => "in production",
+            DbState::ShutDownInRecovery => "shut down in recovery",
+            DbState::ShuttingDown => "shutting down",
             DbState::InCrashRecovery => "in crash recovery",
+            DbState::InArchiveRecovery => "in archive recovery",
+            DbState::InProduction => "in production",
         }
     }
 }
@@ -99,65 +205,167 @@ pub fn path(datadir: &Path) -> PathBuf {
     datadir.join("global").join("pg_control")
 }
 
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn put(b: &mut [u8], o: usize, bytes: &[u8]) {
+    b[o..o + bytes.len()].copy_from_slice(bytes);
+}
+
 impl ControlFile {
-    fn encode(&self) -> [u8; FILE_SIZE] {
-        let mut b = [0u8; FILE_SIZE];
-        let mut o = 0;
-        let mut put = |bytes: &[u8]| {
-            b[o..o + bytes.len()].copy_from_slice(bytes);
-            o += bytes.len();
-        };
-        put(&MAGIC.to_le_bytes());
-        put(&VERSION.to_le_bytes());
-        put(&(self.state as u32).to_le_bytes());
-        put(&self.system_identifier.to_le_bytes());
-        put(&self.seg_size.to_le_bytes());
-        put(&self.timeline.to_le_bytes());
-        put(&0u32.to_le_bytes());
-        put(&self.checkpoint.to_le_bytes());
-        put(&self.redo.to_le_bytes());
-        put(&self.next_xid.to_le_bytes());
-        put(&self.time.to_le_bytes());
-        debug_assert_eq!(o, LEN - 4);
-        let crc = crc32c::crc32c(&b[..LEN - 4]);
-        b[LEN - 4..LEN].copy_from_slice(&crc.to_le_bytes());
+    /// The `CheckPoint` copy the file carries: what the checkpointer
+    /// writes in its record for this redo point, timeline and next XID,
+    /// stamped with the file's time.
+    pub fn checkpoint_copy(&self) -> CheckPoint {
+        CheckPoint {
+            time: self.time,
+            ..crate::checkpointer::checkpoint_contents(self.redo, self.timeline, self.next_xid)
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; FILE_SIZE];
+        let i32_ = |v: i32| v.to_le_bytes();
+        put(
+            &mut b,
+            at::SYSTEM_IDENTIFIER,
+            &self.system_identifier.to_le_bytes(),
+        );
+        put(&mut b, at::VERSION, &PG_CONTROL_VERSION.to_le_bytes());
+        put(
+            &mut b,
+            at::CATALOG_VERSION,
+            &CATALOG_VERSION_NO.to_le_bytes(),
+        );
+        put(&mut b, at::STATE, &(self.state as u32).to_le_bytes());
+        put(&mut b, at::TIME, &self.time.to_le_bytes());
+        put(&mut b, at::CHECKPOINT, &self.checkpoint.to_le_bytes());
+        put(
+            &mut b,
+            at::CHECKPOINT_COPY,
+            &self.checkpoint_copy().to_bytes(),
+        );
+        // unloggedLSN, minRecoveryPoint(TLI), backup points: zero.
+        put(&mut b, at::WAL_LEVEL, &i32_(2)); // WAL_LEVEL_LOGICAL
+        put(&mut b, at::MAX_CONNECTIONS, &i32_(100));
+        put(&mut b, at::MAX_WORKER_PROCESSES, &i32_(8));
+        put(&mut b, at::MAX_WAL_SENDERS, &i32_(10));
+        put(&mut b, at::MAX_PREPARED_XACTS, &i32_(0));
+        put(&mut b, at::MAX_LOCKS_PER_XACT, &i32_(64));
+        put(&mut b, at::MAX_ALIGN, &8u32.to_le_bytes());
+        put(&mut b, at::FLOAT_FORMAT, &1234567.0f64.to_le_bytes());
+        put(&mut b, at::BLCKSZ, &8192u32.to_le_bytes());
+        put(&mut b, at::RELSEG_SIZE, &131_072u32.to_le_bytes());
+        put(
+            &mut b,
+            at::XLOG_BLCKSZ,
+            &(walformat::XLOG_BLCKSZ as u32).to_le_bytes(),
+        );
+        // Segment sizes are at most 1 GB (walformat::Geometry).
+        put(
+            &mut b,
+            at::XLOG_SEG_SIZE,
+            &(self.seg_size as u32).to_le_bytes(),
+        );
+        put(&mut b, at::NAME_DATA_LEN, &64u32.to_le_bytes());
+        put(&mut b, at::INDEX_MAX_KEYS, &32u32.to_le_bytes());
+        put(&mut b, at::TOAST_MAX_CHUNK_SIZE, &1996u32.to_le_bytes());
+        put(&mut b, at::LOBLKSIZE, &2048u32.to_le_bytes());
+        b[at::FLOAT8_BYVAL] = 1;
+        // data_checksum_version: 0 (no data pages to checksum).
+        for i in 0..4 {
+            let word = self.system_identifier.rotate_left(16 * i as u32) ^ 0x9e37_79b9_7f4a_7c15;
+            put(&mut b, at::NONCE + 8 * i, &word.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..CRC_AT]);
+        put(&mut b, CRC_AT, &crc.to_le_bytes());
         b
     }
 
     fn decode(b: &[u8], p: &Path) -> Result<ControlFile, ControlError> {
         let bad = |why: String| ControlError::Corrupt(p.to_path_buf(), why);
-        if b.len() < LEN {
+        if b.len() >= 8 && u64_at(b, 0) == legacy::MAGIC {
+            return ControlFile::decode_legacy(b, p);
+        }
+        if b.len() < STRUCT_SIZE {
             return Err(bad(format!(
-                "file is {} bytes, expected at least {LEN}",
+                "file is {} bytes, expected {FILE_SIZE} (at least {STRUCT_SIZE})",
                 b.len()
             )));
         }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if u64_at(0) != MAGIC {
-            return Err(bad("bad magic number".into()));
-        }
-        if u32_at(8) != VERSION {
+        let version = u32_at(b, at::VERSION);
+        if version != PG_CONTROL_VERSION {
             return Err(bad(format!(
-                "version {} (this program uses {VERSION})",
-                u32_at(8)
+                "pg_control_version {version} (this program reads {PG_CONTROL_VERSION}, PostgreSQL 15's)"
             )));
         }
-        let crc = crc32c::crc32c(&b[..LEN - 4]);
-        if crc != u32_at(LEN - 4) {
+        if crc32c::crc32c(&b[..CRC_AT]) != u32_at(b, CRC_AT) {
             return Err(bad("incorrect checksum".into()));
         }
-        let state = DbState::from_u32(u32_at(12))
-            .ok_or_else(|| bad(format!("unknown state {}", u32_at(12))))?;
+        let state = u32_at(b, at::STATE);
+        let state =
+            DbState::from_u32(state).ok_or_else(|| bad(format!("unknown state {state}")))?;
+        let page = u32_at(b, at::XLOG_BLCKSZ);
+        if page as usize != walformat::XLOG_BLCKSZ {
+            return Err(bad(format!(
+                "WAL block size {page} (this program uses {})",
+                walformat::XLOG_BLCKSZ
+            )));
+        }
+        let seg_size = u32_at(b, at::XLOG_SEG_SIZE) as u64;
+        walformat::Geometry::new(seg_size)
+            .map_err(|_| bad(format!("invalid WAL segment size {seg_size}")))?;
+        let copy = CheckPoint::from_bytes(&b[at::CHECKPOINT_COPY..at::CHECKPOINT_COPY + 88])
+            .ok_or_else(|| bad("short checkpoint copy".into()))?;
         Ok(ControlFile {
             state,
-            system_identifier: u64_at(16),
-            seg_size: u64_at(24),
-            timeline: u32_at(32),
-            checkpoint: u64_at(40),
-            redo: u64_at(48),
-            next_xid: u64_at(56),
-            time: u64_at(64) as i64,
+            system_identifier: u64_at(b, at::SYSTEM_IDENTIFIER),
+            seg_size,
+            timeline: copy.tli,
+            checkpoint: u64_at(b, at::CHECKPOINT),
+            redo: copy.redo,
+            next_xid: copy.next_xid,
+            time: u64_at(b, at::TIME) as i64,
+        })
+    }
+
+    fn decode_legacy(b: &[u8], p: &Path) -> Result<ControlFile, ControlError> {
+        let bad = |why: String| ControlError::Corrupt(p.to_path_buf(), why);
+        if b.len() < legacy::LEN {
+            return Err(bad(format!(
+                "file in walshm's previous format is {} bytes, expected at least {}",
+                b.len(),
+                legacy::LEN
+            )));
+        }
+        if u32_at(b, 8) != legacy::VERSION {
+            return Err(bad(format!(
+                "walshm format version {} (this program reads {})",
+                u32_at(b, 8),
+                legacy::VERSION
+            )));
+        }
+        if crc32c::crc32c(&b[..legacy::LEN - 4]) != u32_at(b, legacy::LEN - 4) {
+            return Err(bad("incorrect checksum".into()));
+        }
+        let state = DbState::from_legacy(u32_at(b, 12))
+            .ok_or_else(|| bad(format!("unknown state {}", u32_at(b, 12))))?;
+        Ok(ControlFile {
+            state,
+            system_identifier: u64_at(b, 16),
+            seg_size: u64_at(b, 24),
+            timeline: u32_at(b, 32),
+            checkpoint: u64_at(b, 40),
+            redo: u64_at(b, 48),
+            next_xid: u64_at(b, 56),
+            time: u64_at(b, 64) as i64,
         })
     }
 
@@ -177,6 +385,22 @@ impl ControlFile {
     }
 }
 
+/// Rewrites a control file still in walshm's previous format in
+/// PostgreSQL 15's layout (crash-safely, fsynced); returns whether it did.
+/// A file already in the new layout is left alone; an invalid one is an
+/// error, as for [`ControlFile::read`].
+pub fn convert_legacy(datadir: &Path) -> Result<bool, ControlError> {
+    let p = path(datadir);
+    let b = crate::walfile::read_file(crate::walfile::Op::ControlRead, &p)
+        .map_err(|e| ControlError::Io(p.clone(), e))?;
+    let c = ControlFile::decode(&b, &p)?;
+    if b.len() >= 8 && u64_at(&b, 0) == legacy::MAGIC {
+        c.write(datadir, true)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,19 +418,116 @@ mod tests {
         }
     }
 
+    /// The previous format's bytes for `c`, as the previous version wrote them.
+    fn legacy_bytes(c: &ControlFile) -> Vec<u8> {
+        let mut b = vec![0u8; 512];
+        put(&mut b, 0, &legacy::MAGIC.to_le_bytes());
+        put(&mut b, 8, &legacy::VERSION.to_le_bytes());
+        let state: u32 = match c.state {
+            DbState::ShutDown => 1,
+            DbState::InProduction => 2,
+            _ => 3,
+        };
+        put(&mut b, 12, &state.to_le_bytes());
+        put(&mut b, 16, &c.system_identifier.to_le_bytes());
+        put(&mut b, 24, &c.seg_size.to_le_bytes());
+        put(&mut b, 32, &c.timeline.to_le_bytes());
+        put(&mut b, 40, &c.checkpoint.to_le_bytes());
+        put(&mut b, 48, &c.redo.to_le_bytes());
+        put(&mut b, 56, &c.next_xid.to_le_bytes());
+        put(&mut b, 64, &c.time.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..legacy::LEN - 4]);
+        put(&mut b, legacy::LEN - 4, &crc.to_le_bytes());
+        b
+    }
+
     #[test]
-    fn round_trip_and_corruption() {
+    fn round_trip_in_every_state() {
+        for state in 0..7 {
+            let c = ControlFile {
+                state: DbState::from_u32(state).unwrap(),
+                ..sample()
+            };
+            let b = c.encode();
+            assert_eq!(b.len(), FILE_SIZE);
+            assert_eq!(ControlFile::decode(&b, Path::new("x")).unwrap(), c);
+        }
+    }
+
+    /// Fields where pg_controldata finds them.
+    #[test]
+    fn fields_at_postgresql_offsets() {
         let c = sample();
         let b = c.encode();
-        assert_eq!(ControlFile::decode(&b, Path::new("x")).unwrap(), c);
-        for i in 0..LEN {
-            let mut d = b;
+        assert_eq!(u64_at(&b, 0), c.system_identifier);
+        assert_eq!(u32_at(&b, 8), 1300);
+        assert_eq!(u32_at(&b, 12), 202_209_061);
+        assert_eq!(u32_at(&b, 16), 6);
+        assert_eq!(u64_at(&b, 32), c.checkpoint);
+        assert_eq!(u64_at(&b, 40), c.redo);
+        assert_eq!(u32_at(&b, 48), c.timeline);
+        assert_eq!(u64_at(&b, 64), c.next_xid);
+        assert_eq!(u32_at(&b, 228), 16 << 20);
+        assert_eq!(
+            f64::from_le_bytes(b[208..216].try_into().unwrap()),
+            1234567.0
+        );
+        assert_eq!(u32_at(&b, CRC_AT), crc32c::crc32c(&b[..CRC_AT]));
+        assert!(b[STRUCT_SIZE..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn damage_is_refused() {
+        let b = sample().encode();
+        for i in 0..CRC_AT + 4 {
+            let mut d = b.clone();
             d[i] ^= 0x40;
             assert!(
                 ControlFile::decode(&d, Path::new("x")).is_err(),
                 "flip at {i} accepted"
             );
         }
-        assert!(ControlFile::decode(&b[..10], Path::new("x")).is_err());
+        for len in [0, 10, STRUCT_SIZE - 1] {
+            let e = ControlFile::decode(&b[..len], Path::new("x")).unwrap_err();
+            assert!(e.to_string().contains("bytes"), "{e}");
+        }
+        let mut v = b.clone();
+        put(&mut v, at::VERSION, &1201u32.to_le_bytes());
+        let e = ControlFile::decode(&v, Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("pg_control_version 1201"), "{e}");
+        // A valid CRC over an unknown state or a bad segment size.
+        for (o, v) in [(at::STATE, 7u32), (at::XLOG_SEG_SIZE, 12345)] {
+            let mut d = b.clone();
+            put(&mut d, o, &v.to_le_bytes());
+            let crc = crc32c::crc32c(&d[..CRC_AT]);
+            put(&mut d, CRC_AT, &crc.to_le_bytes());
+            assert!(ControlFile::decode(&d, Path::new("x")).is_err(), "{o}");
+        }
+    }
+
+    #[test]
+    fn legacy_format_is_read_and_converted() {
+        let c = sample();
+        let old = legacy_bytes(&c);
+        assert_eq!(ControlFile::decode(&old, Path::new("x")).unwrap(), c);
+        for i in 0..legacy::LEN {
+            let mut d = old.clone();
+            d[i] ^= 0x40;
+            assert!(
+                ControlFile::decode(&d, Path::new("x")).is_err(),
+                "legacy flip at {i} accepted"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("walshm-control-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("global")).unwrap();
+        std::fs::write(path(&dir), &old).unwrap();
+        assert!(convert_legacy(&dir).unwrap());
+        let now = std::fs::read(path(&dir)).unwrap();
+        assert_eq!(now.len(), FILE_SIZE);
+        assert_eq!(u32_at(&now, at::VERSION), PG_CONTROL_VERSION);
+        assert_eq!(ControlFile::read(&dir).unwrap(), c);
+        assert!(!convert_legacy(&dir).unwrap(), "converted twice");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -56,11 +56,6 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// PostgreSQL 15's PG_CONTROL_VERSION and CATALOG_VERSION_NO, which
-/// pg_control_system() reports.
-const PG_CONTROL_VERSION: i32 = 1300;
-const CATALOG_VERSION_NO: i32 = 202_209_061;
-
 pub struct WalSession<'a> {
     shm: &'a Shmem,
     xact: Xact<'a>,
@@ -428,6 +423,8 @@ impl Session for WalSession<'_> {
         let redo_segno = c.redo / seg;
         let per_id = (0x1_0000_0000 / seg).max(1);
         let timeline = i32::try_from(c.timeline).unwrap_or(i32::MAX);
+        // The checkpoint copy the file holds, as pg_controldata shows it.
+        let cp = c.checkpoint_copy();
         Ok(ControlRow {
             checkpoint_lsn: c.checkpoint,
             redo_lsn: c.redo,
@@ -438,23 +435,25 @@ impl Session for WalSession<'_> {
                 redo_segno % per_id
             ),
             timeline_id: timeline,
-            prev_timeline_id: timeline,
-            full_page_writes: false,
-            next_xid: format!("{}:{}", c.next_xid >> 32, c.next_xid & 0xffff_ffff),
-            next_oid: 0,
-            next_multixact_id: 1,
-            oldest_xid: 3,
-            oldest_xid_dbid: 1,
-            oldest_active_xid: 0,
-            oldest_multi_xid: 1,
-            oldest_multi_dbid: 1,
-            checkpoint_time: c.time.saturating_mul(1_000_000),
-            pg_control_version: PG_CONTROL_VERSION,
-            catalog_version_no: CATALOG_VERSION_NO,
+            prev_timeline_id: i32::try_from(cp.prev_tli).unwrap_or(i32::MAX),
+            full_page_writes: cp.full_page_writes,
+            next_xid: format!("{}:{}", cp.next_xid >> 32, cp.next_xid & 0xffff_ffff),
+            next_oid: cp.next_oid.into(),
+            next_multixact_id: cp.next_multi.into(),
+            next_multi_offset: cp.next_multi_offset.into(),
+            oldest_xid: cp.oldest_xid.into(),
+            oldest_xid_dbid: cp.oldest_xid_db.into(),
+            oldest_active_xid: cp.oldest_active_xid.into(),
+            oldest_multi_xid: cp.oldest_multi.into(),
+            oldest_multi_dbid: cp.oldest_multi_db.into(),
+            oldest_commit_ts_xid: cp.oldest_commit_ts_xid.into(),
+            newest_commit_ts_xid: cp.newest_commit_ts_xid.into(),
+            checkpoint_time: cp.time.saturating_mul(1_000_000),
+            pg_control_version: backend::control::PG_CONTROL_VERSION as i32,
+            catalog_version_no: backend::control::CATALOG_VERSION_NO as i32,
             system_identifier: c.system_identifier as i64,
             pg_control_last_modified: modified_us(&path)
                 .unwrap_or(c.time.saturating_mul(1_000_000)),
-            ..ControlRow::default()
         })
     }
 

@@ -134,6 +134,8 @@ pub(crate) fn run_client_child(
 ) -> i32 {
     use connection::{run_connection, Peer};
     become_child("backend", postmaster_pid);
+    // The session runs with what the postmaster's last reload gave it.
+    shm.adopt_reloaded_settings(settings);
     backend::process::arm_startup_timeout(settings.authentication_timeout_s);
     let verifier = |v: &str| Some(v.to_string()).filter(|v| !v.is_empty());
     let password = verifier(settings.password.as_str());

@@ -42,6 +42,10 @@ pub struct StartOptions {
     /// `--worker NAME=COMMAND [ARGS]`, in order (walshm.conf's `worker`
     /// lines come first, added at start).
     pub worker_commands: Vec<WorkerSpec>,
+    /// Started with PostgreSQL's `postgres` command line (as `pg_ctl`
+    /// runs it): SIGTERM is a smart shutdown, as PostgreSQL's; with
+    /// `postmaster start` SIGTERM stays a fast one.
+    pub postgres_cli: bool,
 }
 
 pub struct WaldumpOptions {
@@ -59,6 +63,8 @@ pub struct SettingsOptions {
 
 pub enum Command {
     Help(String),
+    /// `-V` / `--version`.
+    Version,
     Settings(SettingsOptions),
     Init(InitOptions),
     Start(StartOptions),
@@ -89,7 +95,8 @@ Usage:
                     [--workers N --workload KIND] [--discard-damaged-wal]
                     [--worker 'NAME=COMMAND [ARGS]' ...]
       Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
-      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. DIR must
+      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. SIGHUP:
+      reload the configuration file (settings that may change while running). DIR must
       have mode 0700. --pwfile / WALSHM_PASSWORD, --replication-pwfile /
       WALSHM_REPLICATION_PASSWORD: as for init, for this run.
       Exit status 3: refused to start because WAL is damaged before its end
@@ -117,6 +124,14 @@ Usage:
       directory), its PID, uptime, WAL insert/write/flush positions, and one
       line per process with its type, wait event and state. Reads shared
       memory without taking any lock. --json: one JSON object.
+  postmaster -D DIR [-c NAME=VALUE ...] [--NAME=VALUE ...] [-p PORT] [-k DIR] [-h ADDR] [-N N] [-F]
+      PostgreSQL's postgres command line, as pg_ctl runs it
+      (pg_ctl -D DIR -p path/to/postmaster start -w): runs the server as
+      start does, but SIGTERM is a smart shutdown (new connections refused,
+      running sessions finish, then as fast); SIGINT fast; SIGQUIT
+      immediate; SIGHUP reloads the configuration file.
+  postmaster -V | --version
+      Print the version line, as postgres -V does.
   postmaster settings [--markdown]
       Print every setting with its values and help (the list below);
       --markdown: as a Markdown page with defaults, which is docs/settings.md.
@@ -166,7 +181,9 @@ start`, or as a `NAME = VALUE` line in `DIR/walshm.conf`. A number with a
 unit takes a suffix (kB, MB, GB; us, ms, s, min, h); a bare number is in
 the unit the values column names first. `SHOW NAME` answers every setting
 but `password`; `SET` is refused (55P02) for every setting that only
-changes at start. What each algorithm switch does, and where it comes
+changes at start. A reload (SIGHUP, `pg_ctl reload`) reads `walshm.conf`
+again; a setting that changes only at start keeps its value until a
+restart. What each algorithm switch does, and where it comes
 from, is in [variants.md](variants.md).
 
 | setting | values | default | changes | what it does |
@@ -181,7 +198,8 @@ from, is in [variants.md](variants.md).
             markdown_default(row, &defaults),
             match row.context {
                 Context::Postmaster => "at start",
-                Context::Session => "at start; SET in a session",
+                Context::Session =>
+                    "at start; at a reload (SIGHUP) for new sessions; SET in a session",
             },
             markdown_cell(&markdown_what(row)),
         ));
@@ -476,6 +494,7 @@ fn parse_start(args: &[String]) -> Result<StartOptions, String> {
         pwfile: None,
         replication_pwfile: None,
         worker_commands: Vec::new(),
+        postgres_cli: false,
     };
     let (datadir, opts) = run_flags("start", args, START_FLAGS, blank)?;
     check_workers(&opts)?;
@@ -516,11 +535,93 @@ fn is_help(arg: &str) -> bool {
     matches!(arg, "--help" | "-h")
 }
 
+/// The version line, in the form `postgres -V` prints (`pg_ctl` and
+/// other tools read the major version from it).
+pub fn version_text() -> String {
+    format!(
+        "postgres (PostgreSQL) 15 (walshm {})\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// One option of PostgreSQL's `postgres` command line that walshm takes:
+/// a flag followed by a value, and the setting it assigns (None: -D).
+const POSTGRES_OPTIONS: &[(&str, Option<&str>)] = &[
+    ("-D", None),
+    ("-p", Some("port")),
+    ("-k", Some("unix_socket_directories")),
+    ("-h", Some("listen_addresses")),
+    ("-N", Some("max_connections")),
+];
+
+/// PostgreSQL's `postgres` command line, as `pg_ctl start` runs it (with
+/// `pg_ctl -o "..."` options appended): `-D DIR`, `-c NAME=VALUE`,
+/// `--NAME=VALUE`, `-p PORT`, `-k DIR`, `-h ADDR`, `-N N`, `-F` (fsync
+/// off); the data directory may also come from `PGDATA`. Anything else
+/// is an error naming it.
+fn parse_postgres(args: &[String]) -> Result<StartOptions, String> {
+    let mut datadir = None;
+    let mut sets = Vec::new();
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        let a = a.as_str();
+        if let Some((_, setting)) = POSTGRES_OPTIONS.iter().find(|(f, _)| *f == a) {
+            let v = value(&mut args, a)?;
+            match setting {
+                None => datadir = Some(PathBuf::from(v)),
+                Some(name) => sets.push(format!("{name}={v}")),
+            }
+        } else if a == "-c" {
+            sets.push(value(&mut args, a)?.to_string());
+        } else if a == "-F" {
+            sets.push("fsync=off".into());
+        } else if let Some(assignment) = a.strip_prefix("--").filter(|s| s.contains('=')) {
+            // --NAME=VALUE, PostgreSQL's dashes standing for underscores.
+            let (name, v) = assignment.split_once('=').unwrap_or((assignment, ""));
+            sets.push(format!("{}={v}", name.replace('-', "_")));
+        } else if let Some(assignment) = a.strip_prefix("-c").filter(|s| s.contains('=')) {
+            sets.push(assignment.to_string());
+        } else {
+            return Err(format!(
+                "unknown option \"{a}\" (the postgres command line takes -D DIR, -c NAME=VALUE, --NAME=VALUE, -p PORT, -k DIR, -h ADDR, -N N, -F)"
+            ));
+        }
+    }
+    let datadir = datadir
+        .or_else(|| std::env::var_os("PGDATA").map(PathBuf::from))
+        .ok_or("the postgres command line needs -D DIR or PGDATA (the data directory)")?;
+    Ok(StartOptions {
+        datadir,
+        sets,
+        workers: 0,
+        workload: None,
+        ack: false,
+        discard_damaged_wal: false,
+        pwfile: None,
+        replication_pwfile: None,
+        worker_commands: Vec::new(),
+        postgres_cli: true,
+    })
+}
+
 pub fn parse(args: &[String]) -> Result<Command, String> {
     let Some((sub, rest)) = args.split_first() else {
         return Ok(Command::Help(help_text()));
     };
-    if is_help(sub) || sub == "help" || rest.iter().any(|a| is_help(a)) {
+    if is_help(sub) || sub == "help" {
+        return Ok(Command::Help(help_text()));
+    }
+    if matches!(sub.as_str(), "-V" | "--version") {
+        return Ok(Command::Version);
+    }
+    if sub.starts_with('-') {
+        // PostgreSQL's command line, where -h is the listen address.
+        if args.iter().any(|a| a == "--help") {
+            return Ok(Command::Help(help_text()));
+        }
+        return parse_postgres(args).map(Command::Start);
+    }
+    if rest.iter().any(|a| is_help(a)) {
         return Ok(Command::Help(help_text()));
     }
     match sub.as_str() {
@@ -541,6 +642,60 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn postgres_command_line_becomes_a_start() {
+        let a = args(&[
+            "-D",
+            "/d",
+            "-p",
+            "5499",
+            "-h",
+            "localhost",
+            "-c",
+            "fsync=off",
+            "--wal-buffers=64",
+            "-k",
+            "/s",
+            "-N",
+            "7",
+            "-F",
+        ]);
+        let Ok(Command::Start(o)) = parse(&a) else {
+            panic!("not parsed as a start");
+        };
+        assert!(o.postgres_cli);
+        assert_eq!(o.datadir, PathBuf::from("/d"));
+        assert_eq!(
+            o.sets,
+            [
+                "port=5499",
+                "listen_addresses=localhost",
+                "fsync=off",
+                "wal_buffers=64",
+                "unix_socket_directories=/s",
+                "max_connections=7",
+                "fsync=off"
+            ]
+        );
+        let Ok(Command::Start(o)) = parse(&args(&["start", "-D", "/d"])) else {
+            panic!("start not parsed");
+        };
+        assert!(!o.postgres_cli);
+        assert!(matches!(parse(&args(&["-V"])), Ok(Command::Version)));
+        assert!(matches!(
+            parse(&args(&["-D", "/d", "--help"])),
+            Ok(Command::Help(_))
+        ));
+        let Err(e) = parse(&args(&["-D", "/d", "-B", "128MB"])) else {
+            panic!("-B accepted");
+        };
+        assert!(e.contains("unknown option \"-B\""), "{e}");
+        let Err(e) = parse(&args(&["-D"])) else {
+            panic!("-D without a value accepted");
+        };
+        assert!(e.contains("-D needs a value"), "{e}");
     }
 
     #[test]

@@ -1,12 +1,24 @@
 //! The data directory: creation (`init`), configuration, and the
 //! `postmaster.pid` interlock.
 //!
-//! Layout: `walshm.conf` (settings, and `worker = 'NAME=COMMAND'` lines:
+//! Layout: `PG_VERSION` ("15", as PostgreSQL 15's tools expect),
+//! `walshm.conf` (settings, and `worker = 'NAME=COMMAND'` lines:
 //! repeatable, so read beside the settings table), `global/pg_control`
-//! (control file), `pg_wal/` (WAL segments), `postmaster.pid` while a
-//! postmaster runs (its PID on the first line, then the data directory,
-//! start time and the registration socket's path: the shared memory
-//! segment has no name), `.s.WALSHM.worker` (the registration socket).
+//! (control file, PostgreSQL 15's layout), `pg_wal/` (WAL segments),
+//! `postmaster.pid` while a postmaster runs, `postmaster.opts` (the
+//! command line of the last start, which `pg_ctl restart` reuses),
+//! `.s.WALSHM.worker` (the registration socket).
+//!
+//! `postmaster.pid` has PostgreSQL's lines (miscadmin.h's
+//! LOCK_FILE_LINE_*), so that `pg_ctl` reads it:
+//!
+//! ```text
+//! 1 PID                 5 Unix socket directory
+//! 2 data directory      6 first listen address ('' if none)
+//! 3 start time (Unix s) 7 shared memory key: "        0         0" (the segment is an unnamed memfd)
+//! 4 port                8 status: "starting", "ready   " or "stopping" (8 bytes, rewritten in place)
+//! 9 the registration socket's path (walshm's own line)
+//! ```
 //!
 //! Modes, as PostgreSQL's: the directory and its subdirectories are 0700,
 //! every file is created 0600 explicitly (and the process umask is 0077,
@@ -25,6 +37,10 @@ use walformat::{checkpoint_record, Geometry, SegmentWriter};
 
 pub const CONFIG_FILE: &str = "walshm.conf";
 pub const PID_FILE: &str = "postmaster.pid";
+pub const OPTS_FILE: &str = "postmaster.opts";
+/// What PostgreSQL 15's tools find in `PG_VERSION`.
+pub const PG_VERSION_FILE: &str = "PG_VERSION";
+const PG_VERSION: &str = "15\n";
 /// First XID handed out, in its 64-bit (epoch 0) form.
 const FIRST_NORMAL_FULL_XID: u64 = backend::procarray::FIRST_NORMAL_XID as u64;
 
@@ -121,6 +137,7 @@ pub fn init(opts: &InitOptions) -> Result<(), String> {
             .map_err(|e| format!("could not create \"{}\": {e}", dir.join(sub).display()))?;
     }
     write_config(dir, &lines)?;
+    write_pg_version(dir)?;
     if let Some(src) = source {
         return init_from_wal(dir, &src).inspect_err(|_| remove_created(dir, existed));
     }
@@ -222,11 +239,64 @@ fn remove_created(dir: &Path, existed: bool) {
         "pg_wal",
         "global",
         CONFIG_FILE,
+        PG_VERSION_FILE,
         backend::restore::RECOVERY_SIGNAL,
     ] {
         let p = dir.join(sub);
         let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
     }
+}
+
+/// Writes `DIR/PG_VERSION` ("15"), mode 0600.
+pub fn write_pg_version(dir: &Path) -> Result<(), String> {
+    let p = dir.join(PG_VERSION_FILE);
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&p)
+        .and_then(|mut f| f.write_all(PG_VERSION.as_bytes()))
+        .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+}
+
+/// A data directory made by an earlier walshm: its control file in the
+/// previous format is rewritten in PostgreSQL 15's, and `PG_VERSION` is
+/// added if missing. Called at start, with the pid file held.
+pub fn bring_up_to_date(dir: &Path) -> Result<(), String> {
+    if backend::control::convert_legacy(dir).map_err(|e| e.to_string())? {
+        crate::log(
+            "LOG",
+            "control file converted to PostgreSQL 15's pg_control layout",
+        );
+    }
+    if !dir.join(PG_VERSION_FILE).exists() {
+        write_pg_version(dir)?;
+    }
+    Ok(())
+}
+
+/// Writes `DIR/postmaster.opts` as PostgreSQL's postmaster does: this
+/// program's path, then each argument in double quotes, on one line
+/// (`pg_ctl restart` starts the server again with it).
+pub fn write_opts_file(dir: &Path, args: &[String]) -> Result<(), String> {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "postmaster".into());
+    let mut line = exe;
+    for a in args {
+        line.push_str(&format!(" \"{a}\""));
+    }
+    line.push('\n');
+    let p = dir.join(OPTS_FILE);
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&p)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
 }
 
 fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
@@ -362,14 +432,41 @@ fn check_datadir_mode(dir: &Path) -> Result<(), String> {
 /// The pid file, removed when dropped.
 pub struct PidFile {
     path: PathBuf,
+    /// Byte offset of line 8, the status.
+    status_at: u64,
+}
+
+/// What the pid file's lines 4 to 6 say (see the module's table).
+pub struct PidFacts {
+    pub port: u32,
+    pub socket_dir: String,
+    pub listen_addr: String,
+}
+
+/// The status line's words (miscadmin.h's PM_STATUS_*: 8 bytes each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PmStatus {
+    Starting,
+    Ready,
+    Stopping,
+}
+
+impl PmStatus {
+    fn word(self) -> &'static str {
+        match self {
+            PmStatus::Starting => "starting",
+            PmStatus::Ready => "ready   ",
+            PmStatus::Stopping => "stopping",
+        }
+    }
 }
 
 impl PidFile {
-    /// Creates `DIR/postmaster.pid`, refusing if a live postmaster owns the
-    /// directory and taking over a stale file. Returns the file and whether
-    /// a stale one was found (its owner died without cleaning up). Line 4
-    /// names the registration socket (the segment itself has no name).
-    pub fn create(dir: &Path) -> Result<(PidFile, bool), String> {
+    /// Creates `DIR/postmaster.pid` (status "starting"), refusing if a
+    /// live postmaster owns the directory and taking over a stale file.
+    /// Returns the file and whether a stale one was found (its owner died
+    /// without cleaning up).
+    pub fn create(dir: &Path, facts: &PidFacts) -> Result<(PidFile, bool), String> {
         let socket = shmem::register::socket_path(dir);
         let path = dir.join(PID_FILE);
         let mut stale = false;
@@ -381,17 +478,27 @@ impl PidFile {
                 .open(&path);
             match f {
                 Ok(mut f) => {
-                    let text = format!(
-                        "{}\n{}\n{}\n{}\n",
+                    let head = format!(
+                        "{}\n{}\n{}\n{}\n{}\n{}\n{:>9} {:>9}\n",
                         std::process::id(),
                         dir.display(),
                         unix_now(),
+                        facts.port,
+                        facts.socket_dir,
+                        facts.listen_addr,
+                        0,
+                        0
+                    );
+                    let text = format!(
+                        "{head}{}\n{}\n",
+                        PmStatus::Starting.word(),
                         socket.display()
                     );
                     f.write_all(text.as_bytes())
                         .and_then(|_| f.sync_all())
                         .map_err(|e| format!("could not write \"{}\": {e}", path.display()))?;
-                    return Ok((PidFile { path }, stale));
+                    let status_at = head.len() as u64;
+                    return Ok((PidFile { path, status_at }, stale));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let text = fs::read_to_string(&path).unwrap_or_default();
@@ -425,6 +532,23 @@ impl PidFile {
             "could not create \"{}\": it keeps reappearing",
             path.display()
         ))
+    }
+
+    /// Rewrites the status line in place (one 8-byte write: a reader such
+    /// as `pg_ctl -w` sees the old word or the new one). A failure is
+    /// logged, never fatal: the server runs on without it, as PostgreSQL's.
+    pub fn set_status(&self, status: PmStatus) {
+        use std::os::unix::fs::FileExt;
+        let r = fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .and_then(|f| f.write_all_at(status.word().as_bytes(), self.status_at));
+        if let Err(e) = r {
+            crate::log(
+                "LOG",
+                &format!("could not write \"{}\": {e}", self.path.display()),
+            );
+        }
     }
 }
 

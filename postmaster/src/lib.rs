@@ -44,6 +44,10 @@ pub fn main() -> i32 {
             print!("{text}");
             0
         }
+        Ok(cli::Command::Version) => {
+            print!("{}", cli::version_text());
+            0
+        }
         Ok(cli::Command::Settings(opts)) => {
             if opts.markdown {
                 print!("{}", cli::settings_markdown());

@@ -15,6 +15,16 @@
 //! stops between two `restore_command` fetches and exits
 //! `EXIT_SHUTDOWN`, which ends the shutdown the same way.
 //!
+//! Signals, as PostgreSQL's postmaster takes them: SIGINT fast shutdown,
+//! SIGQUIT immediate (every child SIGQUIT, no shutdown checkpoint),
+//! SIGHUP reload (the configuration file is read again and the settings
+//! that may change while running take their new values for sessions that
+//! start afterwards; the others are reported as needing a restart), and
+//! SIGTERM smart when started with PostgreSQL's command line (no new
+//! connections, running sessions finish, then a fast shutdown), fast
+//! with `postmaster start` (what its users and tests expect). The pid
+//! file's status line says `starting`, `ready   ` or `stopping`.
+//!
 //! Rules: signal handlers only set flags and write a byte to a self-pipe;
 //! the main loop polls the pipe and acts. Everything a child needs (the
 //! segment, its settings) exists before `fork`. A child that exits with a
@@ -61,14 +71,24 @@ const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
 const MAX_STARTUP_FAILURES: u32 = 3;
 
+/// A fast shutdown was asked for (SIGINT; SIGTERM under `postmaster start`).
 static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
+/// A smart shutdown was asked for (SIGTERM under the postgres command line).
+static GOT_SMART: AtomicBool = AtomicBool::new(false);
 static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
+static GOT_SIGHUP: AtomicBool = AtomicBool::new(false);
+/// SIGTERM means a smart shutdown (set once, before the handlers).
+static SIGTERM_IS_SMART: AtomicBool = AtomicBool::new(false);
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     match sig {
+        libc::SIGTERM if SIGTERM_IS_SMART.load(Ordering::Relaxed) => {
+            GOT_SMART.store(true, Ordering::Relaxed)
+        }
         libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
         libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
+        libc::SIGHUP => GOT_SIGHUP.store(true, Ordering::Relaxed),
         _ => {}
     }
     let fd = WAKE_FD.load(Ordering::Relaxed);
@@ -99,7 +119,15 @@ struct Child {
 
 struct Postmaster {
     datadir: PathBuf,
+    /// The settings in force; a reload changes only the rows whose
+    /// context allows it (`Settings::reload_from`).
     settings: Settings,
+    /// The command line's settings (they override the file at a reload
+    /// as at start).
+    sets: Vec<String>,
+    pidfile: Option<PidFile>,
+    /// A smart shutdown waits for the client sessions to end.
+    smart_shutdown: bool,
     control: ControlFile,
     workers: u32,
     workload: Option<Workload>,
@@ -148,9 +176,22 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     let control = ControlFile::read(&datadir).map_err(|e| e.to_string())?;
     // The segment is unnamed (a memfd): nothing of a dead postmaster's is
     // left to clean up but its pid file and sockets.
-    let (_pidfile, _stale) = PidFile::create(&datadir)?;
+    let facts = datadir::PidFacts {
+        port: settings.port,
+        socket_dir: match settings.unix_socket_directories.as_str() {
+            "" => datadir.display().to_string(),
+            d => d.to_string(),
+        },
+        listen_addr: settings.listen_addresses.as_str().to_string(),
+    };
+    let (pidfile, _stale) = PidFile::create(&datadir, &facts)?;
+    datadir::bring_up_to_date(&datadir)?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    datadir::write_opts_file(&datadir, &args)?;
+    SIGTERM_IS_SMART.store(opts.postgres_cli, Ordering::Relaxed);
     let wake_rd = install_signal_handlers()?;
     let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
+    pm.pidfile = Some(pidfile);
     pm.supervised = workers.into_iter().map(Supervised::new).collect();
     let code = pm.run();
     pm.release_segment(false);
@@ -188,7 +229,13 @@ fn install_signal_handlers() -> Result<i32, String> {
         ));
     }
     WAKE_FD.store(fds[1], Ordering::Relaxed);
-    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGQUIT, libc::SIGCHLD] {
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGHUP,
+        libc::SIGCHLD,
+    ] {
         backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
     }
     backend::process::set_handler(libc::SIGPIPE, libc::SIG_IGN);
@@ -206,6 +253,9 @@ impl Postmaster {
         Postmaster {
             datadir,
             settings,
+            sets: opts.sets,
+            pidfile: None,
+            smart_shutdown: false,
             control,
             workers: opts.workers,
             workload: opts.workload,
@@ -257,7 +307,9 @@ impl Postmaster {
             self.accept_connections();
             self.service_registry();
             self.handle_shutdown_signals();
+            self.reload_if_asked();
             self.reap_children();
+            self.smart_shutdown_step();
             self.start_due_workers();
             if let Some(code) = self.advance_state() {
                 return code;
@@ -324,17 +376,102 @@ impl Postmaster {
     }
 
     /// SIGQUIT: immediate shutdown (as after a crash, without restart);
-    /// SIGTERM or SIGINT: fast shutdown.
+    /// SIGINT (and SIGTERM under `postmaster start`): fast shutdown;
+    /// SIGTERM under the postgres command line: smart shutdown.
     fn handle_shutdown_signals(&mut self) {
         if GOT_SIGQUIT.swap(false, Ordering::Relaxed) {
             log("LOG", "received immediate shutdown request");
+            self.set_status(datadir::PmStatus::Stopping);
             self.shutting_down = true;
             self.signal_all(libc::SIGQUIT);
             self.enter_crash_wait();
         }
         if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
             log("LOG", "received fast shutdown request");
+            self.set_status(datadir::PmStatus::Stopping);
             self.begin_fast_shutdown();
+        }
+        if GOT_SMART.swap(false, Ordering::Relaxed) && !self.shutting_down && !self.smart_shutdown {
+            log("LOG", "received smart shutdown request");
+            self.set_status(datadir::PmStatus::Stopping);
+            if self.state == State::Run {
+                // New clients are refused (Phase::ShuttingDown); the
+                // sessions running finish first (smart_shutdown_step).
+                self.smart_shutdown = true;
+            } else {
+                // Starting up or recovering from a crash: no session to
+                // wait for.
+                self.begin_fast_shutdown();
+            }
+        }
+    }
+
+    /// A smart shutdown becomes a fast one once no client session is left
+    /// (walsenders are not sessions: they stream until the end, as in a
+    /// fast shutdown).
+    fn smart_shutdown_step(&mut self) {
+        if !self.smart_shutdown || self.shutting_down {
+            return;
+        }
+        if self.state != State::Run {
+            // A crash meanwhile: what is left to wait for is gone.
+            self.begin_fast_shutdown();
+            return;
+        }
+        let walsenders = self.walsender_pids();
+        let sessions = self.children.iter().any(|c| {
+            c.kind == Kind::Client(ClientChild::Connection) && !walsenders.contains(&c.pid)
+        });
+        if !sessions {
+            log("LOG", "no client session left; shutting down");
+            self.begin_fast_shutdown();
+        }
+    }
+
+    /// SIGHUP: reads the configuration file again as `start` read it
+    /// (defaults, walshm.conf, then the command line's settings) and takes
+    /// the new values of the rows whose context allows a change; a row
+    /// that needs a restart keeps its value and is named in the log. A
+    /// file with an error changes nothing. Sessions forked afterwards run
+    /// with the new values (`Shmem::adopt_reloaded_settings`).
+    fn reload_if_asked(&mut self) {
+        if !GOT_SIGHUP.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        log("LOG", "received SIGHUP, reloading configuration files");
+        let mut new = match datadir::load_settings(&self.datadir, &self.sets) {
+            Ok(new) => new,
+            Err(e) => {
+                log(
+                    "LOG",
+                    &format!("{e}; configuration file contains errors; no changes were applied"),
+                );
+                return;
+            }
+        };
+        // The verifiers may have come from --pwfile or the environment at
+        // start, not from the file; they never change at a reload.
+        for row in shmem::settings::SETTINGS.iter().filter(|r| r.secret) {
+            row.copy(&self.settings, &mut new);
+        }
+        let outcome = self.settings.reload_from(&new);
+        for name in outcome.needs_restart {
+            log(
+                "LOG",
+                &format!("parameter \"{name}\" cannot be changed without restarting the server"),
+            );
+        }
+        for (name, value) in outcome.changed {
+            log(
+                "LOG",
+                &format!("parameter \"{name}\" changed to \"{value}\""),
+            );
+        }
+    }
+
+    fn set_status(&self, status: datadir::PmStatus) {
+        if let Some(p) = &self.pidfile {
+            p.set_status(status);
         }
     }
 
@@ -494,7 +631,7 @@ impl Postmaster {
     /// What admission needs to know, now.
     fn load(&self) -> admission::Load {
         let phase = match self.state {
-            _ if self.shutting_down => Phase::ShuttingDown,
+            _ if self.shutting_down || self.smart_shutdown => Phase::ShuttingDown,
             State::Run => Phase::Running,
             State::Startup => Phase::StartingUp,
             _ => Phase::Recovering,
@@ -759,6 +896,7 @@ impl Postmaster {
         self.state = State::Run;
         self.run_started.get_or_insert_with(Instant::now);
         log("LOG", "database system is ready to accept connections");
+        self.set_status(datadir::PmStatus::Ready);
         self.start_due_workers();
     }
 
@@ -848,6 +986,7 @@ impl Postmaster {
             return Some(self.finish());
         }
         log("LOG", "all server processes terminated; reinitializing");
+        self.set_status(datadir::PmStatus::Starting);
         self.release_segment(false);
         if let Err(e) = self.create_segment() {
             log("FATAL", &e);

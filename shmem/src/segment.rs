@@ -55,6 +55,10 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
+/// This process's settings after a reload (see [`Shmem::settings`]):
+/// process-local memory, never shared.
+static RELOADED: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
@@ -449,8 +453,23 @@ impl Shmem {
         unsafe { &*self.at::<ShmemHeader>(0) }
     }
 
+    /// The settings this process runs with: the segment's, or, in a
+    /// session forked after a reload, the segment's with the reloadable
+    /// rows the postmaster handed it ([`Shmem::adopt_reloaded_settings`]).
     pub fn settings(&self) -> &Settings {
-        &self.header().settings
+        RELOADED.get().unwrap_or(&self.header().settings)
+    }
+
+    /// In a child just forked by the postmaster: run with the reloadable
+    /// rows (`Context::Session`) of `reloaded`, the postmaster's settings
+    /// after its last reload; every other row stays the segment's. Only
+    /// the first call in a process counts (the settings a process runs
+    /// with never change under it).
+    pub fn adopt_reloaded_settings(&self, reloaded: &Settings) {
+        let own = &self.header().settings;
+        if own != reloaded {
+            let _ = RELOADED.set(own.with_reloadable_from(reloaded));
+        }
     }
 
     pub fn proc_global(&self) -> &ProcGlobal {

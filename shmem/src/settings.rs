@@ -17,8 +17,10 @@
 //! and display) is in `kinds`, as PostgreSQL's guc.c beside guc_tables.c.
 //!
 //! Contexts: every row but `synchronous_commit` is `Context::Postmaster`
-//! (fixed at start; a session's SET of it gets 55P02). A new
-//! `Context::Session` row also needs its SET handled in the protocol crate.
+//! (fixed at start; a session's SET of it gets 55P02; a reload reports it
+//! as needing a restart). A `Context::Session` row takes a reloaded value
+//! (SIGHUP, [`Settings::reload_from`]) for the sessions forked afterwards;
+//! a new one also needs its SET handled in the protocol crate.
 //!
 //! Invariants: every row's accessors name that row's field (the macro writes
 //! both from one line); the default of every row shows as a value the row's
@@ -553,11 +555,81 @@ impl Settings {
         let row = lookup(name).ok()?;
         (!row.secret).then(|| row.display(self))
     }
+
+    /// A reload (SIGHUP): takes from `new` the value of every row whose
+    /// context allows a change while the server runs (`Context::Session`,
+    /// PostgreSQL's user-settable rows, whose server value is each new
+    /// session's default); the other rows keep their values and those
+    /// that differ are reported.
+    pub fn reload_from(&mut self, new: &Settings) -> ReloadOutcome {
+        let mut outcome = ReloadOutcome::default();
+        for row in SETTINGS {
+            let (old_shown, new_shown) = (row.display(self), row.display(new));
+            if old_shown == new_shown {
+                continue;
+            }
+            match row.context {
+                Context::Session => {
+                    row.copy(new, self);
+                    let shown = if row.secret {
+                        "(secret)".into()
+                    } else {
+                        new_shown
+                    };
+                    outcome.changed.push((row.name, shown));
+                }
+                Context::Postmaster => outcome.needs_restart.push(row.name),
+            }
+        }
+        outcome
+    }
+
+    /// This set with the rows a reload may change taken from `reloaded`
+    /// (what a session forked after a reload runs with).
+    pub fn with_reloadable_from(&self, reloaded: &Settings) -> Settings {
+        let mut s = *self;
+        for row in SETTINGS.iter().filter(|r| r.context == Context::Session) {
+            row.copy(reloaded, &mut s);
+        }
+        s
+    }
+}
+
+/// What [`Settings::reload_from`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReloadOutcome {
+    /// Rows that took a new value, with the value as SHOW prints it.
+    pub changed: Vec<(&'static str, String)>,
+    /// Rows whose new value waits for a restart.
+    pub needs_restart: Vec<&'static str>,
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reload_changes_session_rows_only() {
+        let mut running = Settings::default();
+        let mut file = Settings::default();
+        file.set("synchronous_commit", "off").unwrap();
+        file.set("wal_buffers", "64").unwrap();
+        let outcome = running.reload_from(&file);
+        assert_eq!(
+            outcome.changed,
+            vec![("synchronous_commit", "off".to_string())]
+        );
+        assert_eq!(outcome.needs_restart, vec!["wal_buffers"]);
+        assert_eq!(running.show("synchronous_commit").as_deref(), Some("off"));
+        assert_eq!(running.wal_buffers, Settings::default().wal_buffers);
+        let forked = Settings::default().with_reloadable_from(&file);
+        assert_eq!(forked.show("synchronous_commit").as_deref(), Some("off"));
+        assert_eq!(forked.wal_buffers, Settings::default().wal_buffers);
+        assert_eq!(
+            running.reload_from(&running.clone()),
+            ReloadOutcome::default()
+        );
+    }
 
     #[test]
     fn every_described_setting_round_trips() {

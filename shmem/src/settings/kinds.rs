@@ -320,6 +320,12 @@ impl Setting {
         }
     }
 
+    /// Copies this row's value from `from` into `to`.
+    pub fn copy(&self, from: &Settings, to: &mut Settings) {
+        let stored = (self.access.put)(to, (self.access.get)(from));
+        debug_assert!(stored, "a row's own value fits its field");
+    }
+
     /// Stores a parsed value in `s`; false if it does not fit the field.
     pub fn store(&self, s: &mut Settings, v: Value<'_>) -> bool {
         (self.access.put)(s, v)
