@@ -633,6 +633,15 @@ fn c_abi_bad_input_gives_errors_not_crashes() {
     s.stop_ok();
 }
 
+/// The C ABI's slots: create, read committed messages, confirm, resume,
+/// drop (worker/tests/c/slot.c).
+#[test]
+fn c_abi_slots_resume_where_confirmed() {
+    let tmp = TempDir::new("wk-c-slot");
+    let (_, s) = run_c_checks(&tmp, "slot");
+    s.stop_ok();
+}
+
 /// Builds `worker/tests/c/NAME.c`, starts a server and runs the program
 /// against it; it must print "ALL OK" and exit 0.
 fn run_c_checks(tmp: &TempDir, name: &str) -> (DataDir, Server) {

@@ -49,7 +49,8 @@
 
 use crate::process::log;
 use crate::walfile::{self, Op};
-use pgerror::{sqlstate, SqlError};
+use pgerror::sqlstate;
+pub use pgerror::SqlError;
 use shmem::sync::Ordering;
 use shmem::walsnd::{SlotShared, NAME_BYTES};
 use shmem::Shmem;

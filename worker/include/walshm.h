@@ -106,6 +106,23 @@ walshm_reader *walshm_reader_open_dir(const char *data_dir, uint64_t from, char 
    do not wait). 1: a record, 0: none yet, -1: error (walshm_reader_error);
    after a server restart, -1 with "server restarted". */
 int walshm_reader_next(walshm_reader *r, walshm_record *out, uint32_t timeout_ms);
+
+/* Slots: durable consumer positions in the server's replication slot
+   table (shown in pg_replication_slots, plugin "walshm"). A slot holds the
+   WAL its reader still needs (up to max_slot_wal_keep_size) across
+   restarts and crashes. 0 ok, -1 error (walshm_error(w)). */
+int walshm_slot_create(walshm_worker *w, const char *name, uint64_t *lsn);
+int walshm_slot_drop(walshm_worker *w, const char *name);
+/* A reader of the slot's committed transactional messages (kind
+   WALSHM_RECORD_MESSAGE_TX, `end` = the end of the transaction's COMMIT),
+   from the transactions the slot's consumer has not confirmed; flushed WAL
+   only. Takes the slot for this process until closed; NULL on error
+   (walshm_error(w)). */
+walshm_reader *walshm_reader_open_slot(walshm_worker *w, const char *name);
+/* The consumer has everything committed before lsn (a record's end): the
+   slot moves there (saved at the next checkpoint; after a crash what was
+   confirmed since is delivered again). -1 for a reader not on a slot. */
+int walshm_reader_confirm(walshm_reader *r, uint64_t lsn);
 const char *walshm_reader_error(const walshm_reader *r);
 int walshm_reader_close(walshm_reader *r);
 

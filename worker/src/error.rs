@@ -34,6 +34,9 @@ pub enum Error {
     ForkedChild { owner: u32 },
     /// Prefix over [`crate::MAX_PREFIX`] bytes.
     PrefixTooLong(usize),
+    /// A slot operation was refused (the message says why, with
+    /// PostgreSQL's SQLSTATE: duplicate, unknown, in use, invalidated).
+    Slot(String),
 }
 
 impl fmt::Display for Error {
@@ -70,6 +73,7 @@ impl fmt::Display for Error {
                 "message prefix of {n} bytes is over the limit of {} bytes",
                 crate::MAX_PREFIX
             ),
+            Error::Slot(m) => write!(f, "{m}"),
         }
     }
 }

@@ -18,7 +18,7 @@
 //! - failures return -1 (or NULL) and leave a NUL-terminated message in the
 //!   handle, read with `walshm_error`.
 
-use crate::{Error, ReadMode, Reader, RecordKind, Worker};
+use crate::{Error, Message, ReadMode, Reader, RecordKind, SlotReader, Worker};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -137,8 +137,20 @@ pub struct walshm_reader {
     /// worker handle's serial number: the same handle must stay live.
     worker: usize,
     worker_serial: u64,
-    reader: Reader<'static>,
+    source: Source,
     error: CString,
+}
+
+/// What a reader handle reads.
+enum Source {
+    /// Decoded records.
+    Records(Box<Reader<'static>>),
+    /// A slot's committed messages; the last one returned is kept (with
+    /// its prefix NUL-terminated) while the caller may look at it.
+    Slot {
+        reader: Box<SlotReader<'static>>,
+        current: Option<(Message, CString)>,
+    },
 }
 
 /// `Handle` for a handle type with the fields `magic`, `busy`, `error`.
@@ -508,7 +520,7 @@ pub unsafe extern "C" fn walshm_detach(w: *mut walshm_worker) -> c_int {
 // Reader (addition beyond the fixed contract)
 // ----------------------------------------------------------------------
 
-fn new_reader_handle(worker: usize, reader: Reader<'static>) -> *mut walshm_reader {
+fn new_reader_handle(worker: usize, source: Source) -> *mut walshm_reader {
     // No live handle at address 0 (no worker): serial 0, never handed out.
     let worker_serial = serial_of(worker).unwrap_or(0);
     let h = Box::into_raw(Box::new(walshm_reader {
@@ -516,7 +528,7 @@ fn new_reader_handle(worker: usize, reader: Reader<'static>) -> *mut walshm_read
         busy: AtomicBool::new(false),
         worker,
         worker_serial,
-        reader,
+        source,
         error: CString::default(),
     }));
     register(h as usize);
@@ -572,9 +584,101 @@ unsafe fn open_attached_reader(
         Ok(())
     });
     match out {
-        Some(r) => new_reader_handle(w as usize, r),
+        Some(r) => new_reader_handle(w as usize, Source::Records(Box::new(r))),
         None => std::ptr::null_mut(),
     }
+}
+
+/// Creates slot `name` at the current end of WAL (`Worker::slot_create`);
+/// its position into `*lsn` (if not NULL). 0 ok, -1 error (walshm_error).
+///
+/// # Safety
+/// `w` as `walshm.h` documents it; `name` NUL-terminated; `lsn` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn walshm_slot_create(
+    w: *mut walshm_worker,
+    name: *const c_char,
+    lsn: *mut u64,
+) -> c_int {
+    with_worker(w, |wk| {
+        // SAFETY: the caller's promise for `name`.
+        let name = unsafe { str_arg(name, "name") }?;
+        let at = wk.slot_create(name)?;
+        // SAFETY: lsn is NULL or writable.
+        unsafe { put(lsn, at) };
+        Ok(())
+    })
+}
+
+/// Drops slot `name`. 0 ok, -1 error (walshm_error).
+///
+/// # Safety
+/// `w` as `walshm.h` documents it; `name` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn walshm_slot_drop(w: *mut walshm_worker, name: *const c_char) -> c_int {
+    with_worker(w, |wk| {
+        // SAFETY: the caller's promise for `name`.
+        let name = unsafe { str_arg(name, "name") }?;
+        wk.slot_drop(name)
+    })
+}
+
+/// A reader of slot `name`'s committed messages (`Worker::reader_slot`);
+/// NULL on error (walshm_error(w)). Close it before detaching `w`.
+///
+/// # Safety
+/// `w` as `walshm.h` documents it; `name` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn walshm_reader_open_slot(
+    w: *mut walshm_worker,
+    name: *const c_char,
+) -> *mut walshm_reader {
+    let mut out = None;
+    with_worker(w, |wk| {
+        // SAFETY: the caller's promise for `name`.
+        let name = unsafe { str_arg(name, "name") }?;
+        let r = wk.reader_slot(name)?;
+        // SAFETY: as in `open_attached_reader`: the slot reader borrows the
+        // worker, which lives as long as its handle; every reader call
+        // checks the handle first, and readers are closed before detaching.
+        out = Some(unsafe { std::mem::transmute::<SlotReader<'_>, SlotReader<'static>>(r) });
+        Ok(())
+    });
+    match out {
+        Some(reader) => new_reader_handle(
+            w as usize,
+            Source::Slot {
+                reader: Box::new(reader),
+                current: None,
+            },
+        ),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// A slot reader's consumer has everything committed before `lsn` (a
+/// record's `end`). 0 ok, -1 error (walshm_reader_error), also for a
+/// reader not opened on a slot.
+///
+/// # Safety
+/// `r` as `walshm.h` documents it.
+#[no_mangle]
+pub unsafe extern "C" fn walshm_reader_confirm(r: *mut walshm_reader, lsn: u64) -> c_int {
+    with_handle(r, |h| {
+        if h.worker != 0 && serial_of(h.worker) != Some(h.worker_serial) {
+            return Err(c"walshm: the reader's worker was detached".into());
+        }
+        match &mut h.source {
+            Source::Slot { reader, .. } => reader
+                .confirm(lsn)
+                .map(|_| 0)
+                .map_err(|e| message_cstring(&e)),
+            Source::Records(_) => {
+                Err(c"walshm: not a slot reader (walshm_reader_open_slot)".into())
+            }
+        }
+    })
 }
 
 /// A reader of `data_dir`'s WAL files (no server needed); NULL on error.
@@ -595,7 +699,11 @@ pub unsafe extern "C" fn walshm_reader_open_dir(
         Reader::open(Path::new(dir), from)
     });
     // SAFETY: errbuf/errlen as the caller promised.
-    unsafe { handle_or_errbuf(r, errbuf, errlen, |reader| new_reader_handle(0, reader)) }
+    unsafe {
+        handle_or_errbuf(r, errbuf, errlen, |reader| {
+            new_reader_handle(0, Source::Records(Box::new(reader)))
+        })
+    }
 }
 
 /// The next record into `*out`, waiting up to `timeout_ms` (0: no wait);
@@ -619,9 +727,11 @@ pub unsafe extern "C" fn walshm_reader_next(
         let timeout = Duration::from_millis(timeout_ms as u64);
         // SAFETY: `out` is non-NULL and writable by the caller's promise.
         let out = unsafe { &mut *out };
-        fill_next(&mut h.reader, timeout, out)
-            .map(c_int::from)
-            .map_err(|e| message_cstring(&e))
+        let filled = match &mut h.source {
+            Source::Records(reader) => fill_next(reader, timeout, out),
+            Source::Slot { reader, current } => fill_next_slot(reader, current, timeout, out),
+        };
+        filled.map(c_int::from).map_err(|e| message_cstring(&e))
     })
 }
 
@@ -658,6 +768,29 @@ fn fill_next(
     Ok(true)
 }
 
+/// A slot reader's next committed message as a WALSHM_RECORD_MESSAGE_TX
+/// record whose `end` is its COMMIT's end (what to confirm).
+fn fill_next_slot(
+    reader: &mut SlotReader<'static>,
+    current: &mut Option<(Message, CString)>,
+    timeout: Duration,
+    out: &mut walshm_record,
+) -> Result<bool, Error> {
+    let Some(m) = reader.next_wait(timeout)? else {
+        return Ok(false);
+    };
+    let prefix = CString::new(m.prefix.as_str()).map_err(|_| Error::BadPrefix)?;
+    let (m, prefix) = current.insert((m, prefix));
+    out.lsn = m.lsn;
+    out.end = m.commit_end;
+    out.xid = m.xid;
+    out.kind = WALSHM_RECORD_MESSAGE_TX;
+    out.prefix = prefix.as_ptr();
+    out.payload = m.payload.as_ptr();
+    out.payload_len = m.payload.len();
+    Ok(true)
+}
+
 /// The message of the reader's last failed call.
 ///
 /// # Safety
@@ -675,7 +808,14 @@ pub unsafe extern "C" fn walshm_reader_error(r: *const walshm_reader) -> *const 
 pub unsafe extern "C" fn walshm_reader_close(r: *mut walshm_reader) -> c_int {
     match take_handle(r) {
         Some(h) => {
-            drop(h);
+            let worker_live = h.worker == 0 || serial_of(h.worker) == Some(h.worker_serial);
+            match h.source {
+                // A slot reader releases its slot through its worker: if
+                // that was detached first (against the header's rule), the
+                // reader is leaked rather than touch freed memory.
+                Source::Slot { reader, .. } if !worker_live => std::mem::forget(reader),
+                source => drop(source),
+            }
             0
         }
         None => -1,

@@ -37,10 +37,11 @@
 use crate::error::{Error, Result};
 use backend::context::ServerWatch;
 use backend::control::ControlFile;
+use backend::reorder::{Change, Reorder};
 use backend::walread::{self, WalRead};
 use shmem::walsnd::monotonic_ns;
 use shmem::Shmem;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::{
@@ -180,11 +181,7 @@ impl<'w> Reader<'w> {
 
     /// Consumer helper: committed transactional messages only.
     pub fn committed(self) -> Committed<'w> {
-        Committed {
-            reader: self,
-            pending: HashMap::new(),
-            ready: VecDeque::new(),
-        }
+        Committed::new(self, 0)
     }
 
     fn advance_wait(&mut self, timeout: Duration) -> Result<bool> {
@@ -235,12 +232,6 @@ impl<'w> Reader<'w> {
 
     fn view(&self) -> Option<Record<'_>> {
         self.current.as_ref().map(record_view)
-    }
-
-    /// Whether the current record is a CHECKPOINT_SHUTDOWN.
-    fn at_shutdown_checkpoint(&self) -> bool {
-        let checkpoint = self.current.as_ref().and_then(|r| r.as_checkpoint());
-        matches!(checkpoint, Some((_, true)))
     }
 
     /// The bound now: everything for `Files`; the flush position or the
@@ -328,22 +319,35 @@ pub struct Message {
     pub xid: u32,
     /// Start of the transaction's COMMIT record.
     pub commit_lsn: Lsn,
+    /// Where the COMMIT record ends: what a slot's consumer confirms
+    /// ([`crate::SlotReader::confirm`]) once it has the transaction.
+    pub commit_end: Lsn,
     pub prefix: String,
     pub payload: Vec<u8>,
 }
 
 /// The committed transactional messages of a reader (see the module
-/// header). Transactions cut short by a crash (no COMMIT, no ABORT) are
-/// never delivered; they stay buffered until the next CHECKPOINT_SHUTDOWN.
+/// header), through the reorder buffer logical decoding uses too
+/// (`backend::reorder`). Transactions cut short by a crash (no COMMIT, no
+/// ABORT) are never delivered; they stay buffered until the next
+/// CHECKPOINT_SHUTDOWN.
 pub struct Committed<'w> {
     reader: Reader<'w>,
-    /// Messages of transactions still open, by XID (emptied at each
-    /// CHECKPOINT_SHUTDOWN).
-    pending: HashMap<u32, Vec<Message>>,
+    reorder: Reorder,
     ready: VecDeque<Message>,
 }
 
 impl<'w> Committed<'w> {
+    /// Delivers transactions whose COMMIT starts at or after `start`.
+    pub(crate) fn new(reader: Reader<'w>, start: Lsn) -> Committed<'w> {
+        let from = reader.position();
+        Committed {
+            reader,
+            reorder: Reorder::new(start, from),
+            ready: VecDeque::new(),
+        }
+    }
+
     /// The next committed message up to the reader's bound.
     pub fn next_message(&mut self) -> Result<Option<Message>> {
         self.next_wait(Duration::ZERO)
@@ -360,35 +364,16 @@ impl<'w> Committed<'w> {
             if !self.reader.advance_wait(left)? {
                 return Ok(None);
             }
-            if self.reader.at_shutdown_checkpoint() {
-                self.pending.clear();
-                continue;
-            }
-            let rec = self.reader.view().expect("advance filled it");
-            match rec.kind {
-                RecordKind::Message {
-                    transactional: true,
-                } => {
-                    let m = Message {
-                        lsn: rec.lsn,
-                        xid: rec.xid,
-                        commit_lsn: 0,
-                        prefix: rec.prefix.to_owned(),
-                        payload: rec.payload.to_vec(),
-                    };
-                    self.pending.entry(rec.xid).or_default().push(m);
-                }
-                RecordKind::Commit => {
-                    let commit_lsn = rec.lsn;
-                    for mut m in self.pending.remove(&rec.xid).unwrap_or_default() {
-                        m.commit_lsn = commit_lsn;
-                        self.ready.push_back(m);
-                    }
-                }
-                RecordKind::Abort => {
-                    self.pending.remove(&rec.xid);
-                }
-                _ => {}
+            let rec = self.reader.current.as_ref().expect("advance filled it");
+            if let Some(Change::Transaction(t)) = self.reorder.add(rec) {
+                self.ready.extend(t.messages.into_iter().map(|m| Message {
+                    lsn: m.lsn,
+                    xid: t.xid,
+                    commit_lsn: t.commit_lsn,
+                    commit_end: t.end_lsn,
+                    prefix: m.prefix,
+                    payload: m.content,
+                }));
             }
         }
     }
@@ -398,9 +383,19 @@ impl<'w> Committed<'w> {
         self.reader.position()
     }
 
+    /// The oldest WAL needed to deliver what was not delivered yet.
+    pub fn restart_point(&self) -> Lsn {
+        self.reorder.restart_point()
+    }
+
+    /// The restart point to keep once `confirmed` is confirmed.
+    pub(crate) fn restart_for(&mut self, confirmed: Lsn) -> Option<Lsn> {
+        self.reorder.restart_for(confirmed)
+    }
+
     /// How many transactions have buffered messages but no COMMIT or
     /// ABORT (yet) up to the reader's position.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.reorder.pending()
     }
 }
