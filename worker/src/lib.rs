@@ -45,10 +45,7 @@ pub mod ffi;
 mod reader;
 
 pub use error::{Error, Result};
-pub use reader::{
-    Committed, Message, ReadMode, Reader, Record, RecordKind, GUARD_SLEEP, TAIL_NAP_FIRST,
-    TAIL_NAP_MAX,
-};
+pub use reader::{Committed, Message, ReadMode, Reader, Record, RecordKind};
 pub use walformat::{format_lsn, parse_lsn, Lsn};
 
 use backend::api::Session;
