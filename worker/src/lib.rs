@@ -46,10 +46,7 @@ mod reader;
 mod slot;
 
 pub use error::{Error, Result};
-pub use reader::{
-    Committed, Message, ReadMode, Reader, Record, RecordKind, GUARD_SLEEP, TAIL_NAP_FIRST,
-    TAIL_NAP_MAX,
-};
+pub use reader::{Committed, Message, ReadMode, Reader, Record, RecordKind};
 pub use slot::SlotReader;
 pub use walformat::{format_lsn, parse_lsn, Lsn};
 

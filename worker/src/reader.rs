@@ -19,10 +19,10 @@
 //! (`shmem::readwake`): the flusher (or, in the inserted mode, an inserter
 //! releasing its insertion lock) bumps it after the position advanced, so
 //! a record is delivered as soon as it is there, without a timer. The
-//! sleep's deadline is a guard only: after [`GUARD_SLEEP`] without a wake
+//! sleep's deadline is a guard only: after `GUARD_SLEEP` without a wake
 //! the reader checks whether the server is gone (a killed postmaster wakes
 //! nobody). A reader of files alone has nobody to wake it and polls (from
-//! [`TAIL_NAP_FIRST`] doubling to [`TAIL_NAP_MAX`]).
+//! `TAIL_NAP_FIRST` doubling to `TAIL_NAP_MAX`).
 //!
 //! [`Committed`] turns the record stream into what a consumer wants: the
 //! transactional messages of committed transactions only, buffered per XID
@@ -51,11 +51,11 @@ use walformat::{
 /// Longest futex sleep of a server-bound reader before it checks whether
 /// the server is still there (a guard: wake-ups come from the flusher or
 /// the inserters).
-pub const GUARD_SLEEP: Duration = Duration::from_millis(100);
+const GUARD_SLEEP: Duration = Duration::from_millis(100);
 
 /// First and longest sleep of a files-only reader's tail wait.
-pub const TAIL_NAP_FIRST: Duration = Duration::from_micros(100);
-pub const TAIL_NAP_MAX: Duration = Duration::from_millis(10);
+const TAIL_NAP_FIRST: Duration = Duration::from_micros(100);
+const TAIL_NAP_MAX: Duration = Duration::from_millis(10);
 
 /// What kind of record a [`Record`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,9 +1,11 @@
 //! `walbench tail`: how fast a committed message reaches a reader, per
 //! read path, at fixed producer rates, and the most a path delivers.
 //!
-//! Paths: `recvlogical-walshm` (PostgreSQL 15's pg_recvlogical with
-//! test_decoding against walshm) and `recvlogical-pg15` (the same against
-//! PostgreSQL 15, when its programs are installed).
+//! Paths: `library` and `library-inserted` (the worker library's readers,
+//! flushed and inserted modes: module `library`), `recvlogical-walshm`
+//! (PostgreSQL 15's pg_recvlogical with test_decoding against walshm) and
+//! `recvlogical-pg15` (the same against PostgreSQL 15, when its programs
+//! are installed).
 //!
 //! Method, the same for every path: producers commit one transactional
 //! message at a time (`pg_logical_emit_message(true, ...)` in autocommit,
@@ -27,6 +29,7 @@
 //! "size", "delivered", "lost", "latency_us": {"p50", "p90", "p99",
 //! "p999", "max"}, "max_rate"}, ...]}`.
 
+pub mod library;
 pub mod recvlogical;
 pub mod servers;
 pub mod wire;
@@ -47,7 +50,12 @@ pub struct Options {
 }
 
 /// Every path, in the order they run.
-pub const PATHS: [&str; 2] = ["recvlogical-walshm", "recvlogical-pg15"];
+pub const PATHS: [&str; 4] = [
+    "library",
+    "library-inserted",
+    "recvlogical-walshm",
+    "recvlogical-pg15",
+];
 
 #[derive(Clone, Copy)]
 enum Key {
@@ -72,7 +80,7 @@ fn options() -> Vec<Opt<Key>> {
         Opt::new(
             Key::Paths,
             "--paths LIST",
-            "read paths (default all: recvlogical-walshm, recvlogical-pg15\nwhen PostgreSQL 15 is installed)",
+            "read paths (default all: library, library-inserted, recvlogical-walshm,\nrecvlogical-pg15 when PostgreSQL 15 is installed)",
         ),
         Opt::new(Key::Set, "--set NAME=VALUE", "a setting for both servers (default fsync=off)")
             .alias("-c")
@@ -251,6 +259,10 @@ fn run_mode(o: &Options) -> Result<(), String> {
 pub fn run(o: &Options) -> Result<Vec<Run>, String> {
     let mut runs = Vec::new();
     for path in &o.paths {
+        if path.starts_with("library") {
+            runs.extend(library::runs(o, path == "library-inserted")?);
+            continue;
+        }
         let measured = match path.as_str() {
             "recvlogical-walshm" => recvlogical::measure(o, false)?,
             "recvlogical-pg15" => recvlogical::measure(o, true)?,

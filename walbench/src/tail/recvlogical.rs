@@ -272,7 +272,7 @@ fn backlog_rate(server: &Server, slot: &str, o: &Options) -> Result<f64, String>
     })
 }
 
-fn work_dir(tag: &str) -> Result<PathBuf, String> {
+pub fn work_dir(tag: &str) -> Result<PathBuf, String> {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "walbench-tail-{tag}-{}-{}",

@@ -102,6 +102,16 @@ int main(int argc, char **argv)
     CHECK(walshm_error(w) != NULL && walshm_error(w)[0] == '\0', "no error after success");
     CHECK(walshm_shutdown_requested(w) == 0, "no shutdown requested");
 
+    /* An inserted-mode reader gets a message that nobody flushed. */
+    uint64_t unflushed = 0;
+    CHECK(walshm_emit(w, "ins", "y", 1, &unflushed) == 0, "emit for the inserted reader");
+    walshm_reader *ri = walshm_reader_open_inserted(w, unflushed);
+    CHECK(ri != NULL, "reader_open_inserted");
+    CHECK(walshm_reader_next(ri, &rec, 2000) == 1 && rec.lsn == unflushed && rec.kind == WALSHM_RECORD_MESSAGE,
+          "inserted reader reads the message");
+    CHECK(walshm_reader_close(ri) == 0, "inserted reader close");
+    CHECK(walshm_reader_open_inserted(NULL, 0) == NULL, "reader_open_inserted on NULL");
+
     CHECK(walshm_detach(w) == 0, "detach");
     /* Freed handle: an error, not a use after free. */
     CHECK(walshm_detach(w) == -1, "detach twice");
