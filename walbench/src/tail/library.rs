@@ -20,16 +20,19 @@ use std::process::Command;
 fn example() -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = me.parent().ok_or("walbench has no directory")?;
-    [dir.join("examples/tail_latency"), dir.join("../examples/tail_latency")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            format!(
-                "the library paths need the tail_latency example next to walbench ({}): \
+    [
+        dir.join("examples/tail_latency"),
+        dir.join("../examples/tail_latency"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .ok_or_else(|| {
+        format!(
+            "the library paths need the tail_latency example next to walbench ({}): \
                  cargo build --release -p walshm-worker --example tail_latency",
-                dir.join("examples").display()
-            )
-        })
+            dir.join("examples").display()
+        )
+    })
 }
 
 fn number(v: &serde_json::Value, key: &str) -> f64 {
@@ -43,7 +46,11 @@ pub fn runs(o: &Options, inserted: bool) -> Result<Vec<Run>, String> {
     let server = Server::walshm(&crate::postmaster_path()?, &work, &o.sets)?;
     let json = work.join("runs.json");
     let rates: Vec<String> = o.rates.iter().map(u64::to_string).collect();
-    let path = if inserted { "library-inserted" } else { "library" };
+    let path = if inserted {
+        "library-inserted"
+    } else {
+        "library"
+    };
     eprint!("\r{path}: {} messages/s ...          ", rates.join(","));
     let out = Command::new(&bin)
         .arg("-D")
