@@ -107,6 +107,15 @@ fn a_library_slot_resumes_where_its_consumer_confirmed() {
         "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = 'lib'",
     );
     assert_eq!(rows, [[Some("walshm".into()), Some("logical".into())]]);
+    let status = postmaster(&["status", "-D", ps.d.path.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(status.stdout.trim()).expect("status JSON");
+    let slot = &v["slots"][0];
+    assert_eq!(
+        (slot["name"].as_str(), slot["plugin"].as_str()),
+        (Some("lib"), Some("walshm")),
+        "{v}"
+    );
+    assert!(slot["confirmed_flush_lsn"].is_string(), "{v}");
     // A clean restart keeps the confirmed position.
     commit(&mut w, "four");
     w.detach().unwrap();

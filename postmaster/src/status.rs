@@ -11,7 +11,8 @@
 //! JSON object on one line (`--json`) for programs: `{"running":false}`;
 //! `{"running":true,"pid":N,"processes":null}` while the segment cannot be
 //! read (the server starts or restarts); else `StatusJson` with the WAL
-//! positions, `throttle` and one entry per process.
+//! positions, `throttle`, one entry per replication slot (physical,
+//! logical, the worker library's) and one per process.
 
 use crate::datadir::PID_FILE;
 use serde::Serialize;
@@ -101,6 +102,44 @@ fn throttle(shm: &Shmem) -> Throttle {
     }
 }
 
+/// One replication slot, read with plain loads (a slot changing under
+/// the read shows a mix of two states, never blocks anything).
+#[derive(Serialize)]
+struct SlotJson {
+    name: String,
+    slot_type: &'static str,
+    plugin: Option<String>,
+    active_pid: Option<i32>,
+    restart_lsn: Option<String>,
+    confirmed_flush_lsn: Option<String>,
+    lost: bool,
+}
+
+fn slots(shm: &Shmem) -> Vec<SlotJson> {
+    let n = shm.settings().max_replication_slots as usize;
+    let lsn = |v: u64| (v != 0).then(|| walformat::format_lsn(v));
+    shm.repl()
+        .slots
+        .iter()
+        .take(n)
+        .filter(|s| s.in_use.load(Ordering::Relaxed) != 0)
+        .map(|s| {
+            let logical = s.logical.load(Ordering::Relaxed) != 0;
+            let pid = s.active_pid.load(Ordering::Relaxed);
+            SlotJson {
+                name: s.name.load(),
+                slot_type: if logical { "logical" } else { "physical" },
+                plugin: logical.then(|| s.plugin.load()),
+                active_pid: (pid != 0).then_some(pid),
+                restart_lsn: lsn(s.restart_lsn.load(Ordering::Relaxed)),
+                confirmed_flush_lsn: lsn(s.confirmed_flush.load(Ordering::Relaxed))
+                    .filter(|_| logical),
+                lost: s.lost.load(Ordering::Relaxed) != 0,
+            }
+        })
+        .collect()
+}
+
 /// The server's state as read from the segment.
 struct Running {
     pid: i32,
@@ -108,6 +147,7 @@ struct Running {
     wal: (u64, u64, u64),
     /// Flow control's counters (`max_replication_lag`).
     throttle: Throttle,
+    slots: Vec<SlotJson>,
     procs: Vec<ProcActivity>,
 }
 
@@ -129,6 +169,7 @@ struct WalJson<'a> {
     write_lsn: String,
     flush_lsn: String,
     throttle: &'a Throttle,
+    slots: &'a [SlotJson],
 }
 
 /// One process of `--json`.
@@ -152,6 +193,27 @@ fn text(r: &Running) -> String {
         lsn(r.wal.1),
         lsn(r.wal.2)
     );
+    for s in &r.slots {
+        let _ = writeln!(
+            out,
+            "slot {} ({}{}): restart {}{}{}{}",
+            s.name,
+            s.slot_type,
+            s.plugin
+                .as_deref()
+                .map(|p| format!(", {p}"))
+                .unwrap_or_default(),
+            s.restart_lsn.as_deref().unwrap_or("-"),
+            s.confirmed_flush_lsn
+                .as_deref()
+                .map(|c| format!("  confirmed {c}"))
+                .unwrap_or_default(),
+            s.active_pid
+                .map(|p| format!("  active {p}"))
+                .unwrap_or_default(),
+            if s.lost { "  lost" } else { "" }
+        );
+    }
     let _ = writeln!(
         out,
         "{:>8}  {:<16} {:<30} state",
@@ -185,6 +247,7 @@ fn json(r: &Running) -> String {
             write_lsn: lsn(r.wal.1),
             flush_lsn: lsn(r.wal.2),
             throttle: &r.throttle,
+            slots: &r.slots,
         }),
         processes: Some(
             r.procs
@@ -257,6 +320,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
         uptime_s: now.saturating_sub(info.start_unix_s),
         wal: wal_positions(&shm),
         throttle: throttle(&shm),
+        slots: slots(&shm),
         procs: stats::activity(&shm),
     };
     print!("{}", if opts.json { json(&r) } else { text(&r) });
