@@ -45,6 +45,7 @@ pub struct Options {
     pub size: usize,
     pub seconds: f64,
     pub json: Option<PathBuf>,
+    pub chart: Option<PathBuf>,
     pub paths: Vec<String>,
     pub sets: Vec<String>,
 }
@@ -63,6 +64,7 @@ enum Key {
     Size,
     Seconds,
     Json,
+    Chart,
     Paths,
     Set,
 }
@@ -77,6 +79,11 @@ fn options() -> Vec<Opt<Key>> {
         Opt::new(Key::Size, "--size B", "message bytes (default 64, at least 40)"),
         Opt::new(Key::Seconds, "--seconds S", "measured seconds per run (default 3)"),
         Opt::new(Key::Json, "--json FILE", "write the runs as JSON"),
+        Opt::new(
+            Key::Chart,
+            "--chart FILE",
+            "draw p99 latency against rate per path (.svg or .png;\nwhiskers: p50 to p99.9)",
+        ),
         Opt::new(
             Key::Paths,
             "--paths LIST",
@@ -108,6 +115,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         size: 64,
         seconds: 3.0,
         json: None,
+        chart: None,
         paths: PATHS.iter().map(|p| p.to_string()).collect(),
         sets: Vec::new(),
     };
@@ -129,6 +137,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             Key::Seconds => o.seconds = cli::seconds(v)?,
             Key::Json => o.json = Some(PathBuf::from(v)),
+            Key::Chart => o.chart = Some(cli::chart(v)?),
             Key::Paths => {
                 o.paths = cli::names(v).collect();
                 if let Some(bad) = o.paths.iter().find(|p| !PATHS.contains(&p.as_str())) {
@@ -252,7 +261,44 @@ fn run_mode(o: &Options) -> Result<(), String> {
         crate::report::write_file(path, json(&runs).as_bytes())?;
         println!("wrote {}", path.display());
     }
+    if let Some(path) = &o.chart {
+        crate::chart::write(path, &chart(&runs))?;
+        println!("wrote {}", path.display());
+    }
     Ok(())
+}
+
+/// p99 latency against the rate, one line per path (whiskers p50 to
+/// p99.9), as an SVG.
+pub fn chart(runs: &[Run]) -> String {
+    let mut series: Vec<crate::chart::Series> = Vec::new();
+    for r in runs {
+        let point = crate::chart::Point {
+            x: r.rate as f64,
+            y: r.latency.p99,
+            lo: r.latency.p50,
+            hi: r.latency.p999,
+        };
+        match series.iter_mut().find(|s| s.name == r.path) {
+            Some(s) => s.points.push(point),
+            None => series.push(crate::chart::Series {
+                name: r.path.clone(),
+                points: vec![point],
+            }),
+        }
+    }
+    let size = runs.first().map_or(0, |r| r.size);
+    crate::chart::svg(
+        "walbench tail: producer-to-reader latency",
+        &format!(
+            "{size}-byte messages; x: messages/s (log), y: p99 latency in us from the due time"
+        ),
+        &[crate::chart::Panel {
+            title: "p99 latency (whiskers: p50 to p99.9)".into(),
+            y_label: "us".into(),
+            series,
+        }],
+    )
 }
 
 /// Runs every path at every rate.
