@@ -79,6 +79,7 @@ pub fn runs(o: &Options, inserted: bool) -> Result<Vec<Run>, String> {
         .iter()
         .map(|r| {
             let l = &r["latency_us"];
+            let ret = &r["after_return_us"];
             Run {
                 path: r["path"].as_str().unwrap_or(path).to_string(),
                 rate: r["rate"].as_u64().unwrap_or(0),
@@ -92,6 +93,13 @@ pub fn runs(o: &Options, inserted: bool) -> Result<Vec<Run>, String> {
                     p999: number(l, "p999"),
                     max: number(l, "max"),
                 },
+                after_return: ret.is_object().then(|| Latency {
+                    p50: number(ret, "p50"),
+                    p90: number(ret, "p90"),
+                    p99: number(ret, "p99"),
+                    p999: number(ret, "p999"),
+                    max: number(ret, "max"),
+                }),
                 max_rate: number(r, "max_rate"),
             }
         })

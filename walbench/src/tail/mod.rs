@@ -27,7 +27,9 @@
 //!
 //! JSON (`--json FILE`): `{"machine": ..., "runs": [{"path", "rate",
 //! "size", "delivered", "lost", "latency_us": {"p50", "p90", "p99",
-//! "p999", "max"}, "max_rate"}, ...]}`.
+//! "p999", "max"}, "max_rate", "after_return_us"}, ...]}`;
+//! `after_return_us` (library paths; null for the others): from the
+//! producer's call returning to the delivery, the reader's own share.
 
 pub mod library;
 pub mod recvlogical;
@@ -203,6 +205,9 @@ pub struct Run {
     pub delivered: u64,
     pub lost: u64,
     pub latency: Latency,
+    /// Library paths: from the producer's COMMIT (or emit) returning to
+    /// the delivery (the reader's own share of the latency).
+    pub after_return: Option<Latency>,
     pub max_rate: f64,
 }
 
@@ -326,6 +331,7 @@ pub fn run(o: &Options) -> Result<Vec<Run>, String> {
                 delivered: w.delivered,
                 lost: w.acked.saturating_sub(w.delivered),
                 latency: Latency::of(w.latencies_ns),
+                after_return: None,
                 max_rate,
             });
         }
@@ -336,7 +342,7 @@ pub fn run(o: &Options) -> Result<Vec<Run>, String> {
 /// The runs as a table.
 pub fn table(runs: &[Run]) -> String {
     let mut s = format!(
-        "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}\n",
+        "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11}\n",
         "path",
         "rate",
         "size",
@@ -347,11 +353,12 @@ pub fn table(runs: &[Run]) -> String {
         "p99_us",
         "p999_us",
         "max_us",
-        "max_rate"
+        "max_rate",
+        "ret_p99_us"
     );
     for r in runs {
         s.push_str(&format!(
-            "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.0}\n",
+            "{:<20} {:>8} {:>6} {:>10} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>11}\n",
             r.path,
             r.rate,
             r.size,
@@ -362,7 +369,10 @@ pub fn table(runs: &[Run]) -> String {
             r.latency.p99,
             r.latency.p999,
             r.latency.max,
-            r.max_rate
+            r.max_rate,
+            r.after_return
+                .as_ref()
+                .map_or("-".to_string(), |l| format!("{:.1}", l.p99))
         ));
     }
     s
@@ -387,6 +397,9 @@ pub fn json(runs: &[Run]) -> String {
                     "max": r.latency.max,
                 },
                 "max_rate": r.max_rate,
+                "after_return_us": r.after_return.as_ref().map(|l| serde_json::json!({
+                    "p50": l.p50, "p90": l.p90, "p99": l.p99, "p999": l.p999, "max": l.max,
+                })),
             })
         })
         .collect();
