@@ -63,7 +63,9 @@ fn create_slot(server: &Server, slot: &str) -> Result<(), String> {
 impl Reader {
     /// pg_recvlogical streaming from existing slot `slot`.
     fn start(server: &Server, slot: &str) -> Result<Reader, String> {
-        let mut child = recvlogical(server)
+        let mut cmd = recvlogical(server);
+        super::servers::die_with_walbench(&mut cmd, libc::SIGKILL);
+        let mut child = cmd
             .args(["-S", slot, "--start", "--no-loop", "-f", "-"])
             .args(["-o", "include-xids=0", "-o", "skip-empty-xacts=1"])
             .stdin(Stdio::null())

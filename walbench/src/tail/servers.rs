@@ -3,7 +3,8 @@
 //! programs are installed (as root it runs as the `postgres` user, as
 //! PostgreSQL requires). Both listen on a Unix socket only, in a
 //! directory of their own, and are stopped (and their directories
-//! removed) on drop.
+//! removed) on drop, or get SIGINT (fast shutdown) from the kernel when
+//! walbench dies first.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,21 @@ pub struct Server {
     /// PostgreSQL's postmaster pid (its launcher may be runuser).
     pid: i32,
     dir: PathBuf,
+}
+
+/// Makes `cmd`'s process get `sig` when walbench dies (killed, Ctrl-C,
+/// `timeout`): a server never outlives the benchmark that started it.
+pub fn die_with_walbench(cmd: &mut Command, sig: libc::c_int) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours;
+    // it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 fn port() -> u16 {
@@ -88,6 +104,7 @@ impl Server {
         for s in sets {
             cmd.args(["--set", s]);
         }
+        die_with_walbench(&mut cmd, libc::SIGINT);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -158,6 +175,7 @@ impl Server {
         for s in &all {
             cmd.args(["-c", s]);
         }
+        die_with_walbench(&mut cmd, libc::SIGINT);
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
