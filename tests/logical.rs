@@ -6,7 +6,8 @@
 //!   both servers (XIDs and times normalized).
 //! - A slot survives kill -9 of the whole server: pg_recvlogical, which
 //!   reconnects on its own, gets every acknowledged commit (at least
-//!   once), in commit order, and nothing that was rolled back.
+//!   once), in commit order, and nothing that was rolled back; so does
+//!   psycopg2 with pgoutput (scripts/pgoutput-consume.py), started again.
 //! - The SQL interface: peek does not move the slot, get does,
 //!   upto_nchanges stops at a transaction's end, advance skips, the slot
 //!   holds its WAL against checkpoints until it is dropped, and a slot
@@ -320,5 +321,111 @@ fn sql_functions_decode_hold_wal_and_invalidate() {
         "42704"
     );
     drop(s);
+    ps.stop();
+}
+
+/// The Python with psycopg2, or None after a loud skip (a failure with
+/// WALSHM_REQUIRE_PG=1).
+fn python_with_psycopg2() -> Option<String> {
+    let py = python();
+    let ok = Command::new(&py)
+        .args(["-c", "import psycopg2"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(py);
+    }
+    if std::env::var("WALSHM_REQUIRE_PG").as_deref() == Ok("1") {
+        panic!("{py} cannot import psycopg2 and WALSHM_REQUIRE_PG=1");
+    }
+    eprintln!("\n********\nSKIPPED: {py} cannot import psycopg2 (set WALSHM_PYTHON)\n********\n");
+    None
+}
+
+/// scripts/pgoutput-consume.py on slot `slot`, in its own process group,
+/// killed on drop.
+struct PyConsumer(Child);
+
+impl PyConsumer {
+    fn start(py: &str, ps: &PortServer, slot: &str, out: &Path) -> PyConsumer {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgoutput-consume.py");
+        let dsn = format!(
+            "host={} port={} dbname=postgres",
+            ps.d.path.display(),
+            ps.port
+        );
+        let child = Command::new(py)
+            .arg(script)
+            .args([&dsn, slot, "pub"])
+            .arg(out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start pgoutput-consume.py");
+        PyConsumer(child)
+    }
+}
+
+impl Drop for PyConsumer {
+    fn drop(&mut self) {
+        kill(-(self.0.id() as i32), libc::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn psycopg2_with_pgoutput_resumes_after_kill_9() {
+    let Some(py) = python_with_psycopg2() else {
+        return;
+    };
+    let mut ps = PortServer::start("logical-py-crash", &[]);
+    let mut s = handshake_retrying(&ps.socket());
+    assert!(ok(&query(&mut s, "CREATE PUBLICATION pub FOR ALL TABLES")));
+    one_value(
+        &mut s,
+        "SELECT lsn FROM pg_create_logical_replication_slot('py', 'pgoutput')",
+    );
+    drop(s);
+    let out = ps.tmp.join("py.txt");
+    let consumer = PyConsumer::start(&py, &ps, "py", &out);
+    let mut acked = Vec::new();
+    produce(&ps.socket(), 0, 150, &mut acked);
+    let kids = ps.srv().children();
+    ps.srv.take().unwrap().kill9_with_children(&kids);
+    drop(consumer);
+    let port = format!("port={}", ps.port);
+    let mut srv = start_with_env(&ps.d.path, ps.tmp.path(), &["--set", &port], &[]);
+    srv.wait_ready(TIMEOUT);
+    ps.srv = Some(srv);
+    assert!(wait_until(TIMEOUT, || ps.socket().exists()));
+    let _consumer = PyConsumer::start(&py, &ps, "py", &out);
+    produce(&ps.socket(), 150, 250, &mut acked);
+    let read = || -> Vec<String> {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let arrived = wait_until(Duration::from_secs(60), || {
+        let got: HashSet<String> = read().into_iter().collect();
+        acked.iter().all(|c| got.contains(c))
+    });
+    let got = read();
+    assert!(
+        arrived,
+        "missing: {:?}",
+        acked
+            .iter()
+            .filter(|c| !got.contains(c))
+            .take(10)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        got.iter().all(|c| !c.starts_with('a')),
+        "a rolled-back message was delivered"
+    );
     ps.stop();
 }
