@@ -617,13 +617,112 @@ fn fatal(msg: &str) -> i32 {
 /// Steps 1-5 of the module header; `Err` holds the exit code (the reason
 /// is logged already).
 fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32> {
-    let control = ControlFile::read(datadir).map_err(|e| fatal(&e.to_string()))?;
+    let mut control = ControlFile::read(datadir).map_err(|e| fatal(&e.to_string()))?;
+    let label = read_backup_label(datadir).map_err(|e| fatal(&e))?;
+    if let Some(l) = &label {
+        log(
+            "LOG",
+            &format!(
+                "starting backup recovery with redo LSN {}, checkpoint LSN {}, on timeline ID {} (\"{BACKUP_LABEL}\")",
+                format_lsn(l.redo),
+                format_lsn(l.checkpoint),
+                l.timeline
+            ),
+        );
+        control.checkpoint = l.checkpoint;
+        control.redo = l.redo;
+    }
     let fsync = shm.settings().fsync;
     let archive_recovery = restore::requested(datadir);
     if archive_recovery {
         begin_archive_recovery(shm, datadir, &control)?;
     }
-    let crashed = control.state != DbState::ShutDown && !archive_recovery;
+    let result = recover_from(
+        shm,
+        datadir,
+        opts,
+        control,
+        label.is_some(),
+        archive_recovery,
+    );
+    if result.is_ok() && label.is_some() {
+        // The control file now names a checkpoint at or after the end of
+        // the backup's WAL: the label is no longer needed (PostgreSQL
+        // renames it too). A crash before this repeats the recovery from
+        // the label, which is still right.
+        let old = datadir.join(format!("{BACKUP_LABEL}.old"));
+        std::fs::rename(datadir.join(BACKUP_LABEL), &old).map_err(|e| {
+            fatal(&format!(
+                "could not rename \"{BACKUP_LABEL}\" to \"{}\": {e}",
+                old.display()
+            ))
+        })?;
+        if fsync {
+            let _ = std::fs::File::open(datadir).and_then(|d| d.sync_all());
+        }
+    }
+    result
+}
+
+/// The file a base backup leaves in the copy (see
+/// `replication::walsender::basebackup`).
+pub const BACKUP_LABEL: &str = "backup_label";
+
+/// What recovery takes from a `backup_label`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BackupLabel {
+    pub redo: Lsn,
+    pub checkpoint: Lsn,
+    pub timeline: u32,
+}
+
+/// Parses `DIR/backup_label` (PostgreSQL 15's read_backup_label: START WAL
+/// LOCATION, CHECKPOINT LOCATION, START TIMELINE); None without one.
+pub fn read_backup_label(datadir: &Path) -> Result<Option<BackupLabel>, String> {
+    let path = datadir.join(BACKUP_LABEL);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("could not read file \"{}\": {e}", path.display())),
+    };
+    parse_backup_label(&text)
+        .map(Some)
+        .ok_or_else(|| format!("invalid data in file \"{}\"", path.display()))
+}
+
+fn parse_backup_label(text: &str) -> Option<BackupLabel> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    let lsn = |s: &str| walformat::parse_lsn(s.split_whitespace().next()?).ok();
+    let redo = lsn(field("START WAL LOCATION:")?)?;
+    let checkpoint = lsn(field("CHECKPOINT LOCATION:")?)?;
+    let timeline = match field("START TIMELINE:") {
+        Some(t) => t.parse().ok()?,
+        None => 0,
+    };
+    Some(BackupLabel {
+        redo,
+        checkpoint,
+        timeline,
+    })
+}
+
+/// Steps 1-6 with the checkpoint to start from chosen (the control file's,
+/// or a backup label's: then recovery is crash recovery, ending with an
+/// end-of-recovery checkpoint).
+fn recover_from(
+    shm: &Shmem,
+    datadir: &Path,
+    opts: StartupOptions,
+    control: ControlFile,
+    from_backup: bool,
+    archive_recovery: bool,
+) -> Result<(), i32> {
+    let fsync = shm.settings().fsync;
+    let crashed = (control.state != DbState::ShutDown || from_backup) && !archive_recovery;
     if crashed {
         log(
             "LOG",
@@ -850,4 +949,23 @@ fn finish_archive_recovery(
         // Relaxed: published to later processes by fork (see install_end_of_wal).
         .store(p.checkpoint, Ordering::Relaxed);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_labels_as_postgresql_15_writes_them() {
+        let text = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\nBACKUP METHOD: streamed\nBACKUP FROM: primary\nSTART TIME: 2026-01-01 00:00:00 UTC\nLABEL: x\nSTART TIMELINE: 1\n";
+        assert_eq!(
+            parse_backup_label(text),
+            Some(BackupLabel {
+                redo: 0x2000028,
+                checkpoint: 0x2000060,
+                timeline: 1
+            })
+        );
+        assert_eq!(parse_backup_label("LABEL: x\n"), None);
+    }
 }
