@@ -134,6 +134,10 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
     let start = lsn_after(&err, "write-ahead log start point: ");
     let end = lsn_after(&err, "write-ahead log end point: ");
     assert!(start < end, "start {start:X} end {end:X}\n{err}");
+    assert!(
+        !err.contains("error"),
+        "pg_basebackup reported an error\n{err}"
+    );
     assert!(copy.join("backup_label").is_file() && copy.join("backup_manifest").is_file());
     assert!(!copy.join("postmaster.pid").exists());
 
@@ -181,6 +185,26 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
         "no WAL segment in base.tar:\n{listing}"
     );
     assert!(tar.join("backup_manifest").is_file());
+    // Extracted beside its manifest, the tar copy verifies too (its WAL
+    // fetched into the archive read by pg_waldump).
+    let tarx = t.join("tarx");
+    std::fs::create_dir_all(&tarx).unwrap();
+    std::fs::set_permissions(&tarx, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let x = Command::new("tar")
+        .arg("-xf")
+        .arg(tar.join("base.tar"))
+        .arg("-C")
+        .arg(&tarx)
+        .output()
+        .unwrap();
+    assert!(
+        x.status.success(),
+        "tar -x: {}",
+        String::from_utf8_lossy(&x.stderr)
+    );
+    std::fs::copy(tar.join("backup_manifest"), tarx.join("backup_manifest")).unwrap();
+    let (ok, out, verr) = run_bounded(&verify, &[tarx.to_str().unwrap()]);
+    assert!(ok, "pg_verifybackup of the tar copy failed\n{out}\n{verr}");
 
     // pg_verifybackup: the manifest's files, and the WAL with pg_waldump.
     let (ok, out, verr) = run_bounded(&verify, &[&copy_s]);

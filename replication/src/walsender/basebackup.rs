@@ -23,7 +23,8 @@
 //! what PostgreSQL excludes (postmaster.pid, postmaster.opts, the
 //! contents of pg_wal and pg_replslot and of the other transient
 //! directories, temporary files, sockets and their lock files), then
-//! `global/pg_control` last; with WAL (`-X fetch`), the segments from the
+//! `global/pg_control` last (and an empty `pg_tblspc/`, which
+//! pg_basebackup expects in every copy); with WAL (`-X fetch`), the segments from the
 //! start to the end position (the last one with the bytes from the end
 //! position on zeroed) and the history files, under pg_wal/.
 //!
@@ -163,6 +164,18 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         );
         let mut entries = Vec::new();
         walk(&self.datadir, "", &mut entries).map_err(io_error)?;
+        // pg_basebackup syncs the copy's pg_tblspc/ at the end and reports
+        // an error when it is absent: walshm's data directory has none, so
+        // the archive carries an empty one.
+        if !entries.iter().any(|e| e.rel == "pg_tblspc") {
+            entries.push(Entry {
+                rel: "pg_tblspc".to_string(),
+                dir: true,
+                size: 0,
+                mode: 0o700,
+                mtime: started_unix,
+            });
+        }
         let size_kb = o.progress.then(|| {
             let files: u64 = entries
                 .iter()
