@@ -111,6 +111,8 @@ struct Archive {
     max_rate: Option<u64>,
     manifest: Option<String>,
     checksum: ManifestChecksum,
+    /// MANIFEST 'force-encode': every path hex-encoded.
+    force_encode: bool,
 }
 
 impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
@@ -140,6 +142,13 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     }
 
     fn base_backup_held(&mut self, o: &BaseBackupOptions) -> Result<Reply, SqlError> {
+        // PostgreSQL's do_pg_backup_start limit (MAXPGPATH).
+        if o.label.len() > 1024 {
+            return Err(SqlError::error(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "backup label too long (max 1024 bytes)",
+            ));
+        }
         request_checkpoint(self.shm);
         let control = read_control(&self.datadir)?;
         let start = control.redo;
@@ -208,6 +217,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .manifest
                 .then(|| "{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [".to_string()),
             checksum: o.manifest_checksums,
+            force_encode: o.manifest_force_encode,
         };
         let mut new_archive = b"base.tar\0".to_vec();
         new_archive.push(0);
@@ -228,12 +238,12 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                     control_entry = Some(e);
                     continue;
                 }
-                if !self.archive_entry(&mut a, e, o.manifest_force_encode)? {
+                if !self.archive_entry(&mut a, e)? {
                     return Ok(false);
                 }
             }
             if let Some(e) = control_entry {
-                if !self.archive_entry(&mut a, e, o.manifest_force_encode)? {
+                if !self.archive_entry(&mut a, e)? {
                     return Ok(false);
                 }
             }
@@ -338,19 +348,14 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             return Ok(false);
         }
         let sum = Checksummer::new(a.checksum).update(bytes).finish();
-        manifest_file(a, rel, bytes.len() as u64, mtime, sum, false);
+        manifest_file(a, rel, bytes.len() as u64, mtime, sum, a.force_encode);
         Ok(true)
     }
 
     /// One entry of the data directory: a directory header, or a file
     /// streamed from disk (its size as listed: a file that grew is cut
     /// there, one that shrank is padded with zeros, as PostgreSQL does).
-    fn archive_entry(
-        &mut self,
-        a: &mut Archive,
-        e: &Entry,
-        force_encode: bool,
-    ) -> Result<bool, SqlError> {
+    fn archive_entry(&mut self, a: &mut Archive, e: &Entry) -> Result<bool, SqlError> {
         let h = tar_header(
             &e.rel,
             e.dir,
@@ -400,7 +405,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         if !self.archive_bytes(a, &pad) {
             return Ok(false);
         }
-        manifest_file(a, &e.rel, e.size, e.mtime, sum.finish(), force_encode);
+        manifest_file(a, &e.rel, e.size, e.mtime, sum.finish(), a.force_encode);
         Ok(true)
     }
 
