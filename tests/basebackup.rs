@@ -160,6 +160,29 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
             "--checkpoint=fast",
         ],
     );
+    // Option errors as PostgreSQL's, and the session goes on.
+    if let Some(psql) = pg_client("psql") {
+        let conninfo = format!("host={host} port={port} replication=true");
+        let (_, out, perr) = run_bounded(
+            &psql,
+            &[
+                "-X",
+                &conninfo,
+                "-c",
+                "BASE_BACKUP (BOGUS)",
+                "-c",
+                "BASE_BACKUP (WAL, WAL)",
+                "-c",
+                "IDENTIFY_SYSTEM",
+            ],
+        );
+        assert!(
+            perr.contains("unrecognized base backup option: \"bogus\"")
+                && perr.contains("duplicate option \"wal\"")
+                && out.contains("systemid"),
+            "{out}\n{perr}"
+        );
+    }
     let o = kill_group(srv);
     assert!(
         ok,
