@@ -113,6 +113,9 @@ struct Archive {
     checksum: ManifestChecksum,
     /// MANIFEST 'force-encode': every path hex-encoded.
     force_encode: bool,
+    /// A shutdown request ended the backup (the stream stopped with this
+    /// FATAL rather than because the client left).
+    aborted: Option<SqlError>,
 }
 
 impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
@@ -218,6 +221,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .then(|| "{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [".to_string()),
             checksum: o.manifest_checksums,
             force_encode: o.manifest_force_encode,
+            aborted: None,
         };
         let mut new_archive = b"base.tar\0".to_vec();
         new_archive.push(0);
@@ -249,12 +253,18 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             }
             Ok(true)
         })()?;
+        if let Some(e) = a.aborted.take() {
+            return Err(e);
+        }
         if !sent {
             return Ok(Reply::Ended(End::ClientGone));
         }
         let end = self.flush_lsn().max(start);
         if o.include_wal && !self.archive_wal(&mut a, tli, start, end)? {
-            return Ok(Reply::Ended(End::ClientGone));
+            return match a.aborted.take() {
+                Some(e) => Err(e),
+                None => Ok(Reply::Ended(End::ClientGone)),
+            };
         }
         let mut p = Vec::new();
         repl::typed_copy_data(&mut p, b'p', &(a.done as i64).to_be_bytes());
@@ -296,11 +306,20 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     }
 
     /// Sends what `a` gathered if it is large (or `force`); false if the
-    /// client is gone. Applies MAX_RATE and sends a progress message at
-    /// most once a second.
+    /// client is gone or a shutdown was requested (then `a.aborted` holds
+    /// the FATAL: a fast shutdown does not wait for a backup, as in
+    /// PostgreSQL). Applies MAX_RATE and sends a progress message at most
+    /// once a second.
     fn archive_flush(&mut self, a: &mut Archive, force: bool) -> bool {
         if a.out.len() < CHUNK && !force {
             return true;
+        }
+        if backend::process::shutdown_requested() {
+            a.aborted = Some(SqlError::fatal(
+                sqlstate::ADMIN_SHUTDOWN,
+                "terminating connection due to administrator command",
+            ));
+            return false;
         }
         if a.last_progress.elapsed() >= PROGRESS_EVERY {
             a.last_progress = Instant::now();
@@ -310,8 +329,12 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         a.out.clear();
         if let Some(rate) = a.max_rate {
             let due = Duration::from_secs_f64(a.done as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(a.started.elapsed()) {
-                std::thread::sleep(wait);
+            // In short naps, so that a shutdown request ends it.
+            while let Some(wait) = due.checked_sub(a.started.elapsed()) {
+                if backend::process::shutdown_requested() {
+                    break;
+                }
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
             }
         }
         ok
