@@ -22,7 +22,9 @@
 //! writes it), every file and directory of the data directory except
 //! what PostgreSQL excludes (postmaster.pid, postmaster.opts, the
 //! contents of pg_wal and pg_replslot and of the other transient
-//! directories, temporary files, sockets and their lock files), then
+//! directories, temporary files, the sockets `.s.PGSQL.*` and
+//! `.s.WALSHM.*` and their lock files; other links and special files are
+//! skipped with a WARNING, a symlinked pg_wal is sent as a directory), then
 //! `global/pg_control` last (and an empty `pg_tblspc/`, which
 //! pg_basebackup expects in every copy); with WAL (`-X fetch`), the segments from the
 //! start to the end position (the last one with the bytes from the end
@@ -55,7 +57,7 @@ use sha2::Digest;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::Lsn;
@@ -559,18 +561,28 @@ fn walk(root: &Path, rel: &str, out: &mut Vec<Entry>) -> std::io::Result<()> {
         }
         if name.starts_with("pgsql_tmp")
             || name.starts_with(".s.PGSQL.")
+            || name.starts_with(".s.WALSHM.")
             || name.starts_with("pg_internal.init")
         {
             continue;
         }
         let path = format!("{rel}{}{name}", if top { "" } else { "/" });
-        // Follows a symlinked pg_wal (sent as a directory, as PostgreSQL
-        // does); other links are followed too: walshm has no tablespaces.
-        let Ok(md) = fs::metadata(root.join(&path)) else {
+        let Ok(lmd) = fs::symlink_metadata(root.join(&path)) else {
             continue;
         };
-        let ft = md.file_type();
-        if ft.is_socket() || ft.is_fifo() || ft.is_block_device() || ft.is_char_device() {
+        // A symlinked pg_wal is sent as a directory, as PostgreSQL does;
+        // any other link (walshm has no tablespaces), socket or device is
+        // skipped with PostgreSQL's warning, so no link loop is walked.
+        let md = if lmd.file_type().is_symlink() && top && name == "pg_wal" {
+            match fs::metadata(root.join(&path)) {
+                Ok(m) => m,
+                Err(_) => continue,
+            }
+        } else {
+            lmd
+        };
+        if !md.is_dir() && !md.is_file() {
+            log("WARNING", &format!("skipping special file \"./{path}\""));
             continue;
         }
         let entry = Entry {
