@@ -228,33 +228,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let mut new_archive = b"base.tar\0".to_vec();
         new_archive.push(0);
         repl::typed_copy_data(&mut a.out, b'n', &new_archive);
-        let sent = (|| -> Result<bool, SqlError> {
-            if !self.archive_file(
-                &mut a,
-                "backup_label",
-                label.as_bytes(),
-                0o600,
-                started_unix,
-            )? {
-                return Ok(false);
-            }
-            let mut control_entry = None;
-            for e in &entries {
-                if e.rel == CONTROL_PATH {
-                    control_entry = Some(e);
-                    continue;
-                }
-                if !self.archive_entry(&mut a, e)? {
-                    return Ok(false);
-                }
-            }
-            if let Some(e) = control_entry {
-                if !self.archive_entry(&mut a, e)? {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        })()?;
+        let sent = self.archive_data_dir(&mut a, &label, started_unix, &entries)?;
         if let Some(e) = a.aborted.take() {
             return Err(e);
         }
@@ -305,6 +279,28 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             ),
         );
         Ok(Reply::Bytes(std::mem::take(&mut a.out)))
+    }
+
+    /// backup_label, the data directory's entries, and pg_control last;
+    /// false if the stream stopped (the client left, or `a.aborted`).
+    fn archive_data_dir(
+        &mut self,
+        a: &mut Archive,
+        label: &str,
+        started_unix: i64,
+        entries: &[Entry],
+    ) -> Result<bool, SqlError> {
+        if !self.archive_file(a, "backup_label", label.as_bytes(), 0o600, started_unix)? {
+            return Ok(false);
+        }
+        let (control, rest): (Vec<&Entry>, Vec<&Entry>) =
+            entries.iter().partition(|e| e.rel == CONTROL_PATH);
+        for e in rest.into_iter().chain(control) {
+            if !self.archive_entry(a, e)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Sends what `a` gathered if it is large (or `force`); false if the
