@@ -390,14 +390,13 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         if e.dir {
             return Ok(true);
         }
-        let path = self.datadir.join(&e.rel);
-        let mut f = match File::open(&path) {
-            Ok(f) => f,
-            // Removed since it was listed: PostgreSQL skips it too.
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                let zeros = vec![0u8; (e.size as usize) + padding(e.size)];
-                return Ok(self.archive_bytes(a, &zeros));
-            }
+        // A file removed since it was listed is sent as zeros of its listed
+        // size (its header is out already), with its manifest line, so the
+        // copy still verifies (pg_control, the one file recovery reads, is
+        // replaced by rename and never missing).
+        let mut f = match File::open(self.datadir.join(&e.rel)) {
+            Ok(f) => Some(f),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
             Err(err) => return Err(io_error(err)),
         };
         let mut sum = Checksummer::new(a.checksum);
@@ -405,15 +404,18 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let mut buf = vec![0u8; CHUNK.min(e.size as usize).max(1)];
         while left > 0 {
             let want = buf.len().min(left as usize);
-            let n = f.read(&mut buf[..want]).map_err(io_error)?;
+            let n = match f.as_mut() {
+                Some(f) => f.read(&mut buf[..want]).map_err(io_error)?,
+                None => 0,
+            };
             if n == 0 {
+                // Shrank or vanished: zeros up to the listed size.
                 buf[..want].fill(0);
-                let z = want;
-                sum = sum.update(&buf[..z]);
-                if !self.archive_bytes(a, &buf[..z]) {
+                sum = sum.update(&buf[..want]);
+                if !self.archive_bytes(a, &buf[..want]) {
                     return Ok(false);
                 }
-                left -= z as u64;
+                left -= want as u64;
                 continue;
             }
             sum = sum.update(&buf[..n]);
