@@ -57,7 +57,7 @@ use sha2::Digest;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walformat::Lsn;
@@ -448,16 +448,13 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let pg_wal = self.datadir.join("pg_wal");
         for segno in geo.seg_no(start)..=last {
             let name = geo.file_name(tli, segno);
-            let mut bytes = fs::read(pg_wal.join(&name)).map_err(|e| {
+            let unreadable = |e: std::io::Error| {
                 SqlError::error(
                     sqlstate::UNDEFINED_FILE,
                     format!("could not read WAL segment \"{name}\" for the backup: {e}"),
                 )
-            })?;
-            bytes.resize(geo.seg_size as usize, 0);
-            if segno == geo.seg_no(end) {
-                bytes[geo.seg_offset(end) as usize..].fill(0);
-            }
+            };
+            let f = File::open(pg_wal.join(&name)).map_err(unreadable)?;
             let h = tar_header(
                 &format!("pg_wal/{name}"),
                 false,
@@ -465,8 +462,36 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 0o600,
                 unix_now(),
             )?;
-            if !self.archive_bytes(a, &h) || !self.archive_bytes(a, &bytes) {
+            if !self.archive_bytes(a, &h) {
                 return Ok(false);
+            }
+            // In pieces (a segment may be 1 GB); from `end` on, zeros.
+            let valid = if segno == geo.seg_no(end) {
+                geo.seg_offset(end)
+            } else {
+                geo.seg_size
+            };
+            let mut buf = vec![0u8; CHUNK];
+            let mut at = 0u64;
+            while at < geo.seg_size {
+                let want = (geo.seg_size - at).min(CHUNK as u64) as usize;
+                let readable = valid.saturating_sub(at).min(want as u64) as usize;
+                let mut got = 0;
+                while got < readable {
+                    let off = at + got as u64;
+                    match f
+                        .read_at(&mut buf[got..readable], off)
+                        .map_err(unreadable)?
+                    {
+                        0 => break,
+                        n => got += n,
+                    }
+                }
+                buf[got..want].fill(0);
+                if !self.archive_bytes(a, &buf[..want]) {
+                    return Ok(false);
+                }
+                at += want as u64;
             }
         }
         if let Ok(dir) = fs::read_dir(&pg_wal) {
