@@ -18,12 +18,15 @@
 //! DROP_REPLICATION_SLOT slot [WAIT]
 //! START_REPLICATION [SLOT slot] [PHYSICAL] X/Y [TIMELINE tli]
 //! START_REPLICATION SLOT slot LOGICAL X/Y [(name ['value'] [, ...])]
+//! BASE_BACKUP [( LABEL 'x', PROGRESS, CHECKPOINT 'fast'|'spread', WAIT b, WAL, MAX_RATE n,
+//!               MANIFEST 'yes'|'no'|'force-encode', MANIFEST_CHECKSUMS 'alg', TARGET 'client', ... )]
 //! ```
 //!
 //! Anything else is ERROR 42601 "syntax error", as PostgreSQL's replication
 //! grammar answers (a walsender of a `replication=database` connection
 //! hands such text to the SQL engine instead, as PostgreSQL does: see
-//! [`is_replication_command`]); BASE_BACKUP is 0A000. Checks made here as
+//! [`is_replication_command`]); ALTER_REPLICATION_SLOT and UPLOAD_MANIFEST
+//! are 0A000, as are BASE_BACKUP's server-side targets and compression. Checks made here as
 //! PostgreSQL's grammar and option parser make them: a timeline of 0 is
 //! 42601 "invalid timeline 0"; a slot option given twice, or one that the
 //! slot's kind does not take (RESERVE_WAL for logical slots, the snapshot
@@ -61,6 +64,7 @@ const TEXT_OID: u32 = 25;
 const INT4_OID: u32 = 23;
 const INT8_OID: u32 = 20;
 const BYTEA_OID: u32 = 17;
+const OID_OID: u32 = 26;
 
 /// A parsed replication command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +100,83 @@ pub enum Command {
         start: u64,
         options: Vec<PluginOption>,
     },
+    BaseBackup(BaseBackupOptions),
+}
+
+/// BASE_BACKUP's options (PostgreSQL 15's parse_basebackup_options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseBackupOptions {
+    /// LABEL (default "base backup").
+    pub label: String,
+    /// PROGRESS: send the estimated size in the tablespace list.
+    pub progress: bool,
+    /// CHECKPOINT 'fast' (true) or 'spread' (false, the default).
+    pub fast_checkpoint: bool,
+    /// WAIT (default true): wait for the WAL to be archived.
+    pub wait: bool,
+    /// WAL: include the WAL from start to end in the archive.
+    pub include_wal: bool,
+    /// MAX_RATE in kB/s (32 .. 1048576), None for no limit.
+    pub max_rate_kb: Option<u32>,
+    /// MANIFEST 'yes' or 'force-encode' (default no manifest).
+    pub manifest: bool,
+    /// MANIFEST 'force-encode': every path hex-encoded.
+    pub manifest_force_encode: bool,
+    /// MANIFEST_CHECKSUMS (default CRC32C).
+    pub manifest_checksums: ManifestChecksum,
+}
+
+/// The per-file checksum of a backup manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestChecksum {
+    None,
+    Crc32c,
+    Sha224,
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl ManifestChecksum {
+    /// The name the manifest gives it (pg_checksum_type_name).
+    pub fn name(self) -> &'static str {
+        match self {
+            ManifestChecksum::None => "NONE",
+            ManifestChecksum::Crc32c => "CRC32C",
+            ManifestChecksum::Sha224 => "SHA224",
+            ManifestChecksum::Sha256 => "SHA256",
+            ManifestChecksum::Sha384 => "SHA384",
+            ManifestChecksum::Sha512 => "SHA512",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ManifestChecksum> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "none" => ManifestChecksum::None,
+            "crc32c" => ManifestChecksum::Crc32c,
+            "sha224" => ManifestChecksum::Sha224,
+            "sha256" => ManifestChecksum::Sha256,
+            "sha384" => ManifestChecksum::Sha384,
+            "sha512" => ManifestChecksum::Sha512,
+            _ => return None,
+        })
+    }
+}
+
+impl Default for BaseBackupOptions {
+    fn default() -> Self {
+        BaseBackupOptions {
+            label: "base backup".to_string(),
+            progress: false,
+            fast_checkpoint: false,
+            wait: true,
+            include_wal: false,
+            max_rate_kb: None,
+            manifest: false,
+            manifest_force_encode: false,
+            manifest_checksums: ManifestChecksum::Crc32c,
+        }
+    }
 }
 
 /// One output plugin option of START_REPLICATION ... LOGICAL:
@@ -282,7 +363,8 @@ pub fn parse_command(text: &str) -> Result<Command, SqlError> {
             Command::DropSlot { name, wait }
         }
         "start_replication" => start_replication(&mut t)?,
-        "base_backup" | "alter_replication_slot" | "upload_manifest" => {
+        "base_backup" => base_backup(&mut t)?,
+        "alter_replication_slot" | "upload_manifest" => {
             return Err(SqlError::not_supported(format!(
                 "{} is not supported by walshm",
                 first.to_ascii_uppercase()
@@ -504,6 +586,147 @@ fn start_replication(t: &mut Tokens) -> Result<Command, SqlError> {
     })
 }
 
+/// BASE_BACKUP's options: PostgreSQL 15's parenthesized generic list
+/// (`( NAME [value], ... )`, what pg_basebackup 15 sends) or the older
+/// unparenthesized keywords (LABEL 'x', PROGRESS, FAST, WAL, NOWAIT,
+/// MAX_RATE n, TABLESPACE_MAP, NOVERIFY_CHECKSUMS, MANIFEST 'x',
+/// MANIFEST_CHECKSUMS 'x'). An option given twice or unknown is an error,
+/// as in PostgreSQL.
+fn base_backup(t: &mut Tokens) -> Result<Command, SqlError> {
+    let mut given: Vec<String> = Vec::new();
+    let mut o = BaseBackupOptions::default();
+    if t.punct('(') {
+        if t.punct(')') {
+            return Ok(Command::BaseBackup(o));
+        }
+        loop {
+            let name = t.ident()?;
+            let value = match t.peek() {
+                Some(Token::Word(w)) => Some(w.clone()),
+                Some(Token::Quoted(w)) | Some(Token::Str(w)) => Some(w.clone()),
+                Some(Token::Number(n)) => Some(n.to_string()),
+                _ => None,
+            };
+            if value.is_some() {
+                t.at += 1;
+            }
+            take_backup_option(&mut o, &mut given, &name, value.as_deref())?;
+            if t.punct(')') {
+                return Ok(Command::BaseBackup(o));
+            }
+            if !t.punct(',') {
+                return Err(syntax_error());
+            }
+        }
+    }
+    loop {
+        let Some(Token::Word(w)) = t.peek().cloned() else {
+            return Ok(Command::BaseBackup(o));
+        };
+        t.at += 1;
+        let (name, value) = match w.as_str() {
+            "label" | "manifest" | "manifest_checksums" => match t.next() {
+                Some(Token::Str(s)) => (w.clone(), Some(s)),
+                _ => return Err(syntax_error()),
+            },
+            "max_rate" => (w.clone(), Some(t.number()?.to_string())),
+            "fast" => ("checkpoint".to_string(), Some("fast".to_string())),
+            "nowait" => ("wait".to_string(), Some("false".to_string())),
+            "noverify_checksums" => ("verify_checksums".to_string(), Some("false".to_string())),
+            "progress" | "wal" | "tablespace_map" => (w.clone(), None),
+            _ => return Err(syntax_error()),
+        };
+        take_backup_option(&mut o, &mut given, &name, value.as_deref())?;
+    }
+}
+
+/// Takes one BASE_BACKUP option (parse_basebackup_options' checks and
+/// messages).
+fn take_backup_option(
+    o: &mut BaseBackupOptions,
+    given: &mut Vec<String>,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), SqlError> {
+    if given.iter().any(|g| g == name) {
+        return Err(SqlError::error(
+            sqlstate::SYNTAX_ERROR,
+            format!("duplicate option \"{name}\""),
+        ));
+    }
+    given.push(name.to_string());
+    let invalid = |msg: String| SqlError::error(sqlstate::INVALID_PARAMETER_VALUE, msg);
+    match name {
+        "label" => o.label = value.unwrap_or("").to_string(),
+        "progress" => o.progress = parse_bool_option(name, value)?,
+        "checkpoint" => match value.unwrap_or("") {
+            "fast" => o.fast_checkpoint = true,
+            "spread" => o.fast_checkpoint = false,
+            v => return Err(invalid(format!("unrecognized checkpoint type: \"{v}\""))),
+        },
+        "wait" => o.wait = parse_bool_option(name, value)?,
+        "wal" => o.include_wal = parse_bool_option(name, value)?,
+        "max_rate" => {
+            let v: i64 = value
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| invalid(format!("{name} requires a numeric value")))?;
+            if !(32..=1_048_576).contains(&v) {
+                return Err(invalid(format!(
+                    "{v} is outside the valid range for parameter \"{name}\" (32 .. 1048576)"
+                )));
+            }
+            o.max_rate_kb = Some(v as u32);
+        }
+        // Accepted and without effect: walshm has no tablespaces and no
+        // data pages with checksums.
+        "tablespace_map" | "verify_checksums" => {
+            parse_bool_option(name, value)?;
+        }
+        "manifest" => {
+            let v = value.unwrap_or("true");
+            if v.eq_ignore_ascii_case("force-encode") {
+                o.manifest = true;
+                o.manifest_force_encode = true;
+            } else {
+                o.manifest = parse_bool_option(name, Some(&v.to_ascii_lowercase()))
+                    .map_err(|_| invalid(format!("unrecognized manifest option: \"{v}\"")))?;
+            }
+        }
+        "manifest_checksums" => {
+            let v = value.unwrap_or("");
+            o.manifest_checksums = ManifestChecksum::parse(v)
+                .ok_or_else(|| invalid(format!("unrecognized checksum algorithm: \"{v}\"")))?;
+        }
+        "target" => match value.unwrap_or("") {
+            "client" => {}
+            "server" | "blackhole" => {
+                return Err(SqlError::not_supported(format!(
+                    "backup target \"{}\" is not supported by walshm",
+                    value.unwrap_or("")
+                )))
+            }
+            v => return Err(invalid(format!("unrecognized target: \"{v}\""))),
+        },
+        "target_detail" => {}
+        "compression" => match value.unwrap_or("none") {
+            "none" => {}
+            v => {
+                return Err(SqlError::not_supported(format!(
+                    "server-side compression \"{v}\" is not supported by walshm"
+                )))
+            }
+        },
+        "compression_detail" => {}
+        _ => {
+            return Err(SqlError::error(
+                sqlstate::SYNTAX_ERROR,
+                format!("unrecognized base backup option: \"{name}\""),
+            ))
+        }
+    }
+    Ok(())
+}
+
 fn lsn(t: &mut Tokens) -> Result<u64, SqlError> {
     match t.next() {
         Some(Token::Lsn(l)) => Ok(l),
@@ -572,6 +795,7 @@ pub enum ColumnType {
     Int4,
     Int8,
     Bytea,
+    Oid,
 }
 
 impl ColumnType {
@@ -581,6 +805,7 @@ impl ColumnType {
             ColumnType::Int4 => (INT4_OID, 4),
             ColumnType::Int8 => (INT8_OID, 8),
             ColumnType::Bytea => (BYTEA_OID, -1),
+            ColumnType::Oid => (OID_OID, 4),
         }
     }
 }
@@ -695,6 +920,28 @@ pub fn copy_both_response() -> Vec<u8> {
     v.push(0); // overall format: text (as PostgreSQL's walsender sends)
     v.extend_from_slice(&0i16.to_be_bytes());
     v
+}
+
+/// CopyOutResponse: text format, no columns (what BASE_BACKUP's COPY
+/// stream begins with).
+pub fn copy_out_response() -> Vec<u8> {
+    let mut v = vec![b'H'];
+    v.extend_from_slice(&7i32.to_be_bytes());
+    v.push(0);
+    v.extend_from_slice(&0i16.to_be_bytes());
+    v
+}
+
+/// Appends a CopyData message whose payload is `kind` then `payload`
+/// (BASE_BACKUP's stream: 'n' new archive, 'd' data, 'p' progress, 'm'
+/// manifest). None if it does not fit a message.
+pub fn typed_copy_data(out: &mut Vec<u8>, kind: u8, payload: &[u8]) -> Option<()> {
+    let len = i32::try_from(4 + 1 + payload.len()).ok()?;
+    out.push(b'd');
+    out.extend_from_slice(&len.to_be_bytes());
+    out.push(kind);
+    out.extend_from_slice(payload);
+    Some(())
 }
 
 /// CopyDone.
@@ -863,6 +1110,49 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn base_backup_options_as_pg_basebackup_15_sends_them() {
+        let c = parse_command(
+            "BASE_BACKUP ( LABEL 'pg_basebackup base backup',  PROGRESS,  CHECKPOINT 'fast',  WAIT 0,  MANIFEST 'yes',  TARGET 'client')",
+        )
+        .unwrap();
+        let Command::BaseBackup(o) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(o.label, "pg_basebackup base backup");
+        assert!(o.progress && o.fast_checkpoint && !o.wait && o.manifest && !o.include_wal);
+        assert_eq!(o.manifest_checksums, ManifestChecksum::Crc32c);
+        let Command::BaseBackup(o) =
+            parse_command("BASE_BACKUP (WAL, MAX_RATE 64, MANIFEST_CHECKSUMS 'SHA256')").unwrap()
+        else {
+            panic!()
+        };
+        assert!(o.include_wal && o.wait);
+        assert_eq!(o.max_rate_kb, Some(64));
+        assert_eq!(o.manifest_checksums, ManifestChecksum::Sha256);
+        assert_eq!(
+            parse_command("BASE_BACKUP LABEL 'x' FAST WAL NOWAIT").unwrap(),
+            Command::BaseBackup(BaseBackupOptions {
+                label: "x".into(),
+                fast_checkpoint: true,
+                include_wal: true,
+                wait: false,
+                ..BaseBackupOptions::default()
+            })
+        );
+        for (bad, code) in [
+            ("BASE_BACKUP (BOGUS)", "42601"),
+            ("BASE_BACKUP (WAL, WAL)", "42601"),
+            ("BASE_BACKUP (CHECKPOINT 'slow')", "22023"),
+            ("BASE_BACKUP (MAX_RATE 1)", "22023"),
+            ("BASE_BACKUP (MANIFEST 'maybe')", "22023"),
+            ("BASE_BACKUP (TARGET 'server')", "0A000"),
+            ("BASE_BACKUP (COMPRESSION 'gzip')", "0A000"),
+        ] {
+            assert_eq!(parse_command(bad).unwrap_err().code, code, "{bad}");
+        }
+    }
 
     #[test]
     fn commands_pg_receivewal_sends() {

@@ -74,6 +74,7 @@
 //! sent is unreported or backends wait: pg_receivewal reports on its own
 //! only every `--status-interval` (10 s by default).
 
+mod basebackup;
 mod logical;
 mod physical;
 mod sql;
@@ -583,6 +584,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 start,
                 timeline,
             } => return self.start_replication(slot, start, timeline),
+            Command::BaseBackup(options) => return self.base_backup(options),
         };
         Ok(Reply::Bytes(bytes))
     }
