@@ -137,6 +137,7 @@ impl Session for WalSession<'_> {
         transactional: bool,
         prefix: &str,
         payload: &[u8],
+        flush: bool,
     ) -> Result<u64, SqlError> {
         let xid = if transactional { self.xact.xid() } else { 0 };
         let msg = walformat::LogicalMessage::try_new(xid, transactional, prefix, payload).map_err(
@@ -154,21 +155,10 @@ impl Session for WalSession<'_> {
         } else {
             self.xact.xlog.insert_message(&msg, &mut spill)
         };
-        Ok(at.end)
-    }
-
-    fn emit_message_flush(
-        &mut self,
-        transactional: bool,
-        prefix: &str,
-        payload: &[u8],
-        flush: bool,
-    ) -> Result<u64, SqlError> {
-        let end = self.emit_message(transactional, prefix, payload)?;
         if flush && !transactional {
-            self.xact.xlog.flush(end);
+            self.xact.xlog.flush(at.end);
         }
-        Ok(end)
+        Ok(at.end)
     }
 
     fn create_logical_replication_slot(

@@ -221,12 +221,16 @@ pub enum Termination {
 
 /// What a connection can ask the database to do.
 pub trait Session {
-    /// pg_logical_emit_message(transactional, prefix, payload) -> LSN of the record.
+    /// pg_logical_emit_message(transactional, prefix, payload [, flush])
+    /// -> LSN of the record's end. With `flush` (PostgreSQL 17's fourth
+    /// argument) a non-transactional message is durable before it returns
+    /// (a transactional one is with its transaction's commit anyway).
     fn emit_message(
         &mut self,
         transactional: bool,
         prefix: &str,
         payload: &[u8],
+        flush: bool,
     ) -> Result<u64, SqlError>;
     /// txid_current(): assigns an XID if none; the full 64-bit xid.
     fn txid_current(&mut self) -> Result<u64, SqlError>;
@@ -268,20 +272,6 @@ pub trait Session {
     fn stat_replication(&mut self) -> Vec<ReplicationRow> {
         Vec::new()
     }
-    /// pg_drop_replication_slot. The default refuses (0A000).
-    /// pg_logical_emit_message's PostgreSQL 17 form: with `flush`, returns
-    /// only once the message is durable (a transactional one: with its
-    /// transaction's commit anyway).
-    fn emit_message_flush(
-        &mut self,
-        transactional: bool,
-        prefix: &str,
-        payload: &[u8],
-        flush: bool,
-    ) -> Result<u64, SqlError> {
-        let _ = flush;
-        self.emit_message(transactional, prefix, payload)
-    }
     /// pg_create_logical_replication_slot -> the consistent point.
     fn create_logical_replication_slot(
         &mut self,
@@ -318,6 +308,7 @@ pub trait Session {
             "publications are not supported here",
         ))
     }
+    /// pg_drop_replication_slot. The default refuses (0A000).
     fn drop_replication_slot(&mut self, _name: &str) -> Result<(), SqlError> {
         Err(SqlError::not_supported(
             "replication slots are not supported here",

@@ -47,7 +47,7 @@ impl Session for FakeSession {
         }])
     }
 
-    fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
+    fn emit_message(&mut self, _: bool, _: &str, _: &[u8], _: bool) -> Result<u64, SqlError> {
         Ok(0x100)
     }
     fn txid_current(&mut self) -> Result<u64, SqlError> {

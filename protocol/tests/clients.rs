@@ -75,6 +75,7 @@ impl Session for FakeSession {
         transactional: bool,
         prefix: &str,
         payload: &[u8],
+        _flush: bool,
     ) -> Result<u64, SqlError> {
         self.require_txn("emit_message");
         self.record(format!(

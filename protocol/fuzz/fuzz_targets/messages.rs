@@ -65,7 +65,13 @@ impl FakeSession {
 }
 
 impl Session for FakeSession {
-    fn emit_message(&mut self, _t: bool, _prefix: &str, payload: &[u8]) -> Result<u64, SqlError> {
+    fn emit_message(
+        &mut self,
+        _t: bool,
+        _prefix: &str,
+        payload: &[u8],
+        _flush: bool,
+    ) -> Result<u64, SqlError> {
         self.need_txn("emit_message");
         Ok(self.lsn(64 + payload.len() as u64))
     }
@@ -117,6 +123,9 @@ impl Session for FakeSession {
     }
     fn take_cancel(&mut self) -> bool {
         false
+    }
+    fn memory_limit(&self) -> usize {
+        64 << 20
     }
 }
 

@@ -391,7 +391,7 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             let flush = arg(3) == &Value::Bool(true);
             Value::U64(
                 env.session
-                    .emit_message_flush(transactional, prefix, payload, flush)?,
+                    .emit_message(transactional, prefix, payload, flush)?,
             )
         }
         Func::TxidCurrent => {

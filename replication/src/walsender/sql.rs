@@ -30,7 +30,7 @@ fn read_only(what: &str) -> SqlError {
 }
 
 impl Session for WalSenderSql<'_> {
-    fn emit_message(&mut self, _: bool, _: &str, _: &[u8]) -> Result<u64, SqlError> {
+    fn emit_message(&mut self, _: bool, _: &str, _: &[u8], _: bool) -> Result<u64, SqlError> {
         Err(read_only("pg_logical_emit_message()"))
     }
 
