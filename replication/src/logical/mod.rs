@@ -27,11 +27,13 @@ use protocol::sqlstate;
 use protocol::SqlError;
 use shmem::Shmem;
 use std::path::Path;
-use walformat::{DecodedRecord, Lsn};
+use walformat::Lsn;
 
 /// Decodes a slot's WAL (see the module header).
 pub struct Decoder<'a> {
-    source: Source<'a>,
+    /// The WAL from the slot's restart_lsn (`backend::walread`: the
+    /// shared WAL buffers while they hold a page, else one pread per page).
+    wal: WalRead<'a>,
     reorder: Reorder,
     plugin: Box<dyn Plugin>,
 }
@@ -47,7 +49,7 @@ impl<'a> Decoder<'a> {
         plugin: Box<dyn Plugin>,
     ) -> Result<Decoder<'a>, SqlError> {
         Ok(Decoder {
-            source: Source::new(shm, datadir, restart_lsn)?,
+            wal: WalRead::new(Some(shm), datadir, restart_lsn).map_err(read_error)?,
             reorder: Reorder::new(start, restart_lsn),
             plugin,
         })
@@ -77,7 +79,7 @@ impl<'a> Decoder<'a> {
 
     /// Decodes one record below `upto`; false if there is none yet.
     pub fn step(&mut self, upto: Lsn, out: &mut Vec<Output>) -> Result<bool, SqlError> {
-        let Some(rec) = self.source.next_record(upto)? else {
+        let Some(rec) = self.wal.next_record(upto).map_err(read_error)? else {
             return Ok(false);
         };
         if let Some(change) = self.reorder.add(&rec) {
@@ -99,26 +101,6 @@ impl<'a> Decoder<'a> {
     /// The restart_lsn a slot may keep once `confirmed` is confirmed.
     pub fn restart_for(&mut self, confirmed: Lsn) -> Option<Lsn> {
         self.reorder.restart_for(confirmed)
-    }
-}
-
-/// The records of the WAL below the caller's bound: `backend::walread`
-/// (from the shared WAL buffers while they hold a page, else one `pread`
-/// per page).
-struct Source<'a> {
-    read: WalRead<'a>,
-}
-
-impl<'a> Source<'a> {
-    fn new(shm: &'a Shmem, datadir: &Path, from: Lsn) -> Result<Source<'a>, SqlError> {
-        let read = WalRead::new(Some(shm), datadir, from).map_err(read_error)?;
-        Ok(Source { read })
-    }
-
-    /// The next record that ends at or below `upto`; None if there is
-    /// none yet.
-    fn next_record(&mut self, upto: Lsn) -> Result<Option<DecodedRecord>, SqlError> {
-        self.read.next_record(upto).map_err(read_error)
     }
 }
 

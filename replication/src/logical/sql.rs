@@ -15,9 +15,9 @@
 use super::plugin::{self, Output};
 use super::{publication, Decoder};
 use backend::slots::{self, NewLogical};
+use backend::walread::flushed_upto;
 use protocol::replication::PluginOption;
 use protocol::{sqlstate, SqlError};
-use shmem::sync::Ordering;
 use shmem::Shmem;
 use std::path::Path;
 use walformat::Lsn;
@@ -32,12 +32,6 @@ pub struct ChangesRequest<'r> {
     pub peek: bool,
     /// The `_binary_` forms (bytea data).
     pub binary: bool,
-}
-
-fn flush_lsn(shm: &Shmem) -> Lsn {
-    // Acquire pairs with the Release fetch_max of flush_result in
-    // xlog_write: the WAL below it is in the segment files.
-    shm.xlog().write.flush_result.load(Ordering::Acquire)
 }
 
 fn function_name(req: &ChangesRequest) -> String {
@@ -85,7 +79,7 @@ fn decode_changes(
     }
     let restart = slots::restart_lsn(shm, idx);
     let mut decoder = Decoder::new(shm, datadir, restart, state.confirmed_flush, plugin)?;
-    let end = flush_lsn(shm);
+    let end = flushed_upto(shm);
     let mut out = Vec::new();
     while decoder.step(end, &mut out)? {
         if req.upto_lsn.is_some_and(|u| u <= decoder.position()) {
@@ -130,7 +124,7 @@ pub fn advance(
             "invalid target WAL LSN",
         ));
     }
-    let target = upto.min(flush_lsn(shm));
+    let target = upto.min(flushed_upto(shm));
     let Some(row) = slots::row(shm, datadir, name) else {
         return Err(SqlError::error(
             sqlstate::UNDEFINED_OBJECT,

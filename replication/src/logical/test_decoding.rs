@@ -138,20 +138,14 @@ fn message_line(m: &Message) -> Vec<u8> {
     line
 }
 
-/// PostgreSQL's timestamptz_to_str in UTC: `YYYY-MM-DD HH:MM:SS[.ffffff]+00`,
-/// the fraction without trailing zeros; `us` counts from 2000-01-01.
-pub fn timestamptz_text(us: i64) -> String {
-    let unix_us = us + walformat::PG_EPOCH_UNIX_SECS * 1_000_000;
-    let secs = unix_us.div_euclid(1_000_000);
-    let frac = unix_us.rem_euclid(1_000_000);
-    let mut text = walformat::format_unix_secs(secs);
-    if frac != 0 {
-        let digits = format!("{frac:06}");
-        text.push('.');
-        text.push_str(digits.trim_end_matches('0'));
+/// PostgreSQL's timestamptz_to_str in UTC (`us` counts from
+/// 2000-01-01); a time outside what timestamptz shows prints as PostgreSQL
+/// prints an infinite one.
+fn timestamptz_text(us: i64) -> String {
+    match walformat::pg_timestamp_to_unix_us(us) {
+        Some(unix_us) => protocol::sql::value::format_timestamp(unix_us),
+        None => "infinity".to_string(),
     }
-    text.push_str("+00");
-    text
 }
 
 #[cfg(test)]
