@@ -230,21 +230,24 @@ impl<'a> ProcArray<'a> {
 /// (PostgreSQL's MinimumActiveBackends, for commit_siblings): read without
 /// ProcArrayLock, a hint only.
 pub fn others_in_transaction(shm: &Shmem, me: u32, min: u32) -> bool {
-    let members = shm.proc_array_members();
-    let procs = shm.procs();
-    let n = (shm.proc_array().num_members.load(Ordering::Relaxed) as usize).min(members.len());
-    let active = members[..n]
-        .iter()
-        .map(|m| m.load(Ordering::Relaxed))
-        .filter(|&procno| procno != me)
-        .filter(|&procno| {
-            procs
-                .get(procno as usize)
-                .is_some_and(|p| p.xid.load(Ordering::Relaxed) != 0)
-        });
+    let active = assigned_xids(shm).filter(|&(procno, _)| procno != me);
     // min = 0: always true, as PostgreSQL's (commit_siblings = 0 means
     // commit_delay applies whatever else is running).
     active.take(min as usize).count() == min as usize
+}
+
+/// (proc number, XID) of every ProcArray member with an XID, read without
+/// ProcArrayLock (Relaxed loads): what a caller makes of it must hold for
+/// a racy answer (a hint, or re-checked).
+pub fn assigned_xids(shm: &Shmem) -> impl Iterator<Item = (u32, u32)> + '_ {
+    let members = shm.proc_array_members();
+    let procs = shm.procs();
+    let n = (shm.proc_array().num_members.load(Ordering::Relaxed) as usize).min(members.len());
+    members[..n].iter().filter_map(move |m| {
+        let procno = m.load(Ordering::Relaxed);
+        let xid = procs.get(procno as usize)?.xid.load(Ordering::Relaxed);
+        (xid != 0).then_some((procno, xid))
+    })
 }
 
 pub fn restore_next_xid(shm: &Shmem, control_next: u64, max_seen: u32) {

@@ -467,32 +467,22 @@ pub fn create_logical(
     Ok(consistent)
 }
 
-/// Where the next record will start (a record start, after any page
-/// header). Acquire: see the module header (pairs with the Release of a
-/// reservation, which follows the reserver's XID store).
+/// Where the next record will start: C0 and C1 of the module header
+/// (`xlog::next_record_start` reads it with Acquire, so the XID of whoever
+/// reserved WAL below it is visible).
 fn insert_rec_ptr(shm: &Shmem) -> Lsn {
-    let pos = shm.xlog().insert.curr_byte_pos.load(Ordering::Acquire);
-    Geometry::new(shm.xlog().facts.seg_size).map_or(0, |g| g.bytepos_to_recptr(pos))
+    Geometry::new(shm.xlog().facts.seg_size).map_or(0, |g| crate::xlog::next_record_start(shm, &g))
 }
 
 /// Waits until every transaction running now has ended; the insert
 /// position then. None if a shutdown was asked for meanwhile.
 fn wait_for_running_transactions(shm: &Shmem) -> Option<Lsn> {
-    let members = shm.proc_array_members();
-    let procs = shm.procs();
-    let n = (shm.proc_array().num_members.load(Ordering::Relaxed) as usize).min(members.len());
     // SeqCst: the XIDs are read after C0 (the caller's Acquire load).
     shmem::sync::fence(Ordering::SeqCst);
-    let running: Vec<(usize, u32)> = members[..n]
-        .iter()
-        .map(|m| m.load(Ordering::Relaxed) as usize)
-        .filter_map(|procno| {
-            let xid = procs.get(procno)?.xid.load(Ordering::Relaxed);
-            (xid != 0).then_some((procno, xid))
-        })
-        .collect();
+    let running: Vec<(u32, u32)> = crate::procarray::assigned_xids(shm).collect();
+    let procs = shm.procs();
     for (procno, xid) in running {
-        while procs[procno].xid.load(Ordering::Acquire) == xid {
+        while procs[procno as usize].xid.load(Ordering::Acquire) == xid {
             if crate::process::shutdown_requested() {
                 return None;
             }

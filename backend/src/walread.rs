@@ -127,10 +127,9 @@ pub const COPY_SPIN: Duration = Duration::from_micros(20);
 /// insertions stay finished).
 pub fn inserted_upto(shm: &Shmem, geo: &Geometry, known: Lsn) -> Lsn {
     let x = shm.xlog();
-    // Acquire pairs with the reservation's Release (`Xlog::reserve`):
-    // whoever sees a reservation sees the insertion lock its reserver took
+    // Whoever sees a reservation sees the insertion lock its reserver took
     // before it (the same reasoning as `wait_insertions_to_finish`).
-    let reserved = geo.bytepos_to_end_recptr(x.insert.curr_byte_pos.load(Ordering::Acquire));
+    let reserved = crate::xlog::reserved_end(shm, geo);
     let mut finished = reserved;
     for i in 0..shm.n_insert_locks() {
         let l = shm.insert_lock(i);

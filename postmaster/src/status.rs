@@ -70,7 +70,7 @@ pub fn observe(datadir: &Path) -> Result<Shmem, String> {
 fn wal_positions(shm: &Shmem) -> (u64, u64, u64) {
     let x = shm.xlog();
     let insert = match walformat::Geometry::new(x.facts.seg_size) {
-        Ok(geo) => geo.bytepos_to_recptr(x.insert.curr_byte_pos.load(Ordering::Relaxed)),
+        Ok(geo) => backend::xlog::next_record_start(shm, &geo),
         Err(_) => 0,
     };
     (

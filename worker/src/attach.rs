@@ -165,6 +165,16 @@ impl Link {
         self.owned_here() && std::process::id() == self.owner.pid
     }
 
+    /// Ok in the process that attached the link, else [`Link::not_owner`].
+    #[inline]
+    pub fn check_owner(&self) -> Result<()> {
+        if self.owned_here() {
+            Ok(())
+        } else {
+            Err(self.not_owner())
+        }
+    }
+
     /// The error for a call from a process that does not own the link.
     pub fn not_owner(&self) -> Error {
         Error::ForkedChild {

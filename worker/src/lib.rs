@@ -207,9 +207,7 @@ impl Worker {
     /// A reader bounded as `mode` says ([`Worker::reader`],
     /// [`Worker::reader_inserted`]).
     pub fn reader_in(&self, from: Lsn, mode: ReadMode) -> Result<Reader<'_>> {
-        if !self.link.owned_here() {
-            return Err(self.link.not_owner());
-        }
+        self.link.check_owner()?;
         Reader::attached(&self.data_dir, from, self.link.shm(), &**self.link, mode)
     }
 
@@ -260,9 +258,7 @@ impl Worker {
 
     #[inline]
     fn check_running(&self) -> Result<()> {
-        if !self.link.owned_here() {
-            return Err(self.link.not_owner());
-        }
+        self.link.check_owner()?;
         if attach::shutdown_requested() {
             return Err(Error::ShuttingDown);
         }

@@ -29,19 +29,11 @@ fn slot_error(e: backend::slots::SqlError) -> Error {
 }
 
 impl Worker {
-    fn check_owner(&self) -> Result<()> {
-        if self.link.owned_here() {
-            Ok(())
-        } else {
-            Err(self.link.not_owner())
-        }
-    }
-
     /// Creates slot `name` (PostgreSQL's slot name rules) at the current
     /// end of the WAL: its reader gets what commits from then on. Returns
     /// that position.
     pub fn slot_create(&self, name: &str) -> Result<Lsn> {
-        self.check_owner()?;
+        self.link.check_owner()?;
         let new = NewLogical {
             name,
             temporary: false,
@@ -55,13 +47,13 @@ impl Worker {
 
     /// Drops slot `name` (its WAL is no longer held).
     pub fn slot_drop(&self, name: &str) -> Result<()> {
-        self.check_owner()?;
+        self.link.check_owner()?;
         slots::drop_slot(self.link.shm(), &self.data_dir, name, false).map_err(slot_error)
     }
 
     /// Reads slot `name` (see the module header): flushed WAL only.
     pub fn reader_slot(&self, name: &str) -> Result<SlotReader<'_>> {
-        self.check_owner()?;
+        self.link.check_owner()?;
         let shm = self.link.shm();
         slots::validate_name(name).map_err(slot_error)?;
         let (idx, state) = slots::acquire_logical(shm, &self.data_dir, name).map_err(slot_error)?;
@@ -105,7 +97,7 @@ impl SlotReader<'_> {
     /// message's `commit_end`): the slot moves there (never backwards)
     /// and its WAL before what is still needed may be removed.
     pub fn confirm(&mut self, lsn: Lsn) -> Result<()> {
-        self.worker.check_owner()?;
+        self.worker.link.check_owner()?;
         let restart = self.committed.restart_for(lsn);
         slots::confirm(self.worker.link.shm(), self.idx, lsn, restart);
         Ok(())

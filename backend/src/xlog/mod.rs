@@ -151,6 +151,19 @@ pub struct Xlog<'a> {
     group_commit: GroupCommit,
 }
 
+/// End of reserved WAL (an LSN), for callers without an [`Xlog`] handle
+/// (readers, slots): whoever sees a reservation also sees the insertion
+/// lock its reserver took and the XID it published before it.
+pub fn reserved_end(shm: &Shmem, geo: &Geometry) -> Lsn {
+    geo.bytepos_to_end_recptr(reserved_bytepos(shm))
+}
+
+/// Where the next record will start (a record-start LSN, after any page
+/// header), for callers without an [`Xlog`] handle; see [`reserved_end`].
+pub fn next_record_start(shm: &Shmem, geo: &Geometry) -> Lsn {
+    geo.bytepos_to_recptr(reserved_bytepos(shm))
+}
+
 /// Reads the current insert position (end of reserved WAL) in usable bytes.
 fn reserved_bytepos(shm: &Shmem) -> u64 {
     // Acquire pairs with the Release store of a spinlock reservation
@@ -220,13 +233,13 @@ impl<'a> Xlog<'a> {
 
     /// End of reserved WAL (an LSN).
     pub fn insert_lsn(&self) -> Lsn {
-        self.geo.bytepos_to_end_recptr(reserved_bytepos(self.shm))
+        reserved_end(self.shm, &self.geo)
     }
 
     /// Where the next record will start (a record-start LSN, after any
     /// page header).
     pub fn insert_rec_ptr(&self) -> Lsn {
-        self.geo.bytepos_to_recptr(reserved_bytepos(self.shm))
+        next_record_start(self.shm, &self.geo)
     }
 
     pub fn write_lsn(&self) -> Lsn {
