@@ -23,9 +23,8 @@ use common::wire::{data_rows, exchange, handshake_retrying, msg, pg_client, Port
 use common::*;
 
 use std::collections::HashSet;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The Python with psycopg2 (WALSHM_PYTHON, else python3).
@@ -77,32 +76,19 @@ fn clients_print_what_postgresql_15_prints() {
 }
 
 /// pg_recvlogical in its own process group, killed on drop.
-struct RecvLogical(Child);
-
-impl RecvLogical {
-    fn start(bin: &Path, socket_dir: &Path, port: u16, slot: &str, out: &Path) -> RecvLogical {
-        let log = std::fs::File::create(out.with_extension("log")).unwrap();
-        let child = Command::new(bin)
+/// pg_recvlogical streaming slot `slot` into `out` (its log beside it).
+fn recvlogical(bin: &Path, socket_dir: &Path, port: u16, slot: &str, out: &Path) -> GroupChild {
+    let log = std::fs::File::create(out.with_extension("log")).unwrap();
+    GroupChild::spawn(
+        Command::new(bin)
             .arg("-h")
             .arg(socket_dir)
             .args(["-p", &port.to_string(), "-d", "postgres", "-S", slot])
             .args(["--start", "-s", "1", "-F", "0", "-f"])
             .arg(out)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("start pg_recvlogical");
-        RecvLogical(child)
-    }
-}
-
-impl Drop for RecvLogical {
-    fn drop(&mut self) {
-        kill(-(self.0.id() as i32), libc::SIGKILL);
-        let _ = self.0.wait();
-    }
+            .stderr(log),
+        "pg_recvlogical",
+    )
 }
 
 fn query(s: &mut std::os::unix::net::UnixStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
@@ -159,7 +145,7 @@ fn a_slot_resumes_after_kill_9_with_every_acknowledged_commit() {
     );
     assert!(created.status.success(), "{}", created.describe());
     let out: PathBuf = ps.tmp.join("recv.txt");
-    let _rx = RecvLogical::start(&recv, &ps.d.path, ps.port, "crash", &out);
+    let _rx = recvlogical(&recv, &ps.d.path, ps.port, "crash", &out);
     let mut acked = Vec::new();
     produce(&ps.socket(), 0, 200, &mut acked);
     let kids = ps.srv().children();
@@ -342,37 +328,22 @@ fn python_with_psycopg2() -> Option<String> {
     None
 }
 
-/// scripts/pgoutput-consume.py on slot `slot`, in its own process group,
-/// killed on drop.
-struct PyConsumer(Child);
-
-impl PyConsumer {
-    fn start(py: &str, ps: &PortServer, slot: &str, out: &Path) -> PyConsumer {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgoutput-consume.py");
-        let dsn = format!(
-            "host={} port={} dbname=postgres",
-            ps.d.path.display(),
-            ps.port
-        );
-        let child = Command::new(py)
+/// scripts/pgoutput-consume.py on slot `slot` of publication `pub`.
+fn py_consumer(py: &str, ps: &PortServer, slot: &str, out: &Path) -> GroupChild {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgoutput-consume.py");
+    let dsn = format!(
+        "host={} port={} dbname=postgres",
+        ps.d.path.display(),
+        ps.port
+    );
+    GroupChild::spawn(
+        Command::new(py)
             .arg(script)
             .args([&dsn, slot, "pub"])
             .arg(out)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("start pgoutput-consume.py");
-        PyConsumer(child)
-    }
-}
-
-impl Drop for PyConsumer {
-    fn drop(&mut self) {
-        kill(-(self.0.id() as i32), libc::SIGKILL);
-        let _ = self.0.wait();
-    }
+            .stderr(Stdio::null()),
+        "pgoutput-consume.py",
+    )
 }
 
 #[test]
@@ -389,7 +360,7 @@ fn psycopg2_with_pgoutput_resumes_after_kill_9() {
     );
     drop(s);
     let out = ps.tmp.join("py.txt");
-    let consumer = PyConsumer::start(&py, &ps, "py", &out);
+    let consumer = py_consumer(&py, &ps, "py", &out);
     let mut acked = Vec::new();
     produce(&ps.socket(), 0, 150, &mut acked);
     let kids = ps.srv().children();
@@ -400,7 +371,7 @@ fn psycopg2_with_pgoutput_resumes_after_kill_9() {
     srv.wait_ready(TIMEOUT);
     ps.srv = Some(srv);
     assert!(wait_until(TIMEOUT, || ps.socket().exists()));
-    let _consumer = PyConsumer::start(&py, &ps, "py", &out);
+    let _consumer = py_consumer(&py, &ps, "py", &out);
     produce(&ps.socket(), 150, 250, &mut acked);
     let read = || -> Vec<String> {
         std::fs::read_to_string(&out)

@@ -147,3 +147,28 @@ pub fn kill(pid: i32, sig: i32) {
         std::io::Error::last_os_error()
     );
 }
+
+/// A command run in its own process group (stdin and stdout to
+/// /dev/null), the whole group SIGKILLed and reaped on drop, also when a
+/// test fails.
+pub struct GroupChild(pub std::process::Child);
+
+impl GroupChild {
+    pub fn spawn(cmd: &mut Command, what: &str) -> GroupChild {
+        use std::os::unix::process::CommandExt;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
+        GroupChild(child)
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        kill(-(self.0.id() as i32), libc::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
