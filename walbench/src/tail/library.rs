@@ -42,7 +42,7 @@ fn number(v: &serde_json::Value, key: &str) -> f64 {
 /// The runs of one library path.
 pub fn runs(o: &Options, inserted: bool) -> Result<Vec<Run>, String> {
     let bin = example()?;
-    let work = super::recvlogical::work_dir(if inserted { "lib-ins" } else { "lib" })?;
+    let work = super::servers::work_dir(if inserted { "lib-ins" } else { "lib" })?;
     let server = Server::walshm(&crate::postmaster_path()?, &work, &o.sets)?;
     let json = work.join("runs.json");
     let rates: Vec<String> = o.rates.iter().map(u64::to_string).collect();

@@ -6,13 +6,13 @@
 //! (`pg_logical_emit_message(true, 'tail', CONTENT)` in autocommit), the
 //! same for walshm and PostgreSQL 15.
 
-use super::servers::{Server, PG_BINDIR};
+use super::servers::{work_dir, Server, PG_BINDIR};
 use super::wire::Conn;
 use super::{content, now_ns, parse_content, producers_for, Options, Window, DRAIN};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -272,17 +272,6 @@ fn backlog_rate(server: &Server, slot: &str, o: &Options) -> Result<f64, String>
     } else {
         0.0
     })
-}
-
-pub fn work_dir(tag: &str) -> Result<PathBuf, String> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "walbench-tail-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
 }
 
 /// Every rate's window and the unpaced rate; None when PostgreSQL 15 is

@@ -104,24 +104,13 @@ impl Server {
         for s in sets {
             cmd.args(["--set", s]);
         }
-        die_with_walbench(&mut cmd, libc::SIGINT);
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("postmaster start: {e}"))?;
-        let pid = child.id() as i32;
-        wait_socket(&dir, port, &mut child, &log)?;
-        Ok(Server {
-            socket_dir: dir.clone(),
+        launch(
+            &mut cmd,
+            dir.clone(),
             port,
-            user: current_user(),
-            child: Some(child),
-            pid,
-            dir,
-        })
+            &log,
+            &dir.join("postmaster.pid"),
+        )
     }
 
     /// PostgreSQL 15, if its programs are installed (None otherwise).
@@ -175,27 +164,55 @@ impl Server {
         for s in &all {
             cmd.args(["-c", s]);
         }
-        die_with_walbench(&mut cmd, libc::SIGINT);
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("postgres: {e}"))?;
-        wait_socket(&dir, port, &mut child, &log)?;
-        let pid = std::fs::read_to_string(dir.join("data/postmaster.pid"))
-            .ok()
-            .and_then(|t| t.lines().next()?.trim().parse().ok())
-            .unwrap_or(child.id() as i32);
-        Ok(Some(Server {
-            socket_dir: dir.clone(),
-            port,
-            user: current_user(),
-            child: Some(child),
-            pid,
-            dir,
-        }))
+        let pid_file = dir.join("data/postmaster.pid");
+        launch(&mut cmd, dir, port, &log, &pid_file).map(Some)
     }
+}
+
+/// Starts a server's `cmd` (its own process group, SIGINT when walbench
+/// dies, stderr to `log`), waits until it accepts connections on
+/// `dir/.s.PGSQL.PORT`; its postmaster's pid from `pid_file` (the child
+/// may be a launcher such as runuser).
+fn launch(
+    cmd: &mut Command,
+    dir: PathBuf,
+    port: u16,
+    log: &Path,
+    pid_file: &Path,
+) -> Result<Server, String> {
+    die_with_walbench(cmd, libc::SIGINT);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).map_err(|e| e.to_string())?)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", cmd.get_program().to_string_lossy()))?;
+    wait_socket(&dir, port, &mut child, log)?;
+    let pid = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|t| t.lines().next()?.trim().parse().ok())
+        .unwrap_or(child.id() as i32);
+    Ok(Server {
+        socket_dir: dir.clone(),
+        port,
+        user: current_user(),
+        child: Some(child),
+        pid,
+        dir,
+    })
+}
+
+/// A fresh work directory under TMPDIR for one path's servers.
+pub fn work_dir(tag: &str) -> Result<PathBuf, String> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "walbench-tail-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
 impl Drop for Server {
