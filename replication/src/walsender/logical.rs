@@ -177,20 +177,11 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .state
                 .store(sender_state::STREAMING, Ordering::Relaxed);
             if shutdown_requested() {
-                let started = *drain_started.get_or_insert_with(Instant::now);
-                let reported = self.entry().write.load(Ordering::Relaxed);
-                if reported >= last_output || started.elapsed() > SHUTDOWN_REPLY_WAIT {
-                    self.send(&repl::command_complete("COPY 0"));
-                    return StreamEnd::Ended(End::Shutdown);
+                let sent = self.sent;
+                match self.drain_at_shutdown(&mut drain_started, last_output, sent) {
+                    Some(end) => return end,
+                    None => continue,
                 }
-                if !self.ping_sent {
-                    self.entry()
-                        .state
-                        .store(sender_state::STOPPING, Ordering::Relaxed);
-                    self.ping(self.sent);
-                }
-                self.wait(Duration::from_millis(100));
-                continue;
             }
             if let Some(end) = self.keepalive_timer(self.sent) {
                 return end;

@@ -863,6 +863,44 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         }
     }
 
+    /// A fast shutdown with everything sent: once the receiver reported
+    /// `upto` (or after SHUTDOWN_REPLY_WAIT) the stream ends with
+    /// CommandComplete "COPY 0"; until then it asks once for a reply (a
+    /// keepalive at `sent`) and naps. Both streams end this way.
+    fn drain_at_shutdown(
+        &mut self,
+        started: &mut Option<Instant>,
+        upto: Lsn,
+        sent: Lsn,
+    ) -> Option<StreamEnd> {
+        let started = *started.get_or_insert_with(Instant::now);
+        if self.drained(upto) || started.elapsed() > SHUTDOWN_REPLY_WAIT {
+            self.send(&repl::command_complete("COPY 0"));
+            return Some(StreamEnd::Ended(End::Shutdown));
+        }
+        if !self.ping_sent {
+            self.entry()
+                .state
+                .store(sender_state::STOPPING, Ordering::Relaxed);
+            self.ping(sent);
+        }
+        self.wait(Duration::from_millis(100));
+        None
+    }
+
+    /// At shutdown: has the receiver reported (flush, or write when it
+    /// reports no flush) everything up to `upto`?
+    fn drained(&self, upto: Lsn) -> bool {
+        let e = self.entry();
+        let flush = e.flush.load(Ordering::Relaxed);
+        let done = if flush != 0 {
+            flush
+        } else {
+            e.write.load(Ordering::Relaxed)
+        };
+        done >= upto
+    }
+
     /// Asks the receiver for a reply (a keepalive with the reply flag);
     /// nothing once our CopyDone is sent.
     fn ping(&mut self, sent: Lsn) {

@@ -294,19 +294,10 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .state
                 .store(sender_state::STREAMING, Ordering::Relaxed);
             if shutdown_requested() {
-                let started = *drain_started.get_or_insert_with(Instant::now);
-                if self.drained(sent) || started.elapsed() > SHUTDOWN_REPLY_WAIT {
-                    self.send(&repl::command_complete("COPY 0"));
-                    return StreamEnd::Ended(End::Shutdown);
+                match self.drain_at_shutdown(&mut drain_started, sent, sent) {
+                    Some(end) => return end,
+                    None => continue,
                 }
-                if !self.ping_sent {
-                    self.entry()
-                        .state
-                        .store(sender_state::STOPPING, Ordering::Relaxed);
-                    self.ping(sent);
-                }
-                self.wait(Duration::from_millis(100));
-                continue;
             }
             if let Some(end) = self.keepalive_timer(sent) {
                 return end;
@@ -314,19 +305,6 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             self.ask_for_reply_if_throttling(sent);
             self.sleep_until_flush_or_message(sent);
         }
-    }
-
-    /// At shutdown: has the receiver reported (flush, or write when it
-    /// reports no flush) everything we sent?
-    pub(super) fn drained(&self, sent: Lsn) -> bool {
-        let e = self.entry();
-        let flush = e.flush.load(Ordering::Relaxed);
-        let done = if flush != 0 {
-            flush
-        } else {
-            e.write.load(Ordering::Relaxed)
-        };
-        done >= sent
     }
 
     /// Flow control: asks the receiver for its position (see the module
