@@ -27,6 +27,7 @@ pub struct InitOptions {
     pub from_wal: Option<PathBuf>,
 }
 
+#[derive(Default)]
 pub struct StartOptions {
     pub datadir: PathBuf,
     pub sets: Vec<String>,
@@ -484,19 +485,7 @@ fn parse_init(args: &[String]) -> Result<InitOptions, String> {
 }
 
 fn parse_start(args: &[String]) -> Result<StartOptions, String> {
-    let blank = StartOptions {
-        datadir: PathBuf::new(),
-        sets: Vec::new(),
-        workers: 0,
-        workload: None,
-        ack: false,
-        discard_damaged_wal: false,
-        pwfile: None,
-        replication_pwfile: None,
-        worker_commands: Vec::new(),
-        postgres_cli: false,
-    };
-    let (datadir, opts) = run_flags("start", args, START_FLAGS, blank)?;
+    let (datadir, opts) = run_flags("start", args, START_FLAGS, StartOptions::default())?;
     check_workers(&opts)?;
     Ok(StartOptions { datadir, ..opts })
 }
@@ -593,14 +582,8 @@ fn parse_postgres(args: &[String]) -> Result<StartOptions, String> {
     Ok(StartOptions {
         datadir,
         sets,
-        workers: 0,
-        workload: None,
-        ack: false,
-        discard_damaged_wal: false,
-        pwfile: None,
-        replication_pwfile: None,
-        worker_commands: Vec::new(),
         postgres_cli: true,
+        ..StartOptions::default()
     })
 }
 

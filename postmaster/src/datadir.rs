@@ -247,17 +247,23 @@ fn remove_created(dir: &Path, existed: bool) {
     }
 }
 
-/// Writes `DIR/PG_VERSION` ("15"), mode 0600.
-pub fn write_pg_version(dir: &Path) -> Result<(), String> {
-    let p = dir.join(PG_VERSION_FILE);
+/// Writes `bytes` to `p` (mode 0600), replacing it or, with `new_only`,
+/// refusing an existing file.
+fn write_private(p: &Path, bytes: &[u8], new_only: bool) -> Result<(), String> {
     fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create(!new_only)
+        .create_new(new_only)
+        .truncate(!new_only)
         .mode(0o600)
-        .open(&p)
-        .and_then(|mut f| f.write_all(PG_VERSION.as_bytes()))
+        .open(p)
+        .and_then(|mut f| f.write_all(bytes))
         .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+}
+
+/// Writes `DIR/PG_VERSION` ("15"), mode 0600.
+pub fn write_pg_version(dir: &Path) -> Result<(), String> {
+    write_private(&dir.join(PG_VERSION_FILE), PG_VERSION.as_bytes(), false)
 }
 
 /// A data directory made by an earlier walshm: its control file in the
@@ -288,15 +294,7 @@ pub fn write_opts_file(dir: &Path, args: &[String]) -> Result<(), String> {
         line.push_str(&format!(" \"{a}\""));
     }
     line.push('\n');
-    let p = dir.join(OPTS_FILE);
-    fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&p)
-        .and_then(|mut f| f.write_all(line.as_bytes()))
-        .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+    write_private(&dir.join(OPTS_FILE), line.as_bytes(), false)
 }
 
 fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
@@ -318,14 +316,7 @@ fn write_config(dir: &Path, sets: &[String]) -> Result<(), String> {
         text.push_str(s);
         text.push('\n');
     }
-    let p = dir.join(CONFIG_FILE);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&p)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("could not write \"{}\": {e}", p.display()))
+    write_private(&dir.join(CONFIG_FILE), text.as_bytes(), true)
 }
 
 /// Settings for `start`: defaults, then the configuration file, then --set.
