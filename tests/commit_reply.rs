@@ -164,6 +164,20 @@ fn crash_keeps_acknowledged_commits(tag: &str, victim: &str) {
     std::thread::sleep(Duration::from_millis(800));
     let pid = r.child(victim);
     kill(pid, libc::SIGKILL);
+    // A walwriter's death is a crash restart, which ends every session; a
+    // connection backend's is cleaned up after (unless it died inside a
+    // shared critical section, or with its reply handed to the
+    // walwriter), and the other sessions go on until told to stop.
+    let verdict = |l: &str| {
+        l.contains("cleaned up without a restart")
+            || l.contains("terminating any other active server processes")
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || verdict(&r.srv().stderr())),
+        "no verdict on the death of the {victim}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
     let mut acked: Vec<u64> = Vec::new();
     let watchdog = Instant::now();
     for c in clients {

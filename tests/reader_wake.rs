@@ -107,17 +107,6 @@ fn times(out: &Path, word: &str) -> Vec<(usize, u64)> {
         .collect()
 }
 
-fn attach_when_ready(dir: &Path) -> Worker {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        match Worker::attach(Some(dir)) {
-            Ok(w) => return w,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("could not attach to {}: {e}", dir.display()),
-        }
-    }
-}
-
 /// Delivery latencies (µs) from the writer's times, sorted.
 fn latencies_us(delivered: &[(usize, u64)], sent: &[(usize, u64)]) -> Vec<u64> {
     let mut l: Vec<u64> = delivered

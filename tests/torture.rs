@@ -1,6 +1,7 @@
 //! `walbench torture` end to end: short runs of the kill mode
 //! (default and alternative variants, and with a supervised library
-//! worker among the victims) and of the power-loss mode pass, and
+//! worker among the victims), of the kill-attached mode and of the
+//! power-loss mode pass, and
 //! the power-loss mode catches a deliberately broken build
 //! (`WALSHM_TEST_BREAK=ack-before-fsync`, compiled in with the test
 //! build's `failpoints`): it reports lost > 0 and exits non-zero, keeping
@@ -111,6 +112,52 @@ fn kill_mode_with_a_library_worker_nothing_lost() {
     let (o, v, data) = torture(&tmp, &args, &env);
     assert_passed(&o, &v, &data, "kill", 6);
     assert!(int(&v["victims"], "worker") >= 1, "{v}");
+}
+
+/// `--kill-attached`: only library workers and connection backends are
+/// killed; each death is cleaned up after (a crash restart only for the
+/// few that land inside a shared critical section), nothing acknowledged
+/// is lost, and no transaction the cleaner aborted is delivered.
+#[test]
+fn kill_attached_mode_cleans_up_and_loses_nothing() {
+    let tmp = TempDir::new("torture-attached");
+    let exe = std::env::current_exe().unwrap();
+    let cmd = format!(
+        "{} child_worker --exact --nocapture --quiet --test-threads=1",
+        exe.display()
+    );
+    let args = [
+        "--kill-attached",
+        "--cycles",
+        "20",
+        "--seed",
+        "5",
+        "--worker-cmd",
+        &cmd,
+    ];
+    let env = [
+        (
+            "WALSHM_TEST_ARGS_torture0",
+            "--tx --ack --size 100 --prefix t0",
+        ),
+        (
+            "WALSHM_TEST_ARGS_torture1",
+            "--tx --ack --size 100 --prefix t1",
+        ),
+    ];
+    let (o, v, data) = torture(&tmp, &args, &env);
+    assert_eq!(o.code(), Some(0), "{}\n{v}", o.describe());
+    assert_eq!(v["mode"], "kill-attached", "{v}");
+    assert_eq!(int(&v, "cycles"), 20, "{v}");
+    assert_eq!(int(&v, "lost"), 0, "{v}");
+    assert!(int(&v, "acknowledged") > 100, "too few acks checked: {v}");
+    assert_eq!(v["violations"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(int(&v, "cleaned_up") >= 10, "{v}");
+    assert!(int(&v, "crash_restarts") <= 5, "{v}");
+    assert!(
+        !data.exists(),
+        "the data directory walbench created is removed"
+    );
 }
 
 #[test]

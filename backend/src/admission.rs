@@ -204,6 +204,23 @@ impl<'a> Turn<'a> {
     }
 }
 
+/// A dead process's tokens and queue place (`crate::abandoned`): passed
+/// on and left by `ctx`'s process on its behalf; returns how many tokens
+/// it held.
+pub fn release_all_of(ctx: &ProcContext, procno: u32) -> u32 {
+    let turn_ns = ctx.settings.insert_concurrency_turn_us as u64 * 1_000;
+    let (had, posts) = ctx.shm.admission().release_all_of(
+        ctx.shm.admission_waiters(),
+        procno,
+        turn_ns,
+        monotonic_ns(),
+    );
+    for next in posts {
+        ctx.shm.procs()[next as usize].sem.post();
+    }
+    had
+}
+
 /// How many tokens there are: `per_cpu` times the CPUs this process may
 /// run on. Each process counts for itself (forked ones inherit the
 /// postmaster's mask); a worker pinned to fewer CPUs sees fewer tokens,

@@ -271,9 +271,9 @@ mod tests {
         let mut s = PollingStream::new(a, &seg.0);
         s.cpus = 2;
         assert!(s.cpus_to_spare(), "no session yet");
-        let first = seg.0.alloc_backend_proc().unwrap();
+        let first = seg.0.alloc_backend_proc(1).unwrap();
         assert!(s.cpus_to_spare(), "one session on two CPUs");
-        let second = seg.0.alloc_backend_proc().unwrap();
+        let second = seg.0.alloc_backend_proc(2).unwrap();
         assert!(!s.cpus_to_spare(), "two sessions on two CPUs");
         seg.0.free_backend_proc(second);
         seg.0.free_backend_proc(first);

@@ -55,6 +55,9 @@ pub struct ProcContext<'a> {
     /// A library worker's spinlock waits watch the generation flag while
     /// this lives (on the thread that built the context).
     _spin_watch: Option<shmem::spin::InstalledFlag<'a>>,
+    /// This thread's spinlocks are counted in our proc slot's
+    /// critical-section record while this lives (`shmem::crit`).
+    _crit: shmem::waitevent::Installed<'a, shmem::crit::CritSlot>,
 }
 
 /// Who writes and flushes WAL for a process (see the module header).
@@ -82,16 +85,18 @@ pub trait ServerWatch {
 impl<'a> ProcContext<'a> {
     /// The context of proc `procno` (a slot this process owns).
     pub fn new(shm: &'a Shmem, procno: u32, datadir: &Path) -> ProcContext<'a> {
+        let me = &shm.procs()[procno as usize];
         ProcContext {
             shm,
             procno,
-            me: &shm.procs()[procno as usize],
+            me,
             env: shm.lock_env(procno),
             settings: *shm.settings(),
             datadir: datadir.to_path_buf(),
             stats: stats::enter_proc(shm, procno, stats::slot_backend_type(shm, procno)),
             io: IoMode::Direct,
             _spin_watch: None,
+            _crit: shmem::crit::install(&me.crit),
         }
     }
 

@@ -28,6 +28,7 @@
 //! `procs` modules.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod abandoned;
 pub mod admission;
 pub mod api;
 pub mod archive;
@@ -42,6 +43,7 @@ pub mod reorder;
 pub mod reply;
 pub mod restore;
 pub mod slots;
+pub mod stoppoint;
 pub mod syncrep;
 pub mod throttle;
 pub mod timeline;

@@ -90,13 +90,19 @@ impl<'a> ProcArray<'a> {
 
     /// Removes our proc from the ProcArray (backend exit).
     pub fn leave(&self) {
+        self.leave_of(self.me);
+    }
+
+    /// Removes proc `procno` from the ProcArray (our own at exit, or a
+    /// dead process's in its clean-up); nothing if it is not a member.
+    pub fn leave_of(&self, procno: u32) {
         let env = &self.ctx.env;
         let lock = self.shm.named_lock(NamedLock::ProcArray);
         lock.acquire(env, LWLockMode::Exclusive);
         let pa = self.shm.proc_array();
         let members = self.shm.proc_array_members();
         let n = pa.num_members.load(Ordering::Relaxed) as usize;
-        if let Some(i) = (0..n).find(|&i| members[i].load(Ordering::Relaxed) == self.me) {
+        if let Some(i) = (0..n).find(|&i| members[i].load(Ordering::Relaxed) == procno) {
             members[i].store(members[n - 1].load(Ordering::Relaxed), Ordering::Relaxed);
             pa.num_members.store(n as u32 - 1, Ordering::Relaxed);
         }
@@ -120,6 +126,7 @@ impl<'a> ProcArray<'a> {
         // Published before XidGenLock is released (the release orders it
         // before any later assignment a snapshot could see).
         self.proc.xid.store(xid, Ordering::Relaxed);
+        crate::stoppoint::reached("xid_assign");
         lock.release(env);
         full
     }

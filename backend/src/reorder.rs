@@ -114,10 +114,15 @@ impl Reorder {
         }
     }
 
-    /// Takes the next record; what it completes, if anything.
+    /// Takes the next record; what it completes, if anything (a filler
+    /// record left for a dead process, `walformat::FILLER_PREFIX`,
+    /// completes nothing).
     pub fn add(&mut self, rec: &DecodedRecord) -> Option<Change> {
         self.position = rec.next;
         if let Some((transactional, prefix, payload)) = rec.as_logical_message() {
+            if is_filler(transactional, prefix) {
+                return None;
+            }
             let msg = Message {
                 lsn: rec.lsn,
                 transactional,
@@ -208,6 +213,12 @@ impl Reorder {
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
+}
+
+/// A filler message: what the clean-up after a dead process wrote over
+/// its unfinished record (`crate::abandoned`). Not a message of anyone's.
+pub fn is_filler(transactional: bool, prefix: &str) -> bool {
+    !transactional && prefix == walformat::FILLER_PREFIX
 }
 
 #[cfg(test)]

@@ -659,6 +659,19 @@ fn acquire_kind(shm: &Shmem, datadir: &Path, name: &str, logical: bool) -> Resul
     Ok(idx)
 }
 
+/// Releases every slot process `pid` had active (it died; a temporary
+/// one is dropped, as at the end of its session); returns their names.
+pub fn release_all_of(shm: &Shmem, pid: i32) -> Vec<String> {
+    let mut names = Vec::new();
+    for (idx, s) in used_slots(shm).iter().enumerate() {
+        if s.in_use.load(Ordering::Relaxed) != 0 && s.active_pid.load(Ordering::Relaxed) == pid {
+            names.push(s.name.load());
+            release(shm, idx);
+        }
+    }
+    names
+}
+
 /// The walsender is done with slot `idx`; a temporary slot is dropped.
 pub fn release(shm: &Shmem, idx: usize) {
     let s = &used_slots(shm)[idx];

@@ -292,11 +292,14 @@ fn unlink(ctl: &ReplCtl, waiters: &[SyncRepWaiter], me: u32) {
 /// A waiter gives up: unlinks itself unless a releaser already did (then
 /// it passes the wake chain on, so that the waiters after it are not left
 /// to their time-outs).
-fn leave_queue(shm: &Shmem, procno: u32) {
+/// Takes proc `procno` out of the queue (a cancel, or a dead process's
+/// clean-up, `crate::abandoned`); returns whether it was in it.
+pub fn leave_queue(shm: &Shmem, procno: u32) -> bool {
     let ctl = shm.repl();
     let waiters = shm.syncrep_waiters();
     ctl.lock.lock();
-    let released = match waiters[procno as usize].state.load(Ordering::Relaxed) {
+    let state = waiters[procno as usize].state.load(Ordering::Relaxed);
+    let released = match state {
         wait_state::WAITING => {
             unlink(ctl, waiters, procno + 1);
             false
@@ -310,6 +313,7 @@ fn leave_queue(shm: &Shmem, procno: u32) {
     if released {
         pass_on_wake(shm, procno);
     }
+    state != wait_state::NOT_WAITING
 }
 
 /// What one walsender's receiver reported, for the release computation.

@@ -17,6 +17,12 @@
 //! 3. clear the XID from the ProcArray (group or exclusive clear);
 //! 4. then, and only then, the caller may report the commit (`ack`).
 //!
+//! A process that dies anywhere in this order leaves its proc slot's
+//! transaction phase (`shmem::crit`) saying whether the COMMIT or ABORT
+//! record went in, so a helper ends the transaction as it would have
+//! (`crate::abandoned`): before the record, it is aborted; after, it
+//! committed and only its XID is cleared.
+//!
 //! Deferred commit replies (`commit_reply = flusher`, walshm's own; see
 //! `crate::reply`): a connection backend's durable commit that waits for
 //! no standby stops after step 1: it records the commit in its proc's
@@ -29,6 +35,7 @@ use crate::context::ProcContext;
 use crate::procarray::{ProcArray, Snapshot};
 use crate::syncrep;
 use crate::xlog::{Inserted, Xlog};
+use shmem::crit::{XACT_ABORTING, XACT_COMMITTING, XACT_NONE};
 use shmem::proc::{Proc, ProcCounters};
 use walformat::{Lsn, RecordBuf};
 
@@ -136,8 +143,10 @@ impl<'a> Xact<'a> {
         }
         let xid = self.xid;
         walformat::abort_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
+        self.me.crit.set_phase(XACT_ABORTING);
         let at = self.xlog.insert(&mut self.commit_buf);
         self.procarray.end_transaction(xid);
+        self.me.crit.set_phase(XACT_NONE);
         self.xid = 0;
         Some(at)
     }
@@ -173,6 +182,7 @@ impl<'a> Xact<'a> {
         }
         let xid = self.xid;
         walformat::commit_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
+        self.me.crit.set_phase(XACT_COMMITTING);
         let at = self.xlog.insert(&mut self.commit_buf);
         let durable = self.commit_waits();
         if durable && self.may_defer() {
@@ -187,6 +197,9 @@ impl<'a> Xact<'a> {
             // Otherwise the walwriter flushes it within wal_writer_delay.
             self.procarray.end_transaction(xid);
         }
+        // A deferred commit's XID is still set: its reply slot (PREPARED
+        // or handed off) tells a helper it committed.
+        self.me.crit.set_phase(XACT_NONE);
         self.last_committed = xid;
         self.xid = 0;
         ProcCounters::bump(&self.me.counters.transactions, 1);

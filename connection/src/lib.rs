@@ -727,7 +727,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     if let Some(me) = walsender {
         return walsender::run(shm, datadir, stream, &info, me);
     }
-    let Some(procno) = shm.alloc_backend_proc() else {
+    let Some(procno) = shm.alloc_backend_proc(pid) else {
         let e = SqlError::fatal(
             sqlstate::TOO_MANY_CONNECTIONS,
             "sorry, too many clients already",
@@ -738,10 +738,10 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let me = &shm.procs()[procno as usize];
     me.counters.reset();
     me.cancel_key.store(key, Ordering::Relaxed);
-    // Relaxed: `cancel_matches` reads pid and key with no order between
-    // them, and a slot seen with its pid but not yet its key has key 0,
-    // which never matches.
-    me.pid.store(pid, Ordering::Relaxed);
+    // The slot's pid was stored when it was taken. Relaxed: `cancel_matches`
+    // reads pid and key with no order between them, and a slot seen with
+    // its pid but not yet its key has the key it had when freed, 0, which
+    // never matches.
     let ctx = ProcContext::new(shm, procno, datadir);
     let writer = stats::activity_writer(shm, procno);
     writer.set_application_name(&info.application_name);

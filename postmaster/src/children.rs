@@ -52,6 +52,9 @@ pub(crate) enum ServerChild {
     Checkpointer,
     /// `archive_mode = on`: runs archive_command (no proc slot).
     Archiver,
+    /// Cleans up after dead attached processes and sessions
+    /// (`backend::abandoned`), the ones in `ServerChildArgs::cleanups`.
+    Cleaner,
     /// Workload backend number `i` (also its proc number).
     Backend(u32),
 }
@@ -82,6 +85,7 @@ impl ServerChild {
             ServerChild::Walwriter => "walwriter",
             ServerChild::Checkpointer => "checkpointer",
             ServerChild::Archiver => "archiver",
+            ServerChild::Cleaner => "cleaner",
             ServerChild::Backend(_) => "backend",
         }
     }
@@ -92,6 +96,7 @@ impl ServerChild {
             ServerChild::Walwriter => Some(shm.aux_procno(AuxProc::Walwriter)),
             ServerChild::Checkpointer => Some(shm.aux_procno(AuxProc::Checkpointer)),
             ServerChild::Archiver => None,
+            ServerChild::Cleaner => Some(shm.aux_procno(AuxProc::Cleaner)),
             ServerChild::Backend(i) => Some(i),
         }
     }
@@ -111,6 +116,7 @@ impl Kind {
             Kind::Server(ServerChild::Walwriter) => "walwriter".into(),
             Kind::Server(ServerChild::Checkpointer) => "checkpointer".into(),
             Kind::Server(ServerChild::Archiver) => "archiver".into(),
+            Kind::Server(ServerChild::Cleaner) => "cleaner".into(),
             Kind::Server(ServerChild::Backend(i)) => format!("backend {i}"),
             Kind::Client(ClientChild::Connection) => "connection backend".into(),
             Kind::Client(ClientChild::Rejecter) => "connection rejecter".into(),
@@ -137,6 +143,8 @@ pub(crate) struct ServerChildArgs<'a> {
     pub ack: bool,
     pub startup: backend::startup::StartupOptions,
     pub postmaster_pid: i32,
+    /// The cleaner's work: the dead processes to clean up after.
+    pub cleanups: Vec<backend::abandoned::Job>,
 }
 
 /// The body of a forked server child; returns its exit code.
@@ -157,6 +165,7 @@ pub(crate) fn run_server_child(shm: &Shmem, child: ServerChild, args: ServerChil
         ServerChild::Walwriter => walwriter::run(shm, datadir),
         ServerChild::Checkpointer => backend::checkpointer::run(shm, datadir),
         ServerChild::Archiver => backend::archiver::run(shm, datadir),
+        ServerChild::Cleaner => backend::abandoned::run(shm, datadir, &args.cleanups),
         ServerChild::Backend(i) => match args.workload {
             Some(w) => backend::workload::run(shm, i, datadir, w, args.ack),
             None => EXIT_QUIT,

@@ -23,8 +23,13 @@
 //! workers can never crowd a supervised worker out into a crash-restart
 //! loop; external workers share the slots after those.
 //! 3. Keep the channel and poll it: Detach -> free the slot, ack, close;
-//!    EOF, an error or garbage from a Worker without a Detach -> [`Event::Lost`]:
-//!    the supervisor treats it as the crash of a shared-memory process.
+//!    EOF, an error or garbage from a Worker without a Detach -> [`Event::Lost`]
+//!    carrying its slot, which stays in use until the supervisor has had
+//!    the dead process cleaned up after (`backend::abandoned`) or
+//!    restarted the server, and for an external process whether it is
+//!    known to have ended (its start time, read at its hello, no longer
+//!    matches its pid: a process that closed its channel but still runs
+//!    may still use its slot).
 //!    An Observer's channel closing means nothing.
 //! 4. When a generation is abandoned (crash restart, shutdown) the
 //!    supervisor sets the segment's `ended` flag and calls
@@ -64,6 +69,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How long a lost external worker may take to be seen ended (its
+/// channel closes during its exit, a moment before it is a zombie).
+const LOST_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// How long an accepted connection may take to send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most external connections waiting for their hello at once.
@@ -90,8 +98,19 @@ pub(crate) enum Event {
     Attached { origin: Origin, procno: u32 },
     /// A registration ended with a Detach (slot freed, ack sent).
     Detached { origin: Origin },
-    /// A worker's channel ended without a Detach: a crash.
-    Lost { origin: Origin, why: String },
+    /// A worker's channel ended without a Detach. `slot`: the worker
+    /// slot it held, kept in use until [`Registry::free_worker_slot`]
+    /// (the supervisor cleans up after the process, or restarts the
+    /// server); `pid`: the process; `dead`: for an external process,
+    /// whether it is known to have ended (its pidfd), None for a
+    /// supervised one (the supervisor reaps it).
+    Lost {
+        origin: Origin,
+        why: String,
+        slot: Option<u32>,
+        pid: i32,
+        dead: Option<bool>,
+    },
 }
 
 /// What the registry needs to know about the server, now.
@@ -119,6 +138,11 @@ struct Channel {
     state: State,
     buf: [u8; REQUEST_LEN],
     got: usize,
+    /// An attached external worker's process (the start time of its peer
+    /// pid, `sys::live_process_identity`): whether it ended when its
+    /// channel is lost. Not a pidfd: a descriptor per worker would halve
+    /// how many the descriptor limit admits.
+    identity: Option<u64>,
 }
 
 /// What one read from a channel gave.
@@ -390,16 +414,52 @@ impl Registry {
             Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
                 origin: c.origin,
                 why: format!("registration channel: {why}"),
+                slot: None,
+                pid: 0,
+                dead: None,
             })),
         }
     }
 
-    fn attached_channel_ended(&self, i: usize, kind: Kind, why: String) -> Step {
-        let origin = self.channels[i].origin;
-        match kind {
-            Kind::Observer => Step::Drop(None),
-            Kind::Worker => Step::Drop(Some(Event::Lost { origin, why })),
+    /// An attached worker's channel ended without a Detach: its slot is
+    /// taken out of the channel (so dropping the channel keeps it in use)
+    /// and handed to the supervisor with the event; an external process
+    /// is given up to `LOST_EXIT_WAIT` to be seen ended.
+    fn attached_channel_ended(&mut self, i: usize, kind: Kind, why: String) -> Step {
+        let c = &mut self.channels[i];
+        let origin = c.origin;
+        if kind == Kind::Observer {
+            return Step::Drop(None);
         }
+        let (slot, stated_pid) = match &mut c.state {
+            State::Attached { slot, pid, .. } => (slot.take(), *pid),
+            State::AwaitHello { .. } => (None, 0),
+        };
+        let (pid, dead) = match origin {
+            Origin::External { pid } => (pid, Some(ended(pid, c.identity))),
+            Origin::Supervised(_) => (stated_pid, None),
+        };
+        Step::Drop(Some(Event::Lost {
+            origin,
+            why,
+            slot,
+            pid,
+            dead,
+        }))
+    }
+
+    /// A worker slot kept by a lost registration is free again (its
+    /// process was cleaned up after).
+    pub fn free_worker_slot(&mut self, slot: u32) {
+        if let Some(u) = self.slots.get_mut(slot as usize) {
+            *u = false;
+        }
+    }
+
+    /// Whether worker slot `slot` is in use (attached, or kept for a
+    /// clean-up).
+    pub fn slot_in_use(&self, slot: u32) -> bool {
+        self.slots.get(slot as usize).copied().unwrap_or(false)
     }
 
     fn hello(&mut self, i: usize, kind: Kind, pid: i32, shm: Option<&Shmem>, phase: Phase) -> Step {
@@ -460,6 +520,10 @@ impl Registry {
             return self.await_hello_failed(i, "went away before its answer");
         }
         c.state = State::Attached { kind, slot, pid };
+        if let (Kind::Worker, Origin::External { pid: peer }) = (kind, c.origin) {
+            // Tells, if its channel is lost, whether the process ended.
+            c.identity = shmem::sys::live_process_identity(peer);
+        }
         let origin = c.origin;
         if let Some(s) = slot {
             self.slots[s as usize] = true;
@@ -477,6 +541,9 @@ impl Registry {
             Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
                 origin: c.origin,
                 why: format!("its registration was refused ({status:?})"),
+                slot: None,
+                pid: 0,
+                dead: None,
             })),
         }
     }
@@ -524,6 +591,25 @@ impl Registry {
     }
 }
 
+/// Whether the external process `pid`, which was `identity` when it
+/// attached, has ended, giving it up to `LOST_EXIT_WAIT` (its channel
+/// closes during its exit, a moment before it is a zombie).
+fn ended(pid: i32, identity: Option<u64>) -> bool {
+    let Some(was) = identity else {
+        return false;
+    };
+    let deadline = Instant::now() + LOST_EXIT_WAIT;
+    loop {
+        if shmem::sys::live_process_identity(pid) != Some(was) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// What to do with a channel after servicing it.
 enum Step {
     Keep(Option<Event>),
@@ -546,6 +632,7 @@ impl Channel {
             state: State::AwaitHello { deadline },
             buf: [0; REQUEST_LEN],
             got: 0,
+            identity: None,
         }
     }
 
@@ -776,11 +863,15 @@ mod tests {
                 events.as_slice(),
                 [Event::Lost {
                     origin: Origin::External { .. },
+                    slot: Some(0),
+                    dead: Some(false),
                     ..
                 }]
             ),
-            "{events:?}"
+            "the slot goes with the event; this process is alive: {events:?}"
         );
+        assert!(f.reg.slot_in_use(0), "kept until cleaned up after");
+        f.reg.free_worker_slot(0);
         assert!(f.reg.slots.iter().all(|u| !*u), "slot freed");
         // close_all frees slots and closes channels (the client sees EOF).
         let (held, _) = f.exchange(Phase::Running, |d| register::connect(&d, Kind::Worker));

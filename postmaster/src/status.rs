@@ -11,7 +11,9 @@
 //! JSON object on one line (`--json`) for programs: `{"running":false}`;
 //! `{"running":true,"pid":N,"processes":null}` while the segment cannot be
 //! read (the server starts or restarts); else `StatusJson` with the WAL
-//! positions, `throttle`, one entry per replication slot (physical,
+//! positions, `throttle`, `processes_cleaned` and `crash_restarts` (dead
+//! processes cleaned up after without a restart, and restarts, since the
+//! postmaster started), one entry per replication slot (physical,
 //! logical, the worker library's) and one per process.
 
 use crate::datadir::PID_FILE;
@@ -149,6 +151,23 @@ struct Running {
     throttle: Throttle,
     slots: Vec<SlotJson>,
     procs: Vec<ProcActivity>,
+    deaths: Deaths,
+}
+
+/// Processes that died since the postmaster started: cleaned up after
+/// without a restart, and crash restarts (`backend::abandoned`).
+#[derive(Serialize, Clone, Copy)]
+struct Deaths {
+    processes_cleaned: u64,
+    crash_restarts: u64,
+}
+
+fn deaths(shm: &Shmem) -> Deaths {
+    let h = shm.header();
+    Deaths {
+        processes_cleaned: h.processes_cleaned.load(Ordering::Relaxed),
+        crash_restarts: h.crash_restarts.load(Ordering::Relaxed),
+    }
 }
 
 /// `--json` of a running server (module header), in key order; without
@@ -169,6 +188,8 @@ struct WalJson<'a> {
     write_lsn: String,
     flush_lsn: String,
     throttle: &'a Throttle,
+    #[serde(flatten)]
+    deaths: Deaths,
     slots: &'a [SlotJson],
 }
 
@@ -192,6 +213,11 @@ fn text(r: &Running) -> String {
         lsn(r.wal.0),
         lsn(r.wal.1),
         lsn(r.wal.2)
+    );
+    let _ = writeln!(
+        out,
+        "dead processes cleaned up: {}  crash restarts: {}",
+        r.deaths.processes_cleaned, r.deaths.crash_restarts
     );
     for s in &r.slots {
         let _ = writeln!(
@@ -247,6 +273,7 @@ fn json(r: &Running) -> String {
             write_lsn: lsn(r.wal.1),
             flush_lsn: lsn(r.wal.2),
             throttle: &r.throttle,
+            deaths: r.deaths,
             slots: &r.slots,
         }),
         processes: Some(
@@ -322,6 +349,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
         throttle: throttle(&shm),
         slots: slots(&shm),
         procs: stats::activity(&shm),
+        deaths: deaths(&shm),
     };
     print!("{}", if opts.json { json(&r) } else { text(&r) });
     EXIT_RUNNING

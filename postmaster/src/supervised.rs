@@ -145,8 +145,10 @@ pub(crate) enum Verdict {
     Done,
     /// Exit 1 after detaching: start again at this time.
     RestartAt(Instant),
-    /// Anything else: crash restart (the reason, for the log).
-    Crash(String),
+    /// Anything else (the reason, for the log): started again after the
+    /// delay, once the cleaner has cleaned up after it (or the server
+    /// restarted, if what it held needed that; `backend::abandoned`).
+    Died(String),
 }
 
 /// One supervised worker and its history.
@@ -166,8 +168,10 @@ pub(crate) struct Supervised {
     pub starts: u32,
     /// Attempts whose exec failed.
     pub exec_failures: u32,
-    /// Restarts after an exit 1.
+    /// Restarts after an exit 1 or a death.
     pub restarts: u32,
+    /// How its last process died (for the clean-up's log line).
+    pub last_exit: Option<String>,
 }
 
 impl Supervised {
@@ -183,6 +187,7 @@ impl Supervised {
             starts: 0,
             exec_failures: 0,
             restarts: 0,
+            last_exit: None,
         }
     }
 
@@ -232,8 +237,16 @@ impl Supervised {
                 self.next_start = Some(at);
                 Verdict::RestartAt(at)
             }
-            (true, _) => Verdict::Crash(format!("{} after detaching", exit.why)),
-            (false, _) => Verdict::Crash(format!("{} without detaching", exit.why)),
+            (detached, _) => {
+                let why = match detached {
+                    true => format!("{} after detaching", exit.why),
+                    false => format!("{} without detaching", exit.why),
+                };
+                self.last_exit = Some(why.clone());
+                self.restarts += 1;
+                self.next_start = Some(now + delay);
+                Verdict::Died(why)
+            }
         }
     }
 
@@ -353,26 +366,24 @@ mod tests {
             Verdict::RestartAt(now + delay)
         );
         assert!(!w.is_due(now) && w.is_due(now + delay));
-        w.started(11);
-        // exit 1 without detaching: crash
-        assert!(matches!(
-            w.exited(&exit(1 << 8), delay, now),
-            Verdict::Crash(_)
-        ));
-        w.started(12);
-        // SIGKILL (status word 9)
-        assert!(matches!(w.exited(&exit(9), delay, now), Verdict::Crash(_)));
-        w.started(13);
-        w.detached = true;
-        assert!(matches!(
-            w.exited(&exit(2 << 8), delay, now),
-            Verdict::Crash(_)
-        ));
+        // Any other end (exit 1 without detaching, SIGKILL, exit 2 after
+        // detaching): died, started again after the delay (its slot is
+        // the clean-up's business, not this rule's).
+        for (status, detached) in [(1 << 8, false), (9, false), (2 << 8, true)] {
+            w.started(11);
+            w.detached = detached;
+            assert!(matches!(
+                w.exited(&exit(status), delay, now),
+                Verdict::Died(_)
+            ));
+            assert!(!w.is_due(now) && w.is_due(now + delay));
+            assert!(w.last_exit.is_some());
+        }
         w.started(14);
         w.detached = true;
         assert_eq!(w.exited(&exit(0), delay, now), Verdict::Done);
         assert!(!w.is_due(now + delay * 100), "done is done");
-        assert_eq!((w.starts, w.restarts), (5, 1));
+        assert_eq!((w.starts, w.restarts), (5, 4));
     }
 
     #[test]

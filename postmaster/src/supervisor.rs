@@ -58,6 +58,7 @@ use crate::log;
 use crate::registry::{self, Event, Origin, Registry};
 use crate::report::{Report, RunFacts};
 use crate::supervised::{self, Supervised, WorkerSpec};
+use backend::abandoned::Job;
 use backend::control::ControlFile;
 use backend::workload::Workload;
 use shmem::sync::Ordering;
@@ -145,6 +146,13 @@ struct Postmaster {
     crash_deadline: Option<Instant>,
     startup_failures: u32,
     crashes: u32,
+    /// Dead processes waiting for the cleaner, with the worker slot each
+    /// keeps until then (`backend::abandoned`).
+    cleanup_queue: Vec<(Job, Option<u32>)>,
+    /// Those the running cleaner works on.
+    cleaning: Vec<(Job, Option<u32>)>,
+    /// Processes cleaned up after without a restart, since start.
+    cleaned: u64,
     report: Report,
     exit_code_override: Option<i32>,
     listeners: Option<crate::listen::Listeners>,
@@ -271,6 +279,9 @@ impl Postmaster {
             crash_deadline: None,
             startup_failures: 0,
             crashes: 0,
+            cleanup_queue: Vec::new(),
+            cleaning: Vec::new(),
+            cleaned: 0,
             report: Report::new(opts.workload, opts.workers),
             exit_code_override: None,
             listeners: None,
@@ -492,6 +503,10 @@ impl Postmaster {
             })
         };
         shm.reserve_fixed_procs(self.workers);
+        let h = shm.header();
+        h.processes_cleaned.store(self.cleaned, Ordering::Relaxed);
+        h.crash_restarts
+            .store(self.crashes as u64, Ordering::Relaxed);
         if let Some(r) = &mut self.registry {
             r.reset_slots(shm.max_workers());
         }
@@ -597,6 +612,7 @@ impl Postmaster {
                     discard_damaged_wal: pm.discard_damaged_wal,
                 },
                 postmaster_pid,
+                cleanups: pm.cleaning.iter().map(|(job, _)| job.clone()).collect(),
             };
             children::run_server_child(shm, child, args)
         });
@@ -699,6 +715,9 @@ impl Postmaster {
     }
 
     fn enter_crash_wait(&mut self) {
+        // The registry frees every worker slot with the generation.
+        self.cleanup_queue.clear();
+        self.cleaning.clear();
         self.abandon_generation();
         self.state = State::CrashWait;
         self.crash_deadline = Some(Instant::now() + CRASH_KILL_AFTER);
@@ -741,7 +760,8 @@ impl Postmaster {
                 }
             }
             Kind::Client(ClientChild::Rejecter) => {}
-            Kind::Client(ClientChild::Connection) if exit.is_clean_or_fatal() => {}
+            Kind::Client(ClientChild::Connection) => self.session_ended(child.pid, &exit),
+            Kind::Server(ServerChild::Cleaner) if exit.is_clean() => self.cleaner_done(),
             Kind::Server(ServerChild::Backend(_)) if exit.is_clean_or_fatal() => {
                 if !exit.is_clean() {
                     log(
@@ -872,11 +892,92 @@ impl Postmaster {
                     delay.as_secs_f64()
                 ),
             ),
-            supervised::Verdict::Crash(why) => {
-                let what = format!("{} (PID {pid}) {why}", w.describe());
-                self.crash(&what);
-            }
+            supervised::Verdict::Died(_) if self.shutting_down => {}
+            supervised::Verdict::Died(why) => log(
+                "LOG",
+                &format!(
+                    "{} (PID {pid}) {why}: restarting it in {:.1} s",
+                    w.describe(),
+                    delay.as_secs_f64()
+                ),
+            ),
         }
+    }
+
+    /// A connection backend ended. One that died without freeing its proc
+    /// slot is cleaned up after, unless what it held needs a crash restart
+    /// (`backend::abandoned`); a walsender, or one that died before it had
+    /// a proc slot (where what it held is not recorded), is a crash.
+    fn session_ended(&mut self, pid: i32, exit: &ChildExit) {
+        let kind = Kind::Client(ClientChild::Connection);
+        let Some(shm) = self.shm.as_ref() else { return };
+        let max_backends = shm.layout().max_backends as usize;
+        let slot = shm.procs()[..max_backends]
+            .iter()
+            .position(|p| p.pid.load(Ordering::Relaxed) == pid);
+        match slot {
+            _ if !exit.is_clean_or_fatal() && self.walsender_pids().contains(&pid) => {
+                self.crash(&format!("walsender (PID {pid}) {}", exit.why));
+            }
+            Some(procno) => self.dead_process(
+                Job {
+                    procno: procno as u32,
+                    pid,
+                    who: kind.describe(),
+                    why: exit.why.clone(),
+                },
+                None,
+            ),
+            None if exit.is_clean_or_fatal() => {}
+            None => self.crash(&format!(
+                "{} (PID {pid}) {} before it had a proc slot (what it held in shared memory then is not recorded)",
+                kind.describe(),
+                exit.why
+            )),
+        }
+    }
+
+    /// Proc `job.procno`'s process died: the cleaner finishes what it
+    /// left, or, if its slot says it died inside shared state that only a
+    /// restart makes whole, the server restarts.
+    fn dead_process(&mut self, job: Job, worker_slot: Option<u32>) {
+        let Some(shm) = self.shm.as_ref() else { return };
+        match backend::abandoned::assess(shm, job.procno) {
+            Ok(_) => {
+                self.cleanup_queue.push((job, worker_slot));
+                self.start_cleaner();
+            }
+            Err(why) => self.crash(&format!("{} (PID {}) {}: {why}", job.who, job.pid, job.why)),
+        }
+    }
+
+    /// Forks the cleaner for everything queued, unless one runs.
+    fn start_cleaner(&mut self) {
+        if !self.cleaning.is_empty()
+            || self.cleanup_queue.is_empty()
+            || self.state == State::CrashWait
+        {
+            return;
+        }
+        self.cleaning = std::mem::take(&mut self.cleanup_queue);
+        self.fork_server_child(ServerChild::Cleaner);
+    }
+
+    /// The cleaner exited 0: the slots it cleaned are free (a worker
+    /// slot here, a backend slot it freed itself); the next batch starts.
+    fn cleaner_done(&mut self) {
+        for (_, slot) in std::mem::take(&mut self.cleaning) {
+            if let (Some(s), Some(r)) = (slot, self.registry.as_mut()) {
+                r.free_worker_slot(s);
+            }
+            self.cleaned += 1;
+        }
+        if let Some(shm) = &self.shm {
+            shm.header()
+                .processes_cleaned
+                .store(self.cleaned, Ordering::Relaxed);
+        }
+        self.start_cleaner();
     }
 
     fn enter_run(&mut self) {
@@ -1053,7 +1154,14 @@ impl Postmaster {
                 origin: Origin::Supervised(id),
                 ..
             } if self.reap_first(id) => {}
-            Event::Lost { origin, why } => {
+            Event::Lost {
+                origin,
+                why,
+                slot: Some(slot),
+                pid,
+                dead,
+            } => self.worker_lost(origin, why, slot, pid, dead),
+            Event::Lost { origin, why, .. } => {
                 let who = origin.describe(|id| {
                     let w = &self.supervised[id];
                     match w.pid {
@@ -1066,6 +1174,50 @@ impl Postmaster {
                 ));
             }
         }
+    }
+
+    /// An attached worker's registration ended without a detach: once its
+    /// process is known to have ended, it is cleaned up after like a
+    /// session (`dead_process`); one still running (it closed its channel
+    /// but may still use its slot) is a crash restart.
+    fn worker_lost(
+        &mut self,
+        origin: Origin,
+        why: String,
+        slot: u32,
+        pid: i32,
+        dead: Option<bool>,
+    ) {
+        let (who, ended, why) = match origin {
+            Origin::Supervised(id) => {
+                let w = &mut self.supervised[id];
+                let exit = w.last_exit.take();
+                let why = exit.unwrap_or_else(|| format!("lost its registration ({why})"));
+                (w.describe(), w.pid.is_none(), why)
+            }
+            Origin::External { .. } => (
+                "worker".to_string(),
+                dead == Some(true),
+                format!("lost its registration without detaching ({why}) and exited"),
+            ),
+        };
+        if !ended {
+            self.crash(&format!(
+                "{who} (PID {pid}) lost its registration without detaching ({why}) but is still running"
+            ));
+            return;
+        }
+        let Some(shm) = self.shm.as_ref() else { return };
+        let procno = shm.worker_procno(slot);
+        self.dead_process(
+            Job {
+                procno,
+                pid,
+                who,
+                why,
+            },
+            Some(slot),
+        );
     }
 
     /// A supervised worker's channel usually closes because the worker is
@@ -1094,7 +1246,12 @@ impl Postmaster {
         }
         let now = Instant::now();
         for id in 0..self.supervised.len() {
-            if self.supervised[id].is_due(now) {
+            // Its reserved slot may still wait for the cleaner.
+            let slot_busy = self
+                .registry
+                .as_ref()
+                .is_some_and(|r| r.slot_in_use(id as u32));
+            if self.supervised[id].is_due(now) && !slot_busy {
                 self.start_worker(id);
             }
         }

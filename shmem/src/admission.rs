@@ -292,6 +292,34 @@ impl Admission {
         })
     }
 
+    /// What a dead process leaves here (its clean-up,
+    /// `backend::abandoned`): proc `procno` leaves the queue, and every
+    /// token it held or was granted is passed on. Returns how many tokens
+    /// it had and the procs that got one (the caller posts them).
+    pub fn release_all_of(
+        &self,
+        waiters: &[AdmissionWaiter],
+        procno: u32,
+        turn_ns: u64,
+        now: u64,
+    ) -> (u32, Vec<u32>) {
+        // A token granted meanwhile is owned by `procno` already: the
+        // loop below passes it.
+        let _ = self.cancel(waiters, procno);
+        waiters[procno as usize]
+            .granted
+            .store(NONE, Ordering::Relaxed);
+        let mut had = 0;
+        let mut posts = Vec::new();
+        for k in 0..MAX_TOKENS {
+            if self.holds(k, procno) {
+                had += 1;
+                posts.extend(self.pass(waiters, k, procno, turn_ns, now));
+            }
+        }
+        (had, posts)
+    }
+
     fn free_token(&self, n_tokens: usize) -> Option<usize> {
         (0..n_tokens).find(|&k| self.tokens[k].owner.load(Ordering::Relaxed) == NONE)
     }

@@ -30,6 +30,7 @@
 //! because nothing in an ended generation reaches disk: its ProcArray is
 //! never read again.
 
+use crate::crit::IN_GROUP_CLEAR;
 use crate::lwlock::{LWLock, LWLockMode, LockEnv};
 use crate::proc::{Proc, INVALID_PROCNO};
 use crate::sync::{AtomicU32, Ordering};
@@ -54,6 +55,22 @@ pub fn group_clear(
     mut clear: impl FnMut(&Proc, u32),
 ) -> GroupRole {
     let me = &env.procs[env.me as usize];
+    // On the list or leading it, from the first store to the last wake-up
+    // (`crit`: a death in between is a crash restart).
+    me.crit.enter(IN_GROUP_CLEAR);
+    let role = clear_as_member_or_leader(env, me, lock, head, xid, &mut clear);
+    me.crit.exit(IN_GROUP_CLEAR);
+    role
+}
+
+fn clear_as_member_or_leader(
+    env: &LockEnv,
+    me: &Proc,
+    lock: &LWLock,
+    head: &AtomicU32,
+    xid: u32,
+    clear: &mut impl FnMut(&Proc, u32),
+) -> GroupRole {
     me.group_clear_xid.store(xid, Ordering::Relaxed);
     me.group_clear_member.store(1, Ordering::Relaxed);
     // Release: our fields are visible to the leader that detaches the list

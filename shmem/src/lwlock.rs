@@ -47,6 +47,12 @@
 //! wait-list lock) and `WaitListLock` (read and written only under the
 //! wait-list lock, as before PostgreSQL 16).
 //!
+//! Every operation is counted in the caller's proc slot (`crit`) from
+//! before its first access to the lock to after its last, and a hold until
+//! its release: a process that dies inside one is known to leave the lock
+//! or its wait list half changed (a crash restart), one that dies outside
+//! every one left no lock behind.
+//!
 //! Invariants: the wait list's head/tail and every queued proc's links are
 //! touched only with LW_FLAG_LOCKED held; a proc is on at most one wait list;
 //! a proc never sleeps holding the wait-list lock; a holder of LW_FLAG_LOCKED
@@ -86,6 +92,7 @@
 //! touches the segment. The check costs nothing on the uncontended path:
 //! it sits in the sleep and spin-delay paths only.
 
+use crate::crit::{CritSlot, LWLOCK};
 use crate::proc::{Proc, INVALID_PROCNO, LW_WS_NOT_WAITING, LW_WS_PENDING_WAKEUP, LW_WS_WAITING};
 use crate::spin::SpinDelay;
 use crate::stats::{bump, MechanismCounters, TrancheCounters};
@@ -300,6 +307,22 @@ impl<'a> LockEnv<'a> {
         &self.procs[self.me as usize]
     }
 
+    /// Our critical-section record (`crit`): every LWLock operation is
+    /// counted there from its first shared access to its last, a hold
+    /// until its release.
+    #[inline]
+    pub fn crit(&self) -> &CritSlot {
+        &self.my_proc().crit
+    }
+
+    /// Takes over `lock`, held in `mode` by a process that died (its
+    /// release is then ours): only for finishing a dead process's WAL
+    /// insertion (`crit`), whose lock no one else may touch meanwhile.
+    pub fn adopt(&self, lock: &LWLock, mode: LWLockMode) {
+        self.crit().enter(LWLOCK);
+        self.remember(lock, mode);
+    }
+
     fn proc(&self, n: u32) -> &Proc {
         &self.procs[n as usize]
     }
@@ -439,6 +462,7 @@ impl LWLock {
     /// without sleeping.
     pub fn acquire(&self, env: &LockEnv, mode: LWLockMode) -> bool {
         debug_assert!(mode != LWLockMode::WaitUntilFree);
+        env.crit().enter(LWLOCK);
         let mut result = true;
         let mut extra = 0;
         let mut phantom = false;
@@ -482,7 +506,9 @@ impl LWLock {
 
     /// Takes the lock only if that needs no waiting.
     pub fn conditional_acquire(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        env.crit().enter(LWLOCK);
         if self.attempt_lock(mode) {
+            env.crit().exit(LWLOCK);
             return false;
         }
         env.remember(self, mode);
@@ -493,12 +519,14 @@ impl LWLock {
     /// false *without* taking it (WALWriteLock in XLogFlush: whoever held it
     /// probably did our work).
     pub fn acquire_or_wait(&self, env: &LockEnv, mode: LWLockMode) -> bool {
+        env.crit().enter(LWLOCK);
         let mut extra = 0;
         let mut must_wait = self.attempt_lock(mode);
         if must_wait {
             if !self.queue_self(env, LWLockMode::WaitUntilFree) {
                 // The generation ended: "waited, not taken".
                 env.cut_short();
+                env.crit().exit(LWLOCK);
                 return false;
             }
             must_wait = self.attempt_lock(mode);
@@ -516,6 +544,7 @@ impl LWLock {
         }
         env.repost(extra);
         if must_wait {
+            env.crit().exit(LWLOCK);
             false
         } else {
             env.remember(self, mode);
@@ -529,6 +558,7 @@ impl LWLock {
         if held.phantom {
             // Never really held (the generation ended): the state word
             // belongs to whoever held it then.
+            env.crit().exit(LWLOCK);
             return;
         }
         let val = match held.mode {
@@ -547,6 +577,7 @@ impl LWLock {
         if new.wants_wakeup() && new.is_free() {
             self.wakeup(env);
         }
+        env.crit().exit(LWLOCK);
     }
 
     /// One attempt to take the lock; true when the caller must wait.
@@ -882,6 +913,7 @@ impl LWLock {
 
     /// Waits until the lock is free or `var` differs from `oldval`.
     pub fn wait_for_var(&self, env: &LockEnv, var: &AtomicU64, oldval: u64) -> VarWait {
+        env.crit().enter(LWLOCK);
         let mut extra = 0;
         let result = loop {
             if let Some(r) = self.conflicts_with_var(env, var, oldval) {
@@ -907,12 +939,14 @@ impl LWLock {
             }
         };
         env.repost(extra);
+        env.crit().exit(LWLOCK);
         result
     }
 
     /// Publishes `val` in `var` and wakes WAIT_UNTIL_FREE waiters. The
     /// caller holds the lock exclusively.
     pub fn update_var(&self, env: &LockEnv, var: &AtomicU64, val: u64) {
+        env.crit().enter(LWLOCK);
         if env.var_access == VarAccess::Atomic {
             // A full barrier: the value is visible before we look for
             // waiters (pairs with the Acquire load in `read_var`).
@@ -925,6 +959,7 @@ impl LWLock {
         if !self.wait_list_lock(env) {
             // The generation ended: publish, wake nobody (see `wakeup`).
             var.store(val, Ordering::Relaxed);
+            env.crit().exit(LWLOCK);
             return;
         }
         if env.var_access == VarAccess::WaitListLock {
@@ -949,6 +984,7 @@ impl LWLock {
         }
         self.wait_list_unlock();
         Self::wake_list(env, wake.0);
+        env.crit().exit(LWLOCK);
     }
 
     /// Sets `var` to `val` and releases the lock.

@@ -18,6 +18,7 @@
 //! - Counters are written only by the owning process (plain load+store of an
 //!   atomic, no read-modify-write) and read by anybody.
 
+use crate::crit::CritSlot;
 use crate::sema::Semaphore;
 use crate::sync::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -110,6 +111,9 @@ pub struct Proc {
     /// Deferred commit reply (`commit_reply = flusher`); on its
     /// own lines after the slot's first 128 bytes.
     pub reply: ReplySlot,
+    /// What this process holds in shared memory (`crit`); on its own
+    /// line.
+    pub crit: CritSlot,
 }
 
 impl Proc {
@@ -132,6 +136,7 @@ impl Proc {
             counters: ProcCounters::default(),
             flush_wanted: AtomicU64::new(0),
             reply: ReplySlot::new(),
+            crit: CritSlot::new(),
         }
     }
 
@@ -141,7 +146,7 @@ impl Proc {
 }
 
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Proc>() == 128 + std::mem::size_of::<ReplySlot>());
+const _: () = assert!(std::mem::size_of::<Proc>() == 128 + std::mem::size_of::<ReplySlot>() + 128);
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<ReplySlot>().is_multiple_of(128));
 

@@ -62,7 +62,7 @@ static RELOADED: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 39;
+pub const LAYOUT_VERSION: u32 = 40;
 
 /// Individually named LWLocks.
 #[repr(u32)]
@@ -98,8 +98,11 @@ pub enum AuxProc {
     Startup = 0,
     Walwriter = 1,
     Checkpointer = 2,
+    /// Finishes what a dead attached process or session left
+    /// (`backend::abandoned`), one at a time.
+    Cleaner = 3,
 }
-pub const NUM_AUX_PROCS: u32 = 3;
+pub const NUM_AUX_PROCS: u32 = 4;
 
 /// A named LWLock alone on its line.
 #[repr(C, align(128))]
@@ -123,6 +126,11 @@ pub struct ShmemHeader {
     /// restart or shutdown). Set with a Release store by `mark_ended`,
     /// read with an Acquire load by `has_ended`.
     pub ended: AtomicU32,
+    /// Processes the postmaster had cleaned up after without a restart
+    /// since it started, and its crash restarts (written by the
+    /// postmaster only; read by `postmaster status` and pg_stat views).
+    pub processes_cleaned: AtomicU64,
+    pub crash_restarts: AtomicU64,
     pub settings: Settings,
 }
 
@@ -352,6 +360,8 @@ impl Shmem {
             n_buffers: l.n_buffers,
             n_prevlinks: l.n_prevlinks,
             ended: AtomicU32::new(0),
+            processes_cleaned: AtomicU64::new(0),
+            crash_restarts: AtomicU64::new(0),
             settings: *settings,
         };
         // SAFETY: every element pointer comes from the layout, is aligned
@@ -522,6 +532,9 @@ impl Shmem {
         p.group_clear_next.store(INVALID_PROCNO, Ordering::Relaxed);
         p.group_clear_xid.store(0, Ordering::Relaxed);
         p.cancel_key.store(0, Ordering::Relaxed);
+        p.flush_wanted.store(0, Ordering::Relaxed);
+        p.wait_event_info.store(0, Ordering::Relaxed);
+        p.crit.reset();
     }
 
     pub fn named_lock(&self, which: NamedLock) -> &LWLock {
@@ -687,8 +700,10 @@ impl Shmem {
         rc == 0
     }
 
-    /// Takes a backend proc slot off the free list.
-    pub fn alloc_backend_proc(&self) -> Option<u32> {
+    /// Takes a backend proc slot off the free list for process `pid`
+    /// (stored with the slot under the lock: a slot off the list always
+    /// names its process, even if it dies right after).
+    pub fn alloc_backend_proc(&self, pid: i32) -> Option<u32> {
         let g = self.proc_global();
         g.lock.with(|| {
             let head = g.free_head.load(Ordering::Relaxed);
@@ -700,6 +715,9 @@ impl Shmem {
                 .load(Ordering::Relaxed);
             g.free_head.store(next, Ordering::Relaxed);
             g.sessions.fetch_add(1, Ordering::Relaxed);
+            self.procs()[head as usize]
+                .pid
+                .store(pid, Ordering::Relaxed);
             Some(head)
         })
     }
@@ -904,14 +922,14 @@ mod tests {
     fn free_list_hands_out_each_backend_slot_once() {
         let shm = Shmem::create(&Settings::default(), 3, 1).unwrap();
         shm.reserve_fixed_procs(1);
-        let a = shm.alloc_backend_proc().unwrap();
-        let b = shm.alloc_backend_proc().unwrap();
+        let a = shm.alloc_backend_proc(1).unwrap();
+        let b = shm.alloc_backend_proc(2).unwrap();
         assert_eq!((a, b), (1, 2));
-        assert_eq!(shm.alloc_backend_proc(), None);
+        assert_eq!(shm.alloc_backend_proc(3), None);
         assert_eq!(shm.sessions(), 2);
         shm.free_backend_proc(a);
         assert_eq!(shm.sessions(), 1);
-        assert_eq!(shm.alloc_backend_proc(), Some(a));
+        assert_eq!(shm.alloc_backend_proc(4), Some(a));
         assert_eq!(shm.sessions(), 2);
     }
 }

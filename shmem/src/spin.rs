@@ -33,6 +33,11 @@
 //! Processes forked by the postmaster install no flag: their behaviour,
 //! panic included, is unchanged, and the check is on the delay path only.
 //!
+//! A process that installed its proc slot's `crit::CritSlot`
+//! (`crit::install`) counts each spinlock it holds there, from before the
+//! taking swap to after the releasing store, so that its death while
+//! holding one is known to be a crash.
+//!
 //! Invariants: the holder never blocks, sleeps, or takes another spinlock
 //! while holding one; the unlock is a Release store that pairs with the
 //! Acquire swap of the next locker.
@@ -70,6 +75,9 @@ impl SpinLock {
     /// Takes the lock; returns the number of delays (sleeps) it needed.
     #[inline]
     pub fn lock(&self) -> u32 {
+        // Counted as held from before the swap (`crit`: a death at any
+        // point until `unlock` counted it off shows as inside).
+        crate::crit::with_mine(|c| c.enter(crate::crit::SPIN));
         // Acquire pairs with the Release store in `unlock`.
         if self.word.swap(LOCKED, Ordering::Acquire) == UNLOCKED {
             return 0;
@@ -100,8 +108,13 @@ impl SpinLock {
     /// One attempt; true when the lock was taken.
     #[inline]
     pub fn try_lock(&self) -> bool {
-        self.word.load(Ordering::Relaxed) == UNLOCKED
-            && self.word.swap(LOCKED, Ordering::Acquire) == UNLOCKED
+        crate::crit::with_mine(|c| c.enter(crate::crit::SPIN));
+        let got = self.word.load(Ordering::Relaxed) == UNLOCKED
+            && self.word.swap(LOCKED, Ordering::Acquire) == UNLOCKED;
+        if !got {
+            crate::crit::with_mine(|c| c.exit(crate::crit::SPIN));
+        }
+        got
     }
 
     #[inline]
@@ -109,6 +122,7 @@ impl SpinLock {
         // Release pairs with the Acquire swap in `lock`/`try_lock`: whatever
         // the holder wrote is visible to the next holder.
         self.word.store(UNLOCKED, Ordering::Release);
+        crate::crit::with_mine(|c| c.exit(crate::crit::SPIN));
     }
 
     /// Runs `f` with the lock held.

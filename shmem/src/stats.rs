@@ -299,6 +299,8 @@ coded_enum!(
         Archiver = 7 => Some("archiver"),
         /// A program attached through the worker library.
         BackgroundWorker = 8 => Some("background worker"),
+        /// Finishes what a dead attached process or session left.
+        Cleaner = 9 => Some("walshm cleaner"),
     }
 );
 
@@ -565,6 +567,20 @@ mod reader {
         }
     }
 
+    /// What a dead process's [`ProcEntry`] would have done on leaving:
+    /// the slot shows nobody (pg_stat_activity drops its row). For the
+    /// helper that cleans up after it (`backend::abandoned`), before the
+    /// slot is freed.
+    pub fn leave_on_behalf(shm: &Shmem, procno: u32) {
+        let st = shm.proc_stats(procno);
+        let word = st.backend_type.load(Ordering::Relaxed);
+        st.backend_type
+            .store(entry_word(word >> 8, BackendType::None), Ordering::Relaxed);
+        shm.procs()[procno as usize]
+            .wait_event_info
+            .store(0, Ordering::Relaxed);
+    }
+
     /// Marks proc `procno` as used by this process, of type `ty`, started
     /// now; clears the previous owner's activity (not its counters). Call
     /// first thing in a process body; keep the result alive.
@@ -617,6 +633,7 @@ mod reader {
             None => BackendType::ClientBackend,
             Some(a) if a == AuxProc::Startup as u32 => BackendType::Startup,
             Some(a) if a == AuxProc::Walwriter as u32 => BackendType::Walwriter,
+            Some(a) if a == AuxProc::Cleaner as u32 => BackendType::Cleaner,
             Some(_) => BackendType::Checkpointer,
         }
     }

@@ -1,5 +1,5 @@
 //! Small process-level system calls that several crates need, written
-//! once: whether a process exists, and writing a whole buffer to a
+//! once: whether a process exists, which one it is, and writing a whole buffer to a
 //! descriptor with whatever call suits it (`write`, or `send` with
 //! MSG_NOSIGNAL on a socket). The futex has its own module (`futex`).
 //!
@@ -18,6 +18,23 @@ pub fn process_exists(pid: i32) -> bool {
     // exists.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Which process `pid` is, while it runs: its start time (clock ticks
+/// since boot, `/proc/PID/stat` field 22), so that a later look can tell
+/// it from another process that got the same pid. None once it is gone
+/// or a zombie (dead, not yet reaped).
+pub fn live_process_identity(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name's closing parenthesis: state
+    // first, start time the 20th.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Writes all of `bytes` through `call` (a `write(2)`-like call given the

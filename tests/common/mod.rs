@@ -4,7 +4,7 @@
 //! group is SIGKILLed on drop), `/proc` and shared-memory inspection, the
 //! shutdown summary, WAL verification with the project's own reader,
 //! `postmaster waldump` and PostgreSQL 15's `pg_waldump`, acknowledged
-//! commits, and `walbench torture`. Everything but `wire` and `receiver` is
+//! commits, `walbench torture`, and attaching a library worker. Everything but `wire` and `receiver` is
 //! re-exported here, so a test says `use common::*;`.
 //!
 //! Dead code: every file in tests/ is a crate of its own that compiles
@@ -36,8 +36,8 @@ macro_rules! helper_modules {
 }
 
 helper_modules!(
-    acks, datadir, procfs, redo, rng, run, server, shm, summary, tempdir, torture, walcheck,
-    waldump,
+    acks, attach, datadir, procfs, redo, rng, run, server, shm, summary, tempdir, torture,
+    walcheck, waldump,
 );
 
 #[allow(dead_code)]

@@ -379,6 +379,11 @@ impl DecodedRecord {
         self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_COMMIT
     }
 
+    /// Whether this is a Transaction ABORT record.
+    pub fn is_abort(&self) -> bool {
+        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT
+    }
+
     /// `xact_time` of a COMMIT record.
     pub fn commit_time(&self) -> Option<i64> {
         if !self.is_commit() || self.main_data.len() < SIZE_OF_XACT_COMMIT {

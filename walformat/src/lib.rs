@@ -53,10 +53,10 @@ pub use page::{page_header_size, read_page_header, write_page_header, PageHeader
 pub use pagecheck::{PageCheck, PageUse};
 pub use reader::{LongHeaderMismatch, StdWalFiles, WalError, WalFiles, WalReader};
 pub use record::{
-    abort_record_into, checkpoint_record, commit_record, commit_record_into, logical_message,
-    logical_message_into, switch_record, try_logical_message_into, CheckPoint, LogicalMessage,
-    RecordBuf, DEFAULT_MESSAGE_DB_OID, SIZE_OF_CHECKPOINT, SIZE_OF_LOGICAL_MESSAGE,
-    SIZE_OF_XACT_COMMIT,
+    abort_record_into, checkpoint_record, commit_record, commit_record_into, filler_record_into,
+    logical_message, logical_message_into, switch_record, try_logical_message_into, CheckPoint,
+    LogicalMessage, RecordBuf, DEFAULT_MESSAGE_DB_OID, FILLER_PREFIX, SIZE_OF_CHECKPOINT,
+    SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_XACT_COMMIT,
 };
 pub use time::{
     civil_from_days, format_pg_timestamp, format_unix_secs, pg_now_us, pg_timestamp_to_unix_us,

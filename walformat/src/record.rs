@@ -394,6 +394,52 @@ pub fn try_logical_message_into(
     buf.try_rebuild(xid, RM_LOGICALMSG_ID, XLOG_LOGICAL_MESSAGE, &pieces)
 }
 
+/// The prefix of filler messages: a range of WAL reserved by a process
+/// that died before it finished copying its record into it is filled
+/// with one such non-transactional message of exactly the reserved size,
+/// so that the WAL stays readable through it. Readers skip it; the
+/// `walshm.` prefix is reserved for walshm's own messages.
+pub const FILLER_PREFIX: &str = "walshm.filler";
+
+/// Rebuilds `buf` as a filler record whose MAXALIGNed size is exactly
+/// `size` bytes (a multiple of 8, at least [`SIZE_OF_XLOG_RECORD`]): a
+/// non-transactional logical message with prefix [`FILLER_PREFIX`] and a
+/// zero payload when that fits, else (below 64 bytes) an XLOG NOOP record
+/// with zero main data, which pg_waldump shows as `NOOP`.
+///
+/// Sizes: a record of main data `m` takes 24 + m (m = 0), 24 + 2 + m
+/// (m < 256) or 24 + 5 + m bytes; every multiple of 8 from 24 up is hit
+/// exactly (m = size - 26 while that is below 256, else size - 29, which
+/// is then at least 259).
+///
+/// # Panics
+/// If `size` is not such a size or exceeds [`MAX_RECORD_LEN`].
+pub fn filler_record_into(buf: &mut RecordBuf, size: usize) {
+    assert!(
+        size % 8 == 0 && (SIZE_OF_XLOG_RECORD..=MAX_RECORD_LEN).contains(&size),
+        "no filler record has {size} bytes"
+    );
+    let main_len = match size - SIZE_OF_XLOG_RECORD {
+        0 => 0,
+        n if n - 2 < 256 => n - 2,
+        n => n - 5,
+    };
+    let message_fixed = SIZE_OF_LOGICAL_MESSAGE + FILLER_PREFIX.len() + 1;
+    let zeros = vec![0u8; main_len];
+    if main_len >= message_fixed {
+        let payload = &zeros[..main_len - message_fixed];
+        logical_message_into(buf, 0, false, FILLER_PREFIX, payload);
+    } else {
+        buf.rebuild(
+            0,
+            RM_XLOG_ID,
+            crate::consts::XLOG_NOOP,
+            &[&zeros[..main_len]],
+        );
+    }
+    debug_assert_eq!(buf.total_len() as usize, size);
+}
+
 /// A LogicalMessage record given by its parts, assembled straight into
 /// its destination (the WAL buffer page it is reserved in)
 /// instead of into a [`RecordBuf`] that is then copied there. The bytes
@@ -696,6 +742,32 @@ pub fn checkpoint_record(cp: &CheckPoint, shutdown: bool) -> RecordBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reservable size gets a filler of exactly that size, which
+    /// decodes with its CRC: a NOOP below 64 bytes, a message from there.
+    #[test]
+    fn a_filler_record_fills_every_reservable_size_exactly() {
+        let mut buf = RecordBuf::default();
+        for size in (SIZE_OF_XLOG_RECORD..4096)
+            .step_by(8)
+            .chain([MAX_RECORD_LEN & !7])
+        {
+            filler_record_into(&mut buf, size);
+            assert_eq!(buf.total_len() as usize, size, "size {size}");
+            buf.finish(0x1000);
+            let rec = crate::decode_record_bytes(0x2000, buf.bytes()).expect("decodes");
+            match rec.as_logical_message() {
+                Some((transactional, prefix, _)) => {
+                    assert!(size >= 64 && !transactional && prefix == FILLER_PREFIX);
+                }
+                None => assert!(
+                    size < 64
+                        && rec.rmid == RM_XLOG_ID
+                        && rec.info & 0xF0 == crate::consts::XLOG_NOOP
+                ),
+            }
+        }
+    }
 
     /// The short-input CRC agrees with the `crc32c` crate at every length
     /// around the cut-over, from every alignment, continuing any CRC.

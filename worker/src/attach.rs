@@ -276,15 +276,7 @@ impl ServerWatch for Link {
 /// Whether process `pid` exists and is not a zombie (a postmaster killed
 /// but not yet reaped by its parent is dead for us).
 fn process_alive(pid: i32) -> bool {
-    if !shmem::sys::process_exists(pid) {
-        return false;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command name's closing parenthesis.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, r)| r.trim_start().chars().next());
-    state != Some('Z')
+    shmem::sys::process_exists(pid) && shmem::sys::live_process_identity(pid).is_some()
 }
 
 /// Whether the peer of `channel` has closed it.

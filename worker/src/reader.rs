@@ -272,6 +272,11 @@ impl<'w> Reader<'w> {
 
 fn record_view(rec: &DecodedRecord) -> Record<'_> {
     let (kind, prefix, payload) = match rec.as_logical_message() {
+        // The filler over a dead process's unfinished record is nobody's
+        // message.
+        Some((transactional, prefix, _)) if backend::reorder::is_filler(transactional, prefix) => {
+            (RecordKind::Other, "", &rec.main_data[..])
+        }
         Some((transactional, prefix, payload)) => {
             (RecordKind::Message { transactional }, prefix, payload)
         }

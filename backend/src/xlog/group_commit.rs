@@ -218,6 +218,7 @@ impl Xlog<'_> {
                 Lead::Pending
             };
         }
+        self.ctx.me.crit.hold_wal_write_lock();
         // We lead: a request we published must not make us post ourselves;
         // a baton handed to us is ours to drop (our release notifies).
         self.withdraw_flush_request();
@@ -321,6 +322,7 @@ impl Xlog<'_> {
                 }
                 continue;
             }
+            self.ctx.me.crit.hold_wal_write_lock();
             if record > self.flush_lsn() {
                 let finished = self.delay_before_flush(finished);
                 self.xlog_write(finished, true);
@@ -336,6 +338,7 @@ impl Xlog<'_> {
     /// the flush_result store either way, so none is lost. Every release
     /// of WALWriteLock goes through here.
     pub(super) fn release_wal_write_lock(&mut self) {
+        self.ctx.me.crit.give_back_wal_write_lock();
         self.shm
             .named_lock(NamedLock::WalWrite)
             .release(&self.ctx.env);
@@ -346,6 +349,26 @@ impl Xlog<'_> {
         if self.ctx.settings.group_commit == GroupCommit::Hybrid {
             self.notify_flush_waiters();
         }
+    }
+
+    /// Finishes the flush duties of a process that died holding
+    /// WALWriteLock or the hand-off baton (`crate::abandoned`): takes the
+    /// lock over and releases it (waking what its release would have
+    /// woken; the next writer redoes any write or sync it left half done,
+    /// from the shared results, which only grow once one is done), and
+    /// clears its baton with a notifier pass, as its wake-up would have.
+    pub fn finish_abandoned_flush(&mut self, dead: u32, holds_lock: bool) -> bool {
+        let baton = self.shm.xlog().flush_waiters.take_baton(dead);
+        if holds_lock {
+            let ww = self.shm.named_lock(NamedLock::WalWrite);
+            self.ctx.env.adopt(ww, LWLockMode::Exclusive);
+            self.ctx.me.crit.hold_wal_write_lock();
+            self.walsenders_to_wake = true;
+            self.release_wal_write_lock();
+        } else if baton && self.ctx.settings.group_commit == GroupCommit::Hybrid {
+            self.notify_flush_waiters();
+        }
+        baton
     }
 
     /// Writes and flushes everything inserted (shutdown).

@@ -22,6 +22,12 @@
 //!    after it is zeroed here (buffer pages are not always zeroed);
 //! 5. release the insertion lock, clearing `insertingAt`.
 //!
+//! Steps 2-5 are recorded in our proc slot (`shmem::crit`): the lock
+//! held, then the reservation (stored before the insert-position
+//! spinlock, or the lock-free hand-off, is counted off), so that a helper
+//! can fill the range of a process that died during step 4
+//! (`crate::abandoned`).
+//!
 //! With `wal_insertion = single` every backend uses insertion lock 0, so the
 //! reservation and the copy are serialized (PostgreSQL before 9.4).
 //!
@@ -118,6 +124,11 @@ impl Xlog<'_> {
     ) -> Inserted {
         // Flow control (`max_replication_lag`): before any lock is taken.
         crate::throttle::before_insert(self.ctx, len as u64, || self.insert_lsn());
+        if is_switch {
+            // A switch's range runs to the segment's end: never filled
+            // for a dead process (`crit`).
+            self.ctx.me.crit.enter(shmem::crit::IN_WAL_SWITCH);
+        }
         let lock = self.acquire_insert_lock();
         let placed = if is_switch {
             self.reserve_switch()
@@ -126,6 +137,7 @@ impl Xlog<'_> {
         };
         let Some((start_pos, end_pos, prev_pos)) = placed else {
             self.release_insert_lock(lock);
+            self.ctx.me.crit.exit(shmem::crit::IN_WAL_SWITCH);
             let at = self.insert_lsn();
             return Inserted { start: at, end: at };
         };
@@ -134,6 +146,9 @@ impl Xlog<'_> {
         let prev = self.bytepos_to_lsn(prev_pos, false);
         place(self, start, end, prev);
         self.release_insert_lock(lock);
+        if is_switch {
+            self.ctx.me.crit.exit(shmem::crit::IN_WAL_SWITCH);
+        }
 
         // One count per record serves pg_stat_wal, the postmaster's summary
         // and walbench (`shmem::stats`: written by us only, never reset).
@@ -143,6 +158,43 @@ impl Xlog<'_> {
             self.note_page_completed(end);
         }
         Inserted { start, end }
+    }
+
+    /// Finishes the insertion of a process that died holding WAL
+    /// insertion lock `lock` (`crate::abandoned`): takes the lock over,
+    /// fills the range it had reserved, if any (usable-byte positions
+    /// `(start, end, prev)`), with a filler record of exactly its size
+    /// (`walformat::filler_record_into`: valid, chained through `xl_prev`,
+    /// CRC'd), and releases the lock to its waiters, so that flushing
+    /// goes on past it. Returns where the filler went.
+    ///
+    /// Sound only as `abandoned::assess` checks: the dead holder had not
+    /// advertised any progress (`insertingAt` 0), so no byte of its range
+    /// can have been written out, and nobody else touches the lock or the
+    /// range meanwhile.
+    pub fn finish_abandoned_insertion(
+        &mut self,
+        lock: usize,
+        range: Option<(u64, u64, u64)>,
+    ) -> Option<Inserted> {
+        let l = self.shm.insert_lock(lock);
+        self.ctx
+            .env
+            .adopt(&l.lock, shmem::lwlock::LWLockMode::Exclusive);
+        self.ctx.me.crit.hold_insert_lock(lock);
+        self.holding = Some(lock);
+        let filled = range.map(|(start_pos, end_pos, prev_pos)| {
+            let start = self.bytepos_to_lsn(start_pos, false);
+            let end = self.bytepos_to_lsn(end_pos, true);
+            let prev = self.bytepos_to_lsn(prev_pos, false);
+            let mut rec = RecordBuf::default();
+            walformat::filler_record_into(&mut rec, (end_pos - start_pos) as usize);
+            rec.finish(prev);
+            self.copy_record(rec.bytes(), start, end, false);
+            Inserted { start, end }
+        });
+        self.release_insert_lock(lock);
+        filled
     }
 
     /// `bytepos_to_recptr(pos)` (with `end`, `bytepos_to_end_recptr`),
@@ -174,19 +226,22 @@ impl Xlog<'_> {
                 // insert position do not take it).
                 ins.curr_byte_pos.store(start + size, Ordering::Release);
                 ins.prev_byte_pos.store(start, Ordering::Relaxed);
+                // Known before the spinlock is counted off (`crit`).
+                self.ctx.me.crit.set_range(start, start + size, prev);
                 ins.lock.unlock();
                 (start, start + size, prev)
             }
             Reservation::Atomic => {
                 // AcqRel: the fetch-add orders reservations; the hand-off of
                 // xl_prev goes through the prev-link table.
+                let crit = &self.ctx.me.crit;
+                crit.enter(shmem::crit::IN_RESERVATION);
                 let start = ins.curr_byte_pos.fetch_add(size, Ordering::AcqRel);
                 let end = start + size;
-                (
-                    start,
-                    end,
-                    prevlink::hand_off(self.shm.prev_links(), start, end),
-                )
+                let prev = prevlink::hand_off(self.shm.prev_links(), start, end);
+                crit.set_range(start, end, prev);
+                crit.exit(shmem::crit::IN_RESERVATION);
+                (start, end, prev)
             }
         }
     }
@@ -264,6 +319,7 @@ impl Xlog<'_> {
             if rest.is_empty() {
                 break;
             }
+            crate::stoppoint::reached("insert_copy");
             // Continue on the next page: mark it as a continuation.
             page = self.get_buffer(ptr);
             // SAFETY: the first bytes of this page (its header) belong to

@@ -37,6 +37,10 @@
 //! at once. `adaptive` scans only while waits are frequent, so a lightly
 //! loaded server keeps `queue`'s code path.
 //!
+//! A held insertion lock is recorded in our proc slot (`shmem::crit`)
+//! apart from other LWLocks: it is the one lock a helper may finish for a
+//! process that died holding it (`crate::abandoned`).
+//!
 //! Waiting for insertions (`wait_insertions_to_finish`, PostgreSQL's
 //! WaitXLogInsertionsToFinish): the minimum `insertingAt` over busy
 //! insertion locks, sleeping on those still below the target. Race: an
@@ -128,6 +132,7 @@ impl Xlog<'_> {
                 self.note_contention(yielded);
                 self.lock_to_try = j;
                 self.holding = Some(j);
+                self.ctx.me.crit.hold_insert_lock(j);
                 return j;
             }
         }
@@ -140,6 +145,7 @@ impl Xlog<'_> {
         }
         self.note_contention(!at_once);
         self.holding = Some(i);
+        self.ctx.me.crit.hold_insert_lock(i);
         i
     }
 
@@ -192,6 +198,7 @@ impl Xlog<'_> {
     /// readers if any waits (one load otherwise; `shmem::readwake`).
     pub(super) fn release_insert_lock(&mut self, i: usize) {
         let l = self.shm.insert_lock(i);
+        self.ctx.me.crit.give_back_insert_lock();
         l.lock.release_clear_var(&self.ctx.env, &l.inserting_at, 0);
         self.holding = None;
         self.shm.xlog().readers.inserted.wake_after_release();

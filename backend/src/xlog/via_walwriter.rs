@@ -115,6 +115,7 @@ impl Xlog<'_> {
             if !ww.acquire_or_wait(&self.ctx.env, LWLockMode::Exclusive) {
                 continue;
             }
+            self.ctx.me.crit.hold_wal_write_lock();
             let wrote = finished > self.flush_lsn();
             if wrote {
                 self.xlog_write(finished, true);

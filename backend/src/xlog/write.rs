@@ -59,6 +59,7 @@ impl Xlog<'_> {
                 return;
             }
             if ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
+                self.ctx.me.crit.hold_wal_write_lock();
                 if self.write_lsn() < upto {
                     self.xlog_write(finished, false);
                 }

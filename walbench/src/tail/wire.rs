@@ -65,12 +65,45 @@ impl Conn {
 
     /// Runs `sql` (simple Query) and waits for its end.
     pub fn query(&mut self, sql: &str) -> Result<(), String> {
+        self.send_query(sql)?;
+        self.until_ready()
+    }
+
+    /// Runs `sql` and returns the first column of its first row.
+    pub fn query_one(&mut self, sql: &str) -> Result<String, String> {
+        self.send_query(sql)?;
+        let mut value = None;
+        let mut error = None;
+        loop {
+            match self.read_msg()? {
+                (b'Z', _) => break,
+                (b'D', body) if value.is_none() => value = first_column(&body),
+                (b'E', body) => {
+                    error.get_or_insert(String::from_utf8_lossy(&body).replace('\0', " "));
+                }
+                _ => {}
+            }
+        }
+        match (error, value) {
+            (Some(e), _) => Err(e),
+            (None, Some(v)) => Ok(v),
+            (None, None) => Err(format!("no row from {sql}")),
+        }
+    }
+
+    fn send_query(&mut self, sql: &str) -> Result<(), String> {
         let mut body = Vec::with_capacity(sql.len() + 1);
         put_cstr(&mut body, sql);
         let mut msg = vec![b'Q'];
         msg.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
         msg.extend_from_slice(&body);
-        self.s.write_all(&msg).map_err(|e| e.to_string())?;
-        self.until_ready()
+        self.s.write_all(&msg).map_err(|e| e.to_string())
     }
+}
+
+/// The first column of a DataRow body (text format), None if NULL.
+fn first_column(body: &[u8]) -> Option<String> {
+    let len = i32::from_be_bytes(body.get(2..6)?.try_into().ok()?);
+    let len = usize::try_from(len).ok()?;
+    Some(String::from_utf8_lossy(body.get(6..6 + len)?).into_owned())
 }

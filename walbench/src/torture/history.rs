@@ -38,6 +38,15 @@ pub struct WalScan {
     pub commits: HashMap<Lsn, u32>,
     /// XIDs with two COMMIT records: (xid, first, second).
     pub double_commits: Vec<(u32, Lsn, Lsn)>,
+    /// What a committed-only reader from `start` delivers
+    /// (`backend::reorder`): the transactional messages' LSNs and their
+    /// transactions' XIDs.
+    pub delivered: HashSet<Lsn>,
+    pub delivered_xids: HashSet<u32>,
+    /// XIDs with an ABORT record.
+    pub aborted: HashSet<u32>,
+    /// Start of every transactional message.
+    pub tx_messages: std::collections::BTreeSet<Lsn>,
     /// End of valid WAL.
     pub end: Lsn,
     /// Why reading stopped, if not at a clean end.
@@ -111,10 +120,21 @@ fn scan(f: &Facts, start: Lsn) -> Result<WalScan, String> {
         Err(e) => return Err(format!("could not open WAL at {}: {e}", format_lsn(start))),
     };
     let mut first_commit: HashMap<u32, Lsn> = HashMap::new();
+    let mut reorder = backend::reorder::Reorder::new(start, start);
     loop {
         match reader.next_record() {
             Ok(Some(r)) => {
                 s.records += 1;
+                if let Some(backend::reorder::Change::Transaction(t)) = reorder.add(&r) {
+                    s.delivered_xids.insert(t.xid);
+                    s.delivered.extend(t.messages.iter().map(|m| m.lsn));
+                }
+                if r.is_abort() {
+                    s.aborted.insert(r.xid);
+                }
+                if matches!(r.as_logical_message(), Some((true, _, _))) {
+                    s.tx_messages.insert(r.lsn);
+                }
                 if r.is_commit() {
                     s.commits.insert(r.lsn, r.xid);
                     if let Some(first) = first_commit.insert(r.xid, r.lsn) {
@@ -153,6 +173,12 @@ pub fn acks_present(datadir: &Path, acks: &[Lsn]) -> Result<(Vec<Lsn>, Vec<Lsn>)
     };
     let start = f.geo.seg_start(f.geo.seg_no(oldest));
     Ok((missing(&kept, &scan(&f, start)?), removed))
+}
+
+/// Every record of a stopped server's WAL, from its oldest segment.
+pub fn scan_all(datadir: &Path) -> Result<WalScan, String> {
+    let f = facts(datadir)?;
+    scan(&f, oldest_segment_start(&f)?)
 }
 
 /// The full check of a stopped server's WAL against every ack of the run.

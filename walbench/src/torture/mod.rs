@@ -26,6 +26,7 @@
 //! (`server::Server` kills its group on drop); a failed run keeps the data
 //! directory with `torture-history.txt` and `torture-server.log`.
 
+pub mod attached;
 pub mod history;
 pub mod powerloss;
 pub mod report;
@@ -84,6 +85,10 @@ pub struct Options {
     /// A supervised library worker's command, run beside the backends
     /// (`worker.rs`).
     pub worker_cmd: Option<String>,
+    /// Kill only attached processes (`attached.rs`).
+    pub kill_attached: bool,
+    pub library_workers: u32,
+    pub clients: u32,
 }
 
 #[derive(Clone, Copy)]
@@ -101,6 +106,9 @@ enum Key {
     CheckEvery,
     Keep,
     WorkerCmd,
+    KillAttached,
+    LibraryWorkers,
+    Clients,
 }
 
 fn spec() -> Vec<Opt<Key>> {
@@ -169,6 +177,24 @@ fn spec() -> Vec<Opt<Key>> {
              library and prints `ack LSN` lines (e.g. the example producer with\n\
              --tx --ack); a victim too: \"worker\"",
         ),
+        Opt::new(
+            Key::KillAttached,
+            "--kill-attached",
+            "kill only attached processes: --library-workers supervised copies of\n\
+             --worker-cmd and --clients connection backends (sessions walbench runs),\n\
+             50-400 ms apart (default 200 kills); each must be cleaned up after without\n\
+             a restart unless it died inside a shared critical section",
+        ),
+        Opt::new(
+            Key::LibraryWorkers,
+            "--library-workers N",
+            "with --kill-attached: supervised library workers (default 2)",
+        ),
+        Opt::new(
+            Key::Clients,
+            "--clients N",
+            "with --kill-attached: client sessions over the protocol (default 2)",
+        ),
     ]
 }
 
@@ -218,6 +244,9 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
         check_every_cycle: false,
         keep: false,
         worker_cmd: None,
+        kill_attached: false,
+        library_workers: 2,
+        clients: 2,
     };
     let mut variant_sets = vec![];
     let num = |v: &str, what: &str| -> Result<u64, String> {
@@ -265,6 +294,21 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
                 worker::comm_of(v).ok_or("--worker-cmd needs a program")?;
                 o.worker_cmd = Some(v.to_string())
             }
+            Key::KillAttached => o.kill_attached = true,
+            Key::LibraryWorkers => {
+                o.library_workers = num(v, "--library-workers")?
+                    .try_into()
+                    .ok()
+                    .filter(|n| *n <= 64)
+                    .ok_or("--library-workers must be 1..=64")?
+            }
+            Key::Clients => {
+                o.clients = num(v, "--clients")?
+                    .try_into()
+                    .ok()
+                    .filter(|n| *n <= 64)
+                    .ok_or("--clients must be 1..=64")?
+            }
         }
         Ok(())
     })?;
@@ -276,6 +320,12 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
     }
     if o.cycles.is_some() && o.minutes.is_some() {
         return Err("give --cycles or --minutes, not both".into());
+    }
+    if o.kill_attached && (o.power_loss || o.worker_cmd.is_none()) {
+        return Err(
+            "--kill-attached needs --worker-cmd (the library worker to run) and no --power-loss"
+                .into(),
+        );
     }
     let w = backend::workload::Workload::parse(&o.workload)?;
     if !w.waits_for_commit() {
@@ -365,6 +415,20 @@ pub fn run(o: &Options) -> Result<(), String> {
         .iter()
         .map(|j| (backend::powerloss::ENV.to_string(), j.display().to_string()))
         .collect();
+    if o.kill_attached {
+        let spec = StartSpec {
+            postmaster,
+            datadir: datadir.clone(),
+            args: vec![],
+            env,
+            log: datadir.join(LOG_FILE),
+        };
+        attached::run(o, spec)?;
+        if created && !o.keep {
+            let _ = std::fs::remove_dir_all(&datadir);
+        }
+        return Ok(());
+    }
     let mut r = Run {
         o,
         spec: StartSpec {

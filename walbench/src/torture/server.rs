@@ -46,6 +46,8 @@ pub struct StartSpec {
 pub struct Server {
     child: Option<Child>,
     pub pid: i32,
+    /// Where its log is copied (`StartSpec::log`).
+    pub log: PathBuf,
     /// The postmaster's exit: `Some(code)` once reaped (`None` inside: a
     /// signal).
     pub exited: Option<Option<i32>>,
@@ -86,6 +88,7 @@ impl Server {
         std::thread::spawn(move || read_stderr(err, log, &s));
         Ok(Server {
             pid: child.id() as i32,
+            log: spec.log.clone(),
             exited: None,
             child: Some(child),
             seen,
