@@ -13,8 +13,9 @@
 //!   system's segment (to `init`, and delivered by `restore_command` to the
 //!   startup process): refused with an exit code, nothing half-created;
 //! - a `restore_command` that ignores `%f` (the same segment every time):
-//!   the second file's page address is not the requested segment's, and
-//!   the server stops with exit 1 after two fetches, nothing promoted;
+//!   the first file asked for (segment 1: the archive comes before pg_wal,
+//!   as in PostgreSQL) has another segment's page address, and the server
+//!   stops with exit 1 at once, pg_wal's own copy kept, nothing promoted;
 //! - a fast shutdown (SIGTERM or SIGINT to the postmaster) while
 //!   `restore_command` fetches a long archive slowly: the postmaster exits
 //!   0 within seconds, archive recovery unfinished and resumable;
@@ -557,17 +558,22 @@ fn restore_command_delivering_another_segment_stops_recovery() {
     let o = s.wait_exit(Duration::from_secs(15));
     assert_no_panic("start with a restore_command ignoring %f", &o);
     assert_eq!(o.code(), Some(1), "not refused\n{}", o.describe());
-    let third = geo().file_name(1, 3);
+    let first = geo().file_name(1, 1);
     assert!(
-        o.stderr.contains(&format!("\"{third}\"")) && o.stderr.contains("sleep 0.05; cp "),
+        o.stderr.contains(&format!("\"{first}\"")) && o.stderr.contains("sleep 0.05; cp "),
         "the requested file and the command are not named\n{}",
         o.stderr
     );
     let pg_wal = new.join("pg_wal");
     assert_eq!(
         segnos(&pg_wal, 1),
-        vec![1, 2],
+        vec![1],
         "only the right segment is kept"
+    );
+    assert_eq!(
+        fs::read(pg_wal.join(&first)).unwrap(),
+        fs::read(&seg1).unwrap(),
+        "pg_wal's own segment 1 was replaced"
     );
     assert!(!pg_wal.join("RECOVERYXLOG").exists());
     assert_not_promoted("wrong segment", &new, &control_before);
