@@ -42,6 +42,15 @@ use walformat::{format_lsn, parse_lsn, DecodedRecord, Geometry, WalReader};
 
 const SEG: u64 = 1 << 20;
 
+/// A restored copy archives nothing (its timeline 2 would go into the
+/// archive the next restores read) and keeps all its WAL (to be read).
+const RESTORED: [&str; 4] = [
+    "--set",
+    "archive_mode=off",
+    "--set",
+    "wal_keep_size=1000000",
+];
+
 fn geo() -> Geometry {
     Geometry::new(SEG).unwrap()
 }
@@ -81,12 +90,21 @@ fn copy_dir(from: &Path, to: &Path) {
     assert!(o.status.success(), "cp -a\n{}", o.describe());
 }
 
-/// `archive_command` into `arch` (copy, then rename: never a half file).
-fn archive_setting(arch: &Path) -> String {
-    format!(
+/// A temporary directory with `arch/` and the data directory `p/` (1 MB
+/// segments) archiving into it (copy, then rename: never a half file).
+fn archiving_primary(tag: &str) -> (TempDir, PathBuf, DataDir) {
+    let tmp = TempDir::new(tag);
+    let arch = tmp.join("arch");
+    fs::create_dir_all(&arch).unwrap();
+    let command = format!(
         "archive_command=cp %p {a}/%f.tmp && mv {a}/%f.tmp {a}/%f",
         a = arch.display()
-    )
+    );
+    let sets = ["--set", "archive_mode=on", "--set", &command];
+    let mut args = vec!["--wal-segment-size", "1"];
+    args.extend(sets);
+    let p = init(&tmp.join("p"), &args);
+    (tmp, arch, p)
 }
 
 /// Waits until `arch` holds the segment before `lsn` (a pg_switch_wal's
@@ -124,20 +142,7 @@ fn archived_records(arch: &Path) -> Vec<DecodedRecord> {
 /// after 300 the restore point `middle` is created, after 300 more the
 /// segment is switched and archived, and the primary stops.
 fn primary(tag: &str) -> History {
-    let tmp = TempDir::new(tag);
-    let arch = tmp.join("arch");
-    fs::create_dir_all(&arch).unwrap();
-    let p = init(
-        &tmp.join("p"),
-        &[
-            "--wal-segment-size",
-            "1",
-            "--set",
-            "archive_mode=on",
-            "--set",
-            &archive_setting(&arch),
-        ],
-    );
+    let (tmp, arch, p) = archiving_primary(tag);
     let base = tmp.join("base");
     copy_dir(&p.path, &base);
     for seg in fs::read_dir(base.join("pg_wal")).unwrap().flatten() {
@@ -186,7 +191,8 @@ impl History {
     /// archiving itself), with `sets` added.
     fn start(&self, dir: &Path, sets: &[&str]) -> Server {
         let restore = format!("restore_command=cp {}/%f %p", self.arch.display());
-        let mut args = vec!["--set", &restore, "--set", "archive_mode=off"];
+        let mut args = vec!["--set", &restore];
+        args.extend(RESTORED);
         for s in sets {
             args.extend(["--set", s]);
         }
@@ -227,7 +233,7 @@ impl History {
         let switch = self.records[last_kept].next;
         let (parent, at, reason) = history_line(dir);
         assert_eq!((parent, at), (1, switch), "{what}: switch point ({reason})");
-        let commits = commits_in(dir);
+        let commits = commits_in(dir, SEG + 0x28);
         let stop = self.records[i].lsn;
         for &a in &self.acks {
             let should = a < stop || (kept && a == stop);
@@ -241,34 +247,6 @@ impl History {
             );
         }
     }
-}
-
-/// COMMIT LSNs of `postmaster waldump` of `dir`, which must read (along
-/// its timeline's history) to a clean end.
-fn commits_in(dir: &Path) -> HashSet<u64> {
-    let o = own_waldump_raw(dir, SEG + 0x28);
-    assert!(o.status.success(), "waldump\n{}", o.describe());
-    let end = parse_own_end(&o.stdout).expect("end line");
-    assert_eq!(end.reason, "clean end of WAL", "{end:?}");
-    record_lines(&o.stdout)
-        .iter()
-        .filter_map(|l| parse_dump_line(l))
-        .filter(|r| r.rmgr == "Transaction" && r.kind == "COMMIT")
-        .map(|r| r.lsn)
-        .collect()
-}
-
-/// Timeline 2's history file: (parent, switch point, reason) of its line.
-fn history_line(dir: &Path) -> (u32, u64, String) {
-    let text = fs::read_to_string(dir.join("pg_wal/00000002.history"))
-        .expect("no 00000002.history: not promoted");
-    let f: Vec<&str> = text.trim_end().split('\t').collect();
-    assert_eq!(f.len(), 3, "{text:?}");
-    (f[0].parse().unwrap(), parse_lsn(f[1]).unwrap(), f[2].into())
-}
-
-fn control_timeline(dir: &Path) -> u32 {
-    backend::control::ControlFile::read(dir).unwrap().timeline
 }
 
 /// `xact_time` of a COMMIT or ABORT record.
@@ -450,20 +428,7 @@ fn pg_archivecleanup_keeps_what_a_later_base_backup_restores_from() {
     else {
         return;
     };
-    let tmp = TempDir::new("pitr-cleanup");
-    let arch = tmp.join("arch");
-    fs::create_dir_all(&arch).unwrap();
-    let p = init(
-        &tmp.join("p"),
-        &[
-            "--wal-segment-size",
-            "1",
-            "--set",
-            "archive_mode=on",
-            "--set",
-            &archive_setting(&arch),
-        ],
-    );
+    let (tmp, arch, p) = archiving_primary("pitr-cleanup");
     let args = ["--workers", "2", "--workload", "emit-tx:2048", "--ack"];
     let (srv, port) = start_on_free_port(&p, tmp.path(), &[], &args, &[]);
     let socket = socket_path(&p.path, port);
@@ -519,20 +484,16 @@ fn pg_archivecleanup_keeps_what_a_later_base_backup_restores_from() {
     // The backup restores from what is left, to the restore point.
     fs::write(copy.join("recovery.signal"), b"").unwrap();
     let restore = format!("restore_command=cp {}/%f %p", arch.display());
-    let mut s = Server::start(
-        &copy,
-        tmp.path(),
-        &[
-            "--set",
-            &restore,
-            "--set",
-            "archive_mode=off",
-            "--set",
-            "recovery_target_name=after-backup",
-            "--set",
-            "recovery_target_action=promote",
-        ],
-    );
+    let mut args = vec![
+        "--set",
+        &restore,
+        "--set",
+        "recovery_target_name=after-backup",
+        "--set",
+        "recovery_target_action=promote",
+    ];
+    args.extend(RESTORED);
+    let mut s = Server::start(&copy, tmp.path(), &args);
     s.wait_ready(TIMEOUT);
     s.stop_ok();
     assert_eq!(history_line(&copy).1, rp_end);

@@ -708,8 +708,15 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     let started = std::time::Instant::now();
     let r = scan_wal(datadir, &control, target.as_ref()).map_err(|e| fatal(&e.to_string()))?;
     let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
-    if let (Some(t), Some(_)) = (&target, &r.reached) {
-        return stop_at_target(shm, datadir, &control, &geo, r, started, t);
+    if let (Some(t), Some(reached)) = (&target, &r.reached) {
+        // See "Point-in-time recovery" in the module header: the WAL
+        // after the target is neither looked at nor cut.
+        log("LOG", &reached.message);
+        if t.action != RecoveryTargetAction::Promote {
+            return Err(shutdown_at_target(t.action, r.end_of_wal));
+        }
+        crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+        return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
     }
     let tli = control.timeline;
     // Nothing is written before this decision: a refusal leaves pg_wal and
@@ -970,43 +977,24 @@ fn recovery_target(shm: &Shmem) -> Result<Option<RecoveryTarget>, i32> {
     Ok(target)
 }
 
-/// Archive recovery reached its target (see "Point-in-time recovery" in
-/// the module header): the WAL after it is neither looked at nor cut.
-/// `promote` ends recovery there on a new timeline; `shutdown` and
-/// `pause` write nothing and exit [`EXIT_TARGET_SHUTDOWN`].
-fn stop_at_target(
-    shm: &Shmem,
-    datadir: &Path,
-    control: &ControlFile,
-    geo: &Geometry,
-    r: RecoveryResult,
-    started: std::time::Instant,
-    target: &RecoveryTarget,
-) -> Result<(), i32> {
-    let reached = r.reached.as_ref().expect("the target was reached");
-    log("LOG", &reached.message);
-    match target.action {
-        RecoveryTargetAction::Promote => {
-            crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
-            finish_archive_recovery(shm, datadir, control, geo, r, started)
-        }
-        action => {
-            let why = match action {
-                RecoveryTargetAction::Pause => " (\"pause\": walshm has no hot standby, so it shuts down, as PostgreSQL does with hot_standby = off)",
-                _ => "",
-            };
-            log(
-                "LOG",
-                &format!(
-                    "shutdown at recovery target: recovery_target_action = {}{why}; end of WAL would be {}; nothing was written and \"{}\" stays: start again with recovery_target_action = promote to end recovery there",
-                    action.name(),
-                    format_lsn(r.end_of_wal),
-                    restore::RECOVERY_SIGNAL
-                ),
-            );
-            Err(EXIT_TARGET_SHUTDOWN)
-        }
-    }
+/// Archive recovery reached its target with `recovery_target_action`
+/// `shutdown` or `pause`: nothing is written; the exit code is
+/// [`EXIT_TARGET_SHUTDOWN`].
+fn shutdown_at_target(action: RecoveryTargetAction, end_of_wal: Lsn) -> i32 {
+    let why = match action {
+        RecoveryTargetAction::Pause => " (\"pause\": walshm has no hot standby, so it shuts down, as PostgreSQL does with hot_standby = off)",
+        _ => "",
+    };
+    log(
+        "LOG",
+        &format!(
+            "shutdown at recovery target: recovery_target_action = {}{why}; end of WAL would be {}; nothing was written and \"{}\" stays: start again with recovery_target_action = promote to end recovery there",
+            action.name(),
+            format_lsn(end_of_wal),
+            restore::RECOVERY_SIGNAL
+        ),
+    );
+    EXIT_TARGET_SHUTDOWN
 }
 
 /// The exit code for a fetch that did not reach the end of the archive:
