@@ -29,8 +29,8 @@
 //!
 //! With `DIR/recovery.signal` (a directory restored by `init --from-wal`)
 //! this is archive recovery (`crate::restore`): `restore_command` first
-//! fetches the segments pg_wal lacks, WAL is read along the timeline's
-//! history, and after step 4 recovery ends on a new timeline (history
+//! fetches the segments (the archive before pg_wal, as PostgreSQL), WAL
+//! is read along the timeline's history, and after step 4 recovery ends on a new timeline (history
 //! file, the switch segment's prefix copied, an end-of-recovery
 //! checkpoint); step 5 then continues after that checkpoint. A delivered
 //! file that is not what was asked for (another segment, system or
@@ -930,7 +930,7 @@ fn end_of_recovery_checkpoint(shm: &Shmem, datadir: &Path) {
 }
 
 /// Archive recovery (see `restore.rs`), before reading WAL: with
-/// `restore_command`, fetch the segments pg_wal lacks from the redo point
+/// `restore_command`, fetch the segments (the archive first) from the redo point
 /// on.
 fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) -> Result<(), i32> {
     log(
