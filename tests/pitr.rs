@@ -378,6 +378,17 @@ fn bad_targets_and_unreached_ones_are_fatal_and_promote_nothing() {
         assert!(o.stderr.contains(says), "{sets:?}\n{}", o.stderr);
         assert!(live_postmaster(&d.path).is_none());
     }
+    // postgresql.auto.conf is read too (after walshm.conf, before --set).
+    let auto = d.path.join("postgresql.auto.conf");
+    fs::write(&auto, "recovery_target_name = 'from-auto-conf'\n").unwrap();
+    let o = postmaster(&["start", "-D", dir, "--set", "recovery_target_xid=7"]);
+    assert_eq!(o.code(), Some(1), "{}", o.describe());
+    assert!(
+        o.stderr.contains("multiple recovery targets"),
+        "{}",
+        o.stderr
+    );
+    fs::remove_file(&auto).unwrap();
     // In archive recovery (local WAL only): a target never reached, and
     // one before the checkpoint recovery starts from.
     fs::write(d.path.join("recovery.signal"), b"").unwrap();
