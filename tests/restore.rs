@@ -13,8 +13,9 @@
 //!   system's segment (to `init`, and delivered by `restore_command` to the
 //!   startup process): refused with an exit code, nothing half-created;
 //! - a `restore_command` that ignores `%f` (the same segment every time):
-//!   the second file's page address is not the requested segment's, and
-//!   the server stops with exit 1 after two fetches, nothing promoted;
+//!   the first file asked for (segment 1: the archive comes before pg_wal,
+//!   as in PostgreSQL) has another segment's page address, and the server
+//!   stops with exit 1 at once, pg_wal's own copy kept, nothing promoted;
 //! - a fast shutdown (SIGTERM or SIGINT to the postmaster) while
 //!   `restore_command` fetches a long archive slowly: the postmaster exits
 //!   0 within seconds, archive recovery unfinished and resumable;
@@ -65,37 +66,6 @@ fn segnos(dir: &Path, tli: u32) -> Vec<u64> {
         .collect();
     v.sort_unstable();
     v
-}
-
-/// COMMIT LSNs of `postmaster waldump -D DIR` from `start`, which must read
-/// to a clean end.
-fn commits_in(dir: &Path, start: u64) -> HashSet<u64> {
-    let o = own_waldump_raw(dir, start);
-    assert!(o.status.success(), "waldump\n{}", o.describe());
-    let end = parse_own_end(&o.stdout).expect("end line");
-    assert_eq!(end.reason, "clean end of WAL", "{end:?}");
-    record_lines(&o.stdout)
-        .iter()
-        .filter_map(|l| parse_dump_line(l))
-        .filter(|r| r.rmgr == "Transaction" && r.kind == "COMMIT")
-        .map(|r| r.lsn)
-        .collect()
-}
-
-/// The history file of timeline 2: its single line's (parent, switch point).
-fn history_line(new: &Path) -> (u32, u64) {
-    let text = fs::read_to_string(new.join("pg_wal/00000002.history"))
-        .expect("no 00000002.history in the restored pg_wal");
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "history of timeline 2: {text:?}");
-    let f: Vec<&str> = lines[0].split('\t').collect();
-    assert_eq!(
-        f.len(),
-        3,
-        "parentTLI<TAB>switchpoint<TAB>reason: {:?}",
-        lines[0]
-    );
-    (f[0].parse().unwrap(), parse_lsn(f[1]).unwrap())
 }
 
 /// The primary: archives to `arch`, runs acknowledged commits until it has
@@ -199,7 +169,7 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
         "archive recovery did not end"
     );
 
-    let (parent, switch) = history_line(&new);
+    let (parent, switch, _) = history_line(&new);
     assert_eq!(parent, 1);
     assert_eq!(
         control_timeline(&new),
@@ -308,8 +278,8 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
     // Until it archived a complete segment of the new timeline.
     run_restored(&tmp, &new2, false, || !segnos(&arch2, 2).is_empty());
     assert_eq!(
-        history_line(&new2),
-        (1, switch),
+        history_line(&new2).1,
+        switch,
         "the two copies end recovery at different points"
     );
     let commits2 = commits_in(&new2, first_lsn);
@@ -366,11 +336,6 @@ fn restored_copy_holds_every_ack_and_continues_on_a_new_timeline() {
     for d in [&new, &new2, &new3] {
         assert_cleaned_up(d);
     }
-}
-
-/// The timeline in a data directory's control file.
-fn control_timeline(dir: &Path) -> u32 {
-    backend::control::ControlFile::read(dir).unwrap().timeline
 }
 
 /// The system identifier in a data directory's control file.
@@ -557,17 +522,22 @@ fn restore_command_delivering_another_segment_stops_recovery() {
     let o = s.wait_exit(Duration::from_secs(15));
     assert_no_panic("start with a restore_command ignoring %f", &o);
     assert_eq!(o.code(), Some(1), "not refused\n{}", o.describe());
-    let third = geo().file_name(1, 3);
+    let first = geo().file_name(1, 1);
     assert!(
-        o.stderr.contains(&format!("\"{third}\"")) && o.stderr.contains("sleep 0.05; cp "),
+        o.stderr.contains(&format!("\"{first}\"")) && o.stderr.contains("sleep 0.05; cp "),
         "the requested file and the command are not named\n{}",
         o.stderr
     );
     let pg_wal = new.join("pg_wal");
     assert_eq!(
         segnos(&pg_wal, 1),
-        vec![1, 2],
+        vec![1],
         "only the right segment is kept"
+    );
+    assert_eq!(
+        fs::read(pg_wal.join(&first)).unwrap(),
+        fs::read(&seg1).unwrap(),
+        "pg_wal's own segment 1 was replaced"
     );
     assert!(!pg_wal.join("RECOVERYXLOG").exists());
     assert_not_promoted("wrong segment", &new, &control_before);
@@ -632,7 +602,8 @@ fn fast_shutdown_stops_a_hanging_restore_command() {
     let tmp = TempDir::new("restore-hang");
     let (seg1, src) = fresh_source(&tmp, "g");
     let arch = tmp.join("arch");
-    fs::create_dir_all(&arch).unwrap();
+    // The archive is asked first for segment 1 (before pg_wal's copy).
+    copy_as(&seg1, &arch, &geo().file_name(1, 1));
     fake_segment(&seg1, 2, &arch.join(geo().file_name(1, 2)));
     let cmd = format!("restore_command=cp {}/%f %p; sleep 60", arch.display());
     let new = tmp.join("new");

@@ -20,7 +20,7 @@
 use crate::admission::Turn;
 use crate::context::ProcContext;
 use crate::xact::Xact;
-use crate::xlog::Inserted;
+use crate::xlog::{Inserted, Xlog};
 use std::fmt;
 use walformat::{Lsn, RecordBuf};
 
@@ -262,6 +262,25 @@ impl<'a> Session<'a> {
         }
         Ok(())
     }
+}
+
+/// Writes PostgreSQL's XLOG RESTORE_POINT record named `name`, stamped
+/// now (`pg_create_restore_point`, PostgreSQL's XLogRestorePoint); no
+/// flush, as there. Archive recovery can stop after it
+/// (`recovery_target_name`, see `crate::recovery_target`). The error is
+/// PostgreSQL's message for a name of `walformat::MAXFNAMELEN` bytes or
+/// more (or holding a NUL byte, which a PostgreSQL text cannot).
+pub fn create_restore_point(xlog: &mut Xlog, name: &str) -> Result<Inserted, String> {
+    let Some(mut rec) = walformat::restore_point_record(walformat::pg_now_us(), name) else {
+        return Err(match name.len() < walformat::MAXFNAMELEN {
+            true => "restore point name contains a NUL byte".to_string(),
+            false => format!(
+                "value too long for restore point (maximum {} characters)",
+                walformat::MAXFNAMELEN - 1
+            ),
+        });
+    };
+    Ok(xlog.insert(&mut rec))
 }
 
 /// A logical message's parts (`Xlog::insert_message` assembles it in the

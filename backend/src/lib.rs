@@ -15,7 +15,8 @@
 //!   workloads and the `worker/` library), `control` (the control file),
 //!   `walfile` (the I/O seam, fail points) and `powerloss` (its power-loss
 //!   journal), `walread` (reading WAL records incrementally from the WAL
-//!   buffers and the files);
+//!   buffers and the files), `restore`, `timeline` and `recovery_target`
+//!   (archive recovery, timelines, point-in-time recovery's stop rules);
 //! - `process` (fork plumbing: signals, names, logging) and `client_poll`
 //!   (a client socket's polling reads, which the engine's waits use);
 //! - replication state the commit path and the checkpointer need:
@@ -39,6 +40,7 @@ pub mod powerloss;
 pub mod procarray;
 pub mod process;
 pub mod procs;
+pub mod recovery_target;
 pub mod reorder;
 pub mod reply;
 pub mod restore;

@@ -6,10 +6,14 @@
 //!
 //! `DIR/recovery.signal` (PostgreSQL's name) asks the startup process for
 //! archive recovery. It then:
-//! 1. with `restore_command`: fetches every segment after the last one in
-//!    pg_wal, in order, until the command fails (the end of the archive);
-//!    each lands as `pg_wal/RECOVERYXLOG`, is checked ([`check_segment`])
-//!    and renamed to its name. After step 2 it also fetches the history
+//! 1. with `restore_command`: asks the archive for every segment from the
+//!    redo point's on, in order, each landing as `pg_wal/RECOVERYXLOG`,
+//!    checked ([`check_segment`]) and renamed to its name. The archive
+//!    comes first, as in PostgreSQL: a delivered file replaces pg_wal's
+//!    copy, which may be incomplete (a base backup's last segment, a
+//!    receiver's unfinished one); a segment the archive lacks is read from
+//!    pg_wal if there, and the first that neither has ends the fetching
+//!    (the end of the archive). After step 2 it also fetches the history
 //!    files of later timelines (to pick a timeline nobody used yet), each
 //!    validated as a history file of its name's timeline;
 //! 2. recovers as after a crash (reads and validates to the end of valid
@@ -257,11 +261,12 @@ fn restore_file(
     Ok(true)
 }
 
-/// Fetches with `restore_command` every segment from `from` on that
-/// pg_wal lacks, until the command fails; each segment of the timeline
-/// `history` reads it from, checked by [`check_segment`] against
-/// `control`'s system. `stop` is asked before each fetch (see the module
-/// header). Returns how many were fetched.
+/// Fetches with `restore_command` every segment from `from` on, the
+/// archive first (see the module header), until one is neither delivered
+/// nor in pg_wal; each segment of the timeline `history` reads it from,
+/// checked by [`check_segment`] against `control`'s system. `stop` is
+/// asked before each fetch (see the module header). Returns how many were
+/// fetched.
 pub fn fetch_segments(
     command: &str,
     datadir: &Path,
@@ -277,23 +282,22 @@ pub fn fetch_segments(
     loop {
         let tli = history.timeline_of_segment(segno, geo.seg_size);
         let name = geo.file_name(tli, segno);
-        if !pg_wal.join(&name).exists() {
-            let spec = SegmentSpec {
-                geo,
-                system_identifier: control.system_identifier,
-                tli,
-                segno,
-                history,
-            };
-            let check = |p: &Path| check_segment(p, &spec);
-            if !restore_file(command, datadir, &name, check, stop)? {
-                return Ok(fetched);
-            }
+        let spec = SegmentSpec {
+            geo,
+            system_identifier: control.system_identifier,
+            tli,
+            segno,
+            history,
+        };
+        let check = |p: &Path| check_segment(p, &spec);
+        if restore_file(command, datadir, &name, check, stop)? {
             log(
                 "LOG",
                 &format!("restored WAL segment \"{name}\" from the archive"),
             );
             fetched += 1;
+        } else if !pg_wal.join(&name).exists() {
+            return Ok(fetched);
         }
         segno += 1;
     }
@@ -357,22 +361,23 @@ pub struct Promoted {
 }
 
 /// Step 3 of the module header: branches timeline `newest + 1` off
-/// `control.timeline` at `at.end`, writes its first segment with the
-/// end-of-recovery checkpoint, updates the control file and removes
-/// `recovery.signal`.
+/// `control.timeline` at `at.end` (the history line gives `reason`),
+/// writes its first segment with the end-of-recovery checkpoint, updates
+/// the control file and removes `recovery.signal`.
 pub fn end_recovery(
     datadir: &Path,
     control: &ControlFile,
     geo: &Geometry,
     at: EndOfWal,
     newest: u32,
-    fsync: bool,
-    archive_mode: bool,
+    reason: &str,
+    settings: &shmem::settings::Settings,
 ) -> Result<Promoted, String> {
+    let (fsync, archive_mode) = (settings.fsync, settings.archive_mode);
     let pg_wal = datadir.join("pg_wal");
     let parent = Timeline::read(&pg_wal, control.timeline).map_err(|e| e.to_string())?;
     let tli = timeline::next_timeline(newest.max(control.timeline)).map_err(|e| e.to_string())?;
-    timeline::write_history(&pg_wal, tli, &parent, at.end, END_OF_RECOVERY_REASON, fsync)
+    timeline::write_history(&pg_wal, tli, &parent, at.end, reason, fsync)
         .map_err(|e| e.to_string())?;
     let (checkpoint, end) = write_first_segment(&pg_wal, control, geo, tli, at, fsync)?;
     let mut c = *control;
@@ -620,20 +625,26 @@ mod tests {
         let r = fetch_segments(&cmd, &data, &control, &history, 2, &stop);
         assert!(matches!(r, Err(FetchError::ShutdownRequested)), "{r:?}");
         assert!(have(2) && have(3) && !have(4));
-        // Resumed: the rest, to the end of the archive.
+        // Resumed: the archive first, pg_wal's copies replaced, to its end.
         let r = fetch_segments(&cmd, &data, &control, &history, 2, &|| false);
+        assert!(matches!(r, Ok(3)), "{r:?}");
+        // The archive lacks segment 5, pg_wal has it: read from there.
+        let seg5 = data.join("pg_wal").join(geo().file_name(1, 5));
+        segment_file(&seg5, geo().seg_start(5), 1, SYSID);
+        let r = fetch_segments(&cmd, &data, &control, &history, 4, &|| false);
         assert!(matches!(r, Ok(1)), "{r:?}");
-        // A command that ignores %f: the file is refused and removed.
+        // A command that ignores %f: the file is refused and removed,
+        // pg_wal's copy kept.
         let same = format!("cp {a}/{} %p", geo().file_name(1, 2));
         let r = fetch_segments(&same, &data, &control, &history, 2, &|| false);
         let Err(FetchError::Failed(e)) = r else {
             panic!("accepted: {r:?}")
         };
         assert!(
-            e.contains(&geo().file_name(1, 5)) && e.contains(&same[..10]),
+            e.contains(&geo().file_name(1, 3)) && e.contains(&same[..10]),
             "{e}"
         );
-        assert!(!have(5) && !data.join("pg_wal").join(RESTORE_TARGET).exists());
+        assert!(have(3) && !data.join("pg_wal").join(RESTORE_TARGET).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

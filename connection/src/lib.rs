@@ -248,6 +248,27 @@ impl Session for WalSession<'_> {
         Ok(at.end)
     }
 
+    /// PostgreSQL's pg_create_restore_point: superuser only (walshm's
+    /// superuser is the client that may replicate, see the module header).
+    fn create_restore_point(&mut self, name: &str) -> Result<u64, SqlError> {
+        if !self.may_replicate {
+            return Err(SqlError::error(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                "permission denied for function pg_create_restore_point",
+            ));
+        }
+        let at = backend::api::create_restore_point(&mut self.xact.xlog, name)
+            .map_err(|e| SqlError::error(sqlstate::INVALID_PARAMETER_VALUE, e))?;
+        log(
+            "LOG",
+            &format!(
+                "restore point \"{name}\" created at {}",
+                walformat::format_lsn(at.start)
+            ),
+        );
+        Ok(at.end)
+    }
+
     fn checkpoint(&mut self) -> Result<(), SqlError> {
         request_checkpoint(self.shm);
         Ok(())

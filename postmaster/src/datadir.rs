@@ -3,7 +3,10 @@
 //!
 //! Layout: `PG_VERSION` ("15", as PostgreSQL 15's tools expect),
 //! `walshm.conf` (settings, and `worker = 'NAME=COMMAND'` lines:
-//! repeatable, so read beside the settings table), `global/pg_control`
+//! repeatable, so read beside the settings table), `postgresql.auto.conf`
+//! if present (settings PostgreSQL's tools write, such as recovery
+//! targets; read after walshm.conf, before the command line's, as
+//! PostgreSQL reads it after postgresql.conf), `global/pg_control`
 //! (control file, PostgreSQL 15's layout), `pg_wal/` (WAL segments),
 //! `postmaster.pid` while a postmaster runs, `postmaster.opts` (the
 //! command line of the last start, which `pg_ctl restart` reuses),
@@ -36,6 +39,9 @@ use std::path::{Path, PathBuf};
 use walformat::{checkpoint_record, Geometry, SegmentWriter};
 
 pub const CONFIG_FILE: &str = "walshm.conf";
+/// PostgreSQL's file of settings written by its tools (`ALTER SYSTEM`,
+/// `pg_basebackup -R`), read after [`CONFIG_FILE`].
+pub const AUTO_CONFIG_FILE: &str = "postgresql.auto.conf";
 pub const PID_FILE: &str = "postmaster.pid";
 pub const OPTS_FILE: &str = "postmaster.opts";
 /// What PostgreSQL 15's tools find in `PG_VERSION`.
@@ -325,27 +331,37 @@ pub fn load_settings(dir: &Path, sets: &[String]) -> Result<Settings, String> {
 }
 
 /// Settings for `start` (as `load_settings`) and the configuration file's
-/// `worker` lines, in order.
+/// `worker` lines, in order. The recovery target settings are checked
+/// together here, as PostgreSQL checks them when it loads them.
 pub fn load_config(dir: &Path, sets: &[String]) -> Result<(Settings, Vec<WorkerSpec>), String> {
     let mut s = Settings::default();
-    let p = dir.join(CONFIG_FILE);
     let mut workers = Vec::new();
-    match fs::read_to_string(&p) {
-        Ok(text) => {
-            let origin = p.display().to_string();
-            let (settings_text, lines) = split_worker_lines(&text, &origin)?;
-            workers = lines;
-            s.apply_config_text(&settings_text, &origin)
-                .map_err(|e| e.to_string())?
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
+    if let Some((text, origin)) = read_config_file(&dir.join(CONFIG_FILE))? {
+        let (settings_text, lines) = split_worker_lines(&text, &origin)?;
+        workers = lines;
+        s.apply_config_text(&settings_text, &origin)
+            .map_err(|e| e.to_string())?
+    }
+    if let Some((text, origin)) = read_config_file(&dir.join(AUTO_CONFIG_FILE))? {
+        s.apply_config_text(&text, &origin)
+            .map_err(|e| e.to_string())?
     }
     for a in sets {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
     check_verifiers(&s)?;
+    backend::recovery_target::RecoveryTarget::from_settings(&s)?;
     Ok((s, workers))
+}
+
+/// The text of configuration file `p` and its name for errors; None when
+/// there is no such file.
+fn read_config_file(p: &Path) -> Result<Option<(String, String)>, String> {
+    match fs::read_to_string(p) {
+        Ok(text) => Ok(Some((text, p.display().to_string()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("could not read \"{}\": {e}", p.display())),
+    }
 }
 
 /// Takes the `worker = 'NAME=COMMAND'` lines out of a configuration text

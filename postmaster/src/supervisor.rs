@@ -13,7 +13,9 @@
 //! SIGTERM in Startup is passed on to the startup process: crash recovery
 //! runs to its end (then straight to StopWalwriter), archive recovery
 //! stops between two `restore_command` fetches and exits
-//! `EXIT_SHUTDOWN`, which ends the shutdown the same way.
+//! `EXIT_SHUTDOWN`, which ends the shutdown the same way. A startup that
+//! exits `EXIT_TARGET_SHUTDOWN` (its recovery target reached, with
+//! `recovery_target_action = shutdown`) is a shutdown too, exit 0.
 //!
 //! Signals, as PostgreSQL's postmaster takes them: SIGINT fast shutdown,
 //! SIGQUIT immediate (every child SIGQUIT, no shutdown checkpoint),
@@ -781,6 +783,12 @@ impl Postmaster {
     fn startup_exited(&mut self, pid: i32, exit: &ChildExit) {
         if self.shutting_down && exit.exited_with(backend::startup::EXIT_SHUTDOWN) {
             log("LOG", "startup process stopped at the shutdown request");
+            self.state = State::StopWalwriter;
+            return;
+        }
+        if exit.exited_with(backend::startup::EXIT_TARGET_SHUTDOWN) {
+            log("LOG", "shutdown at recovery target");
+            self.shutting_down = true;
             self.state = State::StopWalwriter;
             return;
         }

@@ -240,6 +240,13 @@ pub trait Session {
     fn current_wal_flush_lsn(&mut self) -> u64;
     /// pg_switch_wal() -> LSN.
     fn switch_wal(&mut self) -> Result<u64, SqlError>;
+    /// pg_create_restore_point(name) -> the LSN just past its
+    /// RESTORE_POINT record. The default refuses (0A000).
+    fn create_restore_point(&mut self, _name: &str) -> Result<u64, SqlError> {
+        Err(SqlError::not_supported(
+            "restore points are not supported here",
+        ))
+    }
     fn checkpoint(&mut self) -> Result<(), SqlError>;
     /// Starts a transaction (explicit block or implicit per-statement one).
     fn begin(&mut self) -> Result<(), SqlError>;

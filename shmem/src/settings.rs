@@ -35,8 +35,8 @@
 mod kinds;
 
 use crate::variants::{
-    CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout, Reservation,
-    SyncRepWake, VarAccess, WaitQueue, WalSyncMethod, XidClear,
+    CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout,
+    RecoveryTargetAction, Reservation, SyncRepWake, VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -44,6 +44,12 @@ pub use kinds::{Context, Family, Kind, Setting, SettingError, Text, Unit, Value}
 
 /// Capacity of the `password` field (a SCRAM verifier and its NUL).
 const PASSWORD_BYTES: usize = 192;
+
+/// Capacity of `recovery_target_name`: PostgreSQL's MAXFNAMELEN, the size
+/// of a restore point's name (NUL included) in its WAL record; shmem does
+/// not depend on walformat, `backend::recovery_target` asserts the two
+/// agree.
+pub const RESTORE_POINT_NAME_BYTES: usize = 64;
 
 macro_rules! declare_settings {
     ($(
@@ -216,6 +222,36 @@ declare_settings! {
         "restore_command",
         Kind::Text { valid: "a shell command (%f file name, %p destination)", check: any_text },
         "command that fetches an archived WAL segment during restore (exit 0 = fetched)";
+    // ---- point-in-time recovery (read only with recovery.signal; at most
+    // one target; each value is checked by backend::recovery_target) ----
+    /// Stop archive recovery at the record at or after this LSN ('' = none).
+    recovery_target_lsn: Text<32> = Text::empty() =>
+        "recovery_target_lsn",
+        Kind::Text { valid: "'' or a WAL location such as 0/3000060", check: any_text },
+        "archive recovery stops at the record at or after this WAL location";
+    /// Stop archive recovery at the first commit or abort after this time.
+    recovery_target_time: Text<64> = Text::empty() =>
+        "recovery_target_time",
+        Kind::Text { valid: "'' or a timestamp such as 2026-01-31 12:00:00.5+00", check: any_text },
+        "archive recovery stops at the first commit or abort after this time";
+    /// Stop archive recovery at the commit or abort of this transaction.
+    recovery_target_xid: Text<24> = Text::empty() =>
+        "recovery_target_xid",
+        Kind::Text { valid: "'' or a transaction ID (txid_current() form)", check: any_text },
+        "archive recovery stops at the commit or abort of this transaction";
+    /// Stop archive recovery after the restore point of this name.
+    recovery_target_name: Text<RESTORE_POINT_NAME_BYTES> = Text::empty() =>
+        "recovery_target_name",
+        Kind::Text { valid: "'' or a restore point name (at most 63 bytes)", check: any_text },
+        "archive recovery stops after the restore point of this name (pg_create_restore_point)";
+    /// Whether the target record itself is replayed (lsn, time, xid).
+    recovery_target_inclusive: bool = true =>
+        "recovery_target_inclusive", Kind::Bool,
+        "stop just after the recovery target (on) or just before it (off)";
+    /// What archive recovery does at its target.
+    recovery_target_action: RecoveryTargetAction = RecoveryTargetAction::Pause =>
+        "recovery_target_action", Kind::Enum(RecoveryTargetAction::NAMES),
+        "at the recovery target: promote (new timeline), shutdown, or pause (walshm has no hot standby: acts as shutdown, as PostgreSQL with hot_standby = off)";
     // ---- attached workers ----
     /// Proc slots for worker processes that attach to the segment
     /// (supervised and external), PostgreSQL's max_worker_processes.

@@ -205,3 +205,17 @@ variant_enum!(
         Group = "group",
     }
 );
+
+variant_enum!(
+    /// What archive recovery does once it reached its recovery target
+    /// (PostgreSQL's recovery_target_action; not an algorithm variant).
+    RecoveryTargetAction {
+        /// PostgreSQL's default. walshm has no hot standby, so it acts as
+        /// `shutdown`, as PostgreSQL's does with hot_standby = off.
+        Pause = "pause",
+        /// End recovery there and continue as a primary on a new timeline.
+        Promote = "promote",
+        /// Stop the server, leaving recovery.signal for the next start.
+        Shutdown = "shutdown",
+    }
+);

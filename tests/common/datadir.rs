@@ -79,3 +79,25 @@ pub fn dir_size(dir: &Path) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// The timeline in a data directory's control file.
+pub fn control_timeline(dir: &Path) -> u32 {
+    backend::control::ControlFile::read(dir).unwrap().timeline
+}
+
+/// The single line of timeline 2's history file in `dir`'s pg_wal (a
+/// restore that ended archive recovery once): (parent, switch point,
+/// reason).
+pub fn history_line(dir: &Path) -> (u32, u64, String) {
+    let text = fs::read_to_string(dir.join("pg_wal/00000002.history"))
+        .expect("no 00000002.history in the restored pg_wal");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "history of timeline 2: {text:?}");
+    let f: Vec<&str> = lines[0].split('\t').collect();
+    assert_eq!(f.len(), 3, "parentTLI<TAB>switchpoint<TAB>reason: {:?}", lines[0]);
+    (
+        f[0].parse().unwrap(),
+        walformat::parse_lsn(f[1]).unwrap(),
+        f[2].to_string(),
+    )
+}

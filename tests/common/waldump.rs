@@ -289,3 +289,18 @@ pub fn record_lines(stdout: &str) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// COMMIT LSNs of `postmaster waldump -D DIR` from `start` (along the
+/// control file's timeline history), which must read to a clean end.
+pub fn commits_in(dir: &Path, start: u64) -> std::collections::HashSet<u64> {
+    let o = own_waldump_raw(dir, start);
+    assert!(o.status.success(), "waldump\n{}", o.describe());
+    let end = parse_own_end(&o.stdout).expect("end line");
+    assert_eq!(end.reason, "clean end of WAL", "{end:?}");
+    record_lines(&o.stdout)
+        .iter()
+        .filter_map(|l| parse_dump_line(l))
+        .filter(|r| r.rmgr == "Transaction" && r.kind == "COMMIT")
+        .map(|r| r.lsn)
+        .collect()
+}

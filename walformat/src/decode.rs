@@ -18,7 +18,7 @@ use crate::geometry::{format_lsn, maxalign, Lsn};
 use crate::page::{get_u16, get_u32, get_u64};
 use crate::reader::WalError;
 use crate::record::{CheckPoint, OFF_INFO, OFF_PREV, OFF_RMID, OFF_TOT_LEN, OFF_XID};
-use crate::record::{SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_XACT_COMMIT};
+use crate::record::{SIZE_OF_LOGICAL_MESSAGE, SIZE_OF_RESTORE_POINT, SIZE_OF_XACT_COMMIT};
 use crate::time::format_pg_timestamp;
 use std::fmt::Write as _;
 
@@ -346,6 +346,8 @@ impl DecodedRecord {
             }
         } else if let Some(time) = self.commit_time().or_else(|| self.abort_time()) {
             s.push_str(&format_pg_timestamp(time));
+        } else if let Some((_, name)) = self.as_restore_point() {
+            s.push_str(&String::from_utf8_lossy(name));
         } else if self.rmid == RM_LOGICALMSG_ID {
             self.append_message_desc(s);
         }
@@ -379,11 +381,6 @@ impl DecodedRecord {
         self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_COMMIT
     }
 
-    /// Whether this is a Transaction ABORT record.
-    pub fn is_abort(&self) -> bool {
-        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT
-    }
-
     /// `xact_time` of a COMMIT record.
     pub fn commit_time(&self) -> Option<i64> {
         if !self.is_commit() || self.main_data.len() < SIZE_OF_XACT_COMMIT {
@@ -392,14 +389,34 @@ impl DecodedRecord {
         Some(get_u64(&self.main_data, 0) as i64)
     }
 
+    /// Whether this is a Transaction ABORT record.
+    pub fn is_abort(&self) -> bool {
+        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT
+    }
+
     /// `xact_time` of an ABORT record (`xl_xact_abort` has the same leading
     /// field as `xl_xact_commit`).
-    fn abort_time(&self) -> Option<i64> {
-        let abort = self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT;
-        if !abort || self.main_data.len() < SIZE_OF_XACT_COMMIT {
+    pub fn abort_time(&self) -> Option<i64> {
+        if !self.is_abort() || self.main_data.len() < SIZE_OF_XACT_COMMIT {
             return None;
         }
         Some(get_u64(&self.main_data, 0) as i64)
+    }
+
+    /// `(rp_time, rp_name)` of an XLOG RESTORE_POINT record (see
+    /// `record::restore_point_record`); the name's bytes up to its first
+    /// NUL, as PostgreSQL compares and prints it.
+    pub fn as_restore_point(&self) -> Option<(i64, &[u8])> {
+        let d = &self.main_data;
+        if self.rmid != RM_XLOG_ID
+            || self.rmgr_info() != XLOG_RESTORE_POINT
+            || d.len() < SIZE_OF_RESTORE_POINT
+        {
+            return None;
+        }
+        let name = &d[8..SIZE_OF_RESTORE_POINT];
+        let nul = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Some((get_u64(d, 0) as i64, &name[..nul]))
     }
 
     /// Whether this is an XLOG SWITCH record.

@@ -23,9 +23,9 @@
 
 use crate::consts::{
     MAX_RECORD_LEN, RM_LOGICALMSG_ID, RM_XACT_ID, RM_XLOG_ID, SIZE_OF_XLOG_RECORD,
-    XLOG_CHECKPOINT_ONLINE, XLOG_CHECKPOINT_SHUTDOWN, XLOG_LOGICAL_MESSAGE, XLOG_SWITCH,
-    XLOG_XACT_ABORT, XLOG_XACT_COMMIT, XLR_BLOCK_ID_DATA_LONG, XLR_BLOCK_ID_DATA_SHORT,
-    XLR_RMGR_INFO_MASK, XL_CRC_OFFSET,
+    XLOG_CHECKPOINT_ONLINE, XLOG_CHECKPOINT_SHUTDOWN, XLOG_LOGICAL_MESSAGE, XLOG_RESTORE_POINT,
+    XLOG_SWITCH, XLOG_XACT_ABORT, XLOG_XACT_COMMIT, XLR_BLOCK_ID_DATA_LONG,
+    XLR_BLOCK_ID_DATA_SHORT, XLR_RMGR_INFO_MASK, XL_CRC_OFFSET,
 };
 use crate::geometry::{FormatError, Lsn};
 use crate::page::{get_u32, get_u64, put_u32, put_u64};
@@ -48,6 +48,11 @@ pub const SIZE_OF_LOGICAL_MESSAGE: usize = 24;
 pub const SIZE_OF_CHECKPOINT: usize = 88;
 /// Size of `xl_xact_commit` (just `xact_time`).
 pub const SIZE_OF_XACT_COMMIT: usize = 8;
+/// PostgreSQL's MAXFNAMELEN: the size of `xl_restore_point.rp_name`, NUL
+/// included (a restore point name has at most 63 bytes).
+pub const MAXFNAMELEN: usize = 64;
+/// `sizeof(xl_restore_point)`: `rp_time` (8) and `rp_name` (64).
+pub const SIZE_OF_RESTORE_POINT: usize = 8 + MAXFNAMELEN;
 
 /// A record assembled in local memory before insertion: 24-byte header,
 /// main-data block header, main data. The CRC of everything after the header
@@ -631,6 +636,31 @@ fn xact_end_record_into(buf: &mut RecordBuf, xid: u32, info: u8, time_us: i64) {
     buf.rebuild(xid, RM_XACT_ID, info, &[&time_us.to_le_bytes()]);
 }
 
+/// An XLOG RESTORE_POINT record (`pg_create_restore_point`, PostgreSQL's
+/// XLogRestorePoint), xid 0, whose main data is `xl_restore_point`:
+///
+/// ```text
+/// { rp_time: i64 (us since 2000-01-01) | rp_name: [u8; 64], NUL-terminated, zero-padded }
+///   0                                    8..72
+/// ```
+///
+/// `name` must be shorter than [`MAXFNAMELEN`] bytes and hold no NUL
+/// (`None` otherwise): recovery compares the name up to its NUL.
+pub fn restore_point_record(rp_time_us_since_pg_epoch: i64, name: &str) -> Option<RecordBuf> {
+    if name.len() >= MAXFNAMELEN || name.as_bytes().contains(&0) {
+        return None;
+    }
+    let mut rp_name = [0u8; MAXFNAMELEN];
+    rp_name[..name.len()].copy_from_slice(name.as_bytes());
+    let time = rp_time_us_since_pg_epoch.to_le_bytes();
+    Some(RecordBuf::new(
+        0,
+        RM_XLOG_ID,
+        XLOG_RESTORE_POINT,
+        &[&time, &rp_name],
+    ))
+}
+
 /// PostgreSQL 15's `CheckPoint` (pg_control.h), 88 bytes on 64-bit:
 ///
 /// ```text
@@ -888,5 +918,22 @@ mod tests {
         assert_eq!(checkpoint_record(&cp, true).total_len(), 114);
         assert_eq!(CheckPoint::from_bytes(&cp.to_bytes()), Some(cp));
         assert!(RecordBuf::try_new(0, 0, 0, &[&vec![0u8; MAX_RECORD_LEN]]).is_err());
+    }
+
+    /// xl_restore_point: 72 bytes of main data behind a short data header,
+    /// read back by the decoder as pg_waldump prints it.
+    #[test]
+    fn restore_point_layout_and_description() {
+        let mut rec = restore_point_record(123_456, "before-upgrade").unwrap();
+        rec.finish(0x0100_0028);
+        assert_eq!(rec.total_len(), 24 + 2 + 72);
+        assert_eq!((rec.rmid(), rec.info(), rec.xid()), (RM_XLOG_ID, 0x70, 0));
+        let d = crate::decode_record_bytes(0x0100_0060, rec.bytes()).unwrap();
+        let (time, name) = d.as_restore_point().unwrap();
+        assert_eq!((time, name), (123_456, &b"before-upgrade"[..]));
+        assert_eq!(d.describe(), "RESTORE_POINT before-upgrade");
+        assert!(restore_point_record(0, &"n".repeat(MAXFNAMELEN - 1)).is_some());
+        assert!(restore_point_record(0, &"n".repeat(MAXFNAMELEN)).is_none());
+        assert!(restore_point_record(0, "a\0b").is_none());
     }
 }

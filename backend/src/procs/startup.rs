@@ -29,8 +29,8 @@
 //!
 //! With `DIR/recovery.signal` (a directory restored by `init --from-wal`)
 //! this is archive recovery (`crate::restore`): `restore_command` first
-//! fetches the segments pg_wal lacks, WAL is read along the timeline's
-//! history, and after step 4 recovery ends on a new timeline (history
+//! fetches the segments (the archive before pg_wal, as PostgreSQL), WAL
+//! is read along the timeline's history, and after step 4 recovery ends on a new timeline (history
 //! file, the switch segment's prefix copied, an end-of-recovery
 //! checkpoint); step 5 then continues after that checkpoint. A delivered
 //! file that is not what was asked for (another segment, system or
@@ -42,6 +42,20 @@
 //! `recovery.signal` and the control file untouched, so the next start
 //! resumes archive recovery; the postmaster then ends its shutdown. Crash
 //! recovery has no such loop and runs to its end.
+//!
+//! Point-in-time recovery. In archive recovery with a recovery target
+//! (`crate::recovery_target`: `recovery_target_lsn`, `_time`, `_xid`,
+//! `_name`), step 2 also asks the target about each record and stops at
+//! it: the end of WAL is then the end of the last record kept. Steps 3
+//! and 4 are skipped (what follows is valid WAL of the old timeline, not a
+//! tail; it stays, in the `.partial` switch segment and the later
+//! segments). `recovery_target_action = promote` ends recovery there on a
+//! new timeline as above (the history line names the target); `shutdown`
+//! and `pause` (walshm has no hot standby: PostgreSQL's `pause` with
+//! hot_standby = off) write nothing and exit [`EXIT_TARGET_SHUTDOWN`],
+//! which the postmaster takes for a clean shutdown, `recovery.signal`
+//! kept. A target never reached, or one before the checkpoint recovery
+//! starts from, is FATAL with nothing written.
 //!
 //! Base backups. A copy made by BASE_BACKUP (`pg_basebackup`) holds a
 //! `backup_label` naming the checkpoint the backup started from; its
@@ -100,9 +114,11 @@
 
 use crate::control::{unix_now, ControlFile, DbState};
 use crate::process::log;
+use crate::recovery_target::{Reached, RecoveryTarget};
 use crate::restore;
 use crate::walfile::{self, Op};
 use shmem::sync::Ordering;
+use shmem::variants::RecoveryTargetAction;
 use shmem::Shmem;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -119,6 +135,12 @@ pub const EXIT_WAL_DAMAGED: i32 = 3;
 /// Exit status of a startup process that stopped archive recovery at a
 /// shutdown request (the postmaster's "quit on request").
 pub const EXIT_SHUTDOWN: i32 = crate::process::EXIT_QUIT;
+
+/// Exit status of a startup process that stopped archive recovery at its
+/// recovery target with `recovery_target_action` `shutdown` (or `pause`):
+/// the postmaster shuts down cleanly (PostgreSQL's startup exits 3 there;
+/// 3 is walshm's [`EXIT_WAL_DAMAGED`]).
+pub const EXIT_TARGET_SHUTDOWN: i32 = 4;
 
 /// Where discarded WAL goes, under the data directory.
 pub const DISCARDED_DIR: &str = "pg_wal_discarded";
@@ -175,6 +197,8 @@ pub enum ScanError {
         checkpoint: Lsn,
         stop: StopReason,
     },
+    /// The recovery target was reached before the checkpoint record.
+    TargetBeforeCheckpoint { checkpoint: Lsn, record: Lsn },
 }
 
 impl fmt::Display for ScanError {
@@ -226,6 +250,12 @@ impl fmt::Display for ScanError {
                     format_lsn(*checkpoint)
                 )
             }
+            ScanError::TargetBeforeCheckpoint { checkpoint, record } => write!(
+                f,
+                "requested recovery stop point is before consistent recovery point: the target is reached at {}, before the checkpoint at {} that recovery starts from",
+                format_lsn(*record),
+                format_lsn(*checkpoint)
+            ),
         }
     }
 }
@@ -244,11 +274,30 @@ pub struct RecoveryResult {
     pub max_xid: u32,
     /// Why reading stopped.
     pub stop_reason: StopReason,
+    /// Where reading stopped for the recovery target, if it did.
+    pub reached: Option<Reached>,
+}
+
+impl RecoveryResult {
+    /// Takes `r` as the last valid record.
+    fn keep(&mut self, r: &walformat::DecodedRecord) {
+        self.last_record = r.lsn;
+        self.end_of_wal = r.next;
+        self.records += 1;
+        if r.xid != 0 && (self.max_xid == 0 || crate::procarray::xid_precedes(self.max_xid, r.xid))
+        {
+            self.max_xid = r.xid;
+        }
+    }
 }
 
 /// Reads the checkpoint record the control file names, then WAL from its
-/// redo point to the end.
-pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult, ScanError> {
+/// redo point to the end, or to `target` (see the module header).
+pub fn scan_wal(
+    datadir: &Path,
+    control: &ControlFile,
+    target: Option<&RecoveryTarget>,
+) -> Result<RecoveryResult, ScanError> {
     let geo = Geometry::new(control.seg_size).map_err(ScanError::BadGeometry)?;
     let pg_wal = datadir.join("pg_wal");
     let checkpoint = control.checkpoint;
@@ -295,20 +344,17 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
         records: 0,
         max_xid: 0,
         stop_reason: StopReason::CleanEnd,
+        reached: None,
     };
     let mut saw_checkpoint = false;
-    loop {
+    while result.reached.is_none() {
         match reader.next_record() {
             Ok(Some(r)) => {
-                saw_checkpoint |= r.lsn == checkpoint;
-                result.last_record = r.lsn;
-                result.end_of_wal = r.next;
-                result.records += 1;
-                if r.xid != 0
-                    && (result.max_xid == 0
-                        || crate::procarray::xid_precedes(result.max_xid, r.xid))
-                {
-                    result.max_xid = r.xid;
+                result.reached = target.and_then(|t| t.stops_before(&r));
+                if result.reached.is_none() {
+                    saw_checkpoint |= r.lsn == checkpoint;
+                    result.keep(&r);
+                    result.reached = target.and_then(|t| t.stops_after(&r));
                 }
             }
             Ok(None) => break,
@@ -317,6 +363,12 @@ pub fn scan_wal(datadir: &Path, control: &ControlFile) -> Result<RecoveryResult,
                 break;
             }
         }
+    }
+    if let (Some(reached), false) = (&result.reached, saw_checkpoint) {
+        return Err(ScanError::TargetBeforeCheckpoint {
+            checkpoint,
+            record: reached.record,
+        });
     }
     if !saw_checkpoint {
         return Err(ScanError::DamagedBeforeCheckpoint {
@@ -633,7 +685,9 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         control = adopt_backup_label(datadir, control, &l, fsync)?;
     }
     let archive_recovery = restore::requested(datadir);
+    let mut target = None;
     if archive_recovery {
+        target = recovery_target(shm)?;
         begin_archive_recovery(shm, datadir, &control)?;
     }
     let crashed = control.state != DbState::ShutDown && !archive_recovery;
@@ -652,8 +706,18 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         &format!("redo starts at {}", format_lsn(control.redo)),
     );
     let started = std::time::Instant::now();
-    let r = scan_wal(datadir, &control).map_err(|e| fatal(&e.to_string()))?;
+    let r = scan_wal(datadir, &control, target.as_ref()).map_err(|e| fatal(&e.to_string()))?;
     let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
+    if let (Some(t), Some(reached)) = (&target, &r.reached) {
+        // See "Point-in-time recovery" in the module header: the WAL
+        // after the target is neither looked at nor cut.
+        log("LOG", &reached.message);
+        if t.action != RecoveryTargetAction::Promote {
+            return Err(shutdown_at_target(t.action, r.end_of_wal));
+        }
+        crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+        return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
+    }
     let tli = control.timeline;
     // Nothing is written before this decision: a refusal leaves pg_wal and
     // the control file byte for byte as they were.
@@ -691,6 +755,14 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
                 dir.display()
             ),
         );
+    }
+    if target.is_some() {
+        return Err(fatal(&format!(
+            "recovery ended before configured recovery target was reached (end of WAL at {}: {}); \"{}\" stays, nothing was written",
+            format_lsn(r.end_of_wal),
+            r.stop_reason,
+            restore::RECOVERY_SIGNAL
+        )));
     }
     if crashed {
         let mut c = control;
@@ -858,7 +930,7 @@ fn end_of_recovery_checkpoint(shm: &Shmem, datadir: &Path) {
 }
 
 /// Archive recovery (see `restore.rs`), before reading WAL: with
-/// `restore_command`, fetch the segments pg_wal lacks from the redo point
+/// `restore_command`, fetch the segments (the archive first) from the redo point
 /// on.
 fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) -> Result<(), i32> {
     log(
@@ -885,6 +957,44 @@ fn begin_archive_recovery(shm: &Shmem, datadir: &Path, control: &ControlFile) ->
         &format!("restore_command delivered {n} WAL segment(s)"),
     );
     Ok(())
+}
+
+/// The recovery target of the settings (PostgreSQL reads them only in
+/// archive recovery); an unreadable one is FATAL.
+fn recovery_target(shm: &Shmem) -> Result<Option<RecoveryTarget>, i32> {
+    let target = RecoveryTarget::from_settings(shm.settings()).map_err(|e| fatal(&e))?;
+    if let Some(t) = &target {
+        log(
+            "LOG",
+            &format!(
+                "starting point-in-time recovery to {} (recovery_target_inclusive {}, recovery_target_action {})",
+                t.target,
+                t.inclusive,
+                t.action.name()
+            ),
+        );
+    }
+    Ok(target)
+}
+
+/// Archive recovery reached its target with `recovery_target_action`
+/// `shutdown` or `pause`: nothing is written; the exit code is
+/// [`EXIT_TARGET_SHUTDOWN`].
+fn shutdown_at_target(action: RecoveryTargetAction, end_of_wal: Lsn) -> i32 {
+    let why = match action {
+        RecoveryTargetAction::Pause => " (\"pause\": walshm has no hot standby, so it shuts down, as PostgreSQL does with hot_standby = off)",
+        _ => "",
+    };
+    log(
+        "LOG",
+        &format!(
+            "shutdown at recovery target: recovery_target_action = {}{why}; end of WAL would be {}; nothing was written and \"{}\" stays: start again with recovery_target_action = promote to end recovery there",
+            action.name(),
+            format_lsn(end_of_wal),
+            restore::RECOVERY_SIGNAL
+        ),
+    );
+    EXIT_TARGET_SHUTDOWN
 }
 
 /// The exit code for a fetch that did not reach the end of the archive:
@@ -944,7 +1054,11 @@ fn finish_archive_recovery(
             r.stop_reason,
         ),
     );
-    let p = restore::end_recovery(datadir, control, geo, at, newest, s.fsync, s.archive_mode)
+    let reason = r
+        .reached
+        .as_ref()
+        .map_or(restore::END_OF_RECOVERY_REASON, |t| t.reason.as_str());
+    let p = restore::end_recovery(datadir, control, geo, at, newest, reason, s)
         .map_err(|e| fatal(&e))?;
     let after = RecoveryResult {
         last_record: p.checkpoint,

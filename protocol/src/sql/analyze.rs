@@ -40,6 +40,7 @@ pub enum Func {
     CurrentWalInsertLsn,
     CurrentWalFlushLsn,
     SwitchWal,
+    CreateRestorePoint,
     Repeat,
     Version,
     /// pg_create_physical_replication_slot(name [, immediately_reserve [, temporary]]).
@@ -102,6 +103,7 @@ static CATALOG: &[Signature] = signatures! {
     "pg_current_wal_insert_lsn"() -> Lsn => CurrentWalInsertLsn;
     "pg_current_wal_flush_lsn"() -> Lsn => CurrentWalFlushLsn;
     "pg_switch_wal"() -> Lsn => SwitchWal;
+    "pg_create_restore_point"(Text) -> Lsn => CreateRestorePoint;
     "repeat"(Text, Int4) -> Text => Repeat;
     "version"() -> Text => Version;
     "now"() -> Timestamptz => Now;

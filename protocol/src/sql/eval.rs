@@ -405,6 +405,7 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
         Func::CurrentWalInsertLsn => Value::U64(env.session.current_wal_insert_lsn()),
         Func::CurrentWalFlushLsn => Value::U64(env.session.current_wal_flush_lsn()),
         Func::SwitchWal => Value::U64(env.session.switch_wal()?),
+        Func::CreateRestorePoint => Value::U64(env.session.create_restore_point(text(arg(0)))?),
         Func::Repeat => repeat(text(arg(0)), int(arg(1)), env.session.memory_limit())?,
         Func::CreatePhysicalSlot => {
             let name = text(arg(0));

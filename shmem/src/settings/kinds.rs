@@ -439,7 +439,8 @@ enum_fields!(
     InsertLockWait,
     WalSyncMethod,
     crate::variants::CommitReply,
-    crate::variants::SyncRepWake
+    crate::variants::SyncRepWake,
+    crate::variants::RecoveryTargetAction
 );
 
 /// synchronous_commit: a Text row (its aliases are not listed as valid
