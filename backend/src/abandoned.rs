@@ -77,7 +77,16 @@ pub fn assess(shm: &Shmem, procno: u32) -> Result<Leftovers, String> {
         .ok_or_else(|| format!("proc {procno} does not exist"))?;
     let held = p.crit.held();
     if !held.recoverable() {
-        return Err(format!("it died holding {}", held.describe_sections()));
+        let queued = p.lw_waiting.load(Ordering::Relaxed) != shmem::proc::LW_WS_NOT_WAITING;
+        return Err(format!(
+            "it died holding {}{}",
+            held.describe_sections(),
+            if queued {
+                ", asleep in an LWLock's wait queue"
+            } else {
+                ""
+            }
+        ));
     }
     let reply = p.reply.state();
     if reply == REPLY_PENDING || reply == REPLY_SENDING {

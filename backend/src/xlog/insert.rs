@@ -218,7 +218,8 @@ impl Xlog<'_> {
         let ins = &self.shm.xlog().insert;
         match self.reservation {
             Reservation::Spinlock => {
-                ins.lock.lock();
+                let crit = &self.ctx.me.crit;
+                ins.lock.lock_in(crit);
                 let start = ins.curr_byte_pos.load(Ordering::Relaxed);
                 let prev = ins.prev_byte_pos.load(Ordering::Relaxed);
                 // Release pairs with the Acquire load in `reserved_bytepos`
@@ -227,8 +228,8 @@ impl Xlog<'_> {
                 ins.curr_byte_pos.store(start + size, Ordering::Release);
                 ins.prev_byte_pos.store(start, Ordering::Relaxed);
                 // Known before the spinlock is counted off (`crit`).
-                self.ctx.me.crit.set_range(start, start + size, prev);
-                ins.lock.unlock();
+                crit.set_range(start, start + size, prev);
+                ins.lock.unlock_in(crit);
                 (start, start + size, prev)
             }
             Reservation::Atomic => {

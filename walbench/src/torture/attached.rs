@@ -68,6 +68,9 @@ pub fn run(o: &Options, spec: StartSpec) -> Result<(), String> {
         format!("port={port}"),
         "--set".into(),
         "checkpoint_timeout=5".into(),
+        // Killed workers come back soon, so that they are victims again.
+        "--set".into(),
+        "worker_restart_delay=100ms".into(),
     ];
     for s in &o.sets {
         spec.args.extend(["--set".into(), s.clone()]);
@@ -124,17 +127,17 @@ fn kill_loop(
         tally
             .worker_acks
             .extend(server.take_acks().into_iter().map(|(l, _)| l));
+        // A kind first (library worker or connection backend, evenly),
+        // then one of its live processes; the other kind if none lives.
         let backends = super::victims::children_named(server.pid, "backend");
         let workers = super::victims::children_named(server.pid, worker_comm);
-        let victims: Vec<(i32, bool)> = backends
-            .into_iter()
-            .map(|p| (p, false))
-            .chain(workers.into_iter().map(|p| (p, true)))
-            .collect();
-        if victims.is_empty() {
-            continue;
-        }
-        let (pid, is_worker) = victims[rng.below(victims.len() as u64) as usize];
+        let want_worker = rng.below(2) == 0;
+        let (pool, is_worker) = match (want_worker, workers.is_empty(), backends.is_empty()) {
+            (_, true, true) => continue,
+            (true, false, _) | (false, false, true) => (workers, true),
+            _ => (backends, false),
+        };
+        let pid = pool[rng.below(pool.len() as u64) as usize];
         let log = &server_log(server);
         let (cleaned_before, restarts_before) = (count(log, CLEANED), count(log, RESTARTED));
         if !super::victims::sigkill(pid) {
@@ -148,7 +151,7 @@ fn kill_loop(
         } += 1;
         verdict(server, pid, cleaned_before, restarts_before, tally)?;
         eprint!(
-            "\rkills {}  cleaned up {}  restarts {}  acks {}   ",
+            "\rkills {}  cleaned up {}  restarts {}  worker acks {}   ",
             tally.kills,
             tally.cleaned,
             tally.restarts.len(),
