@@ -212,7 +212,7 @@ impl<'a> WalRead<'a> {
                 let f = &shm.xlog().facts;
                 let geo =
                     Geometry::new(f.seg_size).map_err(|e| ReadError::Control(e.to_string()))?;
-                (geo, f.timeline, f.system_identifier)
+                (geo, f.timeline(), f.system_identifier)
             }
             None => {
                 let c = crate::control::ControlFile::read(datadir)

@@ -52,6 +52,8 @@ pub(crate) enum ServerChild {
     Checkpointer,
     /// `archive_mode = on`: runs archive_command (no proc slot).
     Archiver,
+    /// A standby's: streams WAL from the primary (no proc slot).
+    Walreceiver,
     /// Workload backend number `i` (also its proc number).
     Backend(u32),
 }
@@ -82,6 +84,7 @@ impl ServerChild {
             ServerChild::Walwriter => "walwriter",
             ServerChild::Checkpointer => "checkpointer",
             ServerChild::Archiver => "archiver",
+            ServerChild::Walreceiver => "walreceiver",
             ServerChild::Backend(_) => "backend",
         }
     }
@@ -91,7 +94,7 @@ impl ServerChild {
             ServerChild::Startup => Some(shm.aux_procno(AuxProc::Startup)),
             ServerChild::Walwriter => Some(shm.aux_procno(AuxProc::Walwriter)),
             ServerChild::Checkpointer => Some(shm.aux_procno(AuxProc::Checkpointer)),
-            ServerChild::Archiver => None,
+            ServerChild::Archiver | ServerChild::Walreceiver => None,
             ServerChild::Backend(i) => Some(i),
         }
     }
@@ -111,6 +114,7 @@ impl Kind {
             Kind::Server(ServerChild::Walwriter) => "walwriter".into(),
             Kind::Server(ServerChild::Checkpointer) => "checkpointer".into(),
             Kind::Server(ServerChild::Archiver) => "archiver".into(),
+            Kind::Server(ServerChild::Walreceiver) => "walreceiver".into(),
             Kind::Server(ServerChild::Backend(i)) => format!("backend {i}"),
             Kind::Client(ClientChild::Connection) => "connection backend".into(),
             Kind::Client(ClientChild::Rejecter) => "connection rejecter".into(),
@@ -157,6 +161,7 @@ pub(crate) fn run_server_child(shm: &Shmem, child: ServerChild, args: ServerChil
         ServerChild::Walwriter => walwriter::run(shm, datadir),
         ServerChild::Checkpointer => backend::checkpointer::run(shm, datadir),
         ServerChild::Archiver => backend::archiver::run(shm, datadir),
+        ServerChild::Walreceiver => replication::walreceiver::run(shm, datadir),
         ServerChild::Backend(i) => match args.workload {
             Some(w) => backend::workload::run(shm, i, datadir, w, args.ack),
             None => EXIT_QUIT,

@@ -341,11 +341,42 @@ pub fn load_config(dir: &Path, sets: &[String]) -> Result<(Settings, Vec<WorkerS
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
     }
+    apply_auto_conf(dir, &mut s)?;
     for a in sets {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
     check_verifiers(&s)?;
     Ok((s, workers))
+}
+
+/// The file `ALTER SYSTEM` and `pg_basebackup -R` write; read after the
+/// configuration file, before the command line, as PostgreSQL reads it.
+pub const AUTO_CONF_FILE: &str = "postgresql.auto.conf";
+
+/// Applies `DIR/postgresql.auto.conf` when there is one: `name = 'value'`
+/// lines, with postgresql.conf's quoting ('' for a quote), so that the
+/// `primary_conninfo` pg_basebackup -R writes keeps its inner quotes.
+fn apply_auto_conf(dir: &Path, s: &mut Settings) -> Result<(), String> {
+    let p = dir.join(AUTO_CONF_FILE);
+    let text = match fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
+    };
+    for (i, raw) in text.lines().enumerate() {
+        let at = |e: String| format!("{}:{}: {e}", p.display(), i + 1);
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line
+            .split_once('=')
+            .ok_or_else(|| at(format!("expected NAME = VALUE, got \"{line}\"")))?;
+        let value = unquote_conf_value(value.trim()).map_err(at)?;
+        s.set_unquoted(name.trim(), &value)
+            .map_err(|e| at(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Takes the `worker = 'NAME=COMMAND'` lines out of a configuration text

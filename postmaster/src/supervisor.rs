@@ -8,7 +8,14 @@
 //!       --gone--> StopWalwriter (and archiver) --gone--> exit 0
 //!      |                          |
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
+//!
+//!   Startup --SIGUSR1 from a startup process in standby mode--> Standby (walreceiver, read-only sessions)
+//!       --promote (DIR/promote + SIGUSR1): walreceiver stopped, then SIGUSR2 to startup--> startup exits 0 --> Run
 //! ```
+//!
+//! The standby's part (`standby` below this module): PostgreSQL's
+//! PM_HOT_STANDBY and its promotion, kept apart from the rest of the
+//! supervision.
 //!
 //! SIGTERM in Startup is passed on to the startup process: crash recovery
 //! runs to its end (then straight to StopWalwriter), archive recovery
@@ -66,6 +73,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::time::{Duration, Instant};
 
+mod standby;
+
 const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
 const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
@@ -77,6 +86,9 @@ static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
 static GOT_SMART: AtomicBool = AtomicBool::new(false);
 static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
 static GOT_SIGHUP: AtomicBool = AtomicBool::new(false);
+/// SIGUSR1: the startup process entered standby mode, or a promotion was
+/// asked for (`pg_ctl promote`, `pg_promote()`); see `standby`.
+static GOT_SIGUSR1: AtomicBool = AtomicBool::new(false);
 /// SIGTERM means a smart shutdown (set once, before the handlers).
 static SIGTERM_IS_SMART: AtomicBool = AtomicBool::new(false);
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
@@ -89,6 +101,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
         libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
         libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
         libc::SIGHUP => GOT_SIGHUP.store(true, Ordering::Relaxed),
+        libc::SIGUSR1 => GOT_SIGUSR1.store(true, Ordering::Relaxed),
         _ => {}
     }
     let fd = WAKE_FD.load(Ordering::Relaxed);
@@ -102,6 +115,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Startup,
+    /// A standby: the startup process follows the walreceiver's WAL,
+    /// sessions are read-only (see `standby`).
+    Standby,
     Run,
     StopBackends,
     StopCheckpointer,
@@ -151,6 +167,8 @@ struct Postmaster {
     wake_rd: i32,
     started: Instant,
     run_started: Option<Instant>,
+    /// Where a promotion is (see `standby`).
+    promotion: standby::Promotion,
 }
 
 /// Runs the server until shutdown; returns the exit code.
@@ -235,6 +253,7 @@ fn install_signal_handlers() -> Result<i32, String> {
         libc::SIGQUIT,
         libc::SIGHUP,
         libc::SIGCHLD,
+        libc::SIGUSR1,
     ] {
         backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
     }
@@ -277,6 +296,7 @@ impl Postmaster {
             wake_rd,
             started: Instant::now(),
             run_started: None,
+            promotion: standby::Promotion::None,
         }
     }
 
@@ -307,6 +327,7 @@ impl Postmaster {
             self.accept_connections();
             self.service_registry();
             self.handle_shutdown_signals();
+            self.standby_step(GOT_SIGUSR1.swap(false, Ordering::Relaxed));
             self.reload_if_asked();
             self.reap_children();
             self.smart_shutdown_step();
@@ -487,7 +508,7 @@ impl Postmaster {
             shm.set_wal_facts(shmem::xlogctl::WalFacts {
                 system_identifier: self.control.system_identifier,
                 seg_size: self.control.seg_size,
-                timeline: self.control.timeline,
+                timeline: shmem::sync::AtomicU32::new(self.control.timeline),
                 n_buffers: shm.layout().n_buffers,
             })
         };
@@ -632,7 +653,7 @@ impl Postmaster {
     fn load(&self) -> admission::Load {
         let phase = match self.state {
             _ if self.shutting_down || self.smart_shutdown => Phase::ShuttingDown,
-            State::Run => Phase::Running,
+            State::Run | State::Standby => Phase::Running,
             State::Startup => Phase::StartingUp,
             _ => Phase::Recovering,
         };
@@ -669,6 +690,7 @@ impl Postmaster {
                 // advance_state moves on from either.
                 self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGTERM);
             }
+            State::Standby => self.stop_standby(),
             State::Run => {
                 let walsenders = self.walsender_pids();
                 for c in &self.children {
@@ -730,6 +752,7 @@ impl Postmaster {
         match child.kind {
             Kind::Supervised(id) => self.supervised_exited(id, child.pid, &exit),
             Kind::Server(ServerChild::Startup) => self.startup_exited(child.pid, &exit),
+            Kind::Server(ServerChild::Walreceiver) => self.walreceiver_exited(child.pid, &exit),
             Kind::Server(ServerChild::Walwriter)
                 if exit.is_clean() && self.state == State::StopWalwriter => {}
             Kind::Server(ServerChild::Checkpointer)
@@ -808,17 +831,9 @@ impl Postmaster {
         }
         self.control = c;
         if let Some(shm) = self.shm.as_ref() {
-            let f = &shm.xlog().facts;
-            let facts = shmem::xlogctl::WalFacts {
-                system_identifier: f.system_identifier,
-                seg_size: f.seg_size,
-                timeline: c.timeline,
-                n_buffers: f.n_buffers,
-            };
-            // SAFETY: the startup process has exited and no process that
-            // reads the WAL facts (walwriter, checkpointer, backends) has
-            // been forked in this generation yet.
-            unsafe { shm.set_wal_facts(facts) };
+            // An atomic store: a standby's sessions may be reading it (the
+            // promoting startup process stored the same value already).
+            shm.xlog().facts.set_timeline(c.timeline);
         }
     }
 
@@ -939,7 +954,7 @@ impl Postmaster {
             }
             State::StopWalwriter if self.children.is_empty() => Some(self.finish()),
             State::CrashWait => self.crash_wait_step(overdue),
-            State::StopWalwriter | State::Startup | State::Run => None,
+            State::StopWalwriter | State::Startup | State::Standby | State::Run => None,
         }
     }
 

@@ -33,6 +33,7 @@ pub mod sync;
 pub mod sys;
 pub mod variants;
 pub mod waitevent;
+pub mod walrcv;
 pub mod walsnd;
 pub mod xlogctl;
 

@@ -632,8 +632,10 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     if let Some(l) = read_backup_label(datadir).map_err(|e| fatal(&e))? {
         control = adopt_backup_label(datadir, control, &l, fsync)?;
     }
-    let archive_recovery = restore::requested(datadir);
-    if archive_recovery {
+    // A standby ends its recovery as archive recovery does (crate::standby).
+    let standby = crate::standby::requested(datadir);
+    let archive_recovery = restore::requested(datadir) || standby;
+    if archive_recovery && !standby {
         begin_archive_recovery(shm, datadir, &control)?;
     }
     let crashed = control.state != DbState::ShutDown && !archive_recovery;
@@ -719,6 +721,12 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         ),
     );
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+    if standby {
+        let r = crate::standby::follow(shm, datadir, &control, &geo, r)?;
+        finish_archive_recovery(shm, datadir, &control, &geo, r, started)?;
+        crate::standby::promoted(shm, datadir);
+        return Ok(());
+    }
     if archive_recovery {
         return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
     }

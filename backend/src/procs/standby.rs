@@ -1,0 +1,247 @@
+//! Standby mode of the startup process (PostgreSQL's hot standby, reduced
+//! to a log without data pages): with `DIR/standby.signal`, recovery does
+//! not end at the end of the WAL in pg_wal; the startup process follows
+//! what the walreceiver (`replication::walreceiver`) writes into pg_wal,
+//! validating each record as it arrives ("replay"), until it is promoted.
+//!
+//! Steps, after the startup process validated pg_wal to its end X and cut
+//! the torn tail there ([`crate::startup`] steps 1-4):
+//! 1. publish where streaming starts (the start of X's segment on the
+//!    control file's timeline, as PostgreSQL's walreceiver starts at a
+//!    segment boundary) and what is replayed (X); write the control file
+//!    "in archive recovery" (what `pg_ctl promote` checks);
+//! 2. set `recovery = RECOVERY_STANDBY` and send the postmaster SIGUSR1:
+//!    it forks the walreceiver and admits read-only sessions;
+//! 3. loop: read the records that lie wholly below the walreceiver's
+//!    flushed position (`flushed_upto`, Acquire: its fdatasync came
+//!    first), advance `replayed_upto`; at each checkpoint record replayed
+//!    make a restartpoint (the control file names that checkpoint and its
+//!    redo point, still "in archive recovery", so a restarted standby
+//!    reads only from there); sleep on `startup_latch`;
+//! 4. a fast shutdown: the control file says "shut down in recovery",
+//!    `standby.signal` stays, exit `EXIT_SHUTDOWN`; the next start
+//!    resumes standby mode from the last restartpoint and the WAL on disk;
+//! 5. promotion (SIGUSR2 from the postmaster, sent only once the
+//!    walreceiver has exited, so nothing writes pg_wal any more): replay
+//!    to the last flushed byte, cut the WAL there (bytes written but not
+//!    flushed are zeroed, as a torn tail), and hand the end of WAL back to
+//!    the startup process, which ends recovery as archive recovery does
+//!    (a new timeline, its history file, the end-of-recovery checkpoint,
+//!    "in production"); last, [`promoted`] stores the new timeline in the
+//!    WAL facts and clears `recovery` (Release), so a session that sees
+//!    the standby over sees the new timeline and the insert position.
+//!
+//! Invariants: nothing but the walreceiver writes pg_wal while `recovery`
+//! is set (no walwriter nor checkpointer runs, sessions are read-only);
+//! replay never reads past `flushed_upto`, so a record it accepted is on
+//! disk and will be read again after a crash; the end of WAL at promotion
+//! is at or after everything the walreceiver reported as flushed to the
+//! primary, so every commit a synchronous primary acknowledged is kept.
+
+use super::startup::{cut_wal_at, RecoveryResult, EXIT_SHUTDOWN};
+use crate::control::{unix_now, ControlFile, DbState};
+use crate::process::{log, shutdown_requested};
+use crate::walfile;
+use shmem::sema::Latch;
+use shmem::sync::{AtomicBool, Ordering};
+use shmem::walrcv::{WalRcvShared, RECOVERY_NONE, RECOVERY_STANDBY};
+use shmem::Shmem;
+use std::path::Path;
+use std::sync::atomic::AtomicPtr;
+use std::time::Duration;
+use walformat::{format_lsn, Geometry, Lsn, WalReader};
+
+/// The file that makes a start a standby (PostgreSQL's name).
+pub const STANDBY_SIGNAL: &str = "standby.signal";
+/// The file `pg_ctl promote` and `pg_promote()` create before they send
+/// the postmaster SIGUSR1.
+pub const PROMOTE_FILE: &str = "promote";
+
+/// How long the replay loop sleeps when nothing wakes it.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// Set by SIGUSR2 (the postmaster's "promote now").
+static PROMOTE: AtomicBool = AtomicBool::new(false);
+/// The latch the handler sets (the startup latch in the mapped segment).
+static WAKE: AtomicPtr<Latch> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn on_sigusr2(_: libc::c_int) {
+    PROMOTE.store(true, Ordering::Relaxed);
+    let latch = WAKE.load(Ordering::Relaxed);
+    if !latch.is_null() {
+        // SAFETY: the pointer is the startup latch inside the segment,
+        // which stays mapped for the life of this process; `set` is an
+        // atomic swap and a futex wake, both async-signal-safe.
+        unsafe { (*latch).set() };
+    }
+}
+
+/// Whether this start is a standby's (`DIR/standby.signal`).
+pub fn requested(datadir: &Path) -> bool {
+    datadir.join(STANDBY_SIGNAL).exists()
+}
+
+/// The shared state of the standby.
+fn shared(shm: &Shmem) -> &WalRcvShared {
+    &shm.repl().walrcv
+}
+
+/// Steps 1-5 of the module header. Returns the end of WAL at promotion
+/// (already cut there on disk), or the exit code: [`EXIT_SHUTDOWN`] at a
+/// fast shutdown, `EXIT_FATAL` when the control file cannot be written.
+pub fn follow(
+    shm: &Shmem,
+    datadir: &Path,
+    control: &ControlFile,
+    geo: &Geometry,
+    mut r: RecoveryResult,
+) -> Result<RecoveryResult, i32> {
+    let w = shared(shm);
+    let fsync = shm.settings().fsync;
+    let tli = control.timeline;
+    WAKE.store(
+        &w.startup_latch as *const Latch as *mut Latch,
+        Ordering::Relaxed,
+    );
+    crate::process::set_handler(libc::SIGUSR2, on_sigusr2 as *const () as libc::sighandler_t);
+    w.start_lsn
+        .store(geo.seg_start(geo.seg_no(r.end_of_wal)), Ordering::Relaxed);
+    w.start_tli.store(tli, Ordering::Relaxed);
+    w.replay_tli.store(tli, Ordering::Relaxed);
+    publish_replay(w, r.end_of_wal);
+    let mut c = *control;
+    c.state = DbState::InArchiveRecovery;
+    c.time = unix_now();
+    write_control(datadir, &c, fsync)?;
+    // Release: pairs with the Acquire in `in_recovery`; the postmaster
+    // forks the walreceiver only after this signal.
+    w.recovery.store(RECOVERY_STANDBY, Ordering::Release);
+    // SAFETY: getppid and kill have no memory effects; the parent is the
+    // postmaster (become_child checked it).
+    unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) };
+    log(
+        "LOG",
+        &format!(
+            "entering standby mode on timeline {tli}: consistent recovery state reached at {}; streaming from {}",
+            format_lsn(r.end_of_wal),
+            format_lsn(w.start_lsn.load(Ordering::Relaxed))
+        ),
+    );
+    let pg_wal = datadir.join("pg_wal");
+    loop {
+        if shutdown_requested() {
+            c.state = DbState::ShutDownInRecovery;
+            c.time = unix_now();
+            write_control(datadir, &c, fsync)?;
+            log(
+                "LOG",
+                "standby stopped at the shutdown request; \"standby.signal\" stays, so the next start follows the primary again",
+            );
+            return Err(EXIT_SHUTDOWN);
+        }
+        let promote = PROMOTE.load(Ordering::Relaxed);
+        w.startup_latch.reset();
+        // Acquire: pairs with the walreceiver's Release store after its
+        // fdatasync; the bytes below are in the files.
+        let flushed = w.flushed_upto.load(Ordering::Acquire);
+        if flushed > r.end_of_wal {
+            replay_upto(shm, datadir, &mut c, geo, &mut r, flushed)?;
+        }
+        if promote {
+            break;
+        }
+        w.startup_latch.wait(IDLE_WAIT);
+    }
+    log(
+        "LOG",
+        &format!(
+            "received promote request; end of received and flushed WAL at {} on timeline {tli}",
+            format_lsn(r.end_of_wal)
+        ),
+    );
+    cut_wal_at(&pg_wal, geo, tli, r.end_of_wal, fsync).map_err(|e| fatal(&e))?;
+    crate::procarray::restore_next_xid(shm, c.next_xid, r.max_xid);
+    Ok(r)
+}
+
+/// Reads the records that end at or before `flushed`, from `r.end_of_wal`
+/// on; a restartpoint at each checkpoint record.
+fn replay_upto(
+    shm: &Shmem,
+    datadir: &Path,
+    c: &mut ControlFile,
+    geo: &Geometry,
+    r: &mut RecoveryResult,
+    flushed: Lsn,
+) -> Result<(), i32> {
+    let pg_wal = datadir.join("pg_wal");
+    let history = crate::timeline::Timeline::read(&pg_wal, c.timeline)
+        .map(|t| t.reader_history())
+        .map_err(|e| fatal(&e.to_string()))?;
+    let mut reader = match WalReader::open_across(
+        &walfile::SEAM,
+        &pg_wal,
+        *geo,
+        history,
+        Some(c.system_identifier),
+        r.end_of_wal,
+    ) {
+        Ok(reader) => reader,
+        // The walreceiver has not created the segment yet.
+        Err(_) => return Ok(()),
+    };
+    let mut restartpoint = None;
+    // Stops at the first record not wholly flushed (it may be half
+    // written, so an error there is no damage: it is read again later).
+    while let Ok(Some(rec)) = reader.next_record() {
+        if rec.next > flushed {
+            break;
+        }
+        r.last_record = rec.lsn;
+        r.end_of_wal = rec.next;
+        r.records += 1;
+        if rec.xid != 0 && (r.max_xid == 0 || crate::procarray::xid_precedes(r.max_xid, rec.xid)) {
+            r.max_xid = rec.xid;
+        }
+        if let Some((cp, _)) = rec.as_checkpoint() {
+            restartpoint = Some((rec.lsn, cp));
+        }
+    }
+    publish_replay(shared(shm), r.end_of_wal);
+    if let Some((at, cp)) = restartpoint {
+        c.checkpoint = at;
+        c.redo = cp.redo;
+        c.next_xid = cp.next_xid;
+        c.time = unix_now();
+        write_control(datadir, c, shm.settings().fsync)?;
+    }
+    Ok(())
+}
+
+/// What pg_last_wal_replay_lsn() and the status updates' apply position
+/// show.
+fn publish_replay(w: &WalRcvShared, end: Lsn) {
+    w.replayed_upto.store(end, Ordering::Relaxed);
+    w.replayed_at_us
+        .store(shmem::stats::now_us() as i64, Ordering::Relaxed);
+}
+
+/// The last step of a promotion (see the module header): the new
+/// timeline into the WAL facts, then the end of recovery for sessions.
+pub fn promoted(shm: &Shmem, datadir: &Path) {
+    if let Ok(c) = ControlFile::read(datadir) {
+        shm.xlog().facts.set_timeline(c.timeline);
+    }
+    // Release: pairs with the Acquire in `WalRcvShared::in_recovery`.
+    shared(shm).recovery.store(RECOVERY_NONE, Ordering::Release);
+    log("LOG", "standby promoted: read-write from now on");
+}
+
+fn write_control(datadir: &Path, c: &ControlFile, fsync: bool) -> Result<(), i32> {
+    c.write(datadir, fsync).map_err(|e| fatal(&e.to_string()))
+}
+
+fn fatal(msg: &str) -> i32 {
+    log("FATAL", msg);
+    crate::process::EXIT_FATAL
+}

@@ -1,0 +1,368 @@
+//! The client side of PostgreSQL's protocol that a walreceiver needs
+//! (libpqwalreceiver's part of libpq): connect over a Unix socket or TCP,
+//! the startup packet of a physical replication connection, trust or
+//! cleartext-password authentication, simple queries returning text rows
+//! (IDENTIFY_SYSTEM, TIMELINE_HISTORY), and the CopyBoth stream of
+//! START_REPLICATION.
+//!
+//! Written by hand rather than taken from a crate: the project's crates
+//! (DEPENDENCIES.md) hold no PostgreSQL client, the async ones
+//! (tokio-postgres) would pull a runtime into a single-threaded process
+//! that must wake every 100 ms to check for a shutdown, and what is
+//! needed is five message types.
+//!
+//! Reading never blocks longer than [`READ_TIMEOUT`]: [`Conn::fill`] makes
+//! one read and returns on the timeout, so the caller checks its shutdown
+//! flag between reads; whole messages are cut from the buffer by
+//! [`Conn::next_message`], which never returns half of one.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// The longest one read waits.
+pub const READ_TIMEOUT: Duration = Duration::from_millis(100);
+/// Protocol version 3.0.
+const PROTOCOL_3: i32 = 196_608;
+/// A message larger than this is refused (WAL data comes in pieces of at
+/// most 128 kB from walshm and PostgreSQL).
+const MAX_MESSAGE: usize = 64 << 20;
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Stream::Unix(s) => s,
+            Stream::Tcp(s) => s,
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// One backend message: its type byte and body.
+pub struct Message {
+    pub tag: u8,
+    pub body: Vec<u8>,
+}
+
+/// A connection to the primary.
+pub struct Conn {
+    stream: Stream,
+    buf: Vec<u8>,
+}
+
+/// Where and as whom to connect.
+pub struct Target<'a> {
+    /// A directory (Unix socket `DIR/.s.PGSQL.PORT`) or a host name.
+    pub host: &'a str,
+    pub port: u16,
+    pub user: &'a str,
+    pub password: Option<&'a str>,
+    pub application_name: &'a str,
+}
+
+impl Conn {
+    /// Connects and authenticates a physical replication connection.
+    pub fn connect(t: &Target) -> Result<Conn, String> {
+        let stream = if t.host.starts_with('/') {
+            let path = format!("{}/.s.PGSQL.{}", t.host, t.port);
+            let s = UnixStream::connect(&path)
+                .map_err(|e| format!("connection to server on socket \"{path}\" failed: {e}"))?;
+            s.set_read_timeout(Some(READ_TIMEOUT))
+                .map_err(|e| e.to_string())?;
+            Stream::Unix(s)
+        } else {
+            let s = connect_tcp(t.host, t.port)?;
+            s.set_read_timeout(Some(READ_TIMEOUT))
+                .map_err(|e| e.to_string())?;
+            let _ = s.set_nodelay(true);
+            Stream::Tcp(s)
+        };
+        let mut conn = Conn {
+            stream,
+            buf: Vec::new(),
+        };
+        conn.send(&startup_packet(t.user, t.application_name))?;
+        conn.authenticate(t.password)?;
+        Ok(conn)
+    }
+
+    /// Sends raw bytes (one or more whole messages).
+    pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.stream
+            .io()
+            .write_all(bytes)
+            .map_err(|e| format!("could not send data to the primary: {e}"))
+    }
+
+    /// Reads once (at most [`READ_TIMEOUT`]); false on a timeout.
+    pub fn fill(&mut self) -> Result<bool, String> {
+        let mut chunk = [0u8; 64 * 1024];
+        match self.stream.io().read(&mut chunk) {
+            Ok(0) => Err("the primary closed the connection".into()),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(format!("could not receive data from the primary: {e}")),
+        }
+    }
+
+    /// The next whole message in the buffer, if one is there.
+    pub fn next_message(&mut self) -> Result<Option<Message>, String> {
+        if self.buf.len() < 5 {
+            return Ok(None);
+        }
+        let len = i32::from_be_bytes(self.buf[1..5].try_into().expect("4 bytes"));
+        if len < 4 || len as usize > MAX_MESSAGE {
+            return Err(format!("invalid message length {len} from the primary"));
+        }
+        let total = 1 + len as usize;
+        if self.buf.len() < total {
+            return Ok(None);
+        }
+        let tag = self.buf[0];
+        let body = self.buf[5..total].to_vec();
+        self.buf.drain(..total);
+        Ok(Some(Message { tag, body }))
+    }
+
+    /// Waits for the next message, calling `interrupted` between reads
+    /// (true: give up).
+    pub fn wait_message(&mut self, interrupted: &dyn Fn() -> bool) -> Result<Message, String> {
+        loop {
+            if let Some(m) = self.next_message()? {
+                return Ok(m);
+            }
+            if interrupted() {
+                return Err("interrupted by a shutdown request".into());
+            }
+            self.fill()?;
+        }
+    }
+
+    fn authenticate(&mut self, password: Option<&str>) -> Result<(), String> {
+        let never = || false;
+        loop {
+            let m = self.wait_message(&never)?;
+            match m.tag {
+                b'R' => match be_i32(&m.body, 0) {
+                    Some(0) => {}
+                    Some(3) => {
+                        let p = password.ok_or(
+                            "the primary asks for a password and primary_conninfo gives none",
+                        )?;
+                        let mut body = p.as_bytes().to_vec();
+                        body.push(0);
+                        self.send(&message(b'p', &body))?;
+                    }
+                    Some(code) => {
+                        return Err(format!(
+                            "authentication method {code} requested by the primary is not supported by walshm's walreceiver (trust and password are)"
+                        ))
+                    }
+                    None => return Err("invalid authentication request from the primary".into()),
+                },
+                b'E' => return Err(error_text(&m.body)),
+                b'Z' => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs a simple query; its text rows (NULL as None).
+    pub fn query(
+        &mut self,
+        sql: &str,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Vec<Vec<Option<String>>>, String> {
+        self.send(&query_message(sql))?;
+        let mut rows = Vec::new();
+        let mut error = None;
+        loop {
+            let m = self.wait_message(interrupted)?;
+            match m.tag {
+                b'D' => rows.push(data_row(&m.body)?),
+                b'E' => error = Some(error_text(&m.body)),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        match error {
+            Some(e) => Err(format!("{sql}: {e}")),
+            None => Ok(rows),
+        }
+    }
+
+    /// Sends START_REPLICATION and waits for the CopyBothResponse.
+    pub fn start_replication(
+        &mut self,
+        command: &str,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        self.send(&query_message(command))?;
+        loop {
+            let m = self.wait_message(interrupted)?;
+            match m.tag {
+                b'W' => return Ok(()),
+                b'E' => return Err(format!("{command}: {}", error_text(&m.body))),
+                _ => {}
+            }
+        }
+    }
+
+    /// Says goodbye (Terminate); errors do not matter any more.
+    pub fn terminate(mut self) {
+        let _ = self.send(&message(b'X', &[]));
+    }
+}
+
+fn connect_tcp(host: &str, port: u16) -> Result<TcpStream, String> {
+    use std::net::ToSocketAddrs;
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("could not translate host name \"{host}\" to address: {e}"))?;
+    let mut last = format!("no address for \"{host}\"");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                last = format!("connection to server at \"{host}\" ({a}), port {port} failed: {e}")
+            }
+        }
+    }
+    Err(last)
+}
+
+/// A message with its type byte and length.
+pub fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(tag);
+    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+fn query_message(sql: &str) -> Vec<u8> {
+    let mut body = sql.as_bytes().to_vec();
+    body.push(0);
+    message(b'Q', &body)
+}
+
+fn startup_packet(user: &str, application_name: &str) -> Vec<u8> {
+    let mut body = PROTOCOL_3.to_be_bytes().to_vec();
+    for (k, v) in [
+        ("user", user),
+        ("replication", "true"),
+        ("application_name", application_name),
+    ] {
+        body.extend_from_slice(k.as_bytes());
+        body.push(0);
+        body.extend_from_slice(v.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut out = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+pub fn be_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+pub fn be_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The columns of a DataRow, as text.
+fn data_row(body: &[u8]) -> Result<Vec<Option<String>>, String> {
+    let bad = || "invalid DataRow from the primary".to_string();
+    let n = u16::from_be_bytes(body.get(0..2).ok_or_else(bad)?.try_into().expect("2 bytes"));
+    let mut at = 2;
+    let mut cols = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = be_i32(body, at).ok_or_else(bad)?;
+        at += 4;
+        if len < 0 {
+            cols.push(None);
+            continue;
+        }
+        let v = body.get(at..at + len as usize).ok_or_else(bad)?;
+        cols.push(Some(String::from_utf8_lossy(v).into_owned()));
+        at += len as usize;
+    }
+    Ok(cols)
+}
+
+/// "SEVERITY: message" of an ErrorResponse.
+pub fn error_text(body: &[u8]) -> String {
+    let mut severity = "ERROR".to_string();
+    let mut msg = String::new();
+    for field in body.split(|&b| b == 0) {
+        let Some((&kind, text)) = field.split_first() else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(text).into_owned();
+        match kind {
+            b'S' => severity = text,
+            b'M' => msg = text,
+            _ => {}
+        }
+    }
+    format!("{severity}:  {msg}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_cut_whole() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut c = Conn {
+            stream: Stream::Unix(a),
+            buf: Vec::new(),
+        };
+        let mut row = 2u16.to_be_bytes().to_vec();
+        row.extend_from_slice(&2i32.to_be_bytes());
+        row.extend_from_slice(b"42");
+        row.extend_from_slice(&(-1i32).to_be_bytes());
+        let m = message(b'D', &row);
+        c.buf.extend_from_slice(&m[..4]);
+        assert!(c.next_message().unwrap().is_none());
+        c.buf.extend_from_slice(&m[4..]);
+        let got = c.next_message().unwrap().unwrap();
+        assert_eq!(got.tag, b'D');
+        assert_eq!(data_row(&got.body).unwrap(), vec![Some("42".into()), None]);
+        assert!(c.buf.is_empty());
+        c.buf.extend_from_slice(&[b'E', 0, 0, 0, 1]);
+        assert!(c.next_message().is_err());
+    }
+
+    #[test]
+    fn error_responses_read_as_libpq_prints_them() {
+        let body = b"SERROR\0C58P01\0Mrequested WAL segment has already been removed\0\0";
+        assert_eq!(
+            error_text(body),
+            "ERROR:  requested WAL segment has already been removed"
+        );
+    }
+}
