@@ -1040,7 +1040,9 @@ impl Postmaster {
     fn service_registry(&mut self) {
         let phase = match self.state {
             _ if self.shutting_down => registry::Phase::ShuttingDown,
-            State::Run => registry::Phase::Running,
+            // A standby's workers attach read-only (the worker library
+            // refuses their writes).
+            State::Run | State::Standby => registry::Phase::Running,
             _ => registry::Phase::StartingUp,
         };
         // An abandoned generation (crash wait, end of a shutdown) is

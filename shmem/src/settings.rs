@@ -239,6 +239,11 @@ declare_settings! {
     wal_receiver_status_interval_s: u32 = 10 =>
         "wal_receiver_status_interval", Kind::int(Unit::S, Unit::S, 0, 2_147_483),
         "longest time between two walreceiver status reports (0 = only when asked)";
+    /// A walreceiver that heard nothing from its primary for this long
+    /// ends the connection (0: never); it asks for a reply after half.
+    wal_receiver_timeout_ms: u32 = 60_000 =>
+        "wal_receiver_timeout", Kind::int(Unit::MS, Unit::MS, 0, 2_147_483_647),
+        "end a replication connection whose primary is silent for this long (0 = never)";
     /// A walreceiver that could not connect, or lost its primary, tries
     /// again after this long.
     wal_retrieve_retry_interval_ms: u32 = 5_000 =>

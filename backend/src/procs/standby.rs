@@ -108,7 +108,7 @@ pub fn follow(
         .store(geo.seg_start(geo.seg_no(r.end_of_wal)), Ordering::Relaxed);
     w.start_tli.store(tli, Ordering::Relaxed);
     w.replay_tli.store(tli, Ordering::Relaxed);
-    publish_replay(w, r.end_of_wal);
+    publish_replay(shm, r.end_of_wal);
     let mut c = *control;
     c.state = DbState::InArchiveRecovery;
     c.time = unix_now();
@@ -207,7 +207,7 @@ fn replay_upto(
             restartpoint = Some((rec.lsn, cp));
         }
     }
-    publish_replay(shared(shm), r.end_of_wal);
+    publish_replay(shm, r.end_of_wal);
     if let Some((at, cp)) = restartpoint {
         c.checkpoint = at;
         c.redo = cp.redo;
@@ -220,10 +220,14 @@ fn replay_upto(
 
 /// What pg_last_wal_replay_lsn() and the status updates' apply position
 /// show.
-fn publish_replay(w: &WalRcvShared, end: Lsn) {
-    w.replayed_upto.store(end, Ordering::Relaxed);
+fn publish_replay(shm: &Shmem, end: Lsn) {
+    let w = shared(shm);
+    // Release: pairs with the Acquire load of library readers
+    // (`walread::flushed_upto`), which then read the WAL below it.
+    w.replayed_upto.store(end, Ordering::Release);
     w.replayed_at_us
         .store(shmem::stats::now_us() as i64, Ordering::Relaxed);
+    shm.xlog().readers.flushed.wake();
 }
 
 /// The last step of a promotion (see the module header): the new

@@ -58,9 +58,14 @@ impl Postmaster {
             self.begin_promotion_if_asked();
         }
         if self.promotion == Promotion::StoppingWalreceiver && self.count(WALRECEIVER) == 0 {
-            self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGUSR2);
-            self.promotion = Promotion::Told;
+            self.tell_startup_to_promote();
         }
+    }
+
+    /// The walreceiver is gone: the startup process may end recovery.
+    fn tell_startup_to_promote(&mut self) {
+        self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGUSR2);
+        self.promotion = Promotion::Told;
     }
 
     /// The startup process said it is a standby (the shared flag).
@@ -100,16 +105,23 @@ impl Postmaster {
 
     /// The walreceiver ended (outside a crash wait).
     pub(super) fn walreceiver_exited(&mut self, pid: i32, exit: &ChildExit) {
-        if self.promotion != Promotion::None || self.shutting_down {
-            return; // we asked it to stop
-        }
         if !exit.is_clean_or_fatal() {
             self.handle_crash(WALRECEIVER, pid, &exit.why);
             return;
         }
-        log("LOG", &format!("walreceiver (PID {pid}) {}", exit.why));
-        if exit.is_clean() && self.state == State::Standby {
-            self.fork_server_child(ServerChild::Walreceiver);
+        if self.shutting_down {
+            return; // we asked it to stop
+        }
+        match self.promotion {
+            // At once, not at the loop's next wake-up.
+            Promotion::StoppingWalreceiver => self.tell_startup_to_promote(),
+            Promotion::Told => {}
+            Promotion::None => {
+                log("LOG", &format!("walreceiver (PID {pid}) {}", exit.why));
+                if exit.is_clean() && self.state == State::Standby {
+                    self.fork_server_child(ServerChild::Walreceiver);
+                }
+            }
         }
     }
 

@@ -1,7 +1,9 @@
 //! The client side of PostgreSQL's protocol that a walreceiver needs
 //! (libpqwalreceiver's part of libpq): connect over a Unix socket or TCP,
-//! the startup packet of a physical replication connection, trust or
-//! cleartext-password authentication, simple queries returning text rows
+//! the startup packet of a physical replication connection, trust,
+//! cleartext-password or SCRAM-SHA-256 authentication (walshm's TCP
+//! listener asks for SCRAM; `protocol::ClientExchange` computes it),
+//! simple queries returning text rows
 //! (IDENTIFY_SYSTEM, TIMELINE_HISTORY), and the CopyBoth stream of
 //! START_REPLICATION.
 //!
@@ -23,6 +25,8 @@ use std::time::Duration;
 
 /// The longest one read waits.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest one write waits (a primary that stopped reading).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Protocol version 3.0.
 const PROTOCOL_3: i32 = 196_608;
 /// A message larger than this is refused (WAL data comes in pieces of at
@@ -69,19 +73,24 @@ pub struct Target<'a> {
 }
 
 impl Conn {
-    /// Connects and authenticates a physical replication connection.
-    pub fn connect(t: &Target) -> Result<Conn, String> {
+    /// Connects and authenticates a physical replication connection;
+    /// `interrupted` (checked between reads) gives up.
+    pub fn connect(t: &Target, interrupted: &dyn Fn() -> bool) -> Result<Conn, String> {
         let stream = if t.host.starts_with('/') {
             let path = format!("{}/.s.PGSQL.{}", t.host, t.port);
             let s = UnixStream::connect(&path)
                 .map_err(|e| format!("connection to server on socket \"{path}\" failed: {e}"))?;
-            s.set_read_timeout(Some(READ_TIMEOUT))
-                .map_err(|e| e.to_string())?;
+            set_timeouts(
+                s.set_read_timeout(Some(READ_TIMEOUT)),
+                s.set_write_timeout(Some(WRITE_TIMEOUT)),
+            )?;
             Stream::Unix(s)
         } else {
             let s = connect_tcp(t.host, t.port)?;
-            s.set_read_timeout(Some(READ_TIMEOUT))
-                .map_err(|e| e.to_string())?;
+            set_timeouts(
+                s.set_read_timeout(Some(READ_TIMEOUT)),
+                s.set_write_timeout(Some(WRITE_TIMEOUT)),
+            )?;
             let _ = s.set_nodelay(true);
             Stream::Tcp(s)
         };
@@ -90,7 +99,7 @@ impl Conn {
             buf: Vec::new(),
         };
         conn.send(&startup_packet(t.user, t.application_name))?;
-        conn.authenticate(t.password)?;
+        conn.authenticate(t.password, interrupted)?;
         Ok(conn)
     }
 
@@ -158,30 +167,55 @@ impl Conn {
         }
     }
 
-    fn authenticate(&mut self, password: Option<&str>) -> Result<(), String> {
-        let never = || false;
+    /// Answers the primary's authentication requests until it is ready.
+    fn authenticate(
+        &mut self,
+        password: Option<&str>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        let mut scram: Option<protocol::ClientExchange> = None;
         loop {
-            let m = self.wait_message(&never)?;
-            match m.tag {
-                b'R' => match be_i32(&m.body, 0) {
-                    Some(0) => {}
-                    Some(3) => {
-                        let p = password.ok_or(
-                            "the primary asks for a password and primary_conninfo gives none",
-                        )?;
-                        let mut body = p.as_bytes().to_vec();
-                        body.push(0);
-                        self.send(&message(b'p', &body))?;
-                    }
-                    Some(code) => {
+            let m = self.wait_message(interrupted)?;
+            match (m.tag, be_i32(&m.body, 0)) {
+                (b'R', Some(0)) => {}
+                (b'R', Some(3)) => {
+                    let mut body = need_password(password)?.as_bytes().to_vec();
+                    body.push(0);
+                    self.send(&message(b'p', &body))?;
+                }
+                (b'R', Some(10)) => {
+                    let offered = String::from_utf8_lossy(&m.body[4..]).into_owned();
+                    if !offered.split('\0').any(|mech| mech == "SCRAM-SHA-256") {
                         return Err(format!(
-                            "authentication method {code} requested by the primary is not supported by walshm's walreceiver (trust and password are)"
-                        ))
+                            "the primary offers no SASL mechanism walshm's walreceiver knows ({offered:?})"
+                        ));
                     }
-                    None => return Err("invalid authentication request from the primary".into()),
-                },
-                b'E' => return Err(error_text(&m.body)),
-                b'Z' => return Ok(()),
+                    let ex = protocol::ClientExchange::new(need_password(password)?)
+                        .map_err(|e| format!("no random bytes for SCRAM: {e}"))?;
+                    self.send(&sasl_initial_response(&ex.client_first()))?;
+                    scram = Some(ex);
+                }
+                (b'R', Some(11)) => {
+                    let ex = scram.as_mut().ok_or("unexpected SASL continuation")?;
+                    let fin = ex
+                        .client_final(&m.body[4..])
+                        .map_err(|e| format!("SCRAM exchange with the primary failed: {e:?}"))?;
+                    self.send(&message(b'p', fin.as_bytes()))?;
+                }
+                (b'R', Some(12)) => {
+                    let ex = scram.as_ref().ok_or("unexpected SASL outcome")?;
+                    ex.verify_server_final(&m.body[4..]).map_err(|_| {
+                        "the primary's SCRAM signature is wrong (it does not know this password)"
+                            .to_string()
+                    })?;
+                }
+                (b'R', code) => {
+                    return Err(format!(
+                        "authentication method {code:?} requested by the primary is not supported by walshm's walreceiver (trust, password and SCRAM-SHA-256 are)"
+                    ))
+                }
+                (b'E', _) => return Err(error_text(&m.body)),
+                (b'Z', _) => return Ok(()),
                 _ => {}
             }
         }
@@ -258,6 +292,25 @@ pub fn message(tag: u8, body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
     out.extend_from_slice(body);
     out
+}
+
+fn set_timeouts(read: io::Result<()>, write: io::Result<()>) -> Result<(), String> {
+    read.and(write)
+        .map_err(|e| format!("could not set socket timeouts: {e}"))
+}
+
+fn need_password(password: Option<&str>) -> Result<&str, String> {
+    password.ok_or_else(|| {
+        "the primary asks for a password and primary_conninfo gives none (password, passfile or ~/.pgpass)".into()
+    })
+}
+
+/// SASLInitialResponse: the mechanism, then the client-first message.
+fn sasl_initial_response(client_first: &str) -> Vec<u8> {
+    let mut body = b"SCRAM-SHA-256\0".to_vec();
+    body.extend_from_slice(&(client_first.len() as i32).to_be_bytes());
+    body.extend_from_slice(client_first.as_bytes());
+    message(b'p', &body)
 }
 
 fn query_message(sql: &str) -> Vec<u8> {

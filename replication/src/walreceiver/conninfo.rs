@@ -237,3 +237,91 @@ mod tests {
         assert_eq!(ConnInfo::parse("").unwrap(), ConnInfo::default());
     }
 }
+
+/// The password for (host, port, user) from a password file in libpq's
+/// format (`hostname:port:database:username:password` lines, `*` matching
+/// anything, `\` escaping `:` and `\`), the database being
+/// "replication"; a Unix-socket host is matched as "localhost", as libpq
+/// does. A file that group or others may read is ignored (with libpq's
+/// reason), as is a missing one.
+pub fn password_from_file(
+    path: &std::path::Path,
+    host: &str,
+    port: u16,
+    user: &str,
+) -> Result<Option<String>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(_) => return Ok(None),
+    };
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "password file \"{}\" has group or world access; permissions should be u=rw (0600) or less",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("could not read password file \"{}\": {e}", path.display()))?;
+    let host = if host.is_empty() || host.starts_with('/') {
+        "localhost"
+    } else {
+        host
+    };
+    let port = port.to_string();
+    let wanted = [host, port.as_str(), "replication", user];
+    Ok(text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(passfile_fields)
+        .find(|f| {
+            f.len() == 5
+                && f.iter()
+                    .zip(wanted)
+                    .all(|(have, want)| have == "*" || have == want)
+        })
+        .map(|f| f[4].clone()))
+}
+
+/// The `:`-separated fields of a password file line (`\` escapes).
+fn passfile_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => fields.last_mut().expect("one").extend(chars.next()),
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut().expect("one").push(c),
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod passfile_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn password_files_as_libpq_reads_them() {
+        let dir = std::env::temp_dir().join(format!("walshm-passfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("pgpass");
+        std::fs::write(
+            &f,
+            "# comment\nother:5432:*:me:no\nlocalhost:5499:replication:me:s\\:e\\\\cret\n*:*:*:*:any\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let got = |host, port, user| password_from_file(&f, host, port, user).unwrap();
+        assert_eq!(got("/tmp/sock", 5499, "me").as_deref(), Some("s:e\\cret"));
+        assert_eq!(got("127.0.0.1", 5499, "me").as_deref(), Some("any"));
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(password_from_file(&f, "localhost", 5499, "me").is_err());
+        assert_eq!(
+            password_from_file(&dir.join("none"), "x", 1, "me"),
+            Ok(None)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

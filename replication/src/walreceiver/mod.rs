@@ -121,6 +121,8 @@ struct Receiver<'a> {
     pg_wal: PathBuf,
     fsync: bool,
     status_interval: Option<Duration>,
+    /// `wal_receiver_timeout` (None: 0, never).
+    timeout: Option<Duration>,
     conninfo: String,
     slot: String,
     cluster_name: String,
@@ -137,7 +139,11 @@ impl<'a> Receiver<'a> {
         let s = shm.settings();
         let facts = &shm.xlog().facts;
         let geo = Geometry::new(facts.seg_size).map_err(|e| e.to_string())?;
-        let start = w.start_lsn.load(Ordering::Relaxed);
+        // After a restart of this process: from what was flushed before.
+        let start = w
+            .start_lsn
+            .load(Ordering::Relaxed)
+            .max(w.flushed_upto.load(Ordering::Acquire));
         Ok(Receiver {
             w,
             geo,
@@ -147,6 +153,8 @@ impl<'a> Receiver<'a> {
             fsync: s.fsync,
             status_interval: (s.wal_receiver_status_interval_s > 0)
                 .then(|| Duration::from_secs(s.wal_receiver_status_interval_s as u64)),
+            timeout: (s.wal_receiver_timeout_ms > 0)
+                .then(|| Duration::from_millis(s.wal_receiver_timeout_ms as u64)),
             conninfo: s.primary_conninfo.as_str().to_string(),
             slot: s.primary_slot_name.as_str().to_string(),
             cluster_name: s.cluster_name.as_str().to_string(),
@@ -173,15 +181,17 @@ impl<'a> Receiver<'a> {
         self.w.slot_name.store(&self.slot);
         let app = self.application_name(&info);
         let user = info.user.clone().unwrap_or_else(os_user);
-        let mut conn = Conn::connect(&Target {
+        let stop = shutdown_requested;
+        let password = password_for(&info, &host, port, &user)?;
+        let target = Target {
             host: &host,
             port,
             user: &user,
-            password: info.password.as_deref(),
+            password: password.as_deref(),
             application_name: &app,
-        })
-        .map_err(|e| format!("could not connect to the primary server: {e}"))?;
-        let stop = shutdown_requested;
+        };
+        let mut conn = Conn::connect(&target, &stop)
+            .map_err(|e| format!("could not connect to the primary server: {e}"))?;
         self.identify(&mut conn, &stop)?;
         let start = self.geo.seg_start(self.geo.seg_no(self.flushed));
         let slot = match self.slot.as_str() {
@@ -296,10 +306,14 @@ impl<'a> Receiver<'a> {
     /// Step 4: the CopyBoth stream, until an error or a shutdown request.
     fn stream(&mut self, conn: &mut Conn) -> Result<(), String> {
         let mut last_status = Instant::now();
+        let mut last_heard = Instant::now();
+        let mut pinged = false;
         self.send_status(conn, false)?;
         loop {
             let mut reply_requested = false;
             while let Some(m) = conn.next_message()? {
+                last_heard = Instant::now();
+                pinged = false;
                 match m.tag {
                     b'd' => reply_requested |= self.copy_data(&m.body)?,
                     b'c' => {
@@ -320,6 +334,17 @@ impl<'a> Receiver<'a> {
             if flushed_more || reply_requested || due {
                 self.send_status(conn, false)?;
                 last_status = Instant::now();
+            }
+            if let Some(t) = self.timeout {
+                let silent = last_heard.elapsed();
+                if silent >= t {
+                    return Err("terminating walreceiver due to timeout".into());
+                }
+                if silent >= t / 2 && !pinged {
+                    // Ask the primary for a reply (a sign of life).
+                    self.send_status(conn, true)?;
+                    pinged = true;
+                }
             }
             if shutdown_requested() {
                 return Ok(());
@@ -448,6 +473,33 @@ impl<'a> Receiver<'a> {
         body.extend_from_slice(&(now_us() - PG_EPOCH_OFFSET_US).to_be_bytes());
         body.push(reply as u8);
         conn.send(&message(b'd', &body))
+    }
+}
+
+/// The password, as libpq finds it: the conninfo's `password`, else
+/// `PGPASSWORD`, else the password file (`passfile`, `PGPASSFILE`, or
+/// `~/.pgpass`). None: none found (enough for trust).
+fn password_for(
+    info: &ConnInfo,
+    host: &str,
+    port: u16,
+    user: &str,
+) -> Result<Option<String>, String> {
+    if let Some(p) = info
+        .password
+        .clone()
+        .or_else(|| std::env::var("PGPASSWORD").ok())
+    {
+        return Ok(Some(p));
+    }
+    let file = info
+        .passfile
+        .clone()
+        .or_else(|| std::env::var("PGPASSFILE").ok())
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/.pgpass")));
+    match file {
+        Some(f) => conninfo::password_from_file(Path::new(&f), host, port, user),
+        None => Ok(None),
     }
 }
 

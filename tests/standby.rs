@@ -1,0 +1,563 @@
+//! A standby and its promotion, with PostgreSQL 15's unmodified tools:
+//! `pg_basebackup -R -X stream` copies a walshm primary that commits
+//! synchronously (`synchronous_standby_names` names the standby), the copy
+//! started as a standby follows it (walreceiver, read-only sessions,
+//! `pg_stat_replication`, `pg_stat_wal_receiver`), the primary's whole
+//! process group is killed with SIGKILL, `pg_ctl promote` makes the
+//! standby a primary on timeline 2 holding every acknowledged commit, a
+//! client and a library worker write to it, and the old primary started
+//! as a standby of the new one refuses to follow (its timeline is behind)
+//! and stays read-only. A second test: a standby stopped and started
+//! again resumes, streams from a physical slot (`primary_slot_name`), and
+//! `pg_promote()` promotes it.
+//!
+//! Skipped loudly without PostgreSQL 15's tools (a failure with
+//! WALSHM_REQUIRE_PG=1). `pg_ctl` refuses to run as root, and a standby
+//! connects over the primary's Unix socket, which admits only the
+//! server's own user: as root, every process of these tests runs as the
+//! `postgres` user (`setpriv`). Servers run in process groups of their
+//! own, killed on drop; every command has a time limit.
+
+mod common;
+use common::wire::{free_port, pg_client};
+use common::*;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SEG: u64 = 1 << 20;
+
+/// The tools these tests need, and the server's user.
+struct Pg {
+    basebackup: PathBuf,
+    pg_ctl: PathBuf,
+    psql: PathBuf,
+    user: ServerUser,
+}
+
+fn pg() -> Option<Pg> {
+    Some(Pg {
+        basebackup: pg_client("pg_basebackup")?,
+        pg_ctl: pg_client("pg_ctl")?,
+        psql: pg_client("psql")?,
+        user: ServerUser::find("the standby tests")?,
+    })
+}
+
+impl Pg {
+    /// `program ARGS...` as the server's user.
+    fn command(&self, program: &Path, args: &[&str]) -> Command {
+        let mut c = self.user.command(program, args);
+        c.env("PGCONNECT_TIMEOUT", "10");
+        c
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) -> Out {
+        run_cmd(&mut self.command(program, args), TIMEOUT)
+    }
+
+    fn give(&self, dir: &Path) {
+        self.user.give(dir)
+    }
+
+    /// One SQL statement through psql (unaligned, tuples only).
+    fn sql(&self, dir: &Path, port: u16, sql: &str) -> Out {
+        let port = port.to_string();
+        let args = [
+            "-X",
+            "-At",
+            "-h",
+            dir.to_str().unwrap(),
+            "-p",
+            &port,
+            "-c",
+            sql,
+        ];
+        self.run(&self.psql, &args)
+    }
+
+    /// The value `sql` returns, panicking with psql's words if it fails.
+    fn value(&self, dir: &Path, port: u16, sql: &str) -> String {
+        let o = self.sql(dir, port, sql);
+        assert!(o.status.success(), "{sql}: {}", o.describe());
+        o.stdout.trim().to_string()
+    }
+
+    fn pg_ctl(&self, dir: &Path, args: &[&str]) -> Out {
+        let log = dir.with_extension("log");
+        let mut all = vec!["-D", dir.to_str().unwrap(), "-l", log.to_str().unwrap()];
+        all.extend_from_slice(args);
+        self.run(&self.pg_ctl, &all)
+    }
+}
+
+/// A server of these tests: `postmaster start` (in its own process group,
+/// stdout and stderr to files) or one `pg_ctl` started (found by its pid
+/// file; pg_ctl makes it a session leader). Its process group is killed
+/// with SIGKILL on drop.
+struct Srv {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Srv {
+    fn start(pg: &Pg, dir: &Path, port: u16, args: &[&str]) -> Srv {
+        let stdout = dir.with_extension("out");
+        let stderr = dir.with_extension("err");
+        let port_set = format!("port={port}");
+        let mut all = vec!["start", "-D", dir.to_str().unwrap(), "--set", &port_set];
+        all.extend_from_slice(args);
+        let child = pg
+            .command(Path::new(postmaster_bin()), &all)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .process_group(0)
+            .spawn()
+            .expect("start postmaster");
+        let s = Srv {
+            dir: dir.to_path_buf(),
+            port,
+            child: Some(child),
+            stdout,
+            stderr,
+        };
+        s.wait_log("ready to accept", Duration::from_secs(30));
+        s
+    }
+
+    /// A server `pg_ctl start -w` started with `-p port` and `extra`.
+    fn pg_ctl_start(pg: &Pg, dir: &Path, port: u16, extra: &str) -> Srv {
+        let opts = format!("-p {port} {extra}");
+        let o = pg.pg_ctl(
+            dir,
+            &[
+                "-p",
+                postmaster_bin(),
+                "-o",
+                &opts,
+                "-w",
+                "-t",
+                "30",
+                "start",
+            ],
+        );
+        let s = Srv {
+            dir: dir.to_path_buf(),
+            port,
+            child: None,
+            stdout: dir.with_extension("log"),
+            stderr: dir.with_extension("log"),
+        };
+        assert!(
+            o.status.success(),
+            "pg_ctl start: {}\n{}",
+            o.describe(),
+            s.log()
+        );
+        s
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    fn wait_log(&self, needle: &str, timeout: Duration) {
+        assert!(
+            wait_until(timeout, || self.log().contains(needle)),
+            "no {needle:?} in the log within {timeout:?}\n{}",
+            self.log()
+        );
+    }
+
+    /// The process group: the postmaster's pid (a group leader either way).
+    fn pgid(&self) -> Option<i32> {
+        match &self.child {
+            Some(c) => Some(c.id() as i32),
+            None => live_postmaster(&self.dir),
+        }
+    }
+
+    /// SIGKILL to the whole process group, then reaped.
+    fn kill9(&mut self) {
+        if let Some(g) = self.pgid() {
+            // SAFETY: kill has no memory effects; the group may be gone.
+            unsafe { libc::kill(-g, libc::SIGKILL) };
+        }
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.wait();
+        }
+        self.child = None;
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Child mode: this test binary run as a library worker against the data
+/// directory in `WALSHM_STANDBY_WORKER`: with `WALSHM_STANDBY_READ=LSN`
+/// read up to 100 records from LSN on and print `read N`; else commit one
+/// transactional message and print `committed LSN`. Exit 0, or print the
+/// error and exit 1. In a normal test run the variable is unset and this
+/// does nothing.
+#[test]
+fn child_worker() {
+    let Ok(dir) = std::env::var("WALSHM_STANDBY_WORKER") else {
+        return;
+    };
+    let read_from = std::env::var("WALSHM_STANDBY_READ").ok();
+    let result = (|| -> Result<String, walshm::Error> {
+        let mut w = walshm::Worker::attach(Some(Path::new(&dir)))?;
+        let done = match &read_from {
+            Some(from) => {
+                let mut r = w.reader(walformat::parse_lsn(from).expect("LSN"))?;
+                let mut n = 0;
+                while n < 100 && r.next_wait(Duration::from_millis(500))?.is_some() {
+                    n += 1;
+                }
+                format!("read {n}")
+            }
+            None => {
+                w.begin()?;
+                w.emit_tx("standby-test", b"written by a worker")?;
+                format!("committed {}", walformat::format_lsn(w.commit()?))
+            }
+        };
+        w.detach()?;
+        Ok(done)
+    })();
+    match result {
+        Ok(done) => {
+            println!("{done}");
+            std::process::exit(0)
+        }
+        Err(e) => {
+            println!("worker error: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Runs `child_worker` against `dir` as the server's user; `read_from`:
+/// read from there instead of writing.
+fn worker(pg: &Pg, dir: &Path, read_from: Option<u64>) -> Out {
+    let exe = std::env::current_exe().unwrap();
+    let args = ["--exact", "child_worker", "--nocapture", "--test-threads=1"];
+    let mut c = pg.command(&exe, &args);
+    c.env("WALSHM_STANDBY_WORKER", dir);
+    if let Some(lsn) = read_from {
+        c.env("WALSHM_STANDBY_READ", walformat::format_lsn(lsn));
+    }
+    run_cmd(&mut c, TIMEOUT)
+}
+
+/// `pg_basebackup -R -X stream` of `pri` into `dir` (as the server's user).
+fn base_backup(pg: &Pg, pri: &Srv, dir: &Path) {
+    let port = pri.port.to_string();
+    let args = [
+        "-h",
+        pri.dir.to_str().unwrap(),
+        "-p",
+        &port,
+        "-D",
+        dir.to_str().unwrap(),
+        "-R",
+        "-X",
+        "stream",
+        "--checkpoint=fast",
+    ];
+    let o = pg.run(&pg.basebackup, &args);
+    assert!(
+        o.status.success(),
+        "pg_basebackup: {}\n{}",
+        o.describe(),
+        pri.log()
+    );
+    assert!(dir.join("standby.signal").is_file());
+    let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap();
+    assert!(auto.contains("primary_conninfo"), "{auto}");
+}
+
+/// `postmaster init -D dir` with 1 MB segments, as the server's user.
+fn init_dir(pg: &Pg, dir: &Path) {
+    let o = pg.run(
+        Path::new(postmaster_bin()),
+        &[
+            "init",
+            "-D",
+            dir.to_str().unwrap(),
+            "--wal-segment-size",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "init: {}", o.describe());
+}
+
+/// The COMMIT records of timeline 1 in `pg_wal`, the switch segment's
+/// `.partial` file read as a segment (copied into `scratch`).
+fn timeline1_commits(pg_wal: &Path, scratch: &Path, from: u64) -> std::collections::HashSet<u64> {
+    std::fs::create_dir_all(scratch).unwrap();
+    for e in std::fs::read_dir(pg_wal).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        let seg = name.trim_end_matches(".partial");
+        if seg.len() == 24 && seg.starts_with("00000001") {
+            std::fs::copy(pg_wal.join(&name), scratch.join(seg)).unwrap();
+        }
+    }
+    let geo = walformat::Geometry::new(SEG).unwrap();
+    let mut reader = walformat::WalReader::open(scratch, geo, 1, None, from).unwrap();
+    let mut commits = std::collections::HashSet::new();
+    while let Ok(Some(r)) = reader.next_record() {
+        if r.is_commit() {
+            commits.insert(r.lsn);
+        }
+    }
+    commits
+}
+
+/// The failover of the module header.
+#[test]
+fn a_promoted_standby_keeps_every_acknowledged_commit() {
+    let Some(pg) = pg() else { return };
+    let t = TempDir::new("standby");
+    pg.give(t.path());
+    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
+    init_dir(&pg, &pri_dir);
+    let sync = "synchronous_standby_names=standby1";
+    let workload = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
+    let mut args = vec!["--set", sync];
+    args.extend_from_slice(&workload);
+    let mut pri = Srv::start(&pg, &pri_dir, free_port(), &args);
+    base_backup(&pg, &pri, &sby_dir);
+    let sby = Srv::pg_ctl_start(&pg, &sby_dir, free_port(), "-c cluster_name=standby1");
+
+    // Following: synchronous commits are acknowledged through the standby.
+    assert!(
+        wait_until(Duration::from_secs(30), || parse_acks(&pri.stdout()).len()
+            >= 300),
+        "fewer than 300 commits acknowledged with the standby connected\n{}\n{}",
+        pri.log(),
+        sby.log()
+    );
+    let rep = pg.value(
+        &pri.dir,
+        pri.port,
+        "SELECT application_name, state, sync_state FROM pg_stat_replication",
+    );
+    assert_eq!(rep, "standby1|streaming|sync");
+    let (d, p) = (&sby.dir, sby.port);
+    assert_eq!(pg.value(d, p, "SELECT pg_is_in_recovery()"), "t");
+    let rcv = pg.value(
+        d,
+        p,
+        "SELECT status, receive_start_tli, sender_port, pg_last_wal_receive_lsn() IS NOT NULL, pg_last_wal_replay_lsn() IS NOT NULL FROM pg_stat_wal_receiver",
+    );
+    assert_eq!(rcv, format!("streaming|1|{}|t|t", pri.port));
+    let refused = pg.sql(d, p, "SELECT pg_logical_emit_message(true, 'x', 'y')");
+    assert!(
+        !refused.status.success()
+            && refused
+                .stderr
+                .contains("cannot execute pg_logical_emit_message() in a read-only transaction"),
+        "{}",
+        refused.describe()
+    );
+    // A library worker attached to the standby reads, and may not write.
+    let first_ack = *parse_acks(&pri.stdout()).first().expect("acks");
+    let read = worker(&pg, d, Some(first_ack));
+    let n: usize = read
+        .stdout
+        .lines()
+        .find_map(|l| l.split("read ").nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("worker reader on the standby: {}", read.describe()));
+    assert!(n >= 100, "the worker read only {n} records");
+    let write = worker(&pg, d, None);
+    assert!(
+        !write.status.success() && write.stdout.contains("attached to a standby"),
+        "a worker wrote on a standby: {}",
+        write.describe()
+    );
+
+    // The primary dies with its whole process group; the standby is promoted.
+    pri.kill9();
+    let acks = parse_acks(&pri.stdout());
+    let promote_started = Instant::now();
+    let o = pg.pg_ctl(d, &["promote"]);
+    let pg_ctl_done = promote_started.elapsed();
+    assert!(
+        o.status.success() && o.stdout.contains("server promoted"),
+        "{}\n{}",
+        o.describe(),
+        sby.log()
+    );
+    let writable = wait_until(Duration::from_secs(30), || {
+        pg.sql(
+            d,
+            p,
+            "SELECT pg_logical_emit_message(true, 'after', 'promotion')",
+        )
+        .status
+        .success()
+    });
+    let first_write = promote_started.elapsed();
+    assert!(
+        writable,
+        "no write accepted after the promotion\n{}",
+        sby.log()
+    );
+    println!(
+        "standby promotion (2-core VM figure in docs/operations.md): pg_ctl promote returned after {} ms, first write accepted {} ms after it was run",
+        pg_ctl_done.as_millis(),
+        first_write.as_millis()
+    );
+    assert_eq!(pg.value(d, p, "SELECT pg_is_in_recovery()"), "f");
+    assert!(
+        pg.value(d, p, "SELECT pg_walfile_name(pg_current_wal_lsn())")
+            .starts_with("00000002"),
+        "not on timeline 2"
+    );
+    assert!(sby_dir.join("pg_wal/00000002.history").is_file());
+    assert!(!sby_dir.join("standby.signal").exists());
+    let worker = worker(&pg, d, None);
+    assert!(
+        worker.status.success() && worker.stdout.contains("committed "),
+        "a worker could not write after the promotion: {}",
+        worker.describe()
+    );
+
+    // The old primary, started as a standby of the new one, refuses to
+    // follow: its timeline is behind; it stays read-only.
+    std::fs::write(pri_dir.join("standby.signal"), b"").unwrap();
+    pg.give(&pri_dir);
+    let conninfo = format!(
+        "primary_conninfo=host={} port={}",
+        sby.dir.display(),
+        sby.port
+    );
+    let old = Srv::start(&pg, &pri_dir, free_port(), &["--set", &conninfo]);
+    old.wait_log("timeline 2", Duration::from_secs(20));
+    let log = old.log();
+    assert!(
+        log.contains("forked off this standby's timeline 1")
+            || log.contains("following a timeline switch is not supported"),
+        "{log}"
+    );
+    assert!(!log.contains("started streaming"), "{log}");
+    assert_eq!(
+        pg.value(&old.dir, old.port, "SELECT pg_is_in_recovery()"),
+        "t"
+    );
+    let refused = pg.sql(&old.dir, old.port, "SELECT txid_current()");
+    assert!(!refused.status.success(), "{}", refused.describe());
+    drop(old);
+
+    // Every acknowledged commit is in the promoted server's WAL (timeline
+    // 1 up to the switch point).
+    let o = pg.pg_ctl(d, &["stop", "-m", "fast"]);
+    assert!(o.status.success(), "{}", o.describe());
+    let first = *acks.iter().min().expect("acks");
+    let commits = timeline1_commits(&sby_dir.join("pg_wal"), &t.join("scratch"), first);
+    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged commits are not in the promoted standby's WAL (first {})",
+        missing.len(),
+        acks.len(),
+        walformat::format_lsn(*missing[0])
+    );
+    drop(sby);
+}
+
+/// A standby stopped and started again resumes; it streams from a
+/// physical slot; `pg_promote()` promotes it.
+#[test]
+fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
+    let Some(pg) = pg() else { return };
+    let t = TempDir::new("standby-slot");
+    pg.give(t.path());
+    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
+    init_dir(&pg, &pri_dir);
+    let pri = Srv::start(&pg, &pri_dir, free_port(), &[]);
+    let (pd, pp) = (&pri.dir, pri.port);
+    pg.value(
+        pd,
+        pp,
+        "SELECT pg_create_physical_replication_slot('standby_slot', true)",
+    );
+    base_backup(&pg, &pri, &sby_dir);
+    let sby_port = free_port();
+    let slot = ["--set", "primary_slot_name=standby_slot"];
+    let emit = "SELECT pg_logical_emit_message(true, 'p', repeat('x', 3000))";
+    for round in 0..2 {
+        let sby = Srv::start(&pg, &sby_dir, sby_port, &slot);
+        for _ in 0..50 {
+            let _ = pg.sql(pd, pp, emit);
+        }
+        let want = pg.value(pd, pp, "SELECT pg_current_wal_flush_lsn()");
+        let replayed = wait_until(Duration::from_secs(20), || {
+            pg.value(
+                &sby.dir,
+                sby.port,
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{want}'"),
+            ) == "t"
+        });
+        assert!(
+            replayed,
+            "round {round}: the standby did not replay up to {want}\n{}",
+            sby.log()
+        );
+        let active = pg.value(pd, pp, "SELECT active, restart_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'standby_slot'");
+        assert_eq!(active, "t|t", "round {round}");
+        let slot_seen = pg.value(
+            &sby.dir,
+            sby.port,
+            "SELECT slot_name FROM pg_stat_wal_receiver",
+        );
+        assert_eq!(slot_seen, "standby_slot");
+        if round == 0 {
+            // A fast shutdown: "shut down in recovery", standby.signal kept.
+            let mut sby = sby;
+            kill(sby.child.as_ref().unwrap().id() as i32, libc::SIGINT);
+            let exited = wait_until(Duration::from_secs(20), || {
+                sby.child.as_mut().unwrap().try_wait().unwrap().is_some()
+            });
+            assert!(exited, "the standby did not stop\n{}", sby.log());
+            assert!(sby_dir.join("standby.signal").is_file());
+            continue;
+        }
+        assert_eq!(
+            pg.value(&sby.dir, sby.port, "SELECT pg_promote()"),
+            "t",
+            "{}",
+            sby.log()
+        );
+        assert_eq!(
+            pg.value(&sby.dir, sby.port, "SELECT pg_is_in_recovery()"),
+            "f"
+        );
+        let lsn = pg.value(
+            &sby.dir,
+            sby.port,
+            "SELECT pg_logical_emit_message(true, 'after', 'promote')",
+        );
+        assert!(lsn.contains('/'), "{lsn}");
+        let again = pg.sql(&sby.dir, sby.port, "SELECT pg_promote()");
+        assert!(
+            again.stderr.contains("recovery is not in progress"),
+            "{}",
+            again.describe()
+        );
+    }
+}
