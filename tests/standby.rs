@@ -502,9 +502,14 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
     let emit = "SELECT pg_logical_emit_message(true, 'p', repeat('x', 3000))";
     for round in 0..2 {
         let sby = Srv::start(&pg, &sby_dir, sby_port, &slot);
-        for _ in 0..50 {
-            let _ = pg.sql(pd, pp, emit);
+        for i in 0..50 {
+            pg.value(pd, pp, emit);
+            if i % 10 == 9 {
+                pg.value(pd, pp, "SELECT pg_switch_wal()");
+            }
         }
+        pg.value(pd, pp, "CHECKPOINT");
+        let redo = pg.value(pd, pp, "SELECT redo_lsn FROM pg_control_checkpoint()");
         let want = pg.value(pd, pp, "SELECT pg_current_wal_flush_lsn()");
         let replayed = wait_until(Duration::from_secs(20), || {
             pg.value(
@@ -517,6 +522,26 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
             replayed,
             "round {round}: the standby did not replay up to {want}\n{}",
             sby.log()
+        );
+        // A restartpoint at the replayed checkpoint: the control file names
+        // it, and the segments before its redo point are gone.
+        let restartpoint = pg.value(
+            &sby.dir,
+            sby.port,
+            &format!("SELECT redo_lsn >= '{redo}' FROM pg_control_checkpoint()"),
+        );
+        assert_eq!(
+            restartpoint, "t",
+            "round {round}: no restartpoint at {redo}"
+        );
+        let first_segment = sby_dir.join(format!(
+            "pg_wal/0000000100000000000000{:02X}",
+            round * 5 + 1
+        ));
+        assert!(
+            !first_segment.exists(),
+            "round {round}: {} kept",
+            first_segment.display()
         );
         let active = pg.value(pd, pp, "SELECT active, restart_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'standby_slot'");
         assert_eq!(active, "t|t", "round {round}");

@@ -17,7 +17,9 @@
 //!    first), advance `replayed_upto`; at each checkpoint record replayed
 //!    make a restartpoint (the control file names that checkpoint and its
 //!    redo point, still "in archive recovery", so a restarted standby
-//!    reads only from there); sleep on `startup_latch`;
+//!    reads only from there; then the segments wholly before the redo
+//!    point, less `wal_keep_size`, are removed, as PostgreSQL's
+//!    restartpoints do); sleep on `startup_latch`;
 //! 4. a fast shutdown: the control file says "shut down in recovery",
 //!    `standby.signal` stays, exit `EXIT_SHUTDOWN`; the next start
 //!    resumes standby mode from the last restartpoint and the WAL on disk;
@@ -207,15 +209,44 @@ fn replay_upto(
             restartpoint = Some((rec.lsn, cp));
         }
     }
-    publish_replay(shm, r.end_of_wal);
+    // The restartpoint is in the control file before the replay position
+    // that covers its checkpoint is published.
     if let Some((at, cp)) = restartpoint {
         c.checkpoint = at;
         c.redo = cp.redo;
         c.next_xid = cp.next_xid;
         c.time = unix_now();
         write_control(datadir, c, shm.settings().fsync)?;
+        remove_old_segments(&pg_wal, geo, c.timeline, cp.redo, shm.settings());
     }
+    publish_replay(shm, r.end_of_wal);
     Ok(())
+}
+
+/// After a restartpoint: removes the segments wholly before `redo` less
+/// `wal_keep_size` (the control file names `redo` already, so no restart
+/// reads them again). A standby archives nothing, so `archive_mode` keeps
+/// none of them (PostgreSQL's standby marks them archived). A failure is
+/// logged; the next restartpoint tries again.
+fn remove_old_segments(pg_wal: &Path, geo: &Geometry, tli: u32, redo: Lsn, s: &shmem::Settings) {
+    let keep = (s.wal_keep_size_mb as u64 * (1 << 20)).div_ceil(geo.seg_size);
+    let cutoff = geo.seg_no(redo).saturating_sub(keep);
+    let Ok(names) = walfile::list_dir(walfile::Op::WalDir, pg_wal) else {
+        return;
+    };
+    for name in names {
+        let name = name.to_string_lossy();
+        let old = matches!(geo.parse_file_name(&name), Some((t, n)) if t == tli && n < cutoff);
+        if old {
+            if let Err(e) = walfile::remove_file(walfile::Op::WalRemove, &pg_wal.join(&*name)) {
+                log(
+                    "LOG",
+                    &format!("could not remove WAL segment \"{name}\": {e}"),
+                );
+            }
+        }
+    }
+    crate::timeline::remove_older_timelines(pg_wal, geo, tli, cutoff, false);
 }
 
 /// What pg_last_wal_replay_lsn() and the status updates' apply position
