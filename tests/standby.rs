@@ -373,6 +373,34 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
         "{}",
         refused.describe()
     );
+    // remote_apply: the commit returns once the standby replayed it, and
+    // at once (the apply position is reported when replayed, not on a
+    // timer).
+    let apply_started = Instant::now();
+    let mut c = pg.command(
+        &pg.psql,
+        &["-X", "-At", "-h", pri.dir.to_str().unwrap(), "-p", &pri.port.to_string(), "-c",
+          "SELECT pg_logical_emit_message(true, 'apply', 'x') FROM pg_stat_replication WHERE application_name = 'standby1'"],
+    );
+    c.env("PGOPTIONS", "-c synchronous_commit=remote_apply");
+    let o = run_cmd(&mut c, TIMEOUT);
+    assert!(o.status.success(), "{}", o.describe());
+    let applied = o.stdout.trim().to_string();
+    assert!(
+        apply_started.elapsed() < Duration::from_secs(5),
+        "a remote_apply commit took {:?}",
+        apply_started.elapsed()
+    );
+    let replayed = pg.value(
+        d,
+        p,
+        &format!("SELECT pg_last_wal_replay_lsn() >= '{applied}'"),
+    );
+    assert_eq!(
+        replayed, "t",
+        "remote_apply returned before the standby replayed {applied}"
+    );
+
     // A library worker attached to the standby reads, and may not write.
     let first_ack = *parse_acks(&pri.stdout()).first().expect("acks");
     let read = worker(&pg, d, Some(first_ack));

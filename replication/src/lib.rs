@@ -19,5 +19,6 @@ pub mod lagtracker;
 pub mod logical;
 pub mod roundstats;
 pub mod views;
+mod wakeup;
 pub mod walreceiver;
 pub mod walsender;

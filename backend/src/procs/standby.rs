@@ -259,6 +259,13 @@ fn publish_replay(shm: &Shmem, end: Lsn) {
     w.replayed_at_us
         .store(shmem::stats::now_us() as i64, Ordering::Relaxed);
     shm.xlog().readers.flushed.wake();
+    // The walreceiver reports the new apply position at once (SIGURG ends
+    // its wait; ignored by default, so a stale pid is harmless).
+    let pid = w.pid.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(pid, libc::SIGURG) };
+    }
 }
 
 /// The last step of a promotion (see the module header): the new

@@ -20,6 +20,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -39,6 +40,13 @@ enum Stream {
 }
 
 impl Stream {
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+
     fn io(&mut self) -> &mut dyn ReadWrite {
         match self {
             Stream::Unix(s) => s,
@@ -103,6 +111,10 @@ impl Conn {
         Ok(conn)
     }
 
+    fn raw_fd(&self) -> RawFd {
+        self.stream.raw_fd()
+    }
+
     /// Sends raw bytes (one or more whole messages).
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.stream
@@ -111,8 +123,12 @@ impl Conn {
             .map_err(|e| format!("could not send data to the primary: {e}"))
     }
 
-    /// Reads once (at most [`READ_TIMEOUT`]); false on a timeout.
+    /// Reads once (waiting at most [`READ_TIMEOUT`], or until a signal:
+    /// `crate::wakeup`); false when nothing came.
     pub fn fill(&mut self) -> Result<bool, String> {
+        if !crate::wakeup::wait_readable(self.raw_fd(), READ_TIMEOUT) {
+            return Ok(false);
+        }
         let mut chunk = [0u8; 64 * 1024];
         match self.stream.io().read(&mut chunk) {
             Ok(0) => Err("the primary closed the connection".into()),

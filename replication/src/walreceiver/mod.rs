@@ -28,8 +28,11 @@
 //!    the sync) and the startup process woken, and a status update sent
 //!    (write, flush, apply = the startup process's replay position), so a
 //!    synchronous primary releases its commits as soon as they are on this
-//!    disk. A status update also goes out when the primary asks for one
-//!    and every `wal_receiver_status_interval`.
+//!    disk. A status update also goes out when the primary asks for one,
+//!    every `wal_receiver_status_interval`, and when the startup process
+//!    replayed more (it sends SIGURG, which ends the wait for the socket:
+//!    `crate::wakeup`), so `remote_apply` commits wait for the replay, not
+//!    for a timeout.
 //!
 //! Invariants: a segment is fdatasynced before the first byte of the next
 //! is written (the startup process's torn-tail rule: unsynced WAL lies in
@@ -75,6 +78,7 @@ pub fn run(shm: &Shmem, datadir: &Path) -> i32 {
         );
         return backend::process::EXIT_FATAL;
     }
+    crate::wakeup::block_sigurg();
     w.pid.store(std::process::id() as i32, Ordering::Relaxed);
     let mut rcv = match Receiver::new(shm, datadir) {
         Ok(r) => r,
@@ -131,6 +135,8 @@ struct Receiver<'a> {
     segment: Option<(u64, File, bool)>,
     written: Lsn,
     flushed: Lsn,
+    /// The apply position of the last status update.
+    reported_apply: Lsn,
 }
 
 impl<'a> Receiver<'a> {
@@ -161,6 +167,7 @@ impl<'a> Receiver<'a> {
             segment: None,
             written: start,
             flushed: start,
+            reported_apply: 0,
         })
     }
 
@@ -331,7 +338,8 @@ impl<'a> Receiver<'a> {
             let due = self
                 .status_interval
                 .is_some_and(|i| last_status.elapsed() >= i);
-            if flushed_more || reply_requested || due {
+            let applied_more = self.apply_position() > self.reported_apply;
+            if flushed_more || applied_more || reply_requested || due {
                 self.send_status(conn, false)?;
                 last_status = Instant::now();
             }
@@ -460,12 +468,17 @@ impl<'a> Receiver<'a> {
     }
 
     /// A standby status update ('r'): write, flush, apply, our clock.
-    fn send_status(&self, conn: &mut Conn, reply: bool) -> Result<(), String> {
-        let apply = self
-            .w
+    /// What the startup process replayed, never past what was flushed.
+    fn apply_position(&self) -> Lsn {
+        self.w
             .replayed_upto
             .load(Ordering::Relaxed)
-            .min(self.flushed);
+            .min(self.flushed)
+    }
+
+    fn send_status(&mut self, conn: &mut Conn, reply: bool) -> Result<(), String> {
+        let apply = self.apply_position();
+        self.reported_apply = apply;
         let mut body = vec![b'r'];
         body.extend_from_slice(&self.written.max(self.flushed).to_be_bytes());
         body.extend_from_slice(&self.flushed.to_be_bytes());
