@@ -6,10 +6,12 @@
 //! process group is killed with SIGKILL, `pg_ctl promote` makes the
 //! standby a primary on timeline 2 holding every acknowledged commit, a
 //! client and a library worker write to it, and the old primary started
-//! as a standby of the new one refuses to follow (its timeline is behind)
-//! and stays read-only. A second test: a standby stopped and started
-//! again resumes, streams from a physical slot (`primary_slot_name`), and
-//! `pg_promote()` promotes it.
+//! as a standby of the new one never writes: it follows timeline 2, or
+//! refuses to when its WAL went past the switch point. A second test: a
+//! standby stopped and started again resumes (restartpoints remove old
+//! segments), streams from a physical slot (`primary_slot_name`), and
+//! `pg_promote()` promotes it; a second standby then follows it onto
+//! timeline 2 and is promoted onto timeline 3.
 //!
 //! Skipped loudly without PostgreSQL 15's tools (a failure with
 //! WALSHM_REQUIRE_PG=1). `pg_ctl` refuses to run as root, and a standby
@@ -102,6 +104,8 @@ struct Srv {
     child: Option<Child>,
     stdout: PathBuf,
     stderr: PathBuf,
+    /// Not killed yet.
+    live: bool,
 }
 
 impl Srv {
@@ -125,6 +129,7 @@ impl Srv {
             child: Some(child),
             stdout,
             stderr,
+            live: true,
         };
         s.wait_log("ready to accept", Duration::from_secs(30));
         s
@@ -152,6 +157,7 @@ impl Srv {
             child: None,
             stdout: dir.with_extension("log"),
             stderr: dir.with_extension("log"),
+            live: true,
         };
         assert!(
             o.status.success(),
@@ -186,11 +192,14 @@ impl Srv {
         }
     }
 
-    /// SIGKILL to the whole process group, then reaped.
+    /// SIGKILL to the whole process group, then reaped; once only (a
+    /// later server in the same directory is another's).
     fn kill9(&mut self) {
-        if let Some(g) = self.pgid() {
-            // SAFETY: kill has no memory effects; the group may be gone.
-            unsafe { libc::kill(-g, libc::SIGKILL) };
+        if std::mem::take(&mut self.live) {
+            if let Some(g) = self.pgid() {
+                // SAFETY: kill has no memory effects; the group may be gone.
+                unsafe { libc::kill(-g, libc::SIGKILL) };
+            }
         }
         if let Some(c) = self.child.as_mut() {
             let _ = c.wait();
@@ -465,8 +474,10 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
         worker.describe()
     );
 
-    // The old primary, started as a standby of the new one, refuses to
-    // follow: its timeline is behind; it stays read-only.
+    // The old primary, started as a standby of the new one, never writes
+    // history of its own: if its WAL goes past the switch point (WAL the
+    // standby had not received when it was killed) it refuses to follow,
+    // else it follows onto timeline 2; read-only either way.
     std::fs::write(pri_dir.join("standby.signal"), b"").unwrap();
     pg.give(&pri_dir);
     let conninfo = format!(
@@ -474,22 +485,45 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
         sby.dir.display(),
         sby.port
     );
-    let old = Srv::start(&pg, &pri_dir, free_port(), &["--set", &conninfo]);
-    old.wait_log("timeline 2", Duration::from_secs(20));
+    let mut old = Srv::start(&pg, &pri_dir, free_port(), &["--set", &conninfo]);
+    let (diverged, follows) = ("history has diverged", "following it onto timeline 2");
+    let decided = wait_until(Duration::from_secs(20), || {
+        let log = old.log();
+        log.contains(diverged) || log.contains(follows)
+    });
     let log = old.log();
     assert!(
-        log.contains("forked off this standby's timeline 1")
-            || log.contains("following a timeline switch is not supported"),
-        "{log}"
+        decided,
+        "the old primary neither refused nor followed\n{log}"
     );
-    assert!(!log.contains("started streaming"), "{log}");
+    if log.contains(diverged) {
+        assert!(!log.contains("on timeline 2"), "{log}");
+        println!("the old primary's WAL went past the switch point: it refuses to follow");
+    } else {
+        let lsn = pg.value(
+            d,
+            p,
+            "SELECT pg_logical_emit_message(true, 'seen', 'by the old primary')",
+        );
+        let replayed = wait_until(Duration::from_secs(20), || {
+            pg.value(
+                &old.dir,
+                old.port,
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'"),
+            ) == "t"
+        });
+        assert!(replayed, "the old primary did not follow\n{}", old.log());
+        println!(
+            "the old primary's WAL ended at or before the switch point: it follows timeline 2"
+        );
+    }
     assert_eq!(
         pg.value(&old.dir, old.port, "SELECT pg_is_in_recovery()"),
         "t"
     );
     let refused = pg.sql(&old.dir, old.port, "SELECT txid_current()");
     assert!(!refused.status.success(), "{}", refused.describe());
-    drop(old);
+    old.kill9();
 
     // Every acknowledged commit is in the promoted server's WAL (timeline
     // 1 up to the switch point).
@@ -509,22 +543,26 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
 }
 
 /// A standby stopped and started again resumes; it streams from a
-/// physical slot; `pg_promote()` promotes it.
+/// physical slot; `pg_promote()` promotes it; a second standby follows it
+/// onto the new timeline and is promoted in turn.
 #[test]
 fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
     let Some(pg) = pg() else { return };
     let t = TempDir::new("standby-slot");
     pg.give(t.path());
-    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
+    let (pri_dir, sby_dir, b_dir) = (t.join("pri"), t.join("sby"), t.join("b"));
     init_dir(&pg, &pri_dir);
-    let pri = Srv::start(&pg, &pri_dir, free_port(), &[]);
-    let (pd, pp) = (&pri.dir, pri.port);
+    let mut pri = Srv::start(&pg, &pri_dir, free_port(), &[]);
+    let (pd, pp) = (&pri.dir.clone(), pri.port);
     pg.value(
         pd,
         pp,
         "SELECT pg_create_physical_replication_slot('standby_slot', true)",
     );
     base_backup(&pg, &pri, &sby_dir);
+    // A second standby, which follows the first one after its promotion.
+    base_backup(&pg, &pri, &b_dir);
+    let mut b = Srv::start(&pg, &b_dir, free_port(), &[]);
     let sby_port = free_port();
     let slot = ["--set", "primary_slot_name=standby_slot"];
     let emit = "SELECT pg_logical_emit_message(true, 'p', repeat('x', 3000))";
@@ -590,6 +628,20 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
             assert!(sby_dir.join("standby.signal").is_file());
             continue;
         }
+        // Both standbys have all the primary wrote; it dies.
+        let b_replayed = wait_until(Duration::from_secs(20), || {
+            pg.value(
+                &b.dir,
+                b.port,
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{want}'"),
+            ) == "t"
+        });
+        assert!(
+            b_replayed,
+            "the second standby did not replay up to {want}\n{}",
+            b.log()
+        );
+        pri.kill9();
         assert_eq!(
             pg.value(&sby.dir, sby.port, "SELECT pg_promote()"),
             "t",
@@ -612,5 +664,54 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
             "{}",
             again.describe()
         );
+        // The second standby, pointed at the promoted one, follows it onto
+        // timeline 2, and is promoted in turn onto timeline 3.
+        b.kill9();
+        let conninfo = format!(
+            "primary_conninfo=host={} port={}",
+            sby.dir.display(),
+            sby.port
+        );
+        b = Srv::start(&pg, &b_dir, b.port, &["--set", &conninfo]);
+        let on_tl2 = pg.value(
+            &sby.dir,
+            sby.port,
+            "SELECT pg_logical_emit_message(true, 'tl', '2')",
+        );
+        let followed = wait_until(Duration::from_secs(20), || {
+            let o = pg.sql(
+                &b.dir,
+                b.port,
+                &format!("SELECT pg_last_wal_replay_lsn() >= '{on_tl2}'"),
+            );
+            assert!(o.status.success(), "{}\n{}", o.describe(), b.log());
+            o.stdout.trim() == "t"
+        });
+        assert!(
+            followed,
+            "the second standby did not follow onto timeline 2\n{}",
+            b.log()
+        );
+        assert_eq!(
+            pg.value(
+                &b.dir,
+                b.port,
+                "SELECT received_tli FROM pg_stat_wal_receiver"
+            ),
+            "2"
+        );
+        assert_eq!(
+            pg.value(&b.dir, b.port, "SELECT pg_promote()"),
+            "t",
+            "{}",
+            b.log()
+        );
+        let name = pg.value(
+            &b.dir,
+            b.port,
+            "SELECT pg_walfile_name(pg_current_wal_lsn())",
+        );
+        assert!(name.starts_with("00000003"), "{name}");
+        assert!(b_dir.join("pg_wal/00000003.history").is_file());
     }
 }

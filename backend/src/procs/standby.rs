@@ -97,10 +97,11 @@ pub fn follow(
     control: &ControlFile,
     geo: &Geometry,
     mut r: RecoveryResult,
-) -> Result<RecoveryResult, i32> {
+) -> Result<(RecoveryResult, ControlFile), i32> {
     let w = shared(shm);
     let fsync = shm.settings().fsync;
     let tli = control.timeline;
+    w.received_tli.store(tli, Ordering::Relaxed);
     WAKE.store(
         &w.startup_latch as *const Latch as *mut Latch,
         Ordering::Relaxed,
@@ -130,6 +131,7 @@ pub fn follow(
         ),
     );
     let pg_wal = datadir.join("pg_wal");
+    let mut stall = Stall::default();
     loop {
         if shutdown_requested() {
             c.state = DbState::ShutDownInRecovery;
@@ -143,11 +145,18 @@ pub fn follow(
         }
         let promote = PROMOTE.load(Ordering::Relaxed);
         w.startup_latch.reset();
+        // Acquire: pairs with the walreceiver's Release store after it
+        // wrote the new timeline's history file.
+        let received_tli = w.received_tli.load(Ordering::Acquire);
+        if received_tli > c.timeline {
+            follow_timeline(shm, datadir, &mut c, received_tli)?;
+        }
         // Acquire: pairs with the walreceiver's Release store after its
         // fdatasync; the bytes below are in the files.
         let flushed = w.flushed_upto.load(Ordering::Acquire);
         if flushed > r.end_of_wal {
-            replay_upto(shm, datadir, &mut c, geo, &mut r, flushed)?;
+            let stopped = replay_upto(shm, datadir, &mut c, geo, &mut r, flushed)?;
+            stall.note(r.end_of_wal, flushed, stopped);
         }
         if promote {
             break;
@@ -157,17 +166,91 @@ pub fn follow(
     log(
         "LOG",
         &format!(
-            "received promote request; end of received and flushed WAL at {} on timeline {tli}",
-            format_lsn(r.end_of_wal)
+            "received promote request; end of received and flushed WAL at {} on timeline {}",
+            format_lsn(r.end_of_wal),
+            c.timeline
         ),
     );
-    cut_wal_at(&pg_wal, geo, tli, r.end_of_wal, fsync).map_err(|e| fatal(&e))?;
+    cut_wal_at(&pg_wal, geo, c.timeline, r.end_of_wal, fsync).map_err(|e| fatal(&e))?;
     crate::procarray::restore_next_xid(shm, c.next_xid, r.max_xid);
-    Ok(r)
+    Ok((r, c))
+}
+
+/// The walreceiver follows the primary onto timeline `tli` (its history
+/// file is in pg_wal): replay reads along that history from now on (the
+/// WAL before the switch from the older timelines' files), the control
+/// file and the WAL facts name it. A history file that does not descend
+/// from our timeline is refused (FATAL: the postmaster restarts the
+/// standby, whose walreceiver checks the primary again).
+fn follow_timeline(shm: &Shmem, datadir: &Path, c: &mut ControlFile, tli: u32) -> Result<(), i32> {
+    let t = crate::timeline::Timeline::read(&datadir.join("pg_wal"), tli)
+        .map_err(|e| fatal(&e.to_string()))?;
+    if !t.contains(c.timeline) {
+        return Err(fatal(&format!(
+            "timeline {tli} received from the primary does not descend from this standby's timeline {}",
+            c.timeline
+        )));
+    }
+    log(
+        "LOG",
+        &format!(
+            "following the primary from timeline {} onto timeline {tli}",
+            c.timeline
+        ),
+    );
+    c.timeline = tli;
+    c.time = unix_now();
+    write_control(datadir, c, shm.settings().fsync)?;
+    shm.xlog().facts.set_timeline(tli);
+    shared(shm).replay_tli.store(tli, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Replay that stays stopped by a reader error short of what the
+/// walreceiver flushed (damage, or a record still arriving): logged once
+/// when it lasts [`STALL_LOG_AFTER`], so a stuck standby is not silent.
+#[derive(Default)]
+struct Stall {
+    at: Lsn,
+    since: Option<std::time::Instant>,
+    logged: bool,
+}
+
+/// How long replay may stay stopped by a reader error before it is logged.
+const STALL_LOG_AFTER: Duration = Duration::from_secs(10);
+
+impl Stall {
+    fn note(&mut self, at: Lsn, flushed: Lsn, stopped: Option<String>) {
+        let Some(why) = stopped.filter(|_| flushed > at) else {
+            *self = Stall::default();
+            return;
+        };
+        if self.at != at || self.since.is_none() {
+            *self = Stall {
+                at,
+                since: Some(std::time::Instant::now()),
+                logged: false,
+            };
+        }
+        if !self.logged && self.since.is_some_and(|s| s.elapsed() >= STALL_LOG_AFTER) {
+            self.logged = true;
+            log(
+                "WARNING",
+                &format!(
+                    "standby replay has been stopped at {} for {} s although WAL up to {} was received and flushed: {why}; a promotion would end the WAL there",
+                    format_lsn(at),
+                    STALL_LOG_AFTER.as_secs(),
+                    format_lsn(flushed)
+                ),
+            );
+        }
+    }
 }
 
 /// Reads the records that end at or before `flushed`, from `r.end_of_wal`
-/// on; a restartpoint at each checkpoint record.
+/// on; a restartpoint at each checkpoint record. Returns the reader's
+/// error when one stopped it (not a clean end, not a record past
+/// `flushed`).
 fn replay_upto(
     shm: &Shmem,
     datadir: &Path,
@@ -175,7 +258,7 @@ fn replay_upto(
     geo: &Geometry,
     r: &mut RecoveryResult,
     flushed: Lsn,
-) -> Result<(), i32> {
+) -> Result<Option<String>, i32> {
     let pg_wal = datadir.join("pg_wal");
     let history = crate::timeline::Timeline::read(&pg_wal, c.timeline)
         .map(|t| t.reader_history())
@@ -190,15 +273,21 @@ fn replay_upto(
     ) {
         Ok(reader) => reader,
         // The walreceiver has not created the segment yet.
-        Err(_) => return Ok(()),
+        Err(e) => return Ok(Some(e.to_string())),
     };
     let mut restartpoint = None;
+    let mut stopped = None;
     // Stops at the first record not wholly flushed (it may be half
     // written, so an error there is no damage: it is read again later).
-    while let Ok(Some(rec)) = reader.next_record() {
-        if rec.next > flushed {
-            break;
-        }
+    loop {
+        let rec = match reader.next_record() {
+            Ok(Some(rec)) if rec.next <= flushed => rec,
+            Ok(_) => break,
+            Err(e) => {
+                stopped = Some(e.to_string());
+                break;
+            }
+        };
         r.last_record = rec.lsn;
         r.end_of_wal = rec.next;
         r.records += 1;
@@ -220,7 +309,7 @@ fn replay_upto(
         remove_old_segments(&pg_wal, geo, c.timeline, cp.redo, shm.settings());
     }
     publish_replay(shm, r.end_of_wal);
-    Ok(())
+    Ok(stopped)
 }
 
 /// After a restartpoint: removes the segments wholly before `redo` less

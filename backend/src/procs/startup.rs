@@ -722,7 +722,8 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     );
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
     if standby {
-        let r = crate::standby::follow(shm, datadir, &control, &geo, r)?;
+        // The timeline may have moved on with the primary's.
+        let (r, control) = crate::standby::follow(shm, datadir, &control, &geo, r)?;
         finish_archive_recovery(shm, datadir, &control, &geo, r, started)?;
         crate::standby::promoted(shm, datadir);
         return Ok(());

@@ -58,6 +58,14 @@ impl Stream {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
+/// What START_REPLICATION began.
+pub enum Started {
+    Streaming,
+    /// The timeline asked for ended at the start position: (next
+    /// timeline, where it began).
+    TimelineEnd(u32, u64),
+}
+
 /// One backend message: its type byte and body.
 pub struct Message {
     pub tag: u8,
@@ -261,18 +269,43 @@ impl Conn {
         }
     }
 
-    /// Sends START_REPLICATION and waits for the CopyBothResponse.
+    /// Sends START_REPLICATION: streaming begins (CopyBothResponse), or,
+    /// for a start exactly at the end of an old timeline, the server names
+    /// the next timeline and where it began at once.
     pub fn start_replication(
         &mut self,
         command: &str,
         interrupted: &dyn Fn() -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<Started, String> {
         self.send(&query_message(command))?;
+        let mut next = None;
         loop {
             let m = self.wait_message(interrupted)?;
             match m.tag {
-                b'W' => return Ok(()),
+                b'W' => return Ok(Started::Streaming),
+                b'D' => next = Some(timeline_row(&data_row(&m.body)?)?),
                 b'E' => return Err(format!("{command}: {}", error_text(&m.body))),
+                b'Z' => {
+                    let (tli, at) = next.ok_or("START_REPLICATION ended without streaming")?;
+                    return Ok(Started::TimelineEnd(tli, at));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// After the server's CopyDone (the end of an old timeline): answers
+    /// with ours and reads the next timeline and where it began, up to
+    /// ReadyForQuery.
+    pub fn end_copy(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(u32, u64), String> {
+        self.send(&message(b'c', &[]))?;
+        let mut next = None;
+        loop {
+            let m = self.wait_message(interrupted)?;
+            match m.tag {
+                b'D' => next = Some(timeline_row(&data_row(&m.body)?)?),
+                b'E' => return Err(error_text(&m.body)),
+                b'Z' => return next.ok_or_else(|| "the primary named no next timeline".into()),
                 _ => {}
             }
         }
@@ -379,6 +412,18 @@ fn data_row(body: &[u8]) -> Result<Vec<Option<String>>, String> {
         at += len as usize;
     }
     Ok(cols)
+}
+
+/// The (next timeline, its start) row that ends an old timeline's stream.
+fn timeline_row(row: &[Option<String>]) -> Result<(u32, u64), String> {
+    let bad = || format!("invalid end-of-timeline row from the primary: {row:?}");
+    let tli = row.first().cloned().flatten().and_then(|t| t.parse().ok());
+    let at = row
+        .get(1)
+        .cloned()
+        .flatten()
+        .and_then(|l| walformat::parse_lsn(&l).ok());
+    tli.zip(at).ok_or_else(bad)
 }
 
 /// "SEVERITY: message" of an ErrorResponse.

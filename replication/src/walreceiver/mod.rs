@@ -11,12 +11,18 @@
 //!    connection with application_name from the conninfo, else
 //!    `cluster_name`, else "walreceiver";
 //! 2. IDENTIFY_SYSTEM: the system identifier must be ours; the primary's
-//!    timeline must be ours. A newer one is fetched with TIMELINE_HISTORY
+//!    timeline ours or newer. A newer one is fetched with TIMELINE_HISTORY
 //!    to say where it forked off ours: if this standby's WAL goes past the
 //!    fork point its history has diverged (an old primary started as a
 //!    standby of the promoted one): it is refused with that message and
-//!    nothing is written. Following the primary onto its new timeline is
-//!    not done (refused with its own message);
+//!    nothing is written. Otherwise the standby follows: it streams its
+//!    own timeline up to the fork point (the primary ends that stream with
+//!    CopyDone and names the next timeline), writes the next timeline's
+//!    history file into pg_wal (under the name it makes, never the
+//!    server's), publishes the timeline (`received_tli`, Release after the
+//!    file; the startup process then replays along the new history) and
+//!    starts again from the fork point's segment on the new timeline, as
+//!    many times as there are newer timelines;
 //! 3. START_REPLICATION [SLOT primary_slot_name] PHYSICAL X TIMELINE t,
 //!    X the start of the segment holding the end of this standby's WAL
 //!    (the first connection: what the startup process published; later
@@ -52,7 +58,7 @@ pub mod conninfo;
 
 use backend::process::{log, shutdown_requested};
 use backend::walfile::{self, Op};
-use client::{be_u64, message, Conn, Target};
+use client::{be_u64, message, Conn, Started, Target};
 use conninfo::ConnInfo;
 use shmem::sync::Ordering;
 use shmem::walrcv::{rcv_state, WalRcvShared};
@@ -116,6 +122,14 @@ fn now_us() -> i64 {
     shmem::stats::now_us() as i64
 }
 
+/// How a stream ended (errors aside).
+enum Streamed {
+    Shutdown,
+    /// The primary ended the timeline streamed: (next timeline, where it
+    /// began).
+    TimelineEnd(u32, Lsn),
+}
+
 /// The receiving side's state across connections.
 struct Receiver<'a> {
     w: &'a WalRcvShared,
@@ -153,7 +167,12 @@ impl<'a> Receiver<'a> {
         Ok(Receiver {
             w,
             geo,
-            tli: w.start_tli.load(Ordering::Relaxed),
+            // After a restart of this process: the timeline it followed
+            // the primary onto, if newer.
+            tli: w
+                .start_tli
+                .load(Ordering::Relaxed)
+                .max(w.received_tli.load(Ordering::Acquire)),
             sysid: facts.system_identifier,
             pg_wal: datadir.join("pg_wal"),
             fsync: s.fsync,
@@ -199,24 +218,52 @@ impl<'a> Receiver<'a> {
         };
         let mut conn = Conn::connect(&target, &stop)
             .map_err(|e| format!("could not connect to the primary server: {e}"))?;
-        self.identify(&mut conn, &stop)?;
-        let start = self.geo.seg_start(self.geo.seg_no(self.flushed));
-        let slot = match self.slot.as_str() {
-            "" => String::new(),
-            s => format!("SLOT {s} "),
-        };
-        let command = format!(
-            "START_REPLICATION {slot}PHYSICAL {} TIMELINE {}",
-            format_lsn(start),
-            self.tli
-        );
-        conn.start_replication(&command, &stop)?;
-        // Rewritten from the segment start: the same bytes up to what was
-        // flushed before (they came from this primary).
+        let result = self
+            .identify(&mut conn, &stop)
+            .and_then(|()| self.replicate(&mut conn, &stop));
+        conn.terminate();
+        result
+    }
+
+    /// START_REPLICATION and streaming, from the start of the segment
+    /// holding what was flushed, following the primary onto each newer
+    /// timeline, until an error or a shutdown request (Ok).
+    fn replicate(&mut self, conn: &mut Conn, stop: &dyn Fn() -> bool) -> Result<(), String> {
+        let mut start = self.geo.seg_start(self.geo.seg_no(self.flushed));
+        loop {
+            let slot = match self.slot.as_str() {
+                "" => String::new(),
+                s => format!("SLOT {s} "),
+            };
+            let command = format!(
+                "START_REPLICATION {slot}PHYSICAL {} TIMELINE {}",
+                format_lsn(start),
+                self.tli
+            );
+            let ended = match conn.start_replication(&command, stop)? {
+                Started::TimelineEnd(next, at) => Streamed::TimelineEnd(next, at),
+                Started::Streaming => {
+                    self.streaming_from(start);
+                    self.stream(conn)?
+                }
+            };
+            match ended {
+                Streamed::Shutdown => return Ok(()),
+                Streamed::TimelineEnd(next, at) => {
+                    self.adopt_timeline(conn, next, at, stop)?;
+                    start = self.geo.seg_start(self.geo.seg_no(at));
+                }
+            }
+        }
+    }
+
+    /// Streaming began at `start` (rewritten from the segment start: the
+    /// same bytes up to what was flushed before, which came from this
+    /// primary's history).
+    fn streaming_from(&mut self, start: Lsn) {
         self.written = start;
         self.w.receive_start_lsn.store(start, Ordering::Relaxed);
         self.w.receive_start_tli.store(self.tli, Ordering::Relaxed);
-        self.w.received_tli.store(self.tli, Ordering::Relaxed);
         self.w.state.store(rcv_state::STREAMING, Ordering::Relaxed);
         log(
             "LOG",
@@ -226,9 +273,67 @@ impl<'a> Receiver<'a> {
                 self.tli
             ),
         );
-        let result = self.stream(&mut conn);
-        conn.terminate();
-        result
+    }
+
+    /// The primary ended our timeline at `at` and continues on `next`:
+    /// its history file goes into pg_wal (under the name we make, not the
+    /// server's), then the startup process is told (`received_tli`,
+    /// Release after the file is written; see `backend::standby`).
+    fn adopt_timeline(
+        &mut self,
+        conn: &mut Conn,
+        next: u32,
+        at: Lsn,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), String> {
+        self.flush();
+        let (text, entries) = self.fetch_history(conn, next, stop)?;
+        let parent_ok = entries
+            .last()
+            .is_some_and(|e| e.parent == self.tli && e.switchpoint == at);
+        if !parent_ok || next <= self.tli {
+            return Err(format!(
+                "the primary's timeline {next} does not continue this standby's timeline {} at {}",
+                self.tli,
+                format_lsn(at)
+            ));
+        }
+        let path = self.pg_wal.join(backend::timeline::history_file_name(next));
+        walfile::write_file_atomically(&path, text.as_bytes(), self.fsync)
+            .map_err(|e| format!("could not write \"{}\": {e}", path.display()))?;
+        log(
+            "LOG",
+            &format!(
+                "timeline {} ended at {} on the primary: following it onto timeline {next}",
+                self.tli,
+                format_lsn(at)
+            ),
+        );
+        self.segment = None;
+        self.tli = next;
+        // Release: the history file is written; pairs with the startup
+        // process's Acquire load.
+        self.w.received_tli.store(next, Ordering::Release);
+        self.w.startup_latch.set();
+        Ok(())
+    }
+
+    /// TIMELINE_HISTORY `tli`: the file's text and its parsed entries.
+    fn fetch_history(
+        &self,
+        conn: &mut Conn,
+        tli: u32,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(String, Vec<backend::timeline::HistoryEntry>), String> {
+        let rows = conn.query(&format!("TIMELINE_HISTORY {tli}"), stop)?;
+        let text = rows
+            .first()
+            .and_then(|r| r.get(1).cloned().flatten())
+            .ok_or("TIMELINE_HISTORY returned no file")?;
+        let name = backend::timeline::history_file_name(tli);
+        let entries =
+            backend::timeline::parse_history(&text, tli, &name).map_err(|e| e.to_string())?;
+        Ok((text, entries))
     }
 
     /// application_name: the conninfo's, else cluster_name, else
@@ -276,11 +381,15 @@ impl<'a> Receiver<'a> {
                 format_lsn(ours)
             ));
         }
-        Err(format!(
-            "the primary is on timeline {primary_tli}, which forked off this standby's timeline {} at {}; following a timeline switch is not supported by walshm's walreceiver (make it a standby anew from a base backup of the primary)",
-            self.tli,
-            format_lsn(fork)
-        ))
+        log(
+            "LOG",
+            &format!(
+                "the primary is on timeline {primary_tli}, which forked off this standby's timeline {} at {}: streaming up to there, then following it",
+                self.tli,
+                format_lsn(fork)
+            ),
+        );
+        Ok(())
     }
 
     /// Where the primary's timeline `tli` left ours, from its history
@@ -291,13 +400,7 @@ impl<'a> Receiver<'a> {
         tli: u32,
         stop: &dyn Fn() -> bool,
     ) -> Result<Lsn, String> {
-        let rows = conn.query(&format!("TIMELINE_HISTORY {tli}"), stop)?;
-        let (name, text) = rows
-            .first()
-            .and_then(|r| Some((r.first()?.clone()?, r.get(1)?.clone()?)))
-            .ok_or("TIMELINE_HISTORY returned no file")?;
-        let entries =
-            backend::timeline::parse_history(&text, tli, &name).map_err(|e| e.to_string())?;
+        let (_, entries) = self.fetch_history(conn, tli, stop)?;
         entries
             .iter()
             .find(|e| e.parent == self.tli)
@@ -311,7 +414,7 @@ impl<'a> Receiver<'a> {
     }
 
     /// Step 4: the CopyBoth stream, until an error or a shutdown request.
-    fn stream(&mut self, conn: &mut Conn) -> Result<(), String> {
+    fn stream(&mut self, conn: &mut Conn) -> Result<Streamed, String> {
         let mut last_status = Instant::now();
         let mut last_heard = Instant::now();
         let mut pinged = false;
@@ -324,11 +427,11 @@ impl<'a> Receiver<'a> {
                 match m.tag {
                     b'd' => reply_requested |= self.copy_data(&m.body)?,
                     b'c' => {
-                        return Err(format!(
-                            "replication terminated by primary server: end of WAL reached on timeline {} at {}",
-                            self.tli,
-                            format_lsn(self.written)
-                        ))
+                        // The end of an old timeline: what came is flushed,
+                        // then the primary names the next one.
+                        self.flush();
+                        let (next, at) = conn.end_copy(&shutdown_requested)?;
+                        return Ok(Streamed::TimelineEnd(next, at));
                     }
                     b'E' => return Err(client::error_text(&m.body)),
                     _ => {}
@@ -355,7 +458,7 @@ impl<'a> Receiver<'a> {
                 }
             }
             if shutdown_requested() {
-                return Ok(());
+                return Ok(Streamed::Shutdown);
             }
             conn.fill()?;
         }
