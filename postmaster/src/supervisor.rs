@@ -26,7 +26,9 @@
 //! SIGQUIT immediate (every child SIGQUIT, no shutdown checkpoint),
 //! SIGHUP reload (the configuration file is read again and the settings
 //! that may change while running take their new values for sessions that
-//! start afterwards; the others are reported as needing a restart), and
+//! start afterwards; the others are reported as needing a restart),
+//! SIGUSR1 (a startup process entered standby mode, or `DIR/promote`
+//! asks for a promotion: `standby`), and
 //! SIGTERM smart when started with PostgreSQL's command line (no new
 //! connections, running sessions finish, then a fast shutdown), fast
 //! with `postmaster start` (what its users and tests expect). The pid

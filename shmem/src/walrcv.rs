@@ -9,8 +9,10 @@
 //! * the startup process: `recovery` (set to [`RECOVERY_STANDBY`] before it
 //!   tells the postmaster it is a standby, cleared as the very last step of
 //!   a promotion), `replayed_upto`, `replay_tli`, `replayed_at_us`,
-//!   `start_lsn`/`start_tli` (where the walreceiver is to begin);
-//! * the walreceiver: everything else.
+//!   `start_lsn`/`start_tli` (where the walreceiver is to begin), and
+//!   `received_tli` once, before the walreceiver is forked;
+//! * the walreceiver: everything else (`received_tli` when it follows the
+//!   primary onto a newer timeline).
 //!
 //! Orderings:
 //! * `recovery`: the startup process stores the new timeline into the WAL
@@ -21,6 +23,17 @@
 //!   fdatasync of the bytes below it, then sets `startup_latch`; the
 //!   startup process loads it with Acquire before it reads those bytes
 //!   from the files (the page cache holds them: it is one machine).
+//! * `received_tli`: the walreceiver writes the new timeline's history
+//!   file, then stores it with Release; the startup process loads it with
+//!   Acquire before it reads that file.
+//! * `replayed_upto`: the startup process stores it with Release after
+//!   the restartpoint it covers is in the control file; library readers
+//!   load it with Acquire (`backend::walread::flushed_upto`) before they
+//!   read the WAL below it. Then it sends the walreceiver SIGURG, so the
+//!   apply position is reported at once.
+//! * Where streaming starts (`start_lsn`, `start_tli`): stored Relaxed by
+//!   the startup process before its Release store of `recovery`; the
+//!   walreceiver loads `recovery` with Acquire first.
 //! * Monitoring fields (times, conninfo, host) are Relaxed: a monitor may
 //!   see one update before another, as in PostgreSQL's view.
 
