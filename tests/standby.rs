@@ -11,7 +11,9 @@
 //! standby stopped and started again resumes (restartpoints remove old
 //! segments), streams from a physical slot (`primary_slot_name`), and
 //! `pg_promote()` promotes it; a second standby then follows it onto
-//! timeline 2 and is promoted onto timeline 3.
+//! timeline 2 and is promoted onto timeline 3. A third: a failed
+//! fdatasync in the walreceiver (the `wal_fsync` fail point) is a PANIC
+//! the standby recovers from by itself, losing no acknowledged commit.
 //!
 //! Skipped loudly without PostgreSQL 15's tools (a failure with
 //! WALSHM_REQUIRE_PG=1). `pg_ctl` refuses to run as root, and a standby
@@ -110,6 +112,11 @@ struct Srv {
 
 impl Srv {
     fn start(pg: &Pg, dir: &Path, port: u16, args: &[&str]) -> Srv {
+        Srv::start_with_env(pg, dir, port, args, &[])
+    }
+
+    /// [`Srv::start`] with `env` added to the server's environment.
+    fn start_with_env(pg: &Pg, dir: &Path, port: u16, args: &[&str], env: &[(&str, &str)]) -> Srv {
         let stdout = dir.with_extension("out");
         let stderr = dir.with_extension("err");
         let port_set = format!("port={port}");
@@ -117,6 +124,7 @@ impl Srv {
         all.extend_from_slice(args);
         let child = pg
             .command(Path::new(postmaster_bin()), &all)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -529,8 +537,15 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
     // 1 up to the switch point).
     let o = pg.pg_ctl(d, &["stop", "-m", "fast"]);
     assert!(o.status.success(), "{}", o.describe());
+    assert_acks_kept(&acks, &sby_dir, &t.join("scratch"));
+    drop(sby);
+}
+
+/// Every acknowledged commit of `acks` is in the timeline-1 WAL of the
+/// (stopped, promoted) standby in `dir`.
+fn assert_acks_kept(acks: &[u64], dir: &Path, scratch: &Path) {
     let first = *acks.iter().min().expect("acks");
-    let commits = timeline1_commits(&sby_dir.join("pg_wal"), &t.join("scratch"), first);
+    let commits = timeline1_commits(&dir.join("pg_wal"), scratch, first);
     let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
     assert!(
         missing.is_empty(),
@@ -539,7 +554,65 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
         acks.len(),
         walformat::format_lsn(*missing[0])
     );
-    drop(sby);
+}
+
+/// A failed fdatasync in the walreceiver (the I/O seam's `wal_fsync` fail
+/// point, once) is a PANIC: the standby restarts by itself, resumes
+/// streaming, the synchronous primary goes on acknowledging, and after a
+/// promotion every acknowledged commit is there.
+#[test]
+fn a_standby_survives_a_failed_fdatasync_of_its_walreceiver() {
+    let Some(pg) = pg() else { return };
+    let t = TempDir::new("standby-eio");
+    pg.give(t.path());
+    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
+    init_dir(&pg, &pri_dir);
+    let mut args = vec!["--set", "synchronous_standby_names=standby1"];
+    args.extend_from_slice(&["--workers", "2", "--workload", "emit-tx:64", "--ack"]);
+    let mut pri = Srv::start(&pg, &pri_dir, free_port(), &args);
+    base_backup(&pg, &pri, &sby_dir);
+    let fired = t.join("fired");
+    let spec = format!("wal_fsync=eio:after=20:once={}", fired.display());
+    let env = [("WALSHM_FAILPOINTS", spec.as_str())];
+    let sby_args = [
+        "--set",
+        "cluster_name=standby1",
+        "--set",
+        "wal_retrieve_retry_interval=100ms",
+    ];
+    let sby = Srv::start_with_env(&pg, &sby_dir, free_port(), &sby_args, &env);
+    sby.wait_log(
+        "all server processes terminated; reinitializing",
+        Duration::from_secs(30),
+    );
+    let log = sby.log();
+    let panic = log.lines().find(|l| l.contains("PANIC")).unwrap_or("");
+    assert!(
+        fired.exists() && panic.starts_with("walreceiver") && panic.contains("could not fdatasync"),
+        "{log}"
+    );
+    let before = parse_acks(&pri.stdout()).len();
+    assert!(
+        wait_until(Duration::from_secs(30), || parse_acks(&pri.stdout()).len()
+            >= before + 200),
+        "no commits acknowledged after the standby's restart\n{}",
+        sby.log()
+    );
+    pri.kill9();
+    let acks = parse_acks(&pri.stdout());
+    assert_eq!(
+        pg.value(&sby.dir, sby.port, "SELECT pg_promote()"),
+        "t",
+        "{}",
+        sby.log()
+    );
+    let mut sby = sby;
+    kill(sby.child.as_ref().unwrap().id() as i32, libc::SIGINT);
+    let stopped = wait_until(Duration::from_secs(20), || {
+        sby.child.as_mut().unwrap().try_wait().unwrap().is_some()
+    });
+    assert!(stopped, "{}", sby.log());
+    assert_acks_kept(&acks, &sby_dir, &t.join("scratch"));
 }
 
 /// A standby stopped and started again resumes; it streams from a
