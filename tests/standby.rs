@@ -306,6 +306,17 @@ fn base_backup(pg: &Pg, pri: &Srv, dir: &Path) {
     assert!(auto.contains("primary_conninfo"), "{auto}");
 }
 
+/// The segment files in `dir/pg_wal`, sorted.
+fn wal_segments(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("pg_wal"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+        .collect();
+    names.sort();
+    names
+}
+
 /// `postmaster init -D dir` with 1 MB segments, as the server's user.
 fn init_dir(pg: &Pg, dir: &Path) {
     let o = pg.run(
@@ -633,11 +644,23 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
         "SELECT pg_create_physical_replication_slot('standby_slot', true)",
     );
     base_backup(&pg, &pri, &sby_dir);
+    let first_segment = wal_segments(&sby_dir)[0].clone();
     // A second standby, which follows the first one after its promotion.
     base_backup(&pg, &pri, &b_dir);
     let mut b = Srv::start(&pg, &b_dir, free_port(), &[]);
     let sby_port = free_port();
-    let slot = ["--set", "primary_slot_name=standby_slot"];
+    // archive_mode = on: segments received whole are marked archived;
+    // restartpoints keep two segments before their redo point.
+    let slot = [
+        "--set",
+        "primary_slot_name=standby_slot",
+        "--set",
+        "wal_keep_size=2MB",
+        "--set",
+        "archive_mode=on",
+        "--set",
+        "archive_command=true",
+    ];
     let emit = "SELECT pg_logical_emit_message(true, 'p', repeat('x', 3000))";
     for round in 0..2 {
         let sby = Srv::start(&pg, &sby_dir, sby_port, &slot);
@@ -673,14 +696,20 @@ fn a_standby_resumes_after_a_restart_and_pg_promote_promotes_it() {
             restartpoint, "t",
             "round {round}: no restartpoint at {redo}"
         );
-        let first_segment = sby_dir.join(format!(
-            "pg_wal/0000000100000000000000{:02X}",
-            round * 5 + 1
-        ));
+        let segments = wal_segments(&sby_dir);
         assert!(
-            !first_segment.exists(),
-            "round {round}: {} kept",
-            first_segment.display()
+            !segments.contains(&first_segment),
+            "round {round}: {first_segment} kept after the restartpoint: {segments:?}"
+        );
+        // archive_mode = on: every segment received whole is marked done.
+        let done: Vec<String> = std::fs::read_dir(sby_dir.join("pg_wal/archive_status"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        let full = &segments[..segments.len() - 1];
+        assert!(
+            !full.is_empty() && full.iter().all(|s| done.contains(&format!("{s}.done"))),
+            "round {round}: segments {segments:?}, archive status {done:?}"
         );
         let active = pg.value(pd, pp, "SELECT active, restart_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'standby_slot'");
         assert_eq!(active, "t|t", "round {round}");

@@ -336,6 +336,8 @@ fn remove_old_segments(pg_wal: &Path, geo: &Geometry, tli: u32, redo: Lsn, s: &s
         }
     }
     crate::timeline::remove_older_timelines(pg_wal, geo, tli, cutoff, false);
+    // The walreceiver's `.done` marks of the segments just removed.
+    crate::archive::remove_orphan_done(pg_wal);
 }
 
 /// What pg_last_wal_replay_lsn() and the status updates' apply position

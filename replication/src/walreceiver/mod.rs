@@ -138,6 +138,7 @@ struct Receiver<'a> {
     sysid: u64,
     pg_wal: PathBuf,
     fsync: bool,
+    archive_mode: bool,
     status_interval: Option<Duration>,
     /// `wal_receiver_timeout` (None: 0, never).
     timeout: Option<Duration>,
@@ -176,6 +177,7 @@ impl<'a> Receiver<'a> {
             sysid: facts.system_identifier,
             pg_wal: datadir.join("pg_wal"),
             fsync: s.fsync,
+            archive_mode: s.archive_mode,
             status_interval: (s.wal_receiver_status_interval_s > 0)
                 .then(|| Duration::from_secs(s.wal_receiver_status_interval_s as u64)),
             timeout: (s.wal_receiver_timeout_ms > 0)
@@ -519,6 +521,9 @@ impl<'a> Receiver<'a> {
             if let Some(s) = self.segment.as_mut() {
                 s.2 = true;
             }
+            if offset + n as u64 == seg_size {
+                self.mark_archived(segno);
+            }
             at += n as u64;
             bytes = &bytes[n..];
         }
@@ -543,6 +548,25 @@ impl<'a> Receiver<'a> {
             self.segment = Some((segno, file, false));
         }
         &self.segment.as_ref().expect("opened above").1
+    }
+
+    /// With `archive_mode = on`, a segment received whole is marked
+    /// archived (`.done`), as PostgreSQL's walreceiver does: the primary
+    /// archives it, the standby never does, and its removal after a
+    /// restartpoint or a promotion is not held back.
+    fn mark_archived(&self, segno: u64) {
+        if !self.archive_mode {
+            return;
+        }
+        let name = self.geo.file_name(self.tli, segno);
+        let marked = backend::archive::notify(&self.pg_wal, &name, self.fsync)
+            .and_then(|()| backend::archive::mark_done(&self.pg_wal, &name, self.fsync));
+        if let Err(e) = marked {
+            log(
+                "LOG",
+                &format!("could not mark WAL segment \"{name}\" archived: {e}"),
+            );
+        }
     }
 
     /// fdatasyncs what was written and publishes it; true if the flush
