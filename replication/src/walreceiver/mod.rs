@@ -40,7 +40,9 @@
 //!    `crate::wakeup`), so `remote_apply` commits wait for the replay, not
 //!    for a timeout.
 //!
-//! Invariants: a segment is fdatasynced before the first byte of the next
+//! Invariants: WAL is written in order, each XLogData where the previous
+//! ended (a gap or an overlap ends the connection); a segment is
+//! fdatasynced before the first byte of the next
 //! is written (the startup process's torn-tail rule: unsynced WAL lies in
 //! one segment); `flushed_upto` never passes what was fdatasynced (with
 //! `fsync = on`), and the flush position reported to the primary is
@@ -477,6 +479,15 @@ impl<'a> Receiver<'a> {
                 let wal_end = be_u64(rest, 8).ok_or_else(bad)?;
                 let sent = be_u64(rest, 16).ok_or_else(bad)? as i64;
                 self.note_message(wal_end, sent);
+                // WAL arrives in order from where streaming started: a
+                // gap or an overlap is refused before anything is written.
+                if start != self.written {
+                    return Err(format!(
+                        "the primary sent WAL at {}, expected {}",
+                        format_lsn(start),
+                        format_lsn(self.written)
+                    ));
+                }
                 self.write(start, &rest[24..]);
                 Ok(false)
             }
