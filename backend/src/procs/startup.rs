@@ -43,6 +43,11 @@
 //! resumes archive recovery; the postmaster then ends its shutdown. Crash
 //! recovery has no such loop and runs to its end.
 //!
+//! With `DIR/standby.signal` (a standby) the process does not end after
+//! step 4: `crate::standby` follows the walreceiver's WAL until a
+//! promotion, then recovery ends as archive recovery does, on a new
+//! timeline.
+//!
 //! Base backups. A copy made by BASE_BACKUP (`pg_basebackup`) holds a
 //! `backup_label` naming the checkpoint the backup started from; its
 //! control file, copied last, may name a later one. Before step 1 the
