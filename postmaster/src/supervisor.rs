@@ -206,6 +206,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     };
     let (pidfile, _stale) = PidFile::create(&datadir, &facts)?;
     datadir::bring_up_to_date(&datadir)?;
+    standby::remove_stale_promote_file(&datadir);
     let args: Vec<String> = std::env::args().skip(1).collect();
     datadir::write_opts_file(&datadir, &args)?;
     SIGTERM_IS_SMART.store(opts.postgres_cli, Ordering::Relaxed);

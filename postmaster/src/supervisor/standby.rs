@@ -39,6 +39,23 @@ pub(super) enum Promotion {
 
 const WALRECEIVER: Kind = Kind::Server(ServerChild::Walreceiver);
 
+/// At start: a `DIR/promote` left from an earlier run is not a request to
+/// this one (PostgreSQL's RemovePromoteSignalFiles).
+pub(super) fn remove_stale_promote_file(datadir: &std::path::Path) {
+    let file = datadir.join(backend::standby::PROMOTE_FILE);
+    match std::fs::remove_file(&file) {
+        Ok(()) => log(
+            "LOG",
+            &format!("removed \"{}\" left from an earlier run", file.display()),
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => log(
+            "LOG",
+            &format!("could not remove \"{}\": {e}", file.display()),
+        ),
+    }
+}
+
 impl Postmaster {
     /// Once per loop: `sigusr1` is whether SIGUSR1 arrived since the last
     /// call.
