@@ -7,7 +7,7 @@
 //!
 //! The tools are skipped loudly when missing (a failure with
 //! WALSHM_REQUIRE_PG=1). `pg_ctl` refuses to run as root: as root, every
-//! command of a test runs as the `postgres` user (`runuser`), which owns
+//! command of a test runs as the `postgres` user (`setpriv`), which owns
 //! the data directory. Every server is killed with its process group if a
 //! test fails (`Cluster`'s drop), and every command has a timeout.
 
@@ -25,76 +25,35 @@ struct Tools {
     pg_ctl: PathBuf,
     pg_controldata: PathBuf,
     psql: PathBuf,
-    /// `runuser -u postgres --` when running as root.
-    as_user: Vec<String>,
+    /// The server's user (`postgres` when running as root).
+    user: ServerUser,
 }
 
 fn tools() -> Option<Tools> {
     let pg_ctl = pg_client("pg_ctl")?;
     let pg_controldata = pg_client("pg_controldata")?;
     let psql = pg_client("psql")?;
-    // SAFETY: geteuid has no preconditions.
-    let as_user = if unsafe { libc::geteuid() } == 0 {
-        let known = Command::new("id")
-            .args(["-u", "postgres"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !known {
-            if std::env::var("WALSHM_REQUIRE_PG").as_deref() == Ok("1") {
-                panic!(
-                    "running as root, pg_ctl needs a \"postgres\" user, and WALSHM_REQUIRE_PG=1"
-                );
-            }
-            eprintln!(
-                "\n********************************************************\n\
-                 SKIPPED: running as root and no \"postgres\" user to run pg_ctl as\n\
-                 ********************************************************\n"
-            );
-            return None;
-        }
-        ["runuser", "-u", "postgres", "--"]
-            .map(String::from)
-            .to_vec()
-    } else {
-        Vec::new()
-    };
     Some(Tools {
         pg_ctl,
         pg_controldata,
         psql,
-        as_user,
+        user: ServerUser::find("pg_ctl")?,
     })
 }
 
 impl Tools {
     /// `program ARGS...` as the server's user.
     fn command(&self, program: &Path, args: &[&str]) -> Command {
-        let mut c = match self.as_user.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
-        c.args(args);
-        c
+        self.user.command(program, args)
     }
 
     fn run(&self, program: &Path, args: &[&str]) -> Out {
-        run_cmd(&mut self.command(program, args), TIMEOUT)
+        self.user.run(program, args)
     }
 
     /// Lets the server's user own `dir` (as root).
     fn give(&self, dir: &Path) {
-        if self.as_user.is_empty() {
-            return;
-        }
-        let o = run_cmd(
-            Command::new("chown").args(["-R", "postgres", dir.to_str().unwrap()]),
-            TIMEOUT,
-        );
-        assert!(o.status.success(), "chown: {}", o.describe());
+        self.user.give(dir)
     }
 }
 

@@ -55,4 +55,4 @@ pub mod xact;
 pub mod xlog;
 
 pub use procs::worker as workload;
-pub use procs::{archiver, checkpointer, startup};
+pub use procs::{archiver, checkpointer, standby, startup};

@@ -389,8 +389,16 @@ pub fn end_recovery(
     c.time = unix_now();
     c.write(datadir, fsync).map_err(|e| e.to_string())?;
     retire_parent_segment(&pg_wal, geo, control.timeline, at.end, tli, archive_mode)?;
-    walfile::remove_file(Op::WalRemove, &datadir.join(RECOVERY_SIGNAL))
-        .map_err(|e| format!("could not remove \"{RECOVERY_SIGNAL}\": {e}"))?;
+    // A promoted standby has standby.signal (and maybe recovery.signal
+    // too, which PostgreSQL then ignores): both go.
+    for signal in [RECOVERY_SIGNAL, crate::standby::STANDBY_SIGNAL] {
+        match walfile::remove_file(Op::WalRemove, &datadir.join(signal)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("could not remove \"{signal}\": {e}"))
+            }
+            _ => {}
+        }
+    }
     if fsync {
         walfile::sync_dir(&pg_wal)
             .and_then(|()| walfile::sync_dir(datadir))

@@ -107,6 +107,12 @@ impl From<WalError> for ReadError {
 /// The flush position of `shm`: WAL below it is durable. Acquire pairs
 /// with the Release `fetch_max` of `flush_result` in `Xlog::xlog_write`.
 pub fn flushed_upto(shm: &Shmem) -> Lsn {
+    let w = &shm.repl().walrcv;
+    if w.in_recovery() {
+        // A standby: what its startup process validated (the walreceiver
+        // wrote and fdatasynced it before) is the WAL readers may read.
+        return w.replayed_upto.load(Ordering::Acquire);
+    }
     shm.xlog().write.flush_result.load(Ordering::Acquire)
 }
 
@@ -212,7 +218,7 @@ impl<'a> WalRead<'a> {
                 let f = &shm.xlog().facts;
                 let geo =
                     Geometry::new(f.seg_size).map_err(|e| ReadError::Control(e.to_string()))?;
-                (geo, f.timeline, f.system_identifier)
+                (geo, f.timeline(), f.system_identifier)
             }
             None => {
                 let c = crate::control::ControlFile::read(datadir)

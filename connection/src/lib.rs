@@ -73,6 +73,10 @@ pub struct WalSession<'a> {
     /// The database the client connected to (what its logical slots are
     /// for).
     database: String,
+    /// Connected while the server was a standby: its WAL handle names the
+    /// old timeline until the first write after the promotion rebuilds it
+    /// (`leave_standby`).
+    standby_born: bool,
 }
 
 impl<'a> WalSession<'a> {
@@ -87,7 +91,36 @@ impl<'a> WalSession<'a> {
             startup_sync_level: None,
             may_replicate: false,
             database: String::new(),
+            standby_born: ctx.shm.repl().walrcv.in_recovery(),
         }
+    }
+
+    /// Whether the server is a standby still in recovery.
+    fn recovery(&self) -> bool {
+        self.shm.repl().walrcv.in_recovery()
+    }
+
+    /// Before anything that writes WAL: refused on a standby (25006, as
+    /// PostgreSQL's read-only transactions during recovery), and after a
+    /// promotion the session's WAL handle is made anew, for the new
+    /// timeline (the promotion's Acquire in `recovery` made it visible).
+    fn writable(&mut self, what: &str) -> Result<(), SqlError> {
+        self.writable_as(what, "in a read-only transaction")
+    }
+
+    /// [`Self::writable`] with PostgreSQL's wording for `what` ("during
+    /// recovery" for the functions that check recovery themselves).
+    fn writable_as(&mut self, what: &str, why: &str) -> Result<(), SqlError> {
+        if self.recovery() {
+            return Err(SqlError::error(
+                sqlstate::READ_ONLY_SQL_TRANSACTION,
+                format!("cannot execute {what} {why}"),
+            ));
+        }
+        if std::mem::take(&mut self.standby_born) {
+            self.xact.xlog = backend::xlog::Xlog::new(self.xact.xlog.context());
+        }
+        Ok(())
     }
 
     /// Lets this session use replication slots (the client authenticated
@@ -98,6 +131,12 @@ impl<'a> WalSession<'a> {
 
     /// PostgreSQL's CheckSlotPermissions.
     fn check_slot_permission(&self) -> Result<(), SqlError> {
+        if self.recovery() {
+            return Err(SqlError::error(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "replication slots cannot be used on a walshm standby during recovery",
+            ));
+        }
         if self.may_replicate {
             return Ok(());
         }
@@ -139,6 +178,7 @@ impl Session for WalSession<'_> {
         payload: &[u8],
         flush: bool,
     ) -> Result<u64, SqlError> {
+        self.writable("pg_logical_emit_message()")?;
         let xid = if transactional { self.xact.xid() } else { 0 };
         let msg = walformat::LogicalMessage::try_new(xid, transactional, prefix, payload).map_err(
             |e| {
@@ -218,16 +258,19 @@ impl Session for WalSession<'_> {
     }
 
     fn create_publication(&mut self, name: &str) -> Result<(), SqlError> {
+        self.writable("CREATE PUBLICATION")?;
         let ctx = self.xact.xlog.context();
         replication::logical::publication::create(&ctx.datadir, name, ctx.settings.fsync)
     }
 
     fn drop_publication(&mut self, name: &str, if_exists: bool) -> Result<(), SqlError> {
+        self.writable("DROP PUBLICATION")?;
         let ctx = self.xact.xlog.context();
         replication::logical::publication::drop(&ctx.datadir, name, if_exists, ctx.settings.fsync)
     }
 
     fn txid_current(&mut self) -> Result<u64, SqlError> {
+        self.writable_as("txid_current()", "during recovery")?;
         Ok(self.xact.full_xid())
     }
 
@@ -270,7 +313,11 @@ impl Session for WalSession<'_> {
     }
 
     fn checkpoint(&mut self) -> Result<(), SqlError> {
-        request_checkpoint(self.shm);
+        // A standby has no checkpointer: its startup process makes a
+        // restartpoint at each checkpoint record it replays.
+        if !self.recovery() {
+            request_checkpoint(self.shm);
+        }
         Ok(())
     }
 
@@ -378,7 +425,63 @@ impl Session for WalSession<'_> {
     }
 
     fn timeline(&self) -> u32 {
-        self.geometry().1
+        // The server's, not the control file's at the first use: a
+        // promotion moves it.
+        self.shm.xlog().facts.timeline()
+    }
+
+    fn in_recovery(&self) -> bool {
+        self.recovery()
+    }
+
+    fn check_wal_control(&mut self) -> Result<(), SqlError> {
+        if self.recovery() {
+            return Err(SqlError::error(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "recovery is in progress",
+            )
+            .with_hint("WAL control functions cannot be executed during recovery."));
+        }
+        self.writable("WAL control functions")
+    }
+
+    fn last_wal_receive_lsn(&mut self) -> Option<u64> {
+        let w = &self.shm.repl().walrcv;
+        Some(w.flushed_upto.load(Ordering::Relaxed)).filter(|&l| l > 0)
+    }
+
+    fn last_wal_replay_lsn(&mut self) -> Option<u64> {
+        let w = &self.shm.repl().walrcv;
+        Some(w.replayed_upto.load(Ordering::Relaxed)).filter(|&l| l > 0)
+    }
+
+    fn promote(&mut self, wait: bool, wait_seconds: i64) -> Result<bool, SqlError> {
+        if !self.recovery() {
+            return Err(SqlError::error(
+                sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "recovery is not in progress",
+            )
+            .with_hint("Recovery control functions can only be executed during recovery."));
+        }
+        request_promotion(&self.datadir)?;
+        if !wait {
+            return Ok(true);
+        }
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_secs(wait_seconds as u64);
+        while std::time::Instant::now() < deadline {
+            if !self.recovery() {
+                return Ok(true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Ok(!self.recovery())
+    }
+
+    fn stat_wal_receiver(&mut self) -> Vec<protocol::WalReceiverRow> {
+        replication::views::wal_receiver(self.shm)
+            .into_iter()
+            .collect()
     }
 
     fn activity(&mut self) -> Vec<ActivityRow> {
@@ -478,6 +581,25 @@ impl Session for WalSession<'_> {
             None => self.activity.set_state(ActivityState::Idle),
         }
     }
+}
+
+/// pg_promote()'s request, as `pg_ctl promote` makes it: `DIR/promote`,
+/// then SIGUSR1 to the postmaster (this backend's parent).
+fn request_promotion(datadir: &Path) -> Result<(), SqlError> {
+    let file = datadir.join(backend::standby::PROMOTE_FILE);
+    std::fs::write(&file, b"").map_err(|e| io_error(&file, &e))?;
+    // SAFETY: getppid and kill have no memory effects; a connection
+    // backend's parent is the postmaster.
+    if unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) } != 0 {
+        return Err(SqlError::error(
+            sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "failed to send signal to postmaster: {}",
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn io_error(path: &Path, e: &std::io::Error) -> SqlError {
@@ -723,6 +845,12 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     // greeting (FATAL 53300 beyond max_wal_senders, as PostgreSQL).
     let mut walsender = None;
     let mut admit = |info: &protocol::StartupInfo| {
+        if info.replication.is_some() && shm.repl().walrcv.in_recovery() {
+            return Err(SqlError::fatal(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "this server is a standby: walshm does not stream WAL from a standby (no cascading replication); connect to the primary",
+            ));
+        }
         if info.replication.is_some() {
             walsender = Some(walsender::claim(shm, &info.application_name)?);
         }

@@ -56,6 +56,7 @@ pub mod sqlstate {
     pub const OUT_OF_MEMORY: &str = "53200";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     pub const QUERY_CANCELED: &str = "57014";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     pub const CANNOT_CONNECT_NOW: &str = "57P03";

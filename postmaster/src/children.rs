@@ -55,6 +55,8 @@ pub(crate) enum ServerChild {
     /// Cleans up after dead attached processes and sessions
     /// (`backend::abandoned`), the ones in `ServerChildArgs::cleanups`.
     Cleaner,
+    /// A standby's: streams WAL from the primary (no proc slot).
+    Walreceiver,
     /// Workload backend number `i` (also its proc number).
     Backend(u32),
 }
@@ -86,6 +88,7 @@ impl ServerChild {
             ServerChild::Checkpointer => "checkpointer",
             ServerChild::Archiver => "archiver",
             ServerChild::Cleaner => "cleaner",
+            ServerChild::Walreceiver => "walreceiver",
             ServerChild::Backend(_) => "backend",
         }
     }
@@ -95,8 +98,8 @@ impl ServerChild {
             ServerChild::Startup => Some(shm.aux_procno(AuxProc::Startup)),
             ServerChild::Walwriter => Some(shm.aux_procno(AuxProc::Walwriter)),
             ServerChild::Checkpointer => Some(shm.aux_procno(AuxProc::Checkpointer)),
-            ServerChild::Archiver => None,
             ServerChild::Cleaner => Some(shm.aux_procno(AuxProc::Cleaner)),
+            ServerChild::Archiver | ServerChild::Walreceiver => None,
             ServerChild::Backend(i) => Some(i),
         }
     }
@@ -117,6 +120,7 @@ impl Kind {
             Kind::Server(ServerChild::Checkpointer) => "checkpointer".into(),
             Kind::Server(ServerChild::Archiver) => "archiver".into(),
             Kind::Server(ServerChild::Cleaner) => "cleaner".into(),
+            Kind::Server(ServerChild::Walreceiver) => "walreceiver".into(),
             Kind::Server(ServerChild::Backend(i)) => format!("backend {i}"),
             Kind::Client(ClientChild::Connection) => "connection backend".into(),
             Kind::Client(ClientChild::Rejecter) => "connection rejecter".into(),
@@ -166,6 +170,7 @@ pub(crate) fn run_server_child(shm: &Shmem, child: ServerChild, args: ServerChil
         ServerChild::Checkpointer => backend::checkpointer::run(shm, datadir),
         ServerChild::Archiver => backend::archiver::run(shm, datadir),
         ServerChild::Cleaner => backend::abandoned::run(shm, datadir, &args.cleanups),
+        ServerChild::Walreceiver => replication::walreceiver::run(shm, datadir),
         ServerChild::Backend(i) => match args.workload {
             Some(w) => backend::workload::run(shm, i, datadir, w, args.ack),
             None => EXIT_QUIT,

@@ -342,10 +342,7 @@ pub fn load_config(dir: &Path, sets: &[String]) -> Result<(Settings, Vec<WorkerS
         s.apply_config_text(&settings_text, &origin)
             .map_err(|e| e.to_string())?
     }
-    if let Some((text, origin)) = read_config_file(&dir.join(AUTO_CONFIG_FILE))? {
-        s.apply_config_text(&text, &origin)
-            .map_err(|e| e.to_string())?
-    }
+    apply_auto_conf(dir, &mut s)?;
     for a in sets {
         s.set_assignment(a).map_err(|e| e.to_string())?;
     }
@@ -362,6 +359,34 @@ fn read_config_file(p: &Path) -> Result<Option<(String, String)>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("could not read \"{}\": {e}", p.display())),
     }
+}
+
+/// Applies `DIR/postgresql.auto.conf` (the file `ALTER SYSTEM` and
+/// `pg_basebackup -R` write; read after the configuration file, before
+/// the command line, as PostgreSQL reads it) when there is one: `name = 'value'`
+/// lines, with postgresql.conf's quoting ('' for a quote), so that the
+/// `primary_conninfo` pg_basebackup -R writes keeps its inner quotes.
+fn apply_auto_conf(dir: &Path, s: &mut Settings) -> Result<(), String> {
+    let p = dir.join(AUTO_CONFIG_FILE);
+    let text = match fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("could not read \"{}\": {e}", p.display())),
+    };
+    for (i, raw) in text.lines().enumerate() {
+        let at = |e: String| format!("{}:{}: {e}", p.display(), i + 1);
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line
+            .split_once('=')
+            .ok_or_else(|| at(format!("expected NAME = VALUE, got \"{line}\"")))?;
+        let value = unquote_conf_value(value.trim()).map_err(at)?;
+        s.set_unquoted(name.trim(), &value)
+            .map_err(|e| at(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Takes the `worker = 'NAME=COMMAND'` lines out of a configuration text

@@ -14,7 +14,9 @@
 //! positions, `throttle`, `processes_cleaned` and `crash_restarts` (dead
 //! processes cleaned up after without a restart, and restarts, since the
 //! postmaster started), one entry per replication slot (physical,
-//! logical, the worker library's) and one per process.
+//! logical, the worker library's), `standby` (null, or a standby's
+//! received and replayed positions and its walreceiver) and one entry per
+//! process.
 
 use crate::datadir::PID_FILE;
 use serde::Serialize;
@@ -142,6 +144,29 @@ fn slots(shm: &Shmem) -> Vec<SlotJson> {
         .collect()
 }
 
+/// A standby's positions and walreceiver (`shmem::walrcv`).
+#[derive(Serialize)]
+struct StandbyJson {
+    receive_lsn: String,
+    replay_lsn: String,
+    walreceiver_pid: Option<i32>,
+    walreceiver_status: &'static str,
+}
+
+fn standby(shm: &Shmem) -> Option<StandbyJson> {
+    let w = &shm.repl().walrcv;
+    if !w.in_recovery() {
+        return None;
+    }
+    let pid = w.pid.load(Ordering::Relaxed);
+    Some(StandbyJson {
+        receive_lsn: walformat::format_lsn(w.flushed_upto.load(Ordering::Relaxed)),
+        replay_lsn: walformat::format_lsn(w.replayed_upto.load(Ordering::Relaxed)),
+        walreceiver_pid: (pid > 0).then_some(pid),
+        walreceiver_status: shmem::walrcv::rcv_state::name(w.state.load(Ordering::Relaxed)),
+    })
+}
+
 /// The server's state as read from the segment.
 struct Running {
     pid: i32,
@@ -150,6 +175,7 @@ struct Running {
     /// Flow control's counters (`max_replication_lag`).
     throttle: Throttle,
     slots: Vec<SlotJson>,
+    standby: Option<StandbyJson>,
     procs: Vec<ProcActivity>,
     deaths: Deaths,
 }
@@ -191,6 +217,7 @@ struct WalJson<'a> {
     #[serde(flatten)]
     deaths: Deaths,
     slots: &'a [SlotJson],
+    standby: &'a Option<StandbyJson>,
 }
 
 /// One process of `--json`.
@@ -219,6 +246,17 @@ fn text(r: &Running) -> String {
         "dead processes cleaned up: {}  crash restarts: {}",
         r.deaths.processes_cleaned, r.deaths.crash_restarts
     );
+    if let Some(s) = &r.standby {
+        let _ = writeln!(
+            out,
+            "standby: received and flushed {}  replayed {}  walreceiver {} ({})",
+            s.receive_lsn,
+            s.replay_lsn,
+            s.walreceiver_pid
+                .map_or_else(|| "-".to_string(), |p| p.to_string()),
+            s.walreceiver_status
+        );
+    }
     for s in &r.slots {
         let _ = writeln!(
             out,
@@ -275,6 +313,7 @@ fn json(r: &Running) -> String {
             throttle: &r.throttle,
             deaths: r.deaths,
             slots: &r.slots,
+            standby: &r.standby,
         }),
         processes: Some(
             r.procs
@@ -348,6 +387,7 @@ pub fn run(opts: &StatusOptions) -> i32 {
         wal: wal_positions(&shm),
         throttle: throttle(&shm),
         slots: slots(&shm),
+        standby: standby(&shm),
         procs: stats::activity(&shm),
         deaths: deaths(&shm),
     };

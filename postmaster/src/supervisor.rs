@@ -8,7 +8,14 @@
 //!       --gone--> StopWalwriter (and archiver) --gone--> exit 0
 //!      |                          |
 //!      +-- any child crashes -----+--> CrashWait --all children gone--> (new segment, generation+1) Startup
+//!
+//!   Startup --SIGUSR1 from a startup process in standby mode--> Standby (walreceiver, read-only sessions)
+//!       --promote (DIR/promote + SIGUSR1): walreceiver stopped, then SIGUSR2 to startup--> startup exits 0 --> Run
 //! ```
+//!
+//! The standby's part (`standby` below this module): PostgreSQL's
+//! PM_HOT_STANDBY and its promotion, kept apart from the rest of the
+//! supervision.
 //!
 //! SIGTERM in Startup is passed on to the startup process: crash recovery
 //! runs to its end (then straight to StopWalwriter), archive recovery
@@ -21,7 +28,9 @@
 //! SIGQUIT immediate (every child SIGQUIT, no shutdown checkpoint),
 //! SIGHUP reload (the configuration file is read again and the settings
 //! that may change while running take their new values for sessions that
-//! start afterwards; the others are reported as needing a restart), and
+//! start afterwards; the others are reported as needing a restart),
+//! SIGUSR1 (a startup process entered standby mode, or `DIR/promote`
+//! asks for a promotion: `standby`), and
 //! SIGTERM smart when started with PostgreSQL's command line (no new
 //! connections, running sessions finish, then a fast shutdown), fast
 //! with `postmaster start` (what its users and tests expect). The pid
@@ -69,6 +78,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::time::{Duration, Instant};
 
+mod standby;
+
 const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
 const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
 /// Failed startup attempts after a crash before giving up.
@@ -80,6 +91,9 @@ static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
 static GOT_SMART: AtomicBool = AtomicBool::new(false);
 static GOT_SIGQUIT: AtomicBool = AtomicBool::new(false);
 static GOT_SIGHUP: AtomicBool = AtomicBool::new(false);
+/// SIGUSR1: the startup process entered standby mode, or a promotion was
+/// asked for (`pg_ctl promote`, `pg_promote()`); see `standby`.
+static GOT_SIGUSR1: AtomicBool = AtomicBool::new(false);
 /// SIGTERM means a smart shutdown (set once, before the handlers).
 static SIGTERM_IS_SMART: AtomicBool = AtomicBool::new(false);
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
@@ -92,6 +106,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
         libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
         libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
         libc::SIGHUP => GOT_SIGHUP.store(true, Ordering::Relaxed),
+        libc::SIGUSR1 => GOT_SIGUSR1.store(true, Ordering::Relaxed),
         _ => {}
     }
     let fd = WAKE_FD.load(Ordering::Relaxed);
@@ -105,6 +120,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Startup,
+    /// A standby: the startup process follows the walreceiver's WAL,
+    /// sessions are read-only (see `standby`).
+    Standby,
     Run,
     StopBackends,
     StopCheckpointer,
@@ -161,6 +179,8 @@ struct Postmaster {
     wake_rd: i32,
     started: Instant,
     run_started: Option<Instant>,
+    /// Where a promotion is (see `standby`).
+    promotion: standby::Promotion,
 }
 
 /// Runs the server until shutdown; returns the exit code.
@@ -196,6 +216,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     };
     let (pidfile, _stale) = PidFile::create(&datadir, &facts)?;
     datadir::bring_up_to_date(&datadir)?;
+    standby::remove_stale_promote_file(&datadir);
     let args: Vec<String> = std::env::args().skip(1).collect();
     datadir::write_opts_file(&datadir, &args)?;
     SIGTERM_IS_SMART.store(opts.postgres_cli, Ordering::Relaxed);
@@ -245,6 +266,7 @@ fn install_signal_handlers() -> Result<i32, String> {
         libc::SIGQUIT,
         libc::SIGHUP,
         libc::SIGCHLD,
+        libc::SIGUSR1,
     ] {
         backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
     }
@@ -290,6 +312,7 @@ impl Postmaster {
             wake_rd,
             started: Instant::now(),
             run_started: None,
+            promotion: standby::Promotion::None,
         }
     }
 
@@ -320,6 +343,7 @@ impl Postmaster {
             self.accept_connections();
             self.service_registry();
             self.handle_shutdown_signals();
+            self.standby_step(GOT_SIGUSR1.swap(false, Ordering::Relaxed));
             self.reload_if_asked();
             self.reap_children();
             self.smart_shutdown_step();
@@ -500,7 +524,7 @@ impl Postmaster {
             shm.set_wal_facts(shmem::xlogctl::WalFacts {
                 system_identifier: self.control.system_identifier,
                 seg_size: self.control.seg_size,
-                timeline: self.control.timeline,
+                timeline: shmem::sync::AtomicU32::new(self.control.timeline),
                 n_buffers: shm.layout().n_buffers,
             })
         };
@@ -650,7 +674,7 @@ impl Postmaster {
     fn load(&self) -> admission::Load {
         let phase = match self.state {
             _ if self.shutting_down || self.smart_shutdown => Phase::ShuttingDown,
-            State::Run => Phase::Running,
+            State::Run | State::Standby => Phase::Running,
             State::Startup => Phase::StartingUp,
             _ => Phase::Recovering,
         };
@@ -687,6 +711,7 @@ impl Postmaster {
                 // advance_state moves on from either.
                 self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGTERM);
             }
+            State::Standby => self.stop_standby(),
             State::Run => {
                 let walsenders = self.walsender_pids();
                 for c in &self.children {
@@ -751,6 +776,7 @@ impl Postmaster {
         match child.kind {
             Kind::Supervised(id) => self.supervised_exited(id, child.pid, &exit),
             Kind::Server(ServerChild::Startup) => self.startup_exited(child.pid, &exit),
+            Kind::Server(ServerChild::Walreceiver) => self.walreceiver_exited(child.pid, &exit),
             Kind::Server(ServerChild::Walwriter)
                 if exit.is_clean() && self.state == State::StopWalwriter => {}
             Kind::Server(ServerChild::Checkpointer)
@@ -836,17 +862,9 @@ impl Postmaster {
         }
         self.control = c;
         if let Some(shm) = self.shm.as_ref() {
-            let f = &shm.xlog().facts;
-            let facts = shmem::xlogctl::WalFacts {
-                system_identifier: f.system_identifier,
-                seg_size: f.seg_size,
-                timeline: c.timeline,
-                n_buffers: f.n_buffers,
-            };
-            // SAFETY: the startup process has exited and no process that
-            // reads the WAL facts (walwriter, checkpointer, backends) has
-            // been forked in this generation yet.
-            unsafe { shm.set_wal_facts(facts) };
+            // An atomic store: a standby's sessions may be reading it (the
+            // promoting startup process stored the same value already).
+            shm.xlog().facts.set_timeline(c.timeline);
         }
     }
 
@@ -1048,7 +1066,7 @@ impl Postmaster {
             }
             State::StopWalwriter if self.children.is_empty() => Some(self.finish()),
             State::CrashWait => self.crash_wait_step(overdue),
-            State::StopWalwriter | State::Startup | State::Run => None,
+            State::StopWalwriter | State::Startup | State::Standby | State::Run => None,
         }
     }
 
@@ -1134,7 +1152,9 @@ impl Postmaster {
     fn service_registry(&mut self) {
         let phase = match self.state {
             _ if self.shutting_down => registry::Phase::ShuttingDown,
-            State::Run => registry::Phase::Running,
+            // A standby's workers attach read-only (the worker library
+            // refuses their writes).
+            State::Run | State::Standby => registry::Phase::Running,
             _ => registry::Phase::StartingUp,
         };
         // An abandoned generation (crash wait, end of a shutdown) is

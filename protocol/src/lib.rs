@@ -30,11 +30,11 @@ pub mod testing;
 mod wire;
 
 pub use error::{sqlstate, SqlError};
-pub use scram::{constant_time_eq, verifier_for_password, Verifier};
+pub use scram::{constant_time_eq, verifier_for_password, ClientExchange, Verifier};
 pub use serve::{serve, simple_query_reply};
 pub use session::{
     ActivityRow, ChangeRow, ChangesArgs, ControlRow, LogicalSlotColumns, ReplicationRow,
-    ReplicationSlotRow, Session, SettingRow, Termination, WalFileRow, WalStatsRow,
+    ReplicationSlotRow, Session, SettingRow, Termination, WalFileRow, WalReceiverRow, WalStatsRow,
 };
 pub use settings::DEFAULT_SERVER_VERSION;
 pub use startup::{

@@ -292,6 +292,80 @@ impl Exchange {
     }
 }
 
+/// The client side of one exchange (a standby's walreceiver logging in to
+/// its primary): client-first, then client-final from the server-first
+/// message, then a check of the server's signature. No channel binding
+/// (`n,,`), an empty user name (the startup packet names the user), as
+/// libpq sends them.
+pub struct ClientExchange {
+    password: String,
+    client_first_bare: String,
+    /// The ServerSignature the server-final message must carry.
+    expected_server_signature: Option<[u8; 32]>,
+}
+
+impl ClientExchange {
+    /// A new exchange with a random nonce.
+    pub fn new(password: &str) -> std::io::Result<ClientExchange> {
+        let nonce: [u8; NONCE_LEN] = crate::startup::random_bytes()?;
+        Ok(ClientExchange {
+            password: password.to_string(),
+            client_first_bare: format!("n=,r={}", B64.encode(nonce)),
+            expected_server_signature: None,
+        })
+    }
+
+    /// The client-first message.
+    pub fn client_first(&self) -> String {
+        format!("n,,{}", self.client_first_bare)
+    }
+
+    /// The client-final message for the server-first message.
+    pub fn client_final(&mut self, server_first: &[u8]) -> Result<String, ScramError> {
+        let msg = std::str::from_utf8(server_first)
+            .map_err(|_| ScramError::Malformed("not UTF-8".into()))?;
+        let mut attrs = msg.split(',');
+        let nonce = attribute(attrs.next(), 'r')?;
+        let ours = &self.client_first_bare["n=,r=".len()..];
+        if !nonce.starts_with(ours) || nonce.len() == ours.len() || !is_valid_nonce(nonce) {
+            return Err(ScramError::Malformed("invalid server nonce".into()));
+        }
+        let salt = B64
+            .decode(attribute(attrs.next(), 's')?)
+            .map_err(|_| ScramError::Malformed("invalid salt".into()))?;
+        let iterations: u32 = attribute(attrs.next(), 'i')?
+            .parse()
+            .map_err(|_| ScramError::Malformed("invalid iteration count".into()))?;
+        let salted = salted_password(self.password.as_bytes(), &salt, iterations);
+        let client_key = hmac(&salted, b"Client Key");
+        let stored_key = sha256(&client_key);
+        let without_proof = format!("c={},r={nonce}", B64.encode("n,,"));
+        let auth_message = format!("{},{msg},{without_proof}", self.client_first_bare);
+        let signature = hmac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(signature.iter())
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = hmac(&salted, b"Server Key");
+        self.expected_server_signature = Some(hmac(&server_key, auth_message.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)))
+    }
+
+    /// Checks the server-final message (the server knew the verifier).
+    pub fn verify_server_final(&self, server_final: &[u8]) -> Result<(), ScramError> {
+        let msg = std::str::from_utf8(server_final)
+            .map_err(|_| ScramError::Malformed("not UTF-8".into()))?;
+        let got = B64
+            .decode(attribute(Some(msg), 'v')?)
+            .map_err(|_| ScramError::Malformed("invalid server signature".into()))?;
+        match self.expected_server_signature {
+            Some(want) if constant_time_eq(&got, &want) => Ok(()),
+            _ => Err(ScramError::WrongPassword),
+        }
+    }
+}
+
 /// Equality whose time depends only on the lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -301,34 +375,40 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    /// The client side, as libpq computes it.
+    /// The client side (`ClientExchange`, which computes what libpq
+    /// does) with a fixed client nonce: (client-final, the server-final
+    /// it expects).
     fn client_final(
         server_first: &str,
         client_first_bare: &str,
         password: &str,
     ) -> (String, String) {
-        let mut salt = "";
-        let mut nonce = "";
-        let mut iterations = 0;
-        for part in server_first.split(',') {
-            match &part[..2] {
-                "r=" => nonce = &part[2..],
-                "s=" => salt = &part[2..],
-                "i=" => iterations = part[2..].parse().unwrap(),
-                _ => {}
-            }
-        }
-        let salted = salted_password(password.as_bytes(), &B64.decode(salt).unwrap(), iterations);
-        let without_proof = format!("c=biws,r={nonce}");
-        let auth = format!("{client_first_bare},{server_first},{without_proof}");
-        let client_key = hmac(&salted, b"Client Key");
-        let sig = hmac(&sha256(&client_key), auth.as_bytes());
-        let proof: Vec<u8> = client_key.iter().zip(sig).map(|(a, b)| a ^ b).collect();
-        let server_sig = hmac(&hmac(&salted, b"Server Key"), auth.as_bytes());
-        (
-            format!("{without_proof},p={}", B64.encode(proof)),
-            format!("v={}", B64.encode(server_sig)),
-        )
+        let mut c = ClientExchange {
+            password: password.into(),
+            client_first_bare: client_first_bare.into(),
+            expected_server_signature: None,
+        };
+        let fin = c.client_final(server_first.as_bytes()).unwrap();
+        let server_sig = c.expected_server_signature.unwrap();
+        (fin, format!("v={}", B64.encode(server_sig)))
+    }
+
+    #[test]
+    fn client_exchange_logs_in_and_checks_the_server() {
+        let v = verifier("secret");
+        let mut c = ClientExchange::new("secret").unwrap();
+        let first = c.client_first();
+        let (ex, server_first) = Exchange::start(first.as_bytes(), Some(&v), &[9; 34]).unwrap();
+        let fin = c.client_final(server_first.as_bytes()).unwrap();
+        let server_final = ex.finish(fin.as_bytes()).unwrap();
+        assert_eq!(c.verify_server_final(server_final.as_bytes()), Ok(()));
+        assert!(c.verify_server_final(b"v=AAAA").is_err());
+        let mut wrong = ClientExchange::new("nope").unwrap();
+        let (ex, server_first) =
+            Exchange::start(wrong.client_first().as_bytes(), Some(&v), &[9; 34]).unwrap();
+        let fin = wrong.client_final(server_first.as_bytes()).unwrap();
+        assert_eq!(ex.finish(fin.as_bytes()), Err(ScramError::WrongPassword));
+        assert!(c.client_final(b"r=other,s=AAAA,i=1").is_err());
     }
 
     fn verifier(password: &str) -> Verifier {

@@ -209,6 +209,29 @@ pub struct ReplicationRow {
     pub replay_lag: Option<i64>,
 }
 
+/// A standby's walreceiver, as `pg_stat_wal_receiver` shows it. Times:
+/// microseconds since the Unix epoch; None where PostgreSQL shows NULL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalReceiverRow {
+    pub pid: i32,
+    /// "starting", "streaming", "waiting", "stopping", ...
+    pub status: String,
+    pub receive_start_lsn: Option<u64>,
+    pub receive_start_tli: Option<i32>,
+    pub written_lsn: Option<u64>,
+    pub flushed_lsn: Option<u64>,
+    pub received_tli: Option<i32>,
+    pub last_msg_send_time: Option<i64>,
+    pub last_msg_receipt_time: Option<i64>,
+    pub latest_end_lsn: Option<u64>,
+    pub latest_end_time: Option<i64>,
+    pub slot_name: Option<String>,
+    pub sender_host: Option<String>,
+    pub sender_port: Option<i32>,
+    /// The connection string without its password.
+    pub conninfo: Option<String>,
+}
+
 /// Why the server wants this connection to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Termination {
@@ -346,9 +369,38 @@ pub trait Session {
     fn postmaster_start_time(&self) -> Option<i64> {
         None
     }
-    /// pg_is_in_recovery(): a session runs only after recovery, so false.
+    /// pg_is_in_recovery(): true on a standby until it is promoted.
     fn in_recovery(&self) -> bool {
         false
+    }
+    /// Before pg_current_wal_lsn() and the other WAL control functions:
+    /// PostgreSQL refuses them during recovery (55000).
+    fn check_wal_control(&mut self) -> Result<(), SqlError> {
+        Ok(())
+    }
+    /// pg_last_wal_receive_lsn(): what a standby's walreceiver flushed
+    /// (None: NULL, as on a primary).
+    fn last_wal_receive_lsn(&mut self) -> Option<u64> {
+        None
+    }
+    /// pg_last_wal_replay_lsn(): the end of the last record a standby
+    /// replayed (None: NULL).
+    fn last_wal_replay_lsn(&mut self) -> Option<u64> {
+        None
+    }
+    /// pg_promote(wait, wait_seconds): whether the promotion finished in
+    /// time (false when not waited for long enough). The default: not a
+    /// standby (55000).
+    fn promote(&mut self, _wait: bool, _wait_seconds: i64) -> Result<bool, SqlError> {
+        Err(SqlError::error(
+            crate::sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "recovery is not in progress",
+        )
+        .with_hint("Recovery control functions can only be executed during recovery."))
+    }
+    /// pg_stat_wal_receiver's row (none unless a walreceiver runs).
+    fn stat_wal_receiver(&mut self) -> Vec<WalReceiverRow> {
+        Vec::new()
     }
     /// WAL segment size in bytes (pg_walfile_name and pg_control_*).
     fn wal_segment_size(&self) -> u64 {

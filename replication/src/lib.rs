@@ -2,7 +2,9 @@
 //! walsender.c: `IDENTIFY_SYSTEM`, `TIMELINE_HISTORY`, slots,
 //! `START_REPLICATION` streaming, standby status updates) with its lag
 //! tracker and per-round timings, and the rows of `pg_stat_replication`
-//! and `pg_replication_slots` for the SQL layer.
+//! and `pg_replication_slots` for the SQL layer; on a standby, the
+//! walreceiver (walreceiver.c with the client side of libpq it needs),
+//! which streams WAL from the primary into pg_wal.
 //!
 //! Dependencies point down: this crate uses the WAL engine (`backend`:
 //! WAL files, timelines, the slot table, synchronous replication's
@@ -17,4 +19,6 @@ pub mod lagtracker;
 pub mod logical;
 pub mod roundstats;
 pub mod views;
+mod wakeup;
+pub mod walreceiver;
 pub mod walsender;

@@ -1,6 +1,7 @@
 //! The replication views as rows for the SQL layer: `pg_stat_replication`
-//! (one row per walsender, from its entry in shared memory) and
-//! `pg_replication_slots` (from the slot table). The WAL engine keeps the
+//! (one row per walsender, from its entry in shared memory),
+//! `pg_replication_slots` (from the slot table) and a standby's
+//! `pg_stat_wal_receiver` (from `shmem::walrcv`). The WAL engine keeps the
 //! state (`backend::syncrep`, `backend::slots`); this file only reads it
 //! into `protocol`'s row types, so that the engine never links the SQL
 //! layer.
@@ -101,4 +102,37 @@ pub fn pg_stat_replication(shm: &Shmem) -> Vec<ReplicationRow> {
             })
         })
         .collect()
+}
+
+/// The row of `pg_stat_wal_receiver`: one while a standby's walreceiver
+/// runs (its pid is set), none otherwise, as in PostgreSQL. Times are
+/// Unix microseconds in shared memory (0: NULL).
+pub fn wal_receiver(shm: &Shmem) -> Option<protocol::WalReceiverRow> {
+    let w = &shm.repl().walrcv;
+    let pid = w.pid.load(Ordering::Relaxed);
+    if pid <= 0 {
+        return None;
+    }
+    let lsn = |v: u64| (v != 0).then_some(v);
+    let time = |us: i64| (us != 0).then_some(us);
+    let tli = |t: u32| (t != 0).then_some(t as i32);
+    let name = |n: String| (!n.is_empty()).then_some(n);
+    let port = w.sender_port.load(Ordering::Relaxed);
+    Some(protocol::WalReceiverRow {
+        pid,
+        status: shmem::walrcv::rcv_state::name(w.state.load(Ordering::Relaxed)).into(),
+        receive_start_lsn: lsn(w.receive_start_lsn.load(Ordering::Relaxed)),
+        receive_start_tli: tli(w.receive_start_tli.load(Ordering::Relaxed)),
+        written_lsn: lsn(w.written_upto.load(Ordering::Relaxed)),
+        flushed_lsn: lsn(w.flushed_upto.load(Ordering::Relaxed)),
+        received_tli: tli(w.received_tli.load(Ordering::Relaxed)),
+        last_msg_send_time: time(w.last_msg_send_us.load(Ordering::Relaxed)),
+        last_msg_receipt_time: time(w.last_msg_receipt_us.load(Ordering::Relaxed)),
+        latest_end_lsn: lsn(w.latest_end_lsn.load(Ordering::Relaxed)),
+        latest_end_time: time(w.latest_end_us.load(Ordering::Relaxed)),
+        slot_name: name(w.slot_name.load()),
+        sender_host: name(w.sender_host.load()),
+        sender_port: (port != 0).then_some(port),
+        conninfo: name(w.load_conninfo()),
+    })
 }

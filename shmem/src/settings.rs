@@ -252,6 +252,39 @@ declare_settings! {
     recovery_target_action: RecoveryTargetAction = RecoveryTargetAction::Pause =>
         "recovery_target_action", Kind::Enum(RecoveryTargetAction::NAMES),
         "at the recovery target: promote (new timeline), shutdown, or pause (walshm has no hot standby: acts as shutdown, as PostgreSQL with hot_standby = off)";
+    // ---- standby ----
+    /// How a standby (`standby.signal`) connects to its primary: libpq's
+    /// keyword=value form (host, port, user, password, passfile,
+    /// application_name), as `pg_basebackup -R` writes it.
+    primary_conninfo: Text<1024> = Text::empty() =>
+        "primary_conninfo",
+        Kind::Text { valid: "a connection string (host=... port=... ...)", check: any_text },
+        "connection string a standby's walreceiver uses to reach its primary";
+    /// The physical slot on the primary a standby streams from ('' = none).
+    primary_slot_name: Text<64> = Text::empty() =>
+        "primary_slot_name",
+        Kind::Text { valid: "'' or a slot name (lower-case letters, digits, _)", check: slot_name_syntax },
+        "replication slot on the primary the walreceiver streams from";
+    /// A name for this server: a standby's walreceiver reports it as its
+    /// application_name when primary_conninfo names none.
+    cluster_name: Text<64> = Text::empty() =>
+        "cluster_name",
+        Kind::Text { valid: "a name", check: any_text },
+        "name of this server (a standby's default application_name)";
+    /// The walreceiver reports its positions at least this often.
+    wal_receiver_status_interval_s: u32 = 10 =>
+        "wal_receiver_status_interval", Kind::int(Unit::S, Unit::S, 0, 2_147_483),
+        "longest time between two walreceiver status reports (0 = only when asked)";
+    /// A walreceiver that heard nothing from its primary for this long
+    /// ends the connection (0: never); it asks for a reply after half.
+    wal_receiver_timeout_ms: u32 = 60_000 =>
+        "wal_receiver_timeout", Kind::int(Unit::MS, Unit::MS, 0, 2_147_483_647),
+        "end a replication connection whose primary is silent for this long (0 = never)";
+    /// A walreceiver that could not connect, or lost its primary, tries
+    /// again after this long.
+    wal_retrieve_retry_interval_ms: u32 = 5_000 =>
+        "wal_retrieve_retry_interval", Kind::int(Unit::MS, Unit::MS, 1, 2_147_483_647),
+        "time a standby waits before it connects to its primary again";
     // ---- attached workers ----
     /// Proc slots for worker processes that attach to the segment
     /// (supervised and external), PostgreSQL's max_worker_processes.
@@ -492,6 +525,19 @@ fn any_text(_: &Setting, _: &str) -> Result<(), SettingError> {
     Ok(())
 }
 
+/// A replication slot's name, as PostgreSQL's ReplicationSlotValidateName
+/// allows it (or '' for none).
+fn slot_name_syntax(row: &Setting, value: &str) -> Result<(), SettingError> {
+    let ok = value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(row.invalid(value))
+    }
+}
+
 /// TCP listening is loopback only: '' (none), 'localhost' or '127.0.0.1'.
 fn loopback_only(row: &Setting, value: &str) -> Result<(), SettingError> {
     match value {
@@ -545,8 +591,14 @@ pub fn lookup(name: &str) -> Result<&'static Setting, SettingError> {
 impl Settings {
     /// Applies one `NAME=VALUE` (quotes around the value are dropped).
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), SettingError> {
+        self.set_unquoted(name, value.trim().trim_matches('\'').trim_matches('"'))
+    }
+
+    /// Sets `name` to `value` exactly as given (a configuration file's
+    /// quoted value after its quotes were undone: it may itself end in a
+    /// quote, as a connection string's `host='/dir'` does).
+    pub fn set_unquoted(&mut self, name: &str, value: &str) -> Result<(), SettingError> {
         let row = lookup(name)?;
-        let value = value.trim().trim_matches('\'').trim_matches('"');
         let parsed = row.parse(value)?;
         if row.store(self, parsed) {
             Ok(())

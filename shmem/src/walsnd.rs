@@ -252,6 +252,8 @@ pub struct ReplCtl {
     pub slots: [SlotShared; MAX_SLOTS],
     /// Flow control (`max_replication_lag`, see the module header).
     pub throttle: ThrottleCtl,
+    /// A standby's walreceiver and replay state (`crate::walrcv`).
+    pub walrcv: crate::walrcv::WalRcvShared,
 }
 
 /// Flow control of inserting backends by the receivers' progress

@@ -36,7 +36,7 @@
 use crate::lwlock::LWLock;
 use crate::sema::Latch;
 use crate::spin::SpinLock;
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// One WAL insertion lock with its progress variable (packed form, 32 B).
 #[repr(C)]
@@ -106,13 +106,32 @@ pub struct WriterPace {
     pub behind: AtomicU32,
 }
 
-/// Constant facts about the WAL, set at creation.
+/// Facts about the WAL, set at creation. Only the timeline changes
+/// afterwards: a standby's promotion moves it to the new timeline (see
+/// [`WalFacts::set_timeline`]).
 #[repr(C)]
 pub struct WalFacts {
     pub system_identifier: u64,
     pub seg_size: u64,
-    pub timeline: u32,
+    pub timeline: AtomicU32,
     pub n_buffers: u32,
+}
+
+impl WalFacts {
+    /// The timeline new WAL is written on. Acquire pairs with the Release
+    /// store in [`WalFacts::set_timeline`].
+    pub fn timeline(&self) -> u32 {
+        self.timeline.load(Ordering::Acquire)
+    }
+
+    /// A promotion's new timeline, stored by the startup process before
+    /// it ends recovery (`walrcv::WalRcvShared::recovery`, whose Release
+    /// store follows this one), and by the postmaster after a startup
+    /// that ended archive recovery (no WAL writer forked yet).
+    pub fn set_timeline(&self, tli: u32) {
+        // Release: pairs with the Acquire load in `timeline`.
+        self.timeline.store(tli, Ordering::Release);
+    }
 }
 
 /// Checkpoint requests and results.

@@ -36,8 +36,8 @@ macro_rules! helper_modules {
 }
 
 helper_modules!(
-    acks, attach, datadir, procfs, redo, rng, run, server, shm, summary, tempdir, torture,
-    walcheck, waldump,
+    acks, attach, datadir, procfs, redo, rng, run, server, serveruser, shm, summary, tempdir,
+    torture, walcheck, waldump,
 );
 
 #[allow(dead_code)]

@@ -37,6 +37,10 @@ pub enum Error {
     /// A slot operation was refused (the message says why, with
     /// PostgreSQL's SQLSTATE: duplicate, unknown, in use, invalidated).
     Slot(String),
+    /// A write (or slot change) by a worker that attached to a standby:
+    /// such an attachment may read WAL, never write it, also after the
+    /// standby's promotion (attach again then).
+    ReadOnly,
 }
 
 impl fmt::Display for Error {
@@ -74,6 +78,10 @@ impl fmt::Display for Error {
                 crate::MAX_PREFIX
             ),
             Error::Slot(m) => write!(f, "{m}"),
+            Error::ReadOnly => write!(
+                f,
+                "cannot write WAL: this worker attached to a standby (in recovery), which may be read but not written; attach again after its promotion"
+            ),
         }
     }
 }

@@ -72,6 +72,9 @@ pub struct Worker {
     link: ManuallyDrop<Box<attach::Link>>,
     data_dir: PathBuf,
     detached: bool,
+    /// Attached while the server was a standby: reads only (its WAL
+    /// handle names the standby's timeline, see [`Error::ReadOnly`]).
+    read_only: bool,
 }
 
 impl Worker {
@@ -101,8 +104,10 @@ impl Worker {
         // dropped after `session`.
         let ctx_ref: &'static ProcContext<'static> =
             unsafe { &*(&*ctx as *const ProcContext<'static>) };
+        let read_only = shm.repl().walrcv.in_recovery();
         let session = Session::new(ctx_ref);
         Ok(Worker {
+            read_only,
             session: ManuallyDrop::new(session),
             ctx: ManuallyDrop::new(ctx),
             link: ManuallyDrop::new(link),
@@ -115,13 +120,13 @@ impl Worker {
     /// flushed (see [`Worker::flush`]).
     #[inline]
     pub fn emit(&mut self, prefix: &str, payload: &[u8]) -> Result<Lsn> {
-        self.check_running()?;
+        self.check_writable()?;
         Ok(self.session.emit(prefix, payload)?.start)
     }
 
     /// Starts a transaction.
     pub fn begin(&mut self) -> Result<()> {
-        self.check_running()?;
+        self.check_writable()?;
         Ok(self.session.begin()?)
     }
 
@@ -129,7 +134,7 @@ impl Worker {
     /// (its first one assigns the XID); returns its LSN.
     #[inline]
     pub fn emit_tx(&mut self, prefix: &str, payload: &[u8]) -> Result<Lsn> {
-        self.check_running()?;
+        self.check_writable()?;
         Ok(self.session.emit_tx(prefix, payload)?.start)
     }
 
@@ -137,20 +142,20 @@ impl Worker {
     /// transaction wrote nothing: then there is no record). With
     /// `synchronous_commit = on` the commit is on disk when this returns.
     pub fn commit(&mut self) -> Result<Lsn> {
-        self.check_running()?;
+        self.check_writable()?;
         Ok(self.session.commit()?.map_or(0, |at| at.start))
     }
 
     /// Aborts the open transaction (an ABORT record if it wrote anything).
     pub fn abort(&mut self) -> Result<()> {
-        self.check_running()?;
+        self.check_writable()?;
         self.session.abort()?;
         Ok(())
     }
 
     /// Makes WAL up to `lsn` durable (capped at the insert position).
     pub fn flush(&mut self, lsn: Lsn) -> Result<()> {
-        self.check_running()?;
+        self.check_writable()?;
         Ok(self.session.flush(lsn)?)
     }
 
@@ -257,6 +262,15 @@ impl Worker {
     }
 
     #[inline]
+    /// [`Self::check_running`], and not attached to a standby.
+    fn check_writable(&self) -> Result<()> {
+        self.check_running()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
     fn check_running(&self) -> Result<()> {
         self.link.check_owner()?;
         if attach::shutdown_requested() {

@@ -33,7 +33,7 @@ impl Worker {
     /// end of the WAL: its reader gets what commits from then on. Returns
     /// that position.
     pub fn slot_create(&self, name: &str) -> Result<Lsn> {
-        self.link.check_owner()?;
+        self.check_writable()?;
         let new = NewLogical {
             name,
             temporary: false,
@@ -47,7 +47,7 @@ impl Worker {
 
     /// Drops slot `name` (its WAL is no longer held).
     pub fn slot_drop(&self, name: &str) -> Result<()> {
-        self.link.check_owner()?;
+        self.check_writable()?;
         slots::drop_slot(self.link.shm(), &self.data_dir, name, false).map_err(slot_error)
     }
 

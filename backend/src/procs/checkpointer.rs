@@ -114,7 +114,7 @@ impl<'a> Checkpointer<'a> {
         // read comes after redo because insert_rec_ptr's load is Acquire.
         let next_xid = self.shm.xid_state().next_full_xid.load(Ordering::Relaxed);
         let facts = &self.shm.xlog().facts;
-        let cp = checkpoint_contents(redo, facts.timeline, next_xid);
+        let cp = checkpoint_contents(redo, facts.timeline(), next_xid);
         let mut rec = walformat::checkpoint_record(&cp, kind.is_shutdown_record());
         let at = self.xlog.insert(&mut rec);
         self.xlog.flush(at.end);
@@ -180,7 +180,7 @@ impl<'a> Checkpointer<'a> {
             cutoff,
             s.fsync,
         );
-        let tli = self.shm.xlog().facts.timeline;
+        let tli = self.shm.xlog().facts.timeline();
         let pg_wal = self.ctx.pg_wal();
         let Ok(names) = walfile::list_dir(Op::WalDir, &pg_wal) else {
             return (0, 0);

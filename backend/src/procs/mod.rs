@@ -7,6 +7,7 @@
 //! | checkpointer | `checkpointer.rs` | [`checkpointer::run`] |
 //! | worker backend | `worker.rs` | [`worker::run`] (the `--workload` loops) |
 //! | archiver | `archiver.rs` | [`archiver::run`] (`archive_command`) |
+//! | startup, as a standby | `standby.rs` | [`standby::follow`] (called by the startup process) |
 //!
 //! The walwriter's body is the top-level `walwriter` crate; the bodies
 //! that speak the wire protocol are above this crate: the connection
@@ -17,5 +18,6 @@
 
 pub mod archiver;
 pub mod checkpointer;
+pub mod standby;
 pub mod startup;
 pub mod worker;

@@ -57,6 +57,11 @@
 //! kept. A target never reached, or one before the checkpoint recovery
 //! starts from, is FATAL with nothing written.
 //!
+//! With `DIR/standby.signal` (a standby) the process does not end after
+//! step 4: `crate::standby` follows the walreceiver's WAL until a
+//! promotion, then recovery ends as archive recovery does, on a new
+//! timeline.
+//!
 //! Base backups. A copy made by BASE_BACKUP (`pg_basebackup`) holds a
 //! `backup_label` naming the checkpoint the backup started from; its
 //! control file, copied last, may name a later one. Before step 1 the
@@ -684,9 +689,11 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
     if let Some(l) = read_backup_label(datadir).map_err(|e| fatal(&e))? {
         control = adopt_backup_label(datadir, control, &l, fsync)?;
     }
-    let archive_recovery = restore::requested(datadir);
+    // A standby ends its recovery as archive recovery does (crate::standby).
+    let standby = crate::standby::requested(datadir);
+    let archive_recovery = restore::requested(datadir) || standby;
     let mut target = None;
-    if archive_recovery {
+    if archive_recovery && !standby {
         target = recovery_target(shm)?;
         begin_archive_recovery(shm, datadir, &control)?;
     }
@@ -791,6 +798,13 @@ fn recover(shm: &Shmem, datadir: &Path, opts: StartupOptions) -> Result<(), i32>
         ),
     );
     crate::procarray::restore_next_xid(shm, control.next_xid, r.max_xid);
+    if standby {
+        // The timeline may have moved on with the primary's.
+        let (r, control) = crate::standby::follow(shm, datadir, &control, &geo, r)?;
+        finish_archive_recovery(shm, datadir, &control, &geo, r, started)?;
+        crate::standby::promoted(shm, datadir);
+        return Ok(());
+    }
     if archive_recovery {
         return finish_archive_recovery(shm, datadir, &control, &geo, r, started);
     }

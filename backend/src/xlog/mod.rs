@@ -193,7 +193,7 @@ impl<'a> Xlog<'a> {
             io_timing: s.track_wal_io_timing,
             geo,
             last_page: PageMap::default(),
-            tli: facts.timeline,
+            tli: facts.timeline(),
             sysid: facts.system_identifier,
             n_buffers: shm.layout().n_buffers as u64,
             lock_to_try: ctx.procno as usize % locks_in_use,

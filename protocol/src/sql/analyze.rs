@@ -52,6 +52,9 @@ pub enum Func {
     WalfileNameOffset,
     WalLsnDiff,
     IsInRecovery,
+    LastWalReceiveLsn,
+    LastWalReplayLsn,
+    Promote,
     BackendPid,
     PostmasterStartTime,
     CurrentSetting,
@@ -113,6 +116,11 @@ static CATALOG: &[Signature] = signatures! {
     "pg_walfile_name_offset"(Lsn) -> SqlType::Record => WalfileNameOffset;
     "pg_wal_lsn_diff"(Lsn, Lsn) -> SqlType::Numeric => WalLsnDiff;
     "pg_is_in_recovery"() -> Bool => IsInRecovery;
+    "pg_last_wal_receive_lsn"() -> Lsn => LastWalReceiveLsn;
+    "pg_last_wal_replay_lsn"() -> Lsn => LastWalReplayLsn;
+    "pg_promote"() -> Bool => Promote;
+    "pg_promote"(Bool) -> Bool => Promote;
+    "pg_promote"(Bool, Int4) -> Bool => Promote;
     "pg_backend_pid"() -> Int4 => BackendPid;
     "pg_postmaster_start_time"() -> Timestamptz => PostmasterStartTime;
     "current_setting"(Text) -> Text => CurrentSetting;

@@ -197,6 +197,29 @@ pub static RELATIONS: &[Relation] = &[
         rows: stat_replication,
     },
     Relation {
+        name: "pg_stat_wal_receiver",
+        args: None,
+        extra: Extra::Nothing,
+        columns: &[
+            ("pid", Int4),
+            ("status", Text),
+            ("receive_start_lsn", Lsn),
+            ("receive_start_tli", Int4),
+            ("written_lsn", Lsn),
+            ("flushed_lsn", Lsn),
+            ("received_tli", Int4),
+            ("last_msg_send_time", Timestamptz),
+            ("last_msg_receipt_time", Timestamptz),
+            ("latest_end_lsn", Lsn),
+            ("latest_end_time", Timestamptz),
+            ("slot_name", Text),
+            ("sender_host", Text),
+            ("sender_port", Int4),
+            ("conninfo", Text),
+        ],
+        rows: stat_wal_receiver,
+    },
+    Relation {
         name: "pg_ls_waldir",
         args: Some(&[]),
         extra: Extra::Nothing,
@@ -620,6 +643,33 @@ fn stat_replication(env: &mut Env, _: &[Value]) -> Result<Vec<Vec<Value>>, SqlEr
         .stat_replication()
         .into_iter()
         .map(replication_row)
+        .collect())
+}
+
+fn stat_wal_receiver(env: &mut Env, _: &[Value]) -> Result<Vec<Vec<Value>>, SqlError> {
+    Ok(env
+        .session
+        .stat_wal_receiver()
+        .into_iter()
+        .map(|r| {
+            vec![
+                Value::Int(i64::from(r.pid)),
+                text(r.status),
+                opt_lsn(r.receive_start_lsn),
+                opt_int(r.receive_start_tli),
+                opt_lsn(r.written_lsn),
+                opt_lsn(r.flushed_lsn),
+                opt_int(r.received_tli),
+                opt_time(r.last_msg_send_time),
+                opt_time(r.last_msg_receipt_time),
+                opt_lsn(r.latest_end_lsn),
+                opt_time(r.latest_end_time),
+                opt_text(r.slot_name),
+                opt_text(r.sender_host),
+                opt_int(r.sender_port),
+                opt_text(r.conninfo),
+            ]
+        })
         .collect())
 }
 

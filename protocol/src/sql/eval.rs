@@ -401,11 +401,26 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             })?)
         }
         Func::CurrentXactId => Value::U64(env.session.txid_current()?),
-        Func::CurrentWalLsn => Value::U64(env.session.current_wal_lsn()),
-        Func::CurrentWalInsertLsn => Value::U64(env.session.current_wal_insert_lsn()),
-        Func::CurrentWalFlushLsn => Value::U64(env.session.current_wal_flush_lsn()),
-        Func::SwitchWal => Value::U64(env.session.switch_wal()?),
-        Func::CreateRestorePoint => Value::U64(env.session.create_restore_point(text(arg(0)))?),
+        Func::CurrentWalLsn => {
+            env.session.check_wal_control()?;
+            Value::U64(env.session.current_wal_lsn())
+        }
+        Func::CurrentWalInsertLsn => {
+            env.session.check_wal_control()?;
+            Value::U64(env.session.current_wal_insert_lsn())
+        }
+        Func::CurrentWalFlushLsn => {
+            env.session.check_wal_control()?;
+            Value::U64(env.session.current_wal_flush_lsn())
+        }
+        Func::SwitchWal => {
+            env.session.check_wal_control()?;
+            Value::U64(env.session.switch_wal()?)
+        }
+        Func::CreateRestorePoint => {
+            env.session.check_wal_control()?;
+            Value::U64(env.session.create_restore_point(text(arg(0)))?)
+        }
         Func::Repeat => repeat(text(arg(0)), int(arg(1)), env.session.memory_limit())?,
         Func::CreatePhysicalSlot => {
             let name = text(arg(0));
@@ -463,6 +478,28 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             Numeric::from_u64(lsn(arg(0))).checked_sub(Numeric::from_u64(lsn(arg(1))))?,
         ),
         Func::IsInRecovery => Value::Bool(env.session.in_recovery()),
+        Func::LastWalReceiveLsn => env
+            .session
+            .last_wal_receive_lsn()
+            .map_or(Value::Null, Value::U64),
+        Func::LastWalReplayLsn => env
+            .session
+            .last_wal_replay_lsn()
+            .map_or(Value::Null, Value::U64),
+        Func::Promote => {
+            let wait = !matches!(args.first(), Some(Value::Bool(false)));
+            let seconds = match args.get(1) {
+                Some(v @ Value::Int(_)) => int(v),
+                _ => 60,
+            };
+            if seconds <= 0 {
+                return Err(SqlError::error(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    "\"wait_seconds\" must not be negative or zero",
+                ));
+            }
+            Value::Bool(env.session.promote(wait, seconds)?)
+        }
         Func::BackendPid => Value::Int(i64::from(env.session.backend_pid())),
         Func::PostmasterStartTime => env
             .session

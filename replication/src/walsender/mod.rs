@@ -81,7 +81,7 @@ mod sql;
 
 use crate::lagtracker::{self, LagTracker};
 use crate::roundstats::RoundStats;
-use backend::process::{self, log, set_handler, shutdown_requested, EXIT_FATAL};
+use backend::process::{self, log, shutdown_requested, EXIT_FATAL};
 use backend::walfile::{self, Op};
 use backend::{slots, syncrep, throttle};
 use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
@@ -118,8 +118,6 @@ const REPLY_REASK: Duration = Duration::from_millis(500);
 /// Flow control: least spacing of the replies asked for only because
 /// backends wait (a quarter of the limit unreported asks at once).
 const WAITERS_ASK_SPACING: Duration = Duration::from_millis(10);
-
-extern "C" fn on_sigurg(_: libc::c_int) {}
 
 /// How a session or stream ended.
 enum End {
@@ -250,30 +248,6 @@ fn free_entry(shm: &Shmem, i: usize) {
     throttle::publish(shm);
 }
 
-/// Blocks SIGURG (it is only unblocked inside `ppoll`) and installs a
-/// handler so that its delivery interrupts `ppoll`.
-fn prepare_wakeup_signal() {
-    set_handler(libc::SIGURG, on_sigurg as *const () as libc::sighandler_t);
-    // SAFETY: a zeroed sigset is filled by sigemptyset/sigaddset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGURG);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-/// The signal mask `ppoll` runs with: the current one without SIGURG.
-fn mask_without_sigurg() -> libc::sigset_t {
-    // SAFETY: sigprocmask fills `cur`; sigdelset edits a valid set.
-    unsafe {
-        let mut cur: libc::sigset_t = std::mem::zeroed();
-        libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
-        libc::sigdelset(&mut cur, libc::SIGURG);
-        cur
-    }
-}
-
 /// With synchronous replication on: how many commits the walsenders
 /// released so far and in how many passes (one pass per status update
 /// that released any), for the benchmark's "commits per status update".
@@ -302,7 +276,7 @@ pub fn run<S: Read + Write + AsRawFd>(
 ) -> i32 {
     let mode = info.replication.unwrap_or(ReplicationMode::Physical);
     process::set_comm("walsender");
-    prepare_wakeup_signal();
+    crate::wakeup::block_sigurg();
     let geo = match Geometry::new(shm.xlog().facts.seg_size) {
         Ok(g) => g,
         Err(e) => {
@@ -317,14 +291,14 @@ pub fn run<S: Read + Write + AsRawFd>(
         stream,
         me,
         geo,
-        tli: shm.xlog().facts.timeline,
+        tli: shm.xlog().facts.timeline(),
         mode,
         database: info.database.clone(),
         inbuf: Vec::new(),
         slot: None,
         temp_slots: Vec::new(),
         send_tl: SendTimeline {
-            tli: shm.xlog().facts.timeline,
+            tli: shm.xlog().facts.timeline(),
             ends: None,
         },
         sent: 0,
@@ -457,18 +431,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     /// Waits until the socket is readable, SIGURG or SIGTERM arrives, or
     /// `timeout` passes.
     fn wait(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let mask = mask_without_sigurg();
-        // SAFETY: one valid pollfd, a valid timespec and sigset.
-        unsafe { libc::ppoll(&mut pfd, 1, &ts, &mask) };
+        crate::wakeup::wait_readable(self.stream.as_raw_fd(), timeout);
     }
 
     /// The next complete message, waiting for it (command mode).

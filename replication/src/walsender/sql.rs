@@ -105,6 +105,6 @@ impl Session for WalSenderSql<'_> {
     }
 
     fn timeline(&self) -> u32 {
-        self.shm.xlog().facts.timeline
+        self.shm.xlog().facts.timeline()
     }
 }
