@@ -10,8 +10,9 @@
 //! it inherits from the postmaster, one write per line: those acks are
 //! read and checked exactly as the backends' acks. The victim row
 //! "worker" finds it by its `comm` (the program's file name, cut to the
-//! kernel's 15 bytes) and SIGKILLs it like every victim: a crash restart,
-//! after which the postmaster starts it again. walbench does not link the
+//! kernel's 15 bytes) and SIGKILLs it: the server cleans up after it (or
+//! crash-restarts if it died holding shared state, `backend::abandoned`),
+//! and the postmaster starts it again. walbench does not link the
 //! library itself (two builds of it in one target directory would collide
 //! on its unhashed cdylib file name).
 
