@@ -53,7 +53,7 @@ use shmem::lwlock::LW_VAL_EXCLUSIVE;
 use shmem::proc::{REPLY_DONE, REPLY_PENDING, REPLY_PREPARED, REPLY_RETURNED, REPLY_SENDING};
 use shmem::sync::Ordering;
 use shmem::Shmem;
-use walformat::{Lsn, RecordBuf};
+use walformat::RecordBuf;
 
 /// What a dead process left that a helper may finish ([`assess`]'s
 /// answer when no crash restart is needed).
@@ -131,17 +131,16 @@ pub fn clean_up(ctx: &ProcContext, lo: &Leftovers, pid: i32) -> Vec<String> {
     let mut done = Vec::new();
     let mut xlog = Xlog::new(ctx);
     let procarray = ProcArray::new(ctx);
-    let cut_off = match lo.held.insert_lock {
-        Some(i) => finish_insertion(&mut xlog, i, lo.held.range, &mut done),
-        None => false,
-    };
+    if let Some(i) = lo.held.insert_lock {
+        finish_insertion(&mut xlog, i, lo.held.range, &mut done);
+    }
     let baton = xlog.finish_abandoned_flush(lo.procno, lo.held.wal_write_lock);
     if lo.held.wal_write_lock {
         done.push("released WALWriteLock (the next writer redoes its write or flush)".into());
     } else if baton {
         done.push("passed on its group commit baton".into());
     }
-    end_transaction(&mut xlog, &procarray, lo, cut_off, &mut done);
+    end_transaction(&mut xlog, &procarray, lo, &mut done);
     procarray.leave_of(lo.procno);
     leave_queues(ctx, lo.procno, pid, &mut done);
     reset_slot(ctx.shm, lo.procno);
@@ -154,53 +153,47 @@ pub fn clean_up(ctx: &ProcContext, lo: &Leftovers, pid: i32) -> Vec<String> {
     done
 }
 
-/// The insertion lock: filled and released; true if a record was cut off.
+/// The insertion lock: its reservation filled, the lock released.
 fn finish_insertion(
     xlog: &mut Xlog,
     lock: usize,
     range: Option<(u64, u64, u64)>,
     done: &mut Vec<String>,
-) -> bool {
+) {
     match xlog.finish_abandoned_insertion(lock, range) {
         Some(at) => {
             done.push(format!(
                 "filled its unfinished record at {} ({} bytes) and released WAL insertion lock {lock}",
-                fmt_lsn(at.start),
+                walformat::format_lsn(at.start),
                 at.end - at.start
             ));
-            true
         }
         None => {
             done.push(format!(
                 "released WAL insertion lock {lock} (nothing reserved yet)"
             ));
-            false
         }
     }
 }
 
 /// The open transaction: committed (its XID cleared), or aborted with an
-/// ABORT record first. `cut_off`: its last record was just replaced by a
-/// filler, so an end record it was inserting is not in the WAL.
-fn end_transaction(
-    xlog: &mut Xlog,
-    procarray: &ProcArray,
-    lo: &Leftovers,
-    cut_off: bool,
-    done: &mut Vec<String>,
-) {
+/// ABORT record first (also when its end record was just replaced by a
+/// filler: its phase then still says COMMITTING or ABORTING).
+fn end_transaction(xlog: &mut Xlog, procarray: &ProcArray, lo: &Leftovers, done: &mut Vec<String>) {
     let p = &xlog.context().shm.procs()[lo.procno as usize];
     if lo.xid == 0 {
         return;
     }
     let phase = lo.held.xact_phase;
-    let committed = lo.reply_prepared || (phase == XACT_COMMIT_INSERTED && !cut_off);
+    // An end record that was cut off never reached COMMIT/ABORT_INSERTED
+    // (that step is taken when its insertion lock is given back).
+    let committed = lo.reply_prepared || phase == XACT_COMMIT_INSERTED;
     if committed {
         done.push(format!(
             "cleared the XID of its committed transaction {}",
             lo.xid
         ));
-    } else if phase == XACT_ABORT_INSERTED && !cut_off {
+    } else if phase == XACT_ABORT_INSERTED {
         done.push(format!(
             "cleared the XID of its aborted transaction {}",
             lo.xid
@@ -212,7 +205,7 @@ fn end_transaction(
         done.push(format!(
             "aborted its transaction {} (ABORT at {})",
             lo.xid,
-            fmt_lsn(at.start)
+            walformat::format_lsn(at.start)
         ));
     }
     procarray.end_transactions_of(&[(lo.procno, lo.xid)]);
@@ -247,10 +240,6 @@ fn reset_slot(shm: &Shmem, procno: u32) {
         p.reply.unprepare();
     }
     p.crit.reset();
-}
-
-fn fmt_lsn(lsn: Lsn) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
 }
 
 /// One dead process for the cleaner: its proc slot, pid, and how the

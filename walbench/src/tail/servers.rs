@@ -40,7 +40,9 @@ pub fn die_with_walbench(cmd: &mut Command, sig: libc::c_int) {
     }
 }
 
-fn port() -> u16 {
+/// A TCP port free on 127.0.0.1 now (the servers walbench starts listen
+/// on their Unix socket named after it).
+pub(crate) fn port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     l.local_addr().expect("its address").port()
 }

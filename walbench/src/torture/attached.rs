@@ -59,7 +59,7 @@ struct Tally {
 }
 
 pub fn run(o: &Options, spec: StartSpec) -> Result<(), String> {
-    let port = free_port()?;
+    let port = crate::tail::servers::port();
     let mut spec = spec;
     spec.args = vec![
         "--set".into(),
@@ -138,8 +138,7 @@ fn kill_loop(
             _ => (backends, false),
         };
         let pid = pool[rng.below(pool.len() as u64) as usize];
-        let log = &server_log(server);
-        let (cleaned_before, restarts_before) = (count(log, CLEANED), count(log, RESTARTED));
+        let restarts_before = restarts_so_far(server);
         if !super::victims::sigkill(pid) {
             continue;
         }
@@ -149,7 +148,7 @@ fn kill_loop(
         } else {
             &mut tally.backends_killed
         } += 1;
-        verdict(server, pid, cleaned_before, restarts_before, tally)?;
+        verdict(server, pid, restarts_before, tally)?;
         eprint!(
             "\rkills {}  cleaned up {}  restarts {}  worker acks {}   ",
             tally.kills,
@@ -169,12 +168,42 @@ fn more(o: &Options, kills: u64, cycles: u64, t0: Instant) -> bool {
     }
 }
 
-fn server_log(server: &Server) -> String {
-    std::fs::read_to_string(&server.log).unwrap_or_default()
-}
-
 fn count(log: &str, needle: &str) -> usize {
     log.matches(needle).count()
+}
+
+/// The server's verdict on the death of one process, read from its log.
+pub(super) enum Verdict {
+    /// The cleaner's line names it.
+    Cleaned,
+    /// A crash restart began after the kill; the last line naming the
+    /// process says why.
+    Restarted(String),
+}
+
+/// Server `s`'s verdict on the death of `pid` so far, if any:
+/// `restarts_before` is the number of crash restarts its log showed
+/// before the kill.
+pub(super) fn verdict_so_far(s: &Server, pid: i32, restarts_before: usize) -> Option<Verdict> {
+    let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+    let named = format!("(PID {pid})");
+    if count(&log, RESTARTED) > restarts_before {
+        let why = log.lines().rev().find(|l| l.contains(&named));
+        return Some(Verdict::Restarted(
+            why.unwrap_or("(no line names it)").to_string(),
+        ));
+    }
+    log.lines()
+        .any(|l| l.contains(CLEANED) && l.contains(&named))
+        .then_some(Verdict::Cleaned)
+}
+
+/// Crash restarts the log of `s` shows so far.
+pub(super) fn restarts_so_far(s: &Server) -> usize {
+    count(
+        &std::fs::read_to_string(&s.log).unwrap_or_default(),
+        RESTARTED,
+    )
 }
 
 /// Waits for the server's answer to the death of `pid`: a clean-up line
@@ -184,33 +213,23 @@ fn count(log: &str, needle: &str) -> usize {
 fn verdict(
     server: &mut Server,
     pid: i32,
-    cleaned_before: usize,
     restarts_before: usize,
     tally: &mut Tally,
 ) -> Result<(), String> {
     let deadline = Instant::now() + VERDICT_TIMEOUT;
-    let named = format!("(PID {pid})");
     loop {
-        let log = server_log(server);
-        if count(&log, RESTARTED) > restarts_before {
-            let why = log
-                .lines()
-                .rev()
-                .find(|l| l.contains(&named))
-                .unwrap_or("(no line names it)")
-                .to_string();
-            tally.restarts.push(why);
-            let ready = server.ready_count() + 1;
-            server.wait_ready(ready, START_TIMEOUT)?;
-            return Ok(());
-        }
-        if count(&log, CLEANED) > cleaned_before
-            && log
-                .lines()
-                .any(|l| l.contains(CLEANED) && l.contains(&named))
-        {
-            tally.cleaned += 1;
-            return Ok(());
+        match verdict_so_far(server, pid, restarts_before) {
+            Some(Verdict::Restarted(why)) => {
+                tally.restarts.push(why);
+                let ready = server.ready_count() + 1;
+                server.wait_ready(ready, START_TIMEOUT)?;
+                return Ok(());
+            }
+            Some(Verdict::Cleaned) => {
+                tally.cleaned += 1;
+                return Ok(());
+            }
+            None => {}
         }
         if Instant::now() > deadline {
             // Killed between sessions or before it had a slot and held
@@ -391,11 +410,6 @@ fn restart_reasons(lines: &[String]) -> BTreeMap<String, u64> {
         *m.entry(why).or_insert(0) += 1;
     }
     m
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 #[cfg(test)]

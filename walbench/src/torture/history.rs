@@ -103,8 +103,10 @@ fn oldest_segment_start(f: &Facts) -> Result<Lsn, String> {
         .ok_or_else(|| format!("no WAL segment in \"{}\"", f.pg_wal.display()))
 }
 
-/// Reads every record from `start` to the end of valid WAL.
-fn scan(f: &Facts, start: Lsn) -> Result<WalScan, String> {
+/// Reads every record from `start` to the end of valid WAL; with
+/// `committed_view` also what a committed-only reader delivers
+/// (`delivered`, `delivered_xids`: `--kill-attached`'s check only).
+fn scan(f: &Facts, start: Lsn, committed_view: bool) -> Result<WalScan, String> {
     let mut s = WalScan {
         start,
         end: start,
@@ -125,9 +127,11 @@ fn scan(f: &Facts, start: Lsn) -> Result<WalScan, String> {
         match reader.next_record() {
             Ok(Some(r)) => {
                 s.records += 1;
-                if let Some(backend::reorder::Change::Transaction(t)) = reorder.add(&r) {
-                    s.delivered_xids.insert(t.xid);
-                    s.delivered.extend(t.messages.iter().map(|m| m.lsn));
+                if committed_view {
+                    if let Some(backend::reorder::Change::Transaction(t)) = reorder.add(&r) {
+                        s.delivered_xids.insert(t.xid);
+                        s.delivered.extend(t.messages.iter().map(|m| m.lsn));
+                    }
                 }
                 if r.is_abort() {
                     s.aborted.insert(r.xid);
@@ -172,19 +176,19 @@ pub fn acks_present(datadir: &Path, acks: &[Lsn]) -> Result<(Vec<Lsn>, Vec<Lsn>)
         return Ok((vec![], removed));
     };
     let start = f.geo.seg_start(f.geo.seg_no(oldest));
-    Ok((missing(&kept, &scan(&f, start)?), removed))
+    Ok((missing(&kept, &scan(&f, start, false)?), removed))
 }
 
 /// Every record of a stopped server's WAL, from its oldest segment.
 pub fn scan_all(datadir: &Path) -> Result<WalScan, String> {
     let f = facts(datadir)?;
-    scan(&f, oldest_segment_start(&f)?)
+    scan(&f, oldest_segment_start(&f)?, true)
 }
 
 /// The full check of a stopped server's WAL against every ack of the run.
 pub fn check(datadir: &Path, acks: &[Lsn]) -> Result<Verdict, String> {
     let f = facts(datadir)?;
-    let s = scan(&f, oldest_segment_start(&f)?)?;
+    let s = scan(&f, oldest_segment_start(&f)?, false)?;
     // Acks in segments checkpoints removed cannot be checked any more.
     let (kept, removed): (Vec<Lsn>, Vec<Lsn>) = acks.iter().partition(|a| **a >= s.start);
     let mut v = Verdict {

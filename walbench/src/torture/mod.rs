@@ -634,9 +634,10 @@ impl Run<'_> {
         let Some(&pid) = pids.get(self.rng.below(pids.len() as u64) as usize) else {
             return Err(format!("no {comm} or backend process to kill"));
         };
+        let restarts_before = attached::restarts_so_far(s);
         let killed = Instant::now();
         victims::sigkill(pid);
-        if name == "worker" && cleaned_up_after(s, pid) {
+        if name == "worker" && cleaned_up_after(s, pid, restarts_before) {
             // A library worker's death is cleaned up after without a
             // restart unless it held shared state (`backend::abandoned`).
             self.collect(s);
@@ -803,23 +804,18 @@ pub fn evidence_files(datadir: &Path) -> [PathBuf; 2] {
     [datadir.join(HISTORY_FILE), datadir.join(LOG_FILE)]
 }
 
-/// Waits for the server's verdict on the death of library worker `pid`:
-/// true once the cleaner's line names it, false once a crash restart
-/// names it (then a new "ready" line follows) or after `START_TIMEOUT`.
-fn cleaned_up_after(s: &Server, pid: i32) -> bool {
-    let named = format!("(PID {pid})");
+/// Waits for the server's verdict on the death of library worker `pid`
+/// (`attached::verdict_so_far`): true once the cleaner's line names it,
+/// false once a crash restart began (a new "ready" line follows) or after
+/// `START_TIMEOUT`.
+fn cleaned_up_after(s: &Server, pid: i32, restarts_before: usize) -> bool {
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
-        let log = std::fs::read_to_string(&s.log).unwrap_or_default();
-        for l in log.lines().filter(|l| l.contains(&named)) {
-            if l.contains("cleaned up without a restart") {
-                return true;
-            }
-            if l.contains(": it died ") || l.contains("still running") {
-                return false;
-            }
+        match attached::verdict_so_far(s, pid, restarts_before) {
+            Some(attached::Verdict::Cleaned) => return true,
+            Some(attached::Verdict::Restarted(_)) => return false,
+            None => std::thread::sleep(Duration::from_millis(5)),
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
     false
 }
