@@ -9,5 +9,5 @@ cd "$(dirname "$0")/.."
 cargo test --workspace --locked
 if [ -f shmem/tests/loom.rs ] && [ -f shmem/tests/loom_groupclear.rs ]; then
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
-    cargo test -p shmem --release --locked --test loom --test loom_groupclear --test loom_admission --test loom_prevlink --test loom_flushwaiters --test loom_reply --test loom_groupwake --target-dir target/loom
+    cargo test -p shmem --release --locked --test loom --test loom_groupclear --test loom_admission --test loom_prevlink --test loom_flushwaiters --test loom_reply --target-dir target/loom
 fi

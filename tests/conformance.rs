@@ -173,24 +173,6 @@ fn variant_wal_insert_locks_128() {
     variant("v-locks128", "wal_insert_locks=128");
 }
 
-/// A backend whose insertion lock is busy takes any free one.
-#[test]
-fn variant_insert_lock_wait_scan() {
-    variant("v-scan", "wal_insert_lock_wait=scan");
-}
-
-/// Sixteen backends over two insertion locks scan, yield and
-/// re-scan most of the time.
-#[test]
-fn variant_insert_lock_wait_scan_yield() {
-    conformance_run(
-        "v-scanyield",
-        16,
-        100,
-        &["wal_insert_lock_wait=scan-yield", "wal_insert_locks=2"],
-    );
-}
-
 /// PostgreSQL's form, not the default: always sleep on a
 /// busy insertion lock.
 #[test]

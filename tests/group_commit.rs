@@ -118,17 +118,6 @@ fn sixteen_committers_share_fdatasyncs(variant: &str) {
 /// 16 committers for `run` with `variant` (None: the default): more than
 /// `min` commits per fdatasync.
 fn committers_per_fdatasync(variant: Option<&str>, run: Duration, min: f64) {
-    committers_per_fdatasync_with(variant, &[], run, min);
-}
-
-/// `committers_per_fdatasync` with more settings (`extra`); returns the
-/// summary's transaction counters.
-fn committers_per_fdatasync_with(
-    variant: Option<&str>,
-    extra: &[&str],
-    run: Duration,
-    min: f64,
-) -> TxLine {
     let variant_name = variant.unwrap_or("default");
     let tmp = TempDir::new(&format!("gc-share-{variant_name}"));
     let d = init(&tmp.join("data"), &[]);
@@ -144,9 +133,6 @@ fn committers_per_fdatasync_with(
     if let Some(set) = &set {
         args.extend(["--set", set.as_str()]);
     }
-    for e in extra {
-        args.extend(["--set", e]);
-    }
     let variant = variant_name;
     let o = run_for(&d.path, tmp.path(), &args, run);
     let tx = parse_summary(&o.stdout).tx;
@@ -161,7 +147,6 @@ fn committers_per_fdatasync_with(
         per > min,
         "{variant}: {per:.2} commits per fdatasync (want > {min}): {tx:?}"
     );
-    tx
 }
 
 #[test]
@@ -216,32 +201,6 @@ fn commit_delay_kill9_children_nothing_acked_lost() {
     for v in ["hybrid", "leader"] {
         kill_children_keeps_acks_with(v, &["commit_delay=500", "commit_siblings=1"]);
     }
-}
-
-/// group_commit_baton: committers defer to a flush handed to a
-/// waiting backend; kill -9 of a backend (possibly the baton's holder) and
-/// of the walwriter loses no ack, and the server goes on committing (a
-/// baton left by a dead holder does not stall the others: the crash
-/// restart re-creates shared memory, and a timed-out wait ignores it).
-#[test]
-fn baton_kill9_children_nothing_acked_lost() {
-    kill_children_keeps_acks_with("hybrid", &["group_commit_baton=on"]);
-}
-
-/// group_commit_baton: 16 committers for a second still share
-/// fdatasyncs and keep committing (a committer that defers to a baton
-/// sleeps until a flush covers it; if nobody flushed it would wait out
-/// its 100 ms timeouts, a few hundred commits in all). The lost wake-ups
-/// themselves are the loom model's to find (loom_flushwaiters.rs).
-#[test]
-fn baton_shares_fdatasyncs_among_16_committers() {
-    let tx = committers_per_fdatasync_with(
-        Some("hybrid"),
-        &["group_commit_baton=on"],
-        Duration::from_secs(1),
-        2.0,
-    );
-    assert!(tx.sync_commits > 1000, "too few commits: {tx:?}");
 }
 
 #[test]

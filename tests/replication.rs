@@ -449,28 +449,12 @@ fn synchronous_commits_acknowledged_are_in_the_receiver_after_kill_9() {
 }
 
 /// One sleep with `group_commit = flusher`: the committer never flushes,
-/// it only sets the walwriter's latch before it sleeps in the queue. Also
-/// `sync_rep_wake_chain = on`: the walsender wakes the first released
-/// commit and each wakes the next.
+/// it only sets the walwriter's latch before it sleeps in the queue.
 #[test]
 fn synchronous_commits_flushed_by_the_walwriter_survive_kill_9() {
     acknowledged_commits_survive_kill_9(
         "rep-sync-ww",
-        &[
-            "sync_rep_one_sleep=on",
-            "group_commit=flusher",
-            "sync_rep_wake_chain=on",
-        ],
-    );
-}
-
-/// `sync_rep_wake = group`: waiters sleep on the shared group-wake futex
-/// and each release pass wakes them with one system call.
-#[test]
-fn synchronous_commits_woken_as_a_group_survive_kill_9() {
-    acknowledged_commits_survive_kill_9(
-        "rep-sync-group",
-        &["sync_rep_one_sleep=on", "sync_rep_wake=group"],
+        &["sync_rep_one_sleep=on", "group_commit=flusher"],
     );
 }
 
@@ -580,21 +564,11 @@ fn cancel(path: &Path, pid: i32, key: i32) {
 /// With no synchronous standby connected a commit waits; a cancel ends
 /// the wait (the commit is durable locally and returns, as PostgreSQL
 /// says), and a fast shutdown is not held up by a waiting commit, which
-/// is then not acknowledged to its client. Both wake-ups
-/// (`sync_rep_wake`): the semaphore and the group futex.
+/// is then not acknowledged to its client.
 #[test]
 fn a_synchronous_commit_wait_yields_to_cancel_and_to_fast_shutdown() {
-    cancel_and_fast_shutdown_end_the_wait("rep-cancel", "sync_rep_wake=each");
-}
-
-#[test]
-fn a_group_wake_wait_yields_to_cancel_and_to_fast_shutdown() {
-    cancel_and_fast_shutdown_end_the_wait("rep-cancel-group", "sync_rep_wake=group");
-}
-
-fn cancel_and_fast_shutdown_end_the_wait(name: &str, wake: &str) {
-    let sets = ["synchronous_standby_names=nobody", "fsync=off", wake];
-    let Some((_t, d, srv, port)) = start_1mb_segments(name, &sets) else {
+    let sets = ["synchronous_standby_names=nobody", "fsync=off"];
+    let Some((_t, d, srv, port)) = start_1mb_segments("rep-cancel", &sets) else {
         return;
     };
     let sock = socket_path(&d.path, port);

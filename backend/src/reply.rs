@@ -81,39 +81,7 @@
 //! round waits on it (at 16 clients 1025-1478 ms run, 658-881 ms wait; at
 //! 4 clients 119-203 ms wait). A bound on unfinished deferred replies
 //! (beyond 64, commit as with `backend`) was tried and dropped: 0.82-0.91x
-//! tps against the unbounded form at 256 (two pairs). The fix kept,
-//! opt-in: `commit_reply_backend_nice` (`lower_own_priority`): backends
-//! raise their own nice value, so the walwriter, at nice 0, wins the CPU
-//! when it is runnable. With the server in its own session (autogroup)
-//! this only reweighs the server's processes against each other; without
-//! autogroup the backends also yield to every other program. Same-run
-//! pairs (one-binary A/B, pgbench -M prepared, 5 s points, 2 cores,
-//! shared, a CI run and other helpers' builds alongside), tps nice 5 /
-//! backend and nice 5 / flusher: autocommit 4 cl 1.21, 0.98 and 1.21,
-//! 0.99; 16 cl 0.96, 1.14 and 1.42, 1.13; 64 cl 0.98, 0.95 and 1.31,
-//! 1.13; 256 cl 1.02, 0.88 and 1.14, 0.94; multi 16 cl 1.49, 0.88 and
-//! 1.01, 0.69; 256 cl 1.51, 1.25 and 1.18, 0.83. Plain flusher / backend
-//! in the same runs: autocommit 0.98-1.00 at 4, 0.68-1.01 at 16,
-//! 0.74-0.85 at 64, 0.90-0.94 at 256; multi 1.26-1.47 at 16, 1.28-1.50 at
-//! 256. Neither form is >= 0.97x of `backend` everywhere, so `backend`
-//! stays the default and both stay opt-in.
-//!
-//! Falling back to `backend` replies by connection count, opt-in
-//! (`commit_reply_max_members`, `few_enough_members`): beyond N processes
-//! in the ProcArray a commit is not deferred. Same-run pairs (one binary,
-//! pgbench -M prepared durable autocommit, 2 s points, 2 cores shared
-//! with two other helpers' builds and tests; N = 80): capped / uncapped
-//! `flusher` at 256 clients 1.33, 1.42 (capped first) and 1.12, 0.96
-//! (capped second); capped `flusher` / `backend`, two runs per order:
-//! 1 client 1.04, 0.96 / 0.69, 0.65; 4 clients 0.86, 2.16 / 0.85, 0.75;
-//! 16 clients 1.22, 0.88 / 1.47, 1.03; 64 clients 0.81, 0.70 / 1.00,
-//! 0.90; 256 clients 0.89, 0.89 / 1.06, 0.91. An A/A point (both capped
-//! `flusher`, 64 clients) read 0.88 and 1.40 in the same runs: the noise
-//! is larger than any difference here. Commits per fdatasync at 64
-//! clients in those runs: `backend` 20-21 (0.048-0.050 fdatasyncs per
-//! transaction), `flusher` 17-24, PostgreSQL 11-12 (the cores full in
-//! every run, other helpers' processes among them). So `backend` stays
-//! the default.
+//! tps against the unbounded form at 256 (two pairs).
 
 use crate::context::ProcContext;
 use crate::procarray::ProcArray;
@@ -141,31 +109,13 @@ pub fn enabled(ctx: &ProcContext) -> bool {
         && matches!(ctx.io, crate::context::IoMode::Direct)
 }
 
-/// `commit_reply_max_members`: the ProcArray holds few enough processes
-/// for the walwriter to send their replies (a hint, read without
-/// ProcArrayLock: a stale count only moves one commit to the other path,
-/// both of which are correct).
-pub fn few_enough_members(ctx: &ProcContext) -> bool {
-    let max = ctx.settings.commit_reply_max_members;
-    max == 0 || ctx.shm.proc_array().num_members.load(Ordering::Relaxed) <= max
-}
-
 extern "C" fn on_reply_returned(_: libc::c_int) {
     // Nothing to do: the signal only interrupts `recv` (no SA_RESTART).
 }
 
-/// Lowers this backend's scheduling priority by `commit_reply_backend_nice`
-/// (an unprivileged process may always raise its own nice value), so the
-/// walwriter that sends our replies runs first when it is runnable.
-pub fn lower_own_priority(ctx: &ProcContext) {
-    let by = ctx.settings.commit_reply_backend_nice as libc::c_int;
-    if by == 0 {
-        return;
-    }
-    // SAFETY: nice(2) changes only this process's priority; an error (-1
-    // with errno) leaves it unchanged, which is harmless.
-    unsafe { libc::nice(by) };
-}
+/// Does nothing: a connection backend keeps the walwriter's priority.
+/// Kept only while `connection` still calls it; remove it with that call.
+pub fn lower_own_priority(_: &ProcContext) {}
 
 /// Connection start: publishes the socket `fd` for the walwriter and arms
 /// the signal that interrupts our `recv` when a reply is returned.

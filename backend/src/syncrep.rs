@@ -24,23 +24,10 @@
 //!    head and unlink every waiter whose LSN is now covered, set it
 //!    RELEASED (Release, pairs with the waiter's Acquire load); after the
 //!    unlock post their semaphores — one pass releases the whole group,
-//!    in LSN order. With `sync_rep_wake_chain` (off by default) the releaser
-//!    posts only the first, and each released waiter's `wake_next` names
-//!    the next one (stored before its RELEASED);
-//!    With `sync_rep_wake = group` (walshm's own) the pass ends instead with
-//!    ONE system call: waiters sleep on the shared futex word
-//!    `ReplCtl::group_wake` (FUTEX_WAIT_BITSET, the bit a 512-byte bucket of
-//!    their commit LSN) instead of their semaphore, after reading its
-//!    sequence number before their last RELEASED check; the releaser bumps
-//!    it after the unlock and wakes the OR of the released waiters' bits
-//!    (a release between a waiter's check and its sleep makes the futex
-//!    wait return at once; shmem::walsnd's header, loom_groupwake). The
-//!    chain is not used then;
-//! 4. waiter: wakes, sees RELEASED, posts its `wake_next` (chain), returns.
-//!    Spurious wake-ups (a stale semaphore post) just loop; a waiter that
-//!    leaves the queue and finds itself released passes the chain on, and
-//!    a chain broken by a process that died is mended by the waiters'
-//!    bounded sleeps (`WAIT_SLICE`): a delay, never a hang.
+//!    in LSN order;
+//! 4. waiter: wakes, sees RELEASED, returns. Spurious wake-ups (a stale
+//!    semaphore post) just loop; the sleeps are bounded (`WAIT_SLICE`) so
+//!    that cancel and shutdown flags are seen.
 //!
 //! Interruptions: a cancel request ends the wait with a WARNING (the
 //! commit is already durable locally, as PostgreSQL says); a fast shutdown
@@ -64,11 +51,8 @@
 use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
 use shmem::sync::Ordering;
-use shmem::variants::SyncRepWake;
 use shmem::walsnd::standby_names::{self, Method, StandbyNames};
-use shmem::walsnd::{
-    sync_state, wait_mode, wait_state, GroupWake, ReplCtl, SyncCommit, SyncRepWaiter,
-};
+use shmem::walsnd::{sync_state, wait_mode, wait_state, ReplCtl, SyncCommit, SyncRepWaiter};
 use shmem::Shmem;
 use std::sync::atomic::AtomicU8;
 use std::sync::OnceLock;
@@ -175,14 +159,10 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
     if !enqueue(ctx.shm, ctx.procno, lsn, mode) {
         return;
     }
-    let group = ctx.settings.sync_rep_wake == SyncRepWake::Group;
     loop {
-        // Read before the RELEASED check (see `sleep_until_woken`).
-        let seen = ctl.group_wake.seen();
         // Acquire pairs with the Release store of RELEASED in `release_covered`.
         if me.state.load(Ordering::Acquire) == wait_state::RELEASED {
             me.state.store(wait_state::NOT_WAITING, Ordering::Relaxed);
-            pass_on_wake(ctx.shm, ctx.procno);
             return;
         }
         if shutdown_requested() {
@@ -204,15 +184,7 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
             );
             return;
         }
-        if group {
-            // Interrupted (a cancel) or timed out: the loop looks at the
-            // flags; woken in vain (another LSN of the bucket): it sleeps
-            // again.
-            ctl.group_wake
-                .sleep(seen, GroupWake::bit_of(lsn), WAIT_SLICE);
-        } else {
-            ctx.me.sem.wait_timeout(WAIT_SLICE);
-        }
+        ctx.me.sem.wait_timeout(WAIT_SLICE);
     }
 }
 
@@ -289,9 +261,7 @@ fn unlink(ctl: &ReplCtl, waiters: &[SyncRepWaiter], me: u32) {
     w.next.store(0, Ordering::Relaxed);
 }
 
-/// A waiter gives up: unlinks itself unless a releaser already did (then
-/// it passes the wake chain on, so that the waiters after it are not left
-/// to their time-outs).
+/// A waiter gives up: unlinks itself unless a releaser already did.
 /// Takes proc `procno` out of the queue (a cancel, or a dead process's
 /// clean-up, `crate::abandoned`); returns whether it was in it.
 pub fn leave_queue(shm: &Shmem, procno: u32) -> bool {
@@ -299,20 +269,13 @@ pub fn leave_queue(shm: &Shmem, procno: u32) -> bool {
     let waiters = shm.syncrep_waiters();
     ctl.lock.lock();
     let state = waiters[procno as usize].state.load(Ordering::Relaxed);
-    let released = match state {
-        wait_state::WAITING => {
-            unlink(ctl, waiters, procno + 1);
-            false
-        }
-        state => state == wait_state::RELEASED,
-    };
+    if state == wait_state::WAITING {
+        unlink(ctl, waiters, procno + 1);
+    }
     waiters[procno as usize]
         .state
         .store(wait_state::NOT_WAITING, Ordering::Relaxed);
     ctl.lock.unlock();
-    if released {
-        pass_on_wake(shm, procno);
-    }
     state != wait_state::NOT_WAITING
 }
 
@@ -433,7 +396,7 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
     let mut woken = Vec::new();
     release_covered(shm, &covered, &mut woken);
     ctl.lock.unlock();
-    wake_released(shm, &woken);
+    post_released(shm, &woken);
     let n = woken.len() as u64;
     if n > 0 {
         ctl.released_commits.fetch_add(n, Ordering::Relaxed);
@@ -445,8 +408,7 @@ pub fn release_waiters(shm: &Shmem) -> u64 {
 /// Walks the queue from its head, releasing each waiter whose mode's
 /// position `covered` reaches (their proc numbers are pushed on `woken`,
 /// for `post_released` once the lock is released); stops at the first LSN
-/// beyond all three. Each released waiter's `wake_next` names the next one
-/// (the wake chain), stored before its RELEASED. Caller holds the lock.
+/// beyond all three. Caller holds the lock.
 fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
     let highest = covered.highest();
     let ctl = shm.repl();
@@ -465,78 +427,22 @@ fn release_covered(shm: &Shmem, covered: &Covered, woken: &mut Vec<u32>) {
         }
         at = next;
     }
-    let successors = woken.iter().skip(1).map(|&p| p + 1).chain([0]);
-    for (&procno, wake_next) in woken.iter().zip(successors) {
-        let w = &waiters[procno as usize];
-        // Relaxed: published by the Release store of RELEASED just below.
-        w.wake_next.store(wake_next, Ordering::Relaxed);
+    for &procno in woken.iter() {
         // Release pairs with the waiter's Acquire load in `wait_for`.
-        w.state.store(wait_state::RELEASED, Ordering::Release);
+        waiters[procno as usize]
+            .state
+            .store(wait_state::RELEASED, Ordering::Release);
     }
-}
-
-/// Wakes the released waiters (after ReplCtl::lock is released), as
-/// `sync_rep_wake` says: `group`, one futex wake with the bits of their
-/// LSNs on `ReplCtl::group_wake`; `each`, a post of each one's semaphore
-/// (or of the first only, with `sync_rep_wake_chain`).
-fn wake_released(shm: &Shmem, woken: &[u32]) {
-    if woken.is_empty() {
-        return;
-    }
-    let settings = shm.settings();
-    if settings.sync_rep_wake == SyncRepWake::Group {
-        shm.repl().group_wake.wake(group_bits(shm, woken));
-    } else {
-        post_released(shm, woken, settings.sync_rep_wake_chain);
-    }
-}
-
-/// The OR of the group-wake bits of the released waiters' LSNs. Their
-/// `lsn` is still theirs: a released waiter changes it only when it
-/// queues again, after it saw RELEASED, and then it sleeps with the bit
-/// of the new LSN (a wake with a stale bit is a wake in vain, and its
-/// sleep is bounded).
-fn group_bits(shm: &Shmem, woken: &[u32]) -> u32 {
-    let waiters = shm.syncrep_waiters();
-    woken
-        .iter()
-        // Relaxed: see above; a stale value only costs a wake in vain.
-        .map(|&p| GroupWake::bit_of(waiters[p as usize].lsn.load(Ordering::Relaxed)))
-        .fold(0, |acc, b| acc | b)
 }
 
 /// Posts the semaphores of released waiters, after ReplCtl::lock is
 /// released: a futex wake on 2 oversubscribed cores can hand the CPU to
-/// the woken backend, which must not find the spinlock still held. With
-/// `chain` only the first is posted here and each woken waiter posts the
-/// next (`pass_on_wake`): the walsender, which the scheduler tends to
-/// preempt in favour of every backend it wakes, is switched out once per
-/// release pass instead of once per commit. A waiter that saw RELEASED
-/// first and returned absorbs the late post as a spurious wake-up (its
-/// wait loops re-check their condition).
-fn post_released(shm: &Shmem, woken: &[u32], chain: bool) {
-    let n = if chain {
-        woken.len().min(1)
-    } else {
-        woken.len()
-    };
-    for &procno in &woken[..n] {
+/// the woken backend, which must not find the spinlock still held. A
+/// waiter that saw RELEASED first and returned absorbs the late post as a
+/// spurious wake-up (its wait loops re-check their condition).
+fn post_released(shm: &Shmem, woken: &[u32]) {
+    for &procno in woken {
         shm.procs()[procno as usize].sem.post();
-    }
-}
-
-/// A released waiter (or one that found itself released as it left the
-/// queue): posts the next waiter of its release pass, if the pass chained
-/// one to it. Without the chain `wake_next` is stored as well, but the
-/// walsender posted everybody, so the extra post is only a spurious
-/// wake-up; it is skipped then.
-fn pass_on_wake(shm: &Shmem, procno: u32) {
-    // Relaxed: ordered after the caller's Acquire load of RELEASED.
-    let next = shm.syncrep_waiters()[procno as usize]
-        .wake_next
-        .swap(0, Ordering::Relaxed);
-    if next != 0 && shm.settings().sync_rep_wake_chain {
-        shm.procs()[next as usize - 1].sem.post();
     }
 }
 
@@ -624,18 +530,10 @@ mod tests {
         out
     }
 
-    /// Settings with `sync_rep_wake_chain` on (it is off by default).
-    fn chained() -> shmem::Settings {
-        shmem::Settings {
-            sync_rep_wake_chain: true,
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn waiters_queue_in_lsn_order_and_one_pass_releases_the_covered_group() {
         // An unnamed segment: it goes with the test process.
-        let shm = &Shmem::create(&chained(), 5, 1).unwrap();
+        let shm = &Shmem::create(&shmem::Settings::default(), 5, 1).unwrap();
         for (procno, lsn, mode) in [
             (0, 300, wait_mode::FLUSH),
             (1, 100, wait_mode::FLUSH),
@@ -656,17 +554,12 @@ mod tests {
         ctl.lock.unlock();
         assert_eq!(woken, vec![1, 2]);
         assert_eq!(shm.procs()[1].sem.count(), 0, "posted under the lock");
-        post_released(shm, &woken, true);
-        // The chain: only the first is posted by the releaser; it posts
-        // the next as it wakes, and the last posts nobody.
+        // The releaser posts every released waiter, once.
+        post_released(shm, &woken);
         assert_eq!(
             (shm.procs()[1].sem.count(), shm.procs()[2].sem.count()),
-            (1, 0)
+            (1, 1)
         );
-        pass_on_wake(shm, 1);
-        assert_eq!(shm.procs()[2].sem.count(), 1, "the chain passes on");
-        pass_on_wake(shm, 2);
-        pass_on_wake(shm, 1);
         assert_eq!(shm.procs().iter().map(|p| p.sem.count()).sum::<u32>(), 2);
         assert_eq!(queue_lsns(shm), vec![150, 250, 300]);
         let state = |p: usize| shm.syncrep_waiters()[p].state.load(Ordering::Relaxed);
@@ -687,8 +580,7 @@ mod tests {
         release_covered(shm, &covered(260, 220, 160), &mut woken);
         assert_eq!(woken, vec![4]);
         ctl.lock.unlock();
-        // Without the chain the releaser posts every released waiter.
-        post_released(shm, &[0, 3], false);
+        post_released(shm, &[0, 3]);
         assert_eq!(
             (shm.procs()[0].sem.count(), shm.procs()[3].sem.count()),
             (1, 1)
@@ -696,72 +588,6 @@ mod tests {
         assert_eq!(queue_lsns(shm), vec![300]);
         ctl.released_flush.store(400, Ordering::Relaxed);
         assert!(!enqueue(shm, 3, 350, wait_mode::FLUSH));
-    }
-
-    #[test]
-    fn a_released_waiter_that_leaves_passes_the_wake_chain_on() {
-        let shm = &Shmem::create(&chained(), 3, 1).unwrap();
-        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
-        assert!(enqueue(shm, 1, 200, wait_mode::FLUSH));
-        let ctl = shm.repl();
-        ctl.lock.lock();
-        let mut woken = Vec::new();
-        release_covered(shm, &covered(300, 300, 0), &mut woken);
-        ctl.lock.unlock();
-        assert_eq!(woken, vec![0, 1]);
-        // Proc 0 was released, but a cancel ended its wait before it saw
-        // RELEASED: leaving, it must still wake proc 1.
-        leave_queue(shm, 0);
-        assert_eq!(shm.procs()[1].sem.count(), 1);
-        assert_eq!(queue_lsns(shm), Vec::<u64>::new());
-    }
-
-    #[test]
-    fn a_group_pass_bumps_the_sequence_and_posts_no_semaphore() {
-        let settings = shmem::Settings {
-            sync_rep_wake: SyncRepWake::Group,
-            ..Default::default()
-        };
-        let shm = &Shmem::create(&settings, 3, 1).unwrap();
-        let far = 100 + (1 << GroupWake::BUCKET_SHIFT);
-        assert!(enqueue(shm, 0, 100, wait_mode::FLUSH));
-        assert!(enqueue(shm, 1, far, wait_mode::FLUSH));
-        assert!(enqueue(shm, 2, 150, wait_mode::FLUSH));
-        let ctl = shm.repl();
-        let seen = ctl.group_wake.seen();
-        ctl.lock.lock();
-        let mut woken = Vec::new();
-        release_covered(shm, &covered(200, 200, 0), &mut woken);
-        ctl.lock.unlock();
-        assert_eq!(woken, vec![0, 2]);
-        // Both released LSNs share one bucket: one bit; the unreleased
-        // waiter's bucket is not in it.
-        assert_eq!(group_bits(shm, &woken), GroupWake::bit_of(100));
-        assert_eq!(group_bits(shm, &woken) & GroupWake::bit_of(far), 0);
-        wake_released(shm, &woken);
-        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
-        assert_eq!(shm.procs().iter().map(|p| p.sem.count()).sum::<u32>(), 0);
-        // A sleep that read the old sequence returns at once.
-        let t = std::time::Instant::now();
-        ctl.group_wake
-            .sleep(seen, GroupWake::bit_of(far), Duration::from_secs(5));
-        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-        // One with the current value times out (nobody wakes its bit).
-        let t = std::time::Instant::now();
-        let r = ctl.group_wake.sleep(
-            ctl.group_wake.seen(),
-            GroupWake::bit_of(far),
-            Duration::from_millis(50),
-        );
-        assert_eq!(r, shmem::walsnd::SeqSleep::TimedOut);
-        assert!(
-            t.elapsed() >= Duration::from_millis(45),
-            "{:?}",
-            t.elapsed()
-        );
-        // An empty pass wakes nobody and leaves the sequence alone.
-        wake_released(shm, &[]);
-        assert_eq!(ctl.group_wake.seen(), seen.wrapping_add(1));
     }
 
     #[test]

@@ -215,7 +215,6 @@ impl<'a> Xact<'a> {
     fn may_defer(&self) -> bool {
         let ctx = self.xlog.context();
         self.defer_replies
-            && crate::reply::few_enough_members(ctx)
             && crate::procarray::others_in_transaction(ctx.shm, ctx.procno, 1)
             && !syncrep::waits_for_standbys(ctx)
     }

@@ -11,8 +11,8 @@
 //!
 //! Why by hand: a futex is one system call with no safe wrapper in the
 //! crates this project uses (nix has none; rustix's would add a crate for
-//! two calls). Not compiled under loom, where `sema` and `walsnd` model
-//! the word with loom's own primitives.
+//! two calls). Not compiled under loom, where `sema` models the word with
+//! loom's own primitives.
 
 use crate::sync::AtomicU32;
 

@@ -391,23 +391,14 @@ const FLUSH_WAITER_WORDS: usize = 96;
 /// one post) without the posts, each of which may preempt it, delaying
 /// the next fdatasync. Either way each request is posted at most once.
 ///
-/// The baton (`baton`, `group_commit_baton`): between a hand-off's post and
-/// the moment the woken backend takes WALWriteLock, the lock is free, and a
-/// commit arriving then used to lead a flush of its own, splitting the group
-/// the hand-off was meant to gather. `hand_off` therefore records the proc it
-/// posts (procno + 1; 0 = none; only when no baton is out, so that one
-/// notifier never overwrites another's and every baton has exactly one holder
-/// to clear it) before ending its request, and a committer that sees the baton
-/// held by another proc does not lead (`baton_held_by_other`): it publishes
-/// and sleeps as if the lock were held. The holder clears the baton when it
-/// wakes (`take_baton`), before it looks at the lock, and whoever holds it
-/// leads or, if it finds itself covered, runs a notifier pass itself, so that
-/// a committer who saw the baton set is seen by a pass that follows the clear:
-/// its publish and fence precede its read of the baton, the holder's clear
-/// precedes the pass's fence (both SeqCst fences), so either the pass sees its
-/// bit or it saw the baton cleared. The baton is advisory: a committer whose
-/// wait timed out ignores it, so a baton left by a process that died costs at
-/// most one bounded wait.
+/// The baton (`baton`): `hand_off` records the proc it posts (procno + 1;
+/// 0 = none; only when no baton is out, so that one notifier never
+/// overwrites another's and every baton has exactly one holder to clear it)
+/// before ending its request. The holder clears it when it wakes or leads
+/// (`take_baton`, `withdraw`). If the holder dies first, whoever cleans up
+/// after it takes the baton and runs the notifier pass the handed-off flush
+/// would have ended with (`backend::xlog::Xlog::finish_abandoned_flush`),
+/// so the other waiters are not left to their timeouts.
 #[repr(C, align(128))]
 pub struct FlushWaiters {
     words: [AtomicU64; FLUSH_WAITER_WORDS],
@@ -422,29 +413,21 @@ impl FlushWaiters {
         }
     }
 
-    /// Whether a hand-off to a proc other than `me` is in flight (see the
-    /// baton above): then `me` should not lead.
-    pub fn baton_held_by_other(&self, me: u32) -> bool {
-        // Relaxed: the caller's SeqCst fence before this load (after its
-        // publish) is what pairs with the holder's pass, see the baton.
-        let b = self.baton.load(Ordering::Relaxed);
-        b != 0 && b != me + 1
-    }
-
-    /// `me` ends its flush request itself; true if it finds the baton was
-    /// handed to it meanwhile (then it must lead or run a notifier pass).
-    pub fn withdraw(&self, me: &Proc) -> bool {
+    /// `me` ends its flush request itself, and clears the baton if it
+    /// finds it was handed to `me` meanwhile.
+    pub fn withdraw(&self, me: &Proc) {
         // Acquire: pairs with the Release of `end_if_covered`: a request
         // somebody else ended (0) makes a hand-off's baton visible.
-        me.flush_wanted.swap(0, Ordering::Acquire) == 0 && self.take_baton(me.procno())
+        if me.flush_wanted.swap(0, Ordering::Acquire) == 0 {
+            self.take_baton(me.procno());
+        }
     }
 
-    /// `me` woke: clears the baton if it was handed to `me`; true if so
-    /// (then `me` must lead or run a notifier pass).
+    /// `me` woke (or leads): clears the baton if it was handed to `me`;
+    /// true if so.
     pub fn take_baton(&self, me: u32) -> bool {
-        // Relaxed: the holder's later SeqCst fence (in the notifier pass it
-        // runs as leader, or itself) orders the clear before its read of
-        // the waiter bits.
+        // Relaxed: the baton is a record for the clean-up after a dead
+        // holder, which takes it under no ordering either.
         self.baton
             .compare_exchange(me + 1, 0, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
@@ -684,7 +667,7 @@ impl FlushWaiters {
         // what we did before it (our flush) before the woken proc's look.
         // The baton goes out before the request ends: a waiter that ends
         // its own wait after our swap (`withdraw`) then sees it (the swap's
-        // Release pairs with `withdraw`'s Acquire) and passes it on.
+        // Release pairs with `withdraw`'s Acquire) and clears it.
         // Only into an empty slot: a concurrent notifier's baton is never
         // overwritten (its holder clears only its own).
         let baton = self

@@ -62,7 +62,7 @@ static RELOADED: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
 pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// Bump whenever any `#[repr(C)]` struct in the segment, or the layout,
 /// changes.
-pub const LAYOUT_VERSION: u32 = 42;
+pub const LAYOUT_VERSION: u32 = 43;
 
 /// Individually named LWLocks.
 #[repr(u32)]

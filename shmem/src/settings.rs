@@ -36,7 +36,7 @@ mod kinds;
 
 use crate::variants::{
     CommitReply, GroupCommit, InsertLockSpread, InsertLockWait, Insertion, LockLayout,
-    RecoveryTargetAction, Reservation, SyncRepWake, VarAccess, WaitQueue, WalSyncMethod, XidClear,
+    RecoveryTargetAction, Reservation, VarAccess, WaitQueue, WalSyncMethod, XidClear,
 };
 use crate::walsnd::SyncCommit;
 use kinds::{Access, Field};
@@ -330,20 +330,20 @@ declare_settings! {
         "track_wal_io_timing", Kind::Bool, "time WAL writes and syncs (pg_stat_wal)";
     // ---- the direct insert path ----
     /// Insertion locks backends spread over: `all` of `wal_insert_locks`
-    /// (PostgreSQL's), `cpus` (at most one per CPU), `spare-cpu` (one
-    /// fewer than CPUs) or `adaptive` (default: `all` while the walwriter
-    /// keeps up, `spare-cpu` while it falls behind; backend/src/xlog/pace.rs).
+    /// (PostgreSQL's) or `adaptive` (default: `all` while the walwriter
+    /// keeps up, one fewer than CPUs while it falls behind;
+    /// backend/src/xlog/pace.rs).
     wal_insert_lock_spread: InsertLockSpread = InsertLockSpread::Adaptive =>
         "wal_insert_lock_spread", Kind::Enum(InsertLockSpread::NAMES),
-        "insertion locks in use: all, cpus (at most one per CPU), spare-cpu (one fewer than CPUs, leaving one to the walwriter) or adaptive (all while the walwriter keeps up, spare-cpu while it falls behind)";
+        "insertion locks in use: all or adaptive (all while the walwriter keeps up, one fewer than CPUs while it falls behind, leaving one to the walwriter)";
     /// What a backend does when its insertion lock is busy: `queue`
-    /// (PostgreSQL's: sleep on it), `scan` (take any free one first),
-    /// `scan-yield` (also yield and re-scan before sleeping) or `adaptive`
-    /// (default: `queue` until this backend's recent acquisitions waited
-    /// often, then `scan-yield`; see backend/src/xlog/insert_locks.rs).
+    /// (PostgreSQL's: sleep on it) or `adaptive` (default: `queue` until
+    /// this backend's recent acquisitions waited often, then take any free
+    /// one first, yield and re-scan before sleeping; see
+    /// backend/src/xlog/insert_locks.rs).
     wal_insert_lock_wait: InsertLockWait = InsertLockWait::Adaptive =>
         "wal_insert_lock_wait", Kind::Enum(InsertLockWait::NAMES),
-        "busy insertion lock: queue (sleep on it), scan (take any free one first), scan-yield (also yield and re-scan), adaptive (queue, scan-yield while waits are frequent)";
+        "busy insertion lock: queue (sleep on it) or adaptive (queue; while waits are frequent, take any free one first, yield and re-scan)";
     // ---- durable commits ----
     /// Who writes and syncs the WAL a synchronous commit waits for.
     /// `hybrid` is the default: in same-run A/Bs (2 cores, shared) it used
@@ -375,18 +375,6 @@ declare_settings! {
     sync_rep_one_sleep: bool = true =>
         "sync_rep_one_sleep", Kind::Bool,
         "a commit waiting for standbys requests its local flush and sleeps once, in the sync-rep queue (off: PostgreSQL's flush, then wait)";
-    /// On: the walsender posts only the first waiter a status update
-    /// releases and each released waiter posts the next; off (default):
-    /// the walsender posts them all, as PostgreSQL does. On a shared,
-    /// loaded machine the chain saved walsender CPU (each post let the
-    /// woken backend preempt it: ~9.5 against 6-8 us per commit), but on a
-    /// quiet one the serial wake-ups cost more than they save:
-    /// replication-bench, 64 clients, 2 cores, 3 same-run repetitions,
-    /// chain/none 0.89, 0.76, 0.78 tps at 97 against 78 us of server CPU
-    /// per commit (medians).
-    sync_rep_wake_chain: bool = false =>
-        "sync_rep_wake_chain", Kind::Bool,
-        "on: the walsender wakes the first released synchronous commit and each wakes the next; off (default): the walsender wakes them all, as PostgreSQL";
     // ---- wal_sync_method ----
     /// How WAL is made durable, with PostgreSQL's names and meaning on
     /// Linux (see `backend::walfile`): `fdatasync` (default) or `fsync`
@@ -411,16 +399,6 @@ declare_settings! {
     max_replication_lag_mb: u32 = 0 =>
         "max_replication_lag", Kind::int(Unit::MB, Unit::MB, 0, 1_000_000),
         "walshm only: inserting backends wait while WAL is this far ahead of the slowest streaming receiver's reported write (0 = off, PostgreSQL's behaviour)";
-    // ---- durable commits, the hand-off baton ----
-    /// `group_commit = hybrid`: while a flush handed to a waiting backend
-    /// is in flight (posted, WALWriteLock not yet taken), other committers
-    /// do not lead but join it (`shmem::proc::FlushWaiters`' baton). Off
-    /// by default: same-run A/Bs (2 cores, shared) raised commits per
-    /// fdatasync at 16-256 clients and cut CPU per commit at 256, but lost
-    /// tps at 4 clients (backend/src/xlog/group_commit.rs).
-    group_commit_baton: bool = false =>
-        "group_commit_baton", Kind::Bool,
-        "hybrid group commit: committers arriving while a flush is being handed to a waiting backend join it instead of leading their own";
     // ---- commit replies ----
     /// Who sends a durable commit's reply: `backend` (waits for its flush,
     /// then replies) or `flusher` (hands the reply to the walwriter, which
@@ -428,41 +406,6 @@ declare_settings! {
     commit_reply: CommitReply = CommitReply::Backend =>
         "commit_reply", Kind::Enum(CommitReply::NAMES),
         "who sends a durable commit's reply: backend (after waiting for the flush) or flusher (the walwriter, after its fdatasync)";
-    /// `commit_reply = flusher`: connection backends lower their own
-    /// scheduling priority by this nice increment, so the walwriter (which
-    /// sends their replies) is not starved among hundreds of runnable
-    /// backends. 0: off.
-    commit_reply_backend_nice: u32 = 0 =>
-        "commit_reply_backend_nice", Kind::count(0, 19),
-        "commit_reply = flusher: nice increment connection backends apply to themselves (the walwriter keeps its priority)";
-    /// `commit_reply = flusher`: a durable commit's reply is handed to the
-    /// walwriter only while at most this many processes are in the
-    /// ProcArray (connections); beyond, replies are the backend's own, as
-    /// with `backend` (the walwriter, one process among hundreds of
-    /// runnable backends, waits for a CPU while every reply of its round
-    /// waits on it). 0: no limit.
-    commit_reply_max_members: u32 = 0 =>
-        "commit_reply_max_members", Kind::count(0, 100_000),
-        "commit_reply = flusher: hand replies to the walwriter only while at most this many processes are in the ProcArray (0 = no limit)";
-    // ---- group wake of released synchronous commits ----
-    /// How a sync-rep release pass wakes the commits it released: `each`
-    /// (the walsender posts every released backend's semaphore, one futex
-    /// wake each; on 2 oversubscribed cores each wake lets the woken
-    /// backend preempt the walsender) or `group` (waiters sleep on one
-    /// shared futex word with FUTEX_WAIT_BITSET, the bit a bucket of their
-    /// commit LSN, and the pass ends with one FUTEX_WAKE_BITSET).
-    /// Default `each`: the same-run A/B did not show `group` winning
-    /// (replication-bench --seconds 3 --reps 3 --only 1, 64 clients, 2
-    /// cores, shared, load average 5-18; group/each tps over three runs
-    /// 0.95, 0.98, 0.68 / 0.64, 0.95, 1.10 / 1.01, 0.98, 1.05, median
-    /// 0.98; 2 kB buckets: 0.84, 0.74, 1.20).
-    /// One syscall does not shorten the pass as timed by the walsender
-    /// (0.11-0.37 ms against 0.07-0.29 ms): after it returns the walsender
-    /// is switched out until the woken backends ran, as after each post;
-    /// the server's context switches per commit fall 3-9 %.
-    sync_rep_wake: SyncRepWake = SyncRepWake::Each =>
-        "sync_rep_wake", Kind::Enum(SyncRepWake::NAMES),
-        "how a sync-rep release pass wakes the released commits: each (one semaphore post per commit) or group (one futex wake for the pass)";
     // ---- admission to the insertion API ----
     /// At most this many processes per CPU (of the process's affinity
     /// mask) insert through the insertion API at a time without sleeping

@@ -157,8 +157,8 @@ counter_structs!(FlatCounters, FlatTotals, "Mechanism and WAL counters of one pr
     /// Insertion under oversubscription: sleeps on an LWLock
     /// that ended with the lock taken again by someone else, so the woken
     /// waiter slept again (a futile wake-up); insertion-lock acquisitions
-    /// that scanned the locks first (`wal_insert_lock_wait` scan,
-    /// scan-yield, adaptive once engaged) and the yields they made.
+    /// that scanned the locks first (`wal_insert_lock_wait = adaptive`
+    /// once engaged) and the yields they made.
     lwlock_futile_wakeups,
     insert_lock_scans,
     insert_lock_yields,

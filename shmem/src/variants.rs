@@ -94,20 +94,13 @@ variant_enum!(
     InsertLockSpread {
         /// Every one of `wal_insert_locks` (PostgreSQL's behaviour).
         All = "all",
-        /// At most one lock per CPU this process may run on: more holders
-        /// than CPUs cannot copy in parallel, they only preempt each other
-        /// while holding their locks.
-        Cpus = "cpus",
-        /// At most one lock fewer than CPUs (but one): the walwriter, which
-        /// writes what the inserters copied, keeps a CPU. With every CPU
-        /// copying, the walwriter falls behind and the inserters write
-        /// full buffers themselves under WALWriteLock (docs/benchmarks.md,
-        /// insertion locks under oversubscription).
-        SpareCpu = "spare-cpu",
-        /// `all` while the walwriter keeps up, `spare-cpu` while it falls
-        /// behind: backends initialize most buffer pages themselves and
-        /// the walwriter hardly sleeps (judged by the walwriter every
-        /// 50 ms; see `backend::xlog::PaceWatch`). The default.
+        /// `all` while the walwriter keeps up; one lock fewer than CPUs
+        /// (but one) while it falls behind: backends initialize most
+        /// buffer pages themselves and the walwriter hardly sleeps (judged
+        /// by the walwriter every 50 ms; see `backend::xlog::PaceWatch`).
+        /// The walwriter, which writes what the inserters copied, then
+        /// keeps a CPU (docs/benchmarks.md, insertion locks under
+        /// oversubscription). The default.
         Adaptive = "adaptive",
     }
 );
@@ -118,17 +111,13 @@ variant_enum!(
         /// Sleep on that lock, and prefer the next one next time
         /// (PostgreSQL's WALInsertLockAcquire).
         Queue = "queue",
-        /// First take any other insertion lock that is free; sleep only
-        /// when every one is busy. Under oversubscription a busy lock is
-        /// mostly one whose holder was preempted, while another is free.
-        Scan = "scan",
-        /// As `scan`, but when every lock is busy give the CPU away
-        /// (`sched_yield`, so a preempted holder can run) and scan again,
-        /// a few times, before sleeping.
-        ScanYield = "scan-yield",
-        /// `queue` while this backend rarely waits; `scan-yield` while a
-        /// recent share of its acquisitions waited (oversubscription: a
-        /// busy lock's holder is then mostly preempted).
+        /// `queue` while this backend rarely waits; while a recent share
+        /// of its acquisitions waited (oversubscription: a busy lock's
+        /// holder is then mostly preempted, while another is free), it
+        /// first takes any other free insertion lock, and when every one
+        /// is busy gives the CPU away (`sched_yield`, so a preempted
+        /// holder can run) and scans again, a few times, before sleeping.
+        /// The default.
         Adaptive = "adaptive",
     }
 );
@@ -189,20 +178,6 @@ variant_enum!(
         /// The backend hands its reply to the walwriter and reads on; the
         /// walwriter sends it after the fdatasync that covers the commit.
         Flusher = "flusher",
-    }
-);
-
-// ---- synchronous replication wake-ups ----
-variant_enum!(
-    /// How a sync-rep release pass wakes the commits it released
-    /// (`sync_rep_wake`; see backend/src/syncrep.rs).
-    SyncRepWake {
-        /// The walsender posts each released backend's semaphore, one
-        /// futex wake per commit (PostgreSQL's way).
-        Each = "each",
-        /// Waiters sleep on `ReplCtl::group_wake` with a bit of their
-        /// commit LSN; one FUTEX_WAKE_BITSET wakes the whole pass.
-        Group = "group",
     }
 );
 

@@ -52,20 +52,6 @@
 //! positions and a SeqCst fence, wakes only when they reached it (Dekker
 //! again: either the sleeper's re-check sees the positions or the
 //! publisher sees its target).
-//!
-//! Group wake of released sync-rep waiters (`sync_rep_wake = group`,
-//! walshm's own; [`GroupWake`], its own cache line): a waiter reads `seq`
-//! (Acquire), then checks its RELEASED state, then sleeps with
-//! FUTEX_WAIT_BITSET on `seq` expecting the value it read, with the bit of
-//! its commit LSN's 512-byte bucket (mod 32). A release pass stores RELEASED
-//! under `ReplCtl::lock`, unlocks, increments `seq` (Release) and makes
-//! one FUTEX_WAKE_BITSET with the OR of the released waiters' bits. Either
-//! the waiter's `seq` load saw the increment, and then (Acquire/Release)
-//! its RELEASED check sees the store, or the kernel's compare under its
-//! bucket lock finds `seq` changed (the waiter returns at once) or the
-//! waiter is queued before the wake scans (it is woken): no lost wake-up.
-//! Waiters of other LSNs in the same bucket wake in vain and sleep again;
-//! the sleep is bounded (cancel, shutdown, a dead walsender).
 
 use crate::spin::SpinLock;
 use crate::sync::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -245,9 +231,6 @@ pub struct ReplCtl {
     /// the flush position, stored by the flusher after its flush_result
     /// store: the walsenders' round timings (`replication::roundstats`) only.
     pub flushed_at_ns: AtomicU64,
-    /// `sync_rep_wake = group`: the futex word released sync-rep waiters
-    /// are woken on (see the module header).
-    pub group_wake: GroupWake,
     pub senders: [WalSnd; MAX_WAL_SENDERS],
     pub slots: [SlotShared; MAX_SLOTS],
     /// Flow control (`max_replication_lag`, see the module header).
@@ -282,8 +265,7 @@ pub struct ThrottleCtl {
     pub wait_us: AtomicU64,
 }
 
-/// How a sleep on a sequence futex word (`ThrottleCtl::seq`,
-/// `GroupWake::seq`) ended.
+/// How a sleep on a sequence futex word (`ThrottleCtl::seq`) ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeqSleep {
     /// Woken, or the word had already changed.
@@ -294,39 +276,16 @@ pub enum SeqSleep {
     Interrupted,
 }
 
-/// Sleeps while `word` still holds `seen`, until a FUTEX_WAKE_BITSET names
-/// one of `bits` (`FUTEX_BITSET_MATCH_ANY`: any wake), at most `timeout`.
-#[cfg(not(loom))]
-fn futex_wait_bits(
-    word: &AtomicU32,
-    seen: u32,
-    bits: u32,
-    timeout: std::time::Duration,
-) -> SeqSleep {
-    let deadline = monotonic_ns() + timeout.as_nanos() as u64;
-    match crate::futex::wait(word, seen, Some(deadline), bits) {
-        crate::futex::Wait::Woken => SeqSleep::Woken,
-        crate::futex::Wait::TimedOut => SeqSleep::TimedOut,
-        crate::futex::Wait::Interrupted => SeqSleep::Interrupted,
-    }
-}
-
-/// Wakes every sleeper on `word` whose bits meet `bits`.
-#[cfg(not(loom))]
-fn futex_wake_bits(word: &AtomicU32, bits: u32) {
-    crate::futex::wake(word, i32::MAX, bits);
-}
-
 #[cfg(not(loom))]
 impl ThrottleCtl {
     /// Sleeps while `seq` still holds `seen`, at most `timeout`.
     pub fn sleep(&self, seen: u32, timeout: std::time::Duration) -> SeqSleep {
-        futex_wait_bits(
-            &self.seq,
-            seen,
-            libc::FUTEX_BITSET_MATCH_ANY as u32,
-            timeout,
-        )
+        let deadline = monotonic_ns() + timeout.as_nanos() as u64;
+        match crate::futex::wait(&self.seq, seen, Some(deadline), crate::futex::ANY) {
+            crate::futex::Wait::Woken => SeqSleep::Woken,
+            crate::futex::Wait::TimedOut => SeqSleep::TimedOut,
+            crate::futex::Wait::Interrupted => SeqSleep::Interrupted,
+        }
     }
 
     /// After a new `allowed_upto` (or a receiver left): bumps `seq` and
@@ -338,134 +297,7 @@ impl ThrottleCtl {
         if self.waiters.load(Ordering::SeqCst) == 0 {
             return;
         }
-        futex_wake_bits(&self.seq, libc::FUTEX_BITSET_MATCH_ANY as u32);
-    }
-}
-
-/// The sync-rep group wake (`sync_rep_wake = group`, see the module
-/// header): a release sequence number that is also the futex word the
-/// waiters sleep on, each with the bit [`GroupWake::bit_of`] of its commit
-/// LSN. Alone on its cache line: every waiter reads it before each sleep.
-#[repr(C, align(128))]
-#[derive(Default)]
-pub struct GroupWake {
-    /// Bumped once by every release pass that released a waiter, after
-    /// its RELEASED stores and before its wake.
-    pub seq: AtomicU32,
-    /// Under loom: the emulated kernel side of the futex.
-    #[cfg(loom)]
-    kernel: loom_futex::Kernel,
-}
-
-impl GroupWake {
-    /// LSN bytes per wake bucket, as a shift: 512 B, about 3 of
-    /// replication-bench's commits (BEGIN; a 64-byte message; COMMIT:
-    /// under 200 B of WAL), so that a pass wakes few waiters it did not
-    /// release (those of its last bucket), while the 32 bits span 16 kB of
-    /// WAL, more than 64 such clients have in flight (beyond that, bits
-    /// alias: a wake in vain, never a lost one). 2 kB buckets measured
-    /// worse (group/each 0.84, 0.74, 1.20, 2 cores, shared).
-    pub const BUCKET_SHIFT: u32 = 9;
-
-    /// The futex bitset bit of a waiter whose commit record ends at `lsn`.
-    pub fn bit_of(lsn: u64) -> u32 {
-        1 << ((lsn >> Self::BUCKET_SHIFT) & 31)
-    }
-
-    /// What a waiter reads before its last RELEASED check (Acquire pairs
-    /// with the Release fetch_add in [`GroupWake::wake`]: a waiter that
-    /// reads the new value also sees that pass's RELEASED stores).
-    pub fn seen(&self) -> u32 {
-        self.seq.load(Ordering::Acquire)
-    }
-
-    /// A release pass whose RELEASED stores are done (and ReplCtl::lock
-    /// released): bumps `seq` and wakes, with one system call, every
-    /// sleeper whose bit is in `bits`. A waiter that read `seq` before the
-    /// bump and has not slept yet finds the word changed and returns at
-    /// once (no lost wake-up; loom model: shmem/tests/loom_groupwake.rs).
-    pub fn wake(&self, bits: u32) {
-        // Release pairs with the Acquire load in `seen`.
-        self.seq.fetch_add(1, Ordering::Release);
-        if bits != 0 {
-            self.futex_wake(bits);
-        }
-    }
-}
-
-#[cfg(not(loom))]
-impl GroupWake {
-    /// Sleeps while `seq` still holds `seen`, until a wake names one of
-    /// `bits`, at most `timeout`.
-    pub fn sleep(&self, seen: u32, bits: u32, timeout: std::time::Duration) -> SeqSleep {
-        futex_wait_bits(&self.seq, seen, bits, timeout)
-    }
-
-    fn futex_wake(&self, bits: u32) {
-        futex_wake_bits(&self.seq, bits);
-    }
-}
-
-#[cfg(loom)]
-impl GroupWake {
-    /// Loom: sleeps until a wake names one of `bits` (the timeout is
-    /// ignored, so a lost wake-up shows as a deadlock).
-    pub fn sleep(&self, seen: u32, bits: u32, _timeout: std::time::Duration) -> SeqSleep {
-        self.kernel.wait(&self.seq, seen, bits);
-        SeqSleep::Woken
-    }
-
-    fn futex_wake(&self, bits: u32) {
-        self.kernel.wake(bits);
-    }
-}
-
-/// Loom's stand-in for the kernel side of a bitset futex: the hash-bucket
-/// lock (a mutex) under which a sleeper compares the word and queues
-/// itself, and under which a waker finds the sleepers of its bits.
-#[cfg(loom)]
-mod loom_futex {
-    use crate::sync::{AtomicU32, Ordering};
-    use loom::sync::{Condvar, Mutex};
-
-    pub struct Kernel {
-        /// Wakes so far, per bit.
-        wakes: Mutex<[u32; 32]>,
-        cv: Condvar,
-    }
-
-    impl Default for Kernel {
-        fn default() -> Self {
-            Kernel {
-                wakes: Mutex::new([0; 32]),
-                cv: Condvar::new(),
-            }
-        }
-    }
-
-    impl Kernel {
-        pub fn wait(&self, word: &AtomicU32, seen: u32, bits: u32) {
-            let mut wakes = self.wakes.lock().unwrap();
-            // SeqCst: the kernel's compare under the bucket lock.
-            if word.load(Ordering::SeqCst) != seen {
-                return;
-            }
-            let at = *wakes;
-            let woken = |w: &[u32; 32]| (0..32).any(|b| bits & (1 << b) != 0 && w[b] != at[b]);
-            while !woken(&wakes) {
-                wakes = self.cv.wait(wakes).unwrap();
-            }
-        }
-
-        pub fn wake(&self, bits: u32) {
-            let mut wakes = self.wakes.lock().unwrap();
-            for b in 0..32 {
-                if bits & (1 << b) != 0 {
-                    wakes[b] += 1;
-                }
-            }
-            self.cv.notify_all();
-        }
+        crate::futex::wake(&self.seq, i32::MAX, crate::futex::ANY);
     }
 }
 
@@ -549,10 +381,7 @@ impl SyncCommit {
 }
 
 /// One proc's sync-rep wait (PostgreSQL's PGPROC waitLSN / syncRepState /
-/// syncRepLinks). Queue fields under `ReplCtl::lock`; `wake_next` (the
-/// released waiter this one posts when it wakes, proc number plus one;
-/// `sync_rep_wake_chain`) is written under the lock before `state`
-/// becomes RELEASED and read by its owner after it saw RELEASED.
+/// syncRepLinks). Queue fields under `ReplCtl::lock`.
 #[repr(C)]
 #[derive(Default)]
 pub struct SyncRepWaiter {
@@ -561,7 +390,6 @@ pub struct SyncRepWaiter {
     pub state: AtomicU32,
     pub next: AtomicU32,
     pub prev: AtomicU32,
-    pub wake_next: AtomicU32,
 }
 
 impl ReplCtl {

@@ -159,16 +159,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant::new("atomic-reserve", &[Knob::WalReservation(Reservation::Atomic)],
         "beyond the seeds: lock-free reservation"),
     // ---- the direct insert path ----
-    Variant::new("locks-per-cpu", &[Knob::InsertLockSpread(InsertLockSpread::Cpus)],
-        "walshm's own experiment: backends use at most one insertion lock per CPU"),
     Variant::new("all-insert-locks", &[Knob::InsertLockSpread(InsertLockSpread::All)],
         "PostgreSQL's: backends spread over every insertion lock even when the walwriter falls behind"),
-    Variant::new("spare-cpu-locks", &[Knob::InsertLockSpread(InsertLockSpread::SpareCpu)],
-        "walshm's own experiment: backends use one insertion lock fewer than CPUs (the walwriter keeps one)"),
-    Variant::new("scan-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Scan)],
-        "walshm's own experiment: a backend whose insertion lock is busy takes any free one first"),
-    Variant::new("scan-yield-insert-locks", &[Knob::InsertLockWait(InsertLockWait::ScanYield)],
-        "walshm's own experiment: as scan-insert-locks, and yields and re-scans before sleeping"),
     Variant::new("queue-insert-locks", &[Knob::InsertLockWait(InsertLockWait::Queue)],
         "PostgreSQL's: always sleep on a busy insertion lock (the default is adaptive)"),
     // ---- durable commits: who flushes ----

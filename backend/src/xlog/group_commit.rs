@@ -34,22 +34,18 @@
 //! rule): a leader sleeps before its fdatasync when enough others are in a
 //! transaction, in both `leader` and `hybrid`.
 //!
-//! The baton (`group_commit_baton`, off by default; `FlushWaiters`): a
-//! hand-off posts a waiter, and until that waiter runs and takes
-//! WALWriteLock the lock is free, so a commit arriving then would lead a
-//! flush of its own and split the group. With the baton it joins the
-//! handed-off flush instead. Off by default: with few clients the disk
-//! idles while the handed-off backend waits to be scheduled, and there is
-//! little to gather.
+//! The baton (`FlushWaiters`) records whom a hand-off posted, until that
+//! backend wakes: if it dies first, the cleaner (`finish_abandoned_flush`)
+//! runs the notifier pass its flush would have ended with, so that the
+//! other waiters are not left to their timeouts.
 //!
 //! Races: a waiter publishes its request, then (SeqCst fence) looks at the
 //! flush result and the lock; a releaser releases, then (SeqCst fence in
 //! the notifier) reads the waiter bits: either the releaser sees the
 //! waiter, or the waiter sees the lock free or the flush done, so no
 //! wake-up is lost (the loom model `loom_flushwaiters` checks it). A
-//! hand-off that fails takes its baton back, and the notifier runs one
-//! more pass so a committer that deferred to it meanwhile is seen. Timeouts
-//! are only a guard against a stopped walwriter or holder.
+//! hand-off that fails takes its baton back. Timeouts are only a guard
+//! against a stopped walwriter or holder.
 
 use super::via_walwriter::WalwriterWait;
 use super::Xlog;
@@ -63,8 +59,8 @@ use shmem::variants::GroupCommit;
 use walformat::Lsn;
 
 /// What `lead_if_free` did: led a flush (WALWriteLock taken, WAL
-/// flushed past the record), or found the lock busy (or the baton held
-/// elsewhere) with the record already flushed by somebody else, or not.
+/// flushed past the record), or found the lock busy with the record
+/// already flushed by somebody else, or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lead {
     Led,
@@ -136,12 +132,8 @@ impl Xlog<'_> {
     /// every release of WALWriteLock notifies (`release_wal_write_lock`).
     fn flush_as_hybrid(&mut self, record: Lsn) {
         let mut nap = HYBRID_WAIT_FIRST;
-        let mut heed_baton = self.ctx.settings.group_commit_baton;
-        let mut baton = false;
         loop {
-            let lead = self.lead_if_free(record, heed_baton);
-            if lead.done() {
-                self.pass_baton_on(baton, lead);
+            if self.lead_if_free(record).done() {
                 return;
             }
             let waiters = &self.shm.xlog().flush_waiters;
@@ -149,69 +141,45 @@ impl Xlog<'_> {
             // SeqCst: pairs with the fence in `release_wal_write_lock`
             // (after its release, before it reads the waiter bits): either
             // that releaser sees our bit, or we see the lock free below (or
-            // its flush); and with the fence of the pass the baton's holder
-            // runs after clearing it (see `FlushWaiters`' baton).
+            // its flush).
             fence(Ordering::SeqCst);
-            let lead = if record <= self.flush_lsn() {
-                Lead::Covered
-            } else {
-                self.lead_if_free(record, heed_baton)
-            };
-            if lead.done() {
-                baton |= self.withdraw_flush_request();
-                self.pass_baton_on(baton, lead);
+            if record <= self.flush_lsn() || self.lead_if_free(record).done() {
+                self.withdraw_flush_request();
                 return;
             }
             let posted = self.me.sem.wait_timeout(nap);
             // A hand-off's post: the next flush is ours, or we are covered.
-            baton |= waiters.take_baton(self.ctx.procno);
+            waiters.take_baton(self.ctx.procno);
             if record <= self.flush_lsn() {
-                baton |= self.withdraw_flush_request();
-                self.pass_baton_on(baton, Lead::Covered);
+                self.withdraw_flush_request();
                 return;
             }
             if !posted {
                 // Timed out (a long fdatasync): look again, a bit later
-                // next time, and lead even if a baton is out (its holder
-                // may be gone).
+                // next time.
                 nap = (nap * 2).min(HYBRID_WAIT_MAX);
-                heed_baton = false;
             }
             // Posted but not covered: the flush was handed to us.
-            baton |= self.withdraw_flush_request();
-        }
-    }
-
-    /// We took the baton (a hand-off woke us) and are done: if we did not
-    /// lead (somebody else's flush covered us), committers who deferred to
-    /// us may be asleep, so run the notifier pass a leader's release would
-    /// have run (it also hands the next flush on). After leading, our
-    /// release already ran one; one more is a cheap no-op pass.
-    fn pass_baton_on(&self, baton: bool, lead: Lead) {
-        let heeded = self.ctx.settings.group_commit_baton;
-        if heeded && baton && lead != Lead::Led {
-            self.notify_flush_waiters();
+            self.withdraw_flush_request();
         }
     }
 
     /// Ends our published flush request (if a notifier ended it first, its
-    /// post may still come: semaphore waits absorb a stray post).
-    /// Returns true if the request had been ended by a hand-off to us
-    /// (we then hold the baton, see `pass_baton_on`).
-    fn withdraw_flush_request(&self) -> bool {
-        self.shm.xlog().flush_waiters.withdraw(self.me)
+    /// post may still come: semaphore waits absorb a stray post), and
+    /// drops a baton handed to us meanwhile.
+    fn withdraw_flush_request(&self) {
+        self.shm.xlog().flush_waiters.withdraw(self.me);
     }
 
     /// If nobody holds WALWriteLock: take it and flush for everybody up to
     /// what insertions finished (after `commit_delay`, see
     /// `delay_before_flush`). Says whether we led, or else whether
     /// `record` is flushed all the same.
-    fn lead_if_free(&mut self, record: Lsn, heed_baton: bool) -> Lead {
+    fn lead_if_free(&mut self, record: Lsn) -> Lead {
         let finished = self.wait_insertions_to_finish(record);
         let waiters = &self.shm.xlog().flush_waiters;
         let ww = self.shm.named_lock(NamedLock::WalWrite);
-        let baton_elsewhere = heed_baton && waiters.baton_held_by_other(self.ctx.procno);
-        if baton_elsewhere || !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
+        if !ww.conditional_acquire(&self.ctx.env, LWLockMode::Exclusive) {
             return if record <= self.flush_lsn() {
                 Lead::Covered
             } else {
@@ -274,25 +242,16 @@ impl Xlog<'_> {
         let procs = self.shm.procs();
         let leaders_below = self.shm.layout().max_backends;
         let hand_off = self.ctx.settings.group_commit == GroupCommit::Hybrid;
-        loop {
-            let mut baton_withdrawn = false;
-            let n = waiters.notify_with(
-                procs,
-                leaders_below,
-                || self.flush_lsn(),
-                |n| {
-                    if let (true, Some(next)) = (hand_off, n.oldest) {
-                        baton_withdrawn = !waiters.hand_off(procs, next);
-                    }
-                },
-            );
-            // A hand-off that failed took its baton back; a committer that
-            // saw it meanwhile deferred and sleeps: a pass after the take-
-            // back sees it (see `FlushWaiters`' baton).
-            if !(baton_withdrawn && self.ctx.settings.group_commit_baton) {
-                return n;
-            }
-        }
+        waiters.notify_with(
+            procs,
+            leaders_below,
+            || self.flush_lsn(),
+            |n| {
+                if let (true, Some(next)) = (hand_off, n.oldest) {
+                    waiters.hand_off(procs, next);
+                }
+            },
+        )
     }
 
     /// Of the waiters a notifier pass left waiting, those only the
@@ -356,7 +315,8 @@ impl Xlog<'_> {
     /// lock over and releases it (waking what its release would have
     /// woken; the next writer redoes any write or sync it left half done,
     /// from the shared results, which only grow once one is done), and
-    /// clears its baton with a notifier pass, as its wake-up would have.
+    /// clears its baton with a notifier pass, as the flush it was handed
+    /// would have ended with.
     pub fn finish_abandoned_flush(&mut self, dead: u32, holds_lock: bool) -> bool {
         let baton = self.shm.xlog().flush_waiters.take_baton(dead);
         if holds_lock {
@@ -401,8 +361,7 @@ impl Xlog<'_> {
         if self.no_io {
             return false;
         }
-        let flushed =
-            self.group_commit != GroupCommit::Flusher && self.lead_if_free(record, false).done();
+        let flushed = self.group_commit != GroupCommit::Flusher && self.lead_if_free(record).done();
         if !flushed {
             self.shm.xlog().walwriter_latch.set();
         }

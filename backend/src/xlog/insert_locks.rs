@@ -2,32 +2,24 @@
 //! that one is busy, and waiting for the insertions they guard.
 //!
 //! Locks in use (`wal_insert_lock_spread`): with `all` a backend rotates
-//! over every lock as PostgreSQL does; with `cpus`, over only the first
-//! min(`wal_insert_locks`, CPUs it may run on); with `spare-cpu`, over one
-//! fewer than CPUs (at least one); with `adaptive` (default), as `all`
-//! while the walwriter keeps up and as `spare-cpu` while it falls behind
-//! (`pace`: judged by the walwriter, read by `locks_to_use` on every
-//! acquisition from its own cache line). A backend starts at its proc
-//! number's lock and, whenever it had to sleep for one, prefers the next
-//! one next time, which spreads backends over the locks.
-//!
-//! `cpus`: more holders than CPUs cannot copy in parallel; they preempt
-//! each other while holding their locks, and every release wakes a waiter
-//! that mostly finds the lock taken again. One lock per CPU cuts those
-//! context switches, but when other programs take the CPUs a preempted
-//! holder then blocks a larger share of the insert capacity, so it is not
-//! the default. The other locks stay free, so `wait_insertions_to_finish`,
-//! which still looks at every lock, is unaffected.
+//! over every lock as PostgreSQL does; with `adaptive` (default), as `all`
+//! while the walwriter keeps up and over one lock fewer than CPUs (at
+//! least one) while it falls behind (`pace`: judged by the walwriter, read
+//! by `locks_to_use` on every acquisition from its own cache line). A
+//! backend starts at its proc number's lock and, whenever it had to sleep
+//! for one, prefers the next one next time, which spreads backends over
+//! the locks. The locks out of use stay free, so
+//! `wait_insertions_to_finish`, which still looks at every lock, is
+//! unaffected.
 //!
 //! A busy insertion lock (`wal_insert_lock_wait`): `queue` sleeps on it as
-//! PostgreSQL does; `scan` first takes any other free lock in use
-//! (`take_a_free_insert_lock`, one load per busy lock); `scan-yield` also
-//! gives the CPU away (`sched_yield`) and re-scans, up to
-//! `INSERT_LOCK_YIELDS` times, before sleeping; `adaptive` (the default)
-//! queues until this backend's recent acquisitions waited often (one in
-//! 200, `ContentionScore`), then behaves as `scan-yield` until they stop.
-//! Any lock works for any insertion: `wait_insertions_to_finish` looks at
-//! all of them.
+//! PostgreSQL does; `adaptive` (the default) queues until this backend's
+//! recent acquisitions waited often (one in 200, `ContentionScore`), then,
+//! until they stop, first takes any other free lock in use
+//! (`take_a_free_insert_lock`, one load per busy lock), and when every one
+//! is busy gives the CPU away (`sched_yield`) and re-scans, up to
+//! `INSERT_LOCK_YIELDS` times, before sleeping. Any lock works for any
+//! insertion: `wait_insertions_to_finish` looks at all of them.
 //!
 //! Why `queue` loses under oversubscription: a holder preempted with many
 //! locks in use leaves the other lock queues running, so the run queue
@@ -54,11 +46,12 @@
 use super::Xlog;
 use shmem::lwlock::{LWLockMode, VarWait};
 use shmem::stats::bump;
-use shmem::variants::{InsertLockSpread, InsertLockWait, Insertion};
+use shmem::variants::{InsertLockWait, Insertion};
 use walformat::Lsn;
 
-/// `wal_insert_lock_wait = scan-yield`: how many times a backend that found
-/// every insertion lock busy yields the CPU and scans again before it sleeps.
+/// `wal_insert_lock_wait = adaptive`, once engaged: how many times a backend
+/// that found every insertion lock busy yields the CPU and scans again
+/// before it sleeps.
 const INSERT_LOCK_YIELDS: u32 = 8;
 
 /// `wal_insert_lock_wait = adaptive`: one backend's recent waits for an
@@ -96,15 +89,11 @@ impl ContentionScore {
     }
 }
 
-/// How many of `n_locks` insertion locks backends spread over.
-/// `cpus`: the CPUs this process may run on.
-pub(super) fn insert_locks_in_use(n_locks: usize, spread: InsertLockSpread, cpus: usize) -> usize {
-    let cap = match spread {
-        InsertLockSpread::All | InsertLockSpread::Adaptive => n_locks,
-        InsertLockSpread::Cpus => cpus,
-        InsertLockSpread::SpareCpu => cpus.saturating_sub(1),
-    };
-    n_locks.min(cap).max(1)
+/// How many of `n_locks` insertion locks backends spread over while the
+/// walwriter is behind (`wal_insert_lock_spread = adaptive`): one fewer
+/// than `cpus`, the CPUs this process may run on, but at least one.
+pub(super) fn insert_locks_leaving_a_cpu(n_locks: usize, cpus: usize) -> usize {
+    n_locks.min(cpus.saturating_sub(1)).max(1)
 }
 
 impl Xlog<'_> {
@@ -153,7 +142,6 @@ impl Xlog<'_> {
     fn scans_first(&self) -> bool {
         match self.lock_wait {
             InsertLockWait::Queue => false,
-            InsertLockWait::Scan | InsertLockWait::ScanYield => true,
             InsertLockWait::Adaptive => self.contention.engaged(),
         }
     }
@@ -165,18 +153,14 @@ impl Xlog<'_> {
         }
     }
 
-    /// `wal_insert_lock_wait = scan | scan-yield | adaptive`: takes the
-    /// first free insertion lock of the `in_use`, starting at `first`, without
-    /// waiting; with `scan-yield` (and `adaptive` once engaged) gives the
-    /// CPU away and scans again, up to `INSERT_LOCK_YIELDS` times. Returns
-    /// the lock and whether we yielded; None when every one stayed busy.
+    /// `wal_insert_lock_wait = adaptive`, once engaged: takes the first
+    /// free insertion lock of the `in_use`, starting at `first`, without
+    /// waiting; when every one is busy gives the CPU away and scans again,
+    /// up to `INSERT_LOCK_YIELDS` times. Returns the lock and whether we
+    /// yielded; None when every one stayed busy.
     fn take_a_free_insert_lock(&self, first: usize, in_use: usize) -> Option<(usize, bool)> {
-        let rounds = match self.lock_wait {
-            InsertLockWait::ScanYield | InsertLockWait::Adaptive => INSERT_LOCK_YIELDS + 1,
-            _ => 1,
-        };
         bump(&self.stats.insert_lock_scans, 1);
-        for round in 0..rounds {
+        for round in 0..=INSERT_LOCK_YIELDS {
             if round > 0 {
                 bump(&self.stats.insert_lock_yields, 1);
                 shmem::sync::yield_now();
@@ -292,27 +276,12 @@ mod tests {
     }
 
     #[test]
-    fn backends_spread_over_at_most_one_insertion_lock_per_cpu_and_keep_one() {
-        use InsertLockSpread::{Adaptive, All, Cpus, SpareCpu};
-        // (locks, spread, CPUs, locks in use)
-        let rows = [
-            (8, All, 2, 8),
-            (8, Cpus, 2, 2),
-            (8, Cpus, 64, 8),
-            (1, Cpus, 2, 1),
-            (128, Cpus, 64, 64),
-            // adaptive starts from all of them (see `locks_to_use`).
-            (8, Adaptive, 2, 8),
-            // spare-cpu leaves one CPU to the walwriter but keeps one lock.
-            (8, SpareCpu, 2, 1),
-            (8, SpareCpu, 1, 1),
-            (8, SpareCpu, 4, 3),
-            (8, SpareCpu, 64, 8),
-            (128, SpareCpu, 64, 63),
-        ];
-        for (n_locks, spread, cpus, want) in rows {
-            let got = insert_locks_in_use(n_locks, spread, cpus);
-            assert_eq!(got, want, "{n_locks} locks, {spread:?}, {cpus} CPUs");
+    fn a_walwriter_behind_keeps_a_cpu_but_backends_keep_one_lock() {
+        // (locks, CPUs, locks in use while the walwriter is behind)
+        let rows = [(8, 2, 1), (8, 1, 1), (8, 4, 3), (8, 64, 8), (128, 64, 63)];
+        for (n_locks, cpus, want) in rows {
+            let got = insert_locks_leaving_a_cpu(n_locks, cpus);
+            assert_eq!(got, want, "{n_locks} locks, {cpus} CPUs");
         }
     }
 }

@@ -63,7 +63,7 @@
 
 use crate::context::ProcContext;
 use group_commit::group_commit_for;
-use insert_locks::{insert_locks_in_use, ContentionScore};
+use insert_locks::{insert_locks_leaving_a_cpu, ContentionScore};
 use shmem::stats::FlatCounters;
 use shmem::sync::Ordering;
 use shmem::variants::{GroupCommit, InsertLockSpread, InsertLockWait, Insertion, Reservation};
@@ -182,9 +182,9 @@ impl<'a> Xlog<'a> {
         let geo = Geometry::new(facts.seg_size).expect("segment size validated at start-up");
         let cpus = crate::client_poll::cpus_allowed() as usize;
         let n_locks = shm.n_insert_locks();
-        let locks_in_use = insert_locks_in_use(n_locks, s.wal_insert_lock_spread, cpus);
+        let locks_in_use = n_locks.max(1);
         let locks_when_writer_behind = (s.wal_insert_lock_spread == InsertLockSpread::Adaptive)
-            .then(|| insert_locks_in_use(n_locks, InsertLockSpread::SpareCpu, cpus));
+            .then(|| insert_locks_leaving_a_cpu(n_locks, cpus));
         Xlog {
             ctx,
             shm,

@@ -10,7 +10,8 @@
 //! initialize most pages. One inserter lock fewer than CPUs pipelines copy
 //! and write instead. With small records, where the walwriter has little to
 //! write and sleeps often, parallel copies pay, hence a judgement rather
-//! than a fixed spread: `behind` selects `spare-cpu` (`insert_locks`), and
+//! than a fixed spread: `behind` selects one lock fewer than CPUs
+//! (`insert_locks`), and
 //! while it is set `init_page` skips zeroing pages (`buffers`).
 //! Tried and dropped: the inserter that finds a full buffer sleeps while
 //! the walwriter writes it (as library workers do): the walwriter then
@@ -31,7 +32,8 @@ use shmem::Shmem;
 /// initialized most pages and the walwriter hardly slept, inserters on
 /// every CPU are starving the process that writes what they copy:
 /// `WriterPace::behind` is set, and backends leave a CPU to the walwriter
-/// by spreading over one lock fewer than CPUs (`InsertLockSpread::SpareCpu`).
+/// by spreading over one lock fewer than CPUs
+/// (`insert_locks::insert_locks_leaving_a_cpu`).
 /// It is cleared when the walwriter has time to spare (duty below
 /// `PACE_BUSY`): the page share cannot judge that, since with the spare
 /// CPU the walwriter pre-initializes nearly every page. With every lock in

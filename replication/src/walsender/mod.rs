@@ -8,8 +8,7 @@
 //! files (read-only), keepalives, and the receiver's status updates, which
 //! it publishes in its `WalSnd` entry, applies to its slot and uses to
 //! release synchronous commits (`syncrep::release_waiters`: one pass per
-//! batch of status updates read in one wake-up, posting only the first
-//! released waiter with `sync_rep_wake_chain`). It measures
+//! batch of status updates read in one wake-up). It measures
 //! the lag columns of pg_stat_replication (`lagtracker`): a sample (sent
 //! position, time) after each batch sent, read back when the receiver
 //! reports its write, flush and apply positions. When a stream ends it

@@ -439,7 +439,6 @@ enum_fields!(
     InsertLockWait,
     WalSyncMethod,
     crate::variants::CommitReply,
-    crate::variants::SyncRepWake,
     crate::variants::RecoveryTargetAction
 );
 
