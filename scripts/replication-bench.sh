@@ -6,13 +6,10 @@
 #!    message; COMMIT; fsync = on, synchronous_commit = on) at N clients,
 #!    for each server: local only, and with synchronous replication to a
 #!    local `pg_receivewal --synchronous` (synchronous_standby_names =
-#!    'pg_receivewal'); walshm's sync rep three times: the defaults
-#!    (`sync_rep_one_sleep = on`: one sleep per commit; `sync_rep_wake_chain
-#!    = off`: the walsender wakes every released commit),
-#!    `sync_rep_one_sleep = off` (PostgreSQL's flush, then wait) and
-#!    `sync_rep_wake_chain = on` (the walsender wakes the first released
-#!    commit, each the next); and `sync_rep_wake = group` (one futex wake
-#!    per release pass, w-sync-group). The points of one repetition run back to back, and the
+#!    'pg_receivewal'); walshm's sync rep twice: the defaults
+#!    (`sync_rep_one_sleep = on`: one sleep per commit) and
+#!    `sync_rep_one_sleep = off` (PostgreSQL's flush, then wait). The
+#!    points of one repetition run back to back, and the
 #!    --reps repetitions in turn, so that every ratio is same-run. For
 #!    walshm also the commits released per status update (from its
 #!    walsender's exit log line), and where its rounds spent their time
@@ -224,10 +221,8 @@ part1() {
         point w-local start_walshm --set fsync=on --set synchronous_commit=on
         point w-sync-2sleep start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=off
         point w-sync start_walshm "${W_SYNC[@]}" --set sync_rep_one_sleep=on
-        point w-sync-chain start_walshm "${W_SYNC[@]}" --set sync_rep_wake_chain=on
-        point w-sync-group start_walshm "${W_SYNC[@]}" --set sync_rep_wake=group
         echo "repetition $rep:"
-        tail -n 7 "$WORK/points" | report_points
+        tail -n 5 "$WORK/points" | report_points
         cat "$WORK/rounds"; : >"$WORK/rounds"
     done
     if [ "$REPS" -gt 1 ]; then
@@ -237,17 +232,16 @@ part1() {
     echo "(us/tx: CPU per transaction of the server (all its processes, cgroup cpuacct) and of pg_receivewal; ctx/tx: the server's context switches per transaction; '-' when not root)"
 }
 
-# report_points: the table of one repetition (6 lines of WORK/points).
+# report_points: the table of one repetition (5 lines of WORK/points).
 report_points() {
     awk '{ tps[$1] = $2; cpu[$1] = $3; rx[$1] = $4; ctx[$1] = $5; upd[$1] = $6; order[++n] = $1 }
     function r(a, b) { return (b > 0) ? sprintf("%.2f", a / b) : "-" }
     END {
         printf "  %-14s %10s %10s %10s %9s %12s\n", "point", "tps", "us/tx", "rx us/tx", "ctx/tx", "per update"
         for (i = 1; i <= n; i++) { k = order[i]; printf "  %-14s %10.0f %10s %10s %9s %12s\n", k, tps[k], cpu[k], rx[k], ctx[k], upd[k] }
-        printf "  walshm sync / PostgreSQL sync: %s (two-sleep form: %s); walshm sync / local: %s (PostgreSQL: %s); one-sleep / two-sleep: %s; wake chain / none: %s; group wake / each: %s (group / PostgreSQL sync: %s)\n",
+        printf "  walshm sync / PostgreSQL sync: %s (two-sleep form: %s); walshm sync / local: %s (PostgreSQL: %s); one-sleep / two-sleep: %s\n",
             r(tps["w-sync"], tps["pg-sync"]), r(tps["w-sync-2sleep"], tps["pg-sync"]), r(tps["w-sync"], tps["w-local"]),
-            r(tps["pg-sync"], tps["pg-local"]), r(tps["w-sync"], tps["w-sync-2sleep"]), r(tps["w-sync-chain"], tps["w-sync"]),
-            r(tps["w-sync-group"], tps["w-sync"]), r(tps["w-sync-group"], tps["pg-sync"])
+            r(tps["pg-sync"], tps["pg-local"]), r(tps["w-sync"], tps["w-sync-2sleep"])
     }'
 }
 
@@ -255,19 +249,19 @@ report_points() {
 report_medians() {
     awk 'function med(arr, m,   i, j, t) { for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (arr[j] < arr[i]) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
             return (m % 2) ? arr[(m + 1) / 2] : (arr[m / 2] + arr[m / 2 + 1]) / 2 }
-    { rep = int((NR - 1) / 7) + 1; v[$1, "tps", rep] = $2; v[$1, "cpu", rep] = $3; v[$1, "rx", rep] = $4; v[$1, "ctx", rep] = $5; v[$1, "upd", rep] = $6; reps = rep; names[$1] = 1 }
+    { rep = int((NR - 1) / 5) + 1; v[$1, "tps", rep] = $2; v[$1, "cpu", rep] = $3; v[$1, "rx", rep] = $4; v[$1, "ctx", rep] = $5; v[$1, "upd", rep] = $6; reps = rep; names[$1] = 1 }
     END {
-        split("pg-local pg-sync w-local w-sync-2sleep w-sync w-sync-chain w-sync-group", order, " ")
+        split("pg-local pg-sync w-local w-sync-2sleep w-sync", order, " ")
         split("tps cpu rx ctx upd", figs, " ")
         printf "  %-14s %10s %10s %10s %9s %12s\n", "point", "tps", "us/tx", "rx us/tx", "ctx/tx", "per update"
-        for (i = 1; i <= 7; i++) {
+        for (i = 1; i <= 5; i++) {
             k = order[i]; line = sprintf("  %-14s", k)
             for (f = 1; f <= 5; f++) { m = 0; delete a; for (r = 1; r <= reps; r++) { x = v[k, figs[f], r]; if (x != "-" && x != "") a[++m] = x + 0 }
                 w = (f == 1) ? 10 : (f == 4 ? 9 : (f == 5 ? 12 : 10)); line = line sprintf(" %" w "s", m ? sprintf(f == 1 ? "%.0f" : "%.2f", med(a, m)) : "-") }
             print line
         }
-        split("w-sync/pg-sync w-sync-2sleep/pg-sync w-sync/w-local pg-sync/pg-local w-sync/w-sync-2sleep w-sync-chain/w-sync w-sync-group/w-sync", ratios, " ")
-        for (i = 1; i <= 7; i++) { split(ratios[i], ab, "/"); m = 0; delete a; list = ""
+        split("w-sync/pg-sync w-sync-2sleep/pg-sync w-sync/w-local pg-sync/pg-local w-sync/w-sync-2sleep", ratios, " ")
+        for (i = 1; i <= 5; i++) { split(ratios[i], ab, "/"); m = 0; delete a; list = ""
             for (r = 1; r <= reps; r++) { b = v[ab[2], "tps", r] + 0; if (b > 0) { a[++m] = v[ab[1], "tps", r] / b; list = list sprintf(" %.2f", a[m]) } }
             printf "  %-26s median %s (each:%s)\n", ratios[i], m ? sprintf("%.2f", med(a, m)) : "-", list }
     }'
