@@ -9,6 +9,7 @@ use crate::cli::WaldumpOptions;
 use backend::control::ControlFile;
 use backend::timeline::Timeline;
 use std::collections::BTreeMap;
+use std::io::Write;
 use walformat::{format_lsn, Geometry, WalReader};
 
 pub fn run(opts: &WaldumpOptions) -> Result<(), String> {
@@ -39,7 +40,6 @@ impl From<std::io::Error> for DumpError {
 }
 
 fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
-    use std::io::Write;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let dir = crate::datadir::check_datadir(&opts.datadir)?;
@@ -60,41 +60,14 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
         start,
     )
     .map_err(|e| e.to_string())?;
-    let mut per_rmgr: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
-    let mut count = 0u64;
-    let mut bytes = 0u64;
-    let mut first = None;
-    let stop = loop {
-        match reader.next_record() {
-            Ok(Some(r)) => {
-                if !opts.quiet {
-                    writeln!(out,
-                        "rmgr: {:<11} len (rec/tot): {:>6}/{:>6}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
-                        r.rmgr_name(),
-                        r.rec_len(),
-                        r.tot_len,
-                        r.xid,
-                        format_lsn(r.lsn),
-                        format_lsn(r.prev),
-                        r.describe()
-                    )?;
-                }
-                first.get_or_insert(r.lsn);
-                count += 1;
-                bytes += r.tot_len as u64;
-                let e = per_rmgr.entry(r.rmgr_name()).or_default();
-                e.0 += 1;
-                e.1 += r.tot_len as u64;
-            }
-            Ok(None) => break "clean end of WAL".to_string(),
-            Err(e) => break format!("invalid record: {e}"),
-        }
-    };
+    let (t, stop) = read_records(&mut reader, &mut out, opts.quiet)?;
     writeln!(
         out,
-        "end of WAL at {}: {stop}; {count} records, {bytes} bytes from {}",
+        "end of WAL at {}: {stop}; {} records, {} bytes from {}",
         format_lsn(reader.end_of_valid()),
-        format_lsn(first.unwrap_or(start))
+        t.count,
+        t.bytes,
+        format_lsn(t.first.unwrap_or(start))
     )?;
     let end = reader.end_of_valid();
     let ahead = walformat::look_ahead(
@@ -117,13 +90,67 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
         )?;
     }
     if opts.stats {
-        writeln!(out, "{:<16} {:>12} {:>16}", "rmgr", "records", "bytes")?;
-        for (name, (n, b)) in &per_rmgr {
-            writeln!(out, "{name:<16} {n:>12} {b:>16}")?;
-        }
-        writeln!(out, "{:<16} {count:>12} {bytes:>16}", "total")?;
+        print_stats(&mut out, &t)?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// What the records read add up to.
+#[derive(Default)]
+struct Totals {
+    /// Records and bytes per resource manager.
+    per_rmgr: BTreeMap<&'static str, (u64, u64)>,
+    count: u64,
+    bytes: u64,
+    /// The first record's LSN.
+    first: Option<u64>,
+}
+
+/// Reads records to the end of valid WAL, printing each one (unless
+/// `quiet`) as pg_waldump does. Returns the totals and why reading stopped.
+fn read_records(
+    reader: &mut WalReader,
+    out: &mut impl Write,
+    quiet: bool,
+) -> Result<(Totals, String), DumpError> {
+    let mut t = Totals::default();
+    let stop = loop {
+        match reader.next_record() {
+            Ok(Some(r)) => {
+                if !quiet {
+                    writeln!(out,
+                        "rmgr: {:<11} len (rec/tot): {:>6}/{:>6}, tx: {:>10}, lsn: {}, prev {}, desc: {}",
+                        r.rmgr_name(),
+                        r.rec_len(),
+                        r.tot_len,
+                        r.xid,
+                        format_lsn(r.lsn),
+                        format_lsn(r.prev),
+                        r.describe()
+                    )?;
+                }
+                t.first.get_or_insert(r.lsn);
+                t.count += 1;
+                t.bytes += r.tot_len as u64;
+                let e = t.per_rmgr.entry(r.rmgr_name()).or_default();
+                e.0 += 1;
+                e.1 += r.tot_len as u64;
+            }
+            Ok(None) => break "clean end of WAL".to_string(),
+            Err(e) => break format!("invalid record: {e}"),
+        }
+    };
+    Ok((t, stop))
+}
+
+/// `--stats`: records and bytes per resource manager, then the total.
+fn print_stats(out: &mut impl Write, t: &Totals) -> Result<(), DumpError> {
+    writeln!(out, "{:<16} {:>12} {:>16}", "rmgr", "records", "bytes")?;
+    for (name, (n, b)) in &t.per_rmgr {
+        writeln!(out, "{name:<16} {n:>12} {b:>16}")?;
+    }
+    writeln!(out, "{:<16} {:>12} {:>16}", "total", t.count, t.bytes)?;
     Ok(())
 }
 

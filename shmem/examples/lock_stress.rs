@@ -16,7 +16,7 @@
 #[path = "../tests/common/anon_map.rs"]
 mod anon_map;
 use anon_map::AnonMap;
-use shmem::lwlock::LWLockMode;
+use shmem::lwlock::{LWLockMode, LockEnv};
 use shmem::proc::ProcCounters;
 use shmem::sync::{AtomicU32, Ordering};
 use shmem::variants::WaitQueue;
@@ -116,37 +116,7 @@ fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
         if pid == 0 {
-            let lock = shmem.named_lock(NamedLock::Test);
-            let area = shmem.lock_test_area();
-            let me = &shmem.procs()[i];
-            let mut rng = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            ctl.word(0).fetch_add(1, Ordering::AcqRel);
-            while ctl.word(1).load(Ordering::Acquire) == 0 {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-            let mut ok = true;
-            while ctl.word(2).load(Ordering::Relaxed) == 0 {
-                for _ in 0..16 {
-                    rng ^= rng >> 12;
-                    rng ^= rng << 25;
-                    rng ^= rng >> 27;
-                    let r = (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % 100;
-                    if r < o.shared_pct {
-                        lock.acquire(&env, LWLockMode::Shared);
-                        // SAFETY: the Test lock is held shared.
-                        ok &= unsafe { area.check_shared() };
-                    } else {
-                        lock.acquire(&env, LWLockMode::Exclusive);
-                        // SAFETY: the Test lock is held exclusively.
-                        unsafe { area.bump_exclusive() };
-                        ProcCounters::bump(&me.counters.transactions, 1);
-                    }
-                    lock.release(&env);
-                }
-                ProcCounters::bump(&me.counters.lock_acquires, 16);
-            }
-            // SAFETY: leaves the child without running the parent's exit path.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            client(&shmem, &env, &ctl, i, o.shared_pct);
         }
         guard.children.push(pid);
     }
@@ -160,22 +130,7 @@ fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
     std::thread::sleep(Duration::from_secs_f64(o.seconds));
     ctl.word(2).store(1, Ordering::Relaxed);
     let elapsed = t0.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Some(&pid) = guard.children.last() {
-        let mut st = 0;
-        // SAFETY: polling our own child.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
-        if r == pid {
-            guard.children.pop();
-            assert!(
-                libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
-                "client {pid} failed (status {st:#x})"
-            );
-        } else {
-            assert!(Instant::now() < deadline, "clients did not stop (hang?)");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
+    reap_all(&mut guard);
     let procs = &shmem.procs()[..clients];
     let total: u64 = procs
         .iter()
@@ -192,6 +147,63 @@ fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
     // The clients counted acquisitions until they saw `stop`, slightly after
     // `elapsed`; good enough at these durations.
     total as f64 / elapsed.as_secs_f64()
+}
+
+/// A forked client's body: waits for go, then takes the Test lock 16 times
+/// per round (shared `shared_pct`% of the time, checking the protected pair;
+/// else exclusive, bumping it) until stop; exits 1 if it saw a torn pair.
+fn client(shmem: &Shmem, env: &LockEnv, ctl: &Control, i: usize, shared_pct: u64) -> ! {
+    let lock = shmem.named_lock(NamedLock::Test);
+    let area = shmem.lock_test_area();
+    let me = &shmem.procs()[i];
+    let mut rng = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    ctl.word(0).fetch_add(1, Ordering::AcqRel);
+    while ctl.word(1).load(Ordering::Acquire) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let mut ok = true;
+    while ctl.word(2).load(Ordering::Relaxed) == 0 {
+        for _ in 0..16 {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            let r = (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) % 100;
+            if r < shared_pct {
+                lock.acquire(env, LWLockMode::Shared);
+                // SAFETY: the Test lock is held shared.
+                ok &= unsafe { area.check_shared() };
+            } else {
+                lock.acquire(env, LWLockMode::Exclusive);
+                // SAFETY: the Test lock is held exclusively.
+                unsafe { area.bump_exclusive() };
+                ProcCounters::bump(&me.counters.transactions, 1);
+            }
+            lock.release(env);
+        }
+        ProcCounters::bump(&me.counters.lock_acquires, 16);
+    }
+    // SAFETY: leaves the child without running the parent's exit path.
+    unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+}
+
+/// Reaps every client (each must exit 0), or panics after 60 s.
+fn reap_all(guard: &mut Guard) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(&pid) = guard.children.last() {
+        let mut st = 0;
+        // SAFETY: polling our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid {
+            guard.children.pop();
+            assert!(
+                libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+                "client {pid} failed (status {st:#x})"
+            );
+        } else {
+            assert!(Instant::now() < deadline, "clients did not stop (hang?)");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
 }
 
 fn main() {

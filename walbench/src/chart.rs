@@ -173,33 +173,71 @@ pub fn svg(title: &str, subtitle: &str, panels: &[Panel]) -> String {
     s
 }
 
+/// A panel's plot area in SVG coordinates and its scales: x on a log2 axis
+/// from `lx` to `ly` (the log2 of the smallest and largest client count),
+/// y linear from 0 (at `y0`, the bottom) to `ymax` (at `y1`, the top).
+#[derive(Clone, Copy)]
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    lx: f64,
+    ly: f64,
+    ymax: f64,
+}
+
+impl Frame {
+    fn sx(&self, x: f64) -> f64 {
+        if self.ly > self.lx {
+            self.x0 + (x.max(1.0).log2() - self.lx) / (self.ly - self.lx) * (self.x1 - self.x0)
+        } else {
+            (self.x0 + self.x1) / 2.0
+        }
+    }
+
+    fn sy(&self, y: f64) -> f64 {
+        self.y0 - y / self.ymax * (self.y0 - self.y1)
+    }
+}
+
 fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
     let pts = || p.series.iter().flat_map(|x| x.points.iter());
     let xmin = pts().map(|q| q.x).fold(f64::INFINITY, f64::min).max(1.0);
     let xmax = pts().map(|q| q.x).fold(0.0, f64::max).max(xmin);
     let (ymax, ystep) = nice_axis(pts().map(|q| q.hi.max(q.y)).fold(0.0, f64::max));
-    let (lx, ly) = (xmin.log2(), xmax.log2());
-    let (x0, x1) = (ox + LEFT, ox + PW - RIGHT);
-    let (y0, y1) = (oy + PH - BOTTOM, oy + TOP);
-    let sx = |x: f64| {
-        if ly > lx {
-            x0 + (x.max(1.0).log2() - lx) / (ly - lx) * (x1 - x0)
-        } else {
-            (x0 + x1) / 2.0
-        }
+    let f = Frame {
+        x0: ox + LEFT,
+        x1: ox + PW - RIGHT,
+        y0: oy + PH - BOTTOM,
+        y1: oy + TOP,
+        lx: xmin.log2(),
+        ly: xmax.log2(),
+        ymax,
     };
-    let sy = |y: f64| y0 - y / ymax * (y0 - y1);
     let _ = writeln!(
         s,
         "<g class=\"panel\"><text x=\"{:.1}\" y=\"{:.1}\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>",
-        (x0 + x1) / 2.0,
+        (f.x0 + f.x1) / 2.0,
         oy + 22.0,
         esc(&p.title)
     );
+    axes(s, p, &f, ystep, ox);
+    for (i, ser) in p.series.iter().enumerate() {
+        series(s, i, ser, &f);
+    }
+    s.push_str("</g>\n");
+}
+
+/// The grid with y ticks every `ystep`, x ticks at the measured client
+/// counts, the frame and the axis labels.
+fn axes(s: &mut String, p: &Panel, f: &Frame, ystep: f64, ox: f64) {
+    let Frame { x0, x1, y0, y1, .. } = *f;
+    let ymax = f.ymax;
     // Grid and y ticks.
     let mut v = 0.0;
     while v <= ymax + ystep / 2.0 {
-        let y = sy(v);
+        let y = f.sy(v);
         let _ = writeln!(
             s,
             "<line x1=\"{x0:.1}\" y1=\"{y:.1}\" x2=\"{x1:.1}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\
@@ -211,11 +249,16 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
         v += ystep;
     }
     // X ticks at the measured client counts.
-    let mut xs: Vec<f64> = pts().map(|q| q.x).collect();
+    let mut xs: Vec<f64> = p
+        .series
+        .iter()
+        .flat_map(|x| x.points.iter())
+        .map(|q| q.x)
+        .collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
     for x in &xs {
-        let px = sx(*x);
+        let px = f.sx(*x);
         let _ = writeln!(
             s,
             "<line x1=\"{px:.1}\" y1=\"{y0:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>\
@@ -238,47 +281,49 @@ fn panel(s: &mut String, p: &Panel, ox: f64, oy: f64) {
         (y0 + y1) / 2.0,
         esc(&p.y_label)
     );
-    for (i, ser) in p.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let line: Vec<String> = ser
-            .points
-            .iter()
-            .map(|q| format!("{:.1},{:.1}", sx(q.x), sy(q.y)))
-            .collect();
+}
+
+/// Series `i`: its line, each point with its range bar, its legend entry.
+fn series(s: &mut String, i: usize, ser: &Series, f: &Frame) {
+    let (x1, y1) = (f.x1, f.y1);
+    let color = COLORS[i % COLORS.len()];
+    let line: Vec<String> = ser
+        .points
+        .iter()
+        .map(|q| format!("{:.1},{:.1}", f.sx(q.x), f.sy(q.y)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "<polyline class=\"series\" data-variant=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+        esc(&ser.name),
+        line.join(" ")
+    );
+    for q in &ser.points {
+        let (px, py) = (f.sx(q.x), f.sy(q.y));
         let _ = writeln!(
             s,
-            "<polyline class=\"series\" data-variant=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+            "<line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\"/>\
+             <circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"><title>{} {} clients: {:.0} tps [{:.0}-{:.0}]</title></circle>",
+            f.sy(q.lo),
+            f.sy(q.hi),
             esc(&ser.name),
-            line.join(" ")
-        );
-        for q in &ser.points {
-            let (px, py) = (sx(q.x), sy(q.y));
-            let _ = writeln!(
-                s,
-                "<line x1=\"{px:.1}\" y1=\"{:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"{color}\"/>\
-                 <circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"><title>{} {} clients: {:.0} tps [{:.0}-{:.0}]</title></circle>",
-                sy(q.lo),
-                sy(q.hi),
-                esc(&ser.name),
-                q.x,
-                q.y,
-                q.lo,
-                q.hi
-            );
-        }
-        let lyy = y1 + 14.0 + 16.0 * i as f64;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{:.1}\" y1=\"{lyy:.1}\" x2=\"{:.1}\" y2=\"{lyy:.1}\" stroke=\"{color}\" stroke-width=\"2\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            x1 - 130.0,
-            x1 - 110.0,
-            x1 - 105.0,
-            lyy + 4.0,
-            esc(&ser.name)
+            q.x,
+            q.y,
+            q.lo,
+            q.hi
         );
     }
-    s.push_str("</g>\n");
+    let lyy = y1 + 14.0 + 16.0 * i as f64;
+    let _ = writeln!(
+        s,
+        "<line x1=\"{:.1}\" y1=\"{lyy:.1}\" x2=\"{:.1}\" y2=\"{lyy:.1}\" stroke=\"{color}\" stroke-width=\"2\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+        x1 - 130.0,
+        x1 - 110.0,
+        x1 - 105.0,
+        lyy + 4.0,
+        esc(&ser.name)
+    );
 }
 
 #[cfg(test)]

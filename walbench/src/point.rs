@@ -252,6 +252,30 @@ fn init_datadir(postmaster: &Path, dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Starts the server for point `p` on `dir`, in a process group of its own,
+/// its log in `log_path`.
+fn start_server(
+    postmaster: &Path,
+    p: &PointSpec,
+    dir: &Path,
+    log_path: &Path,
+) -> Result<std::process::Child, String> {
+    let log = std::fs::File::create(log_path)
+        .map_err(|e| format!("could not create \"{}\": {e}", log_path.display()))?;
+    let mut cmd = Command::new(postmaster);
+    cmd.args(["start", "-D"]).arg(dir);
+    for s in &p.sets {
+        cmd.args(["--set", s]);
+    }
+    cmd.args(load_args(p)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.spawn()
+        .map_err(|e| format!("could not start postmaster: {e}"))
+}
+
 /// Runs one point end to end.
 pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     let tmp;
@@ -273,21 +297,7 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
         std::process::id(),
         dir.file_name().and_then(|s| s.to_str()).unwrap_or("data")
     ));
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| format!("could not create \"{}\": {e}", log_path.display()))?;
-    let mut cmd = Command::new(postmaster);
-    cmd.args(["start", "-D"]).arg(&dir);
-    for s in &p.sets {
-        cmd.args(["--set", s]);
-    }
-    cmd.args(load_args(p)?)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start postmaster: {e}"))?;
+    let child = start_server(postmaster, p, &dir, &log_path)?;
     let pgid = child.id() as i32;
     let mut guard = ServerGuard(Some(child));
     let server_log = || std::fs::read_to_string(&log_path).unwrap_or_default();

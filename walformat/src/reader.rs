@@ -293,6 +293,30 @@ impl WalError {
 impl fmt::Display for WalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            WalError::BadMagic { .. }
+            | WalError::BadPageInfo { .. }
+            | WalError::BadPageAddr { .. }
+            | WalError::BadLongHeader { .. }
+            | WalError::BadTimeline { .. }
+            | WalError::UnexpectedContinuation { .. }
+            | WalError::MissingContinuation { .. } => self.fmt_page_error(f),
+            WalError::BadCrc { .. }
+            | WalError::BadPrev { .. }
+            | WalError::BadLength { .. }
+            | WalError::BadRmgr { .. }
+            | WalError::BadRecordBody { .. }
+            | WalError::Truncated { .. } => self.fmt_record_error(f),
+            WalError::MissingSegment { .. }
+            | WalError::WrongSegmentSize { .. }
+            | WalError::Io { .. } => self.fmt_file_error(f),
+        }
+    }
+}
+
+impl WalError {
+    /// An error in a page header or in how a record crosses pages.
+    fn fmt_page_error(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             WalError::BadMagic { lsn, file, offset, magic } => write!(
                 f,
                 "invalid magic number {magic:04X} in WAL segment {file}, offset {offset} (page {})",
@@ -324,6 +348,29 @@ impl fmt::Display for WalError {
                 "record expected at {} but page at offset {offset} of WAL segment {file} starts with a continuation record",
                 lsn_text(*lsn)
             ),
+            WalError::MissingContinuation {
+                lsn,
+                page,
+                file,
+                offset,
+                expected_rem_len,
+                found_info,
+                found_rem_len,
+            } => write!(
+                f,
+                "record at {} is not continued on page {} (WAL segment {file}, offset {offset}): \
+                 expected XLP_FIRST_IS_CONTRECORD with xlp_rem_len {expected_rem_len}, \
+                 found xlp_info {found_info:04X} and xlp_rem_len {found_rem_len}",
+                lsn_text(*lsn),
+                lsn_text(*page)
+            ),
+            _ => unreachable!("not a page error: {self:?}"),
+        }
+    }
+
+    /// An error in a record's header, body or checksum.
+    fn fmt_record_error(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             WalError::BadCrc { lsn, stored, computed } => write!(
                 f,
                 "incorrect resource manager data checksum in record at {}: stored {stored:08X}, computed {computed:08X}",
@@ -350,29 +397,30 @@ impl fmt::Display for WalError {
             WalError::BadRecordBody { lsn, reason } => {
                 write!(f, "malformed record at {}: {reason}", lsn_text(*lsn))
             }
-            WalError::MissingContinuation {
-                lsn,
-                page,
-                file,
-                offset,
-                expected_rem_len,
-                found_info,
-                found_rem_len,
-            } => write!(
+            WalError::Truncated { lsn, needed, got } => write!(
                 f,
-                "record at {} is not continued on page {} (WAL segment {file}, offset {offset}): \
-                 expected XLP_FIRST_IS_CONTRECORD with xlp_rem_len {expected_rem_len}, \
-                 found xlp_info {found_info:04X} and xlp_rem_len {found_rem_len}",
-                lsn_text(*lsn),
-                lsn_text(*page)
+                "record at {} needs {needed} bytes, only {got} available",
+                lsn_text(*lsn)
             ),
+            _ => unreachable!("not a record error: {self:?}"),
+        }
+    }
+
+    /// A segment file that is absent, of the wrong size or unreadable.
+    fn fmt_file_error(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             WalError::MissingSegment { lsn, path } => write!(
                 f,
                 "WAL segment {} needed for {} does not exist",
                 path.display(),
                 lsn_text(*lsn)
             ),
-            WalError::WrongSegmentSize { lsn, path, expected, found } => write!(
+            WalError::WrongSegmentSize {
+                lsn,
+                path,
+                expected,
+                found,
+            } => write!(
                 f,
                 "WAL segment {} (needed for {}) has {found} bytes, expected {expected}",
                 path.display(),
@@ -384,11 +432,7 @@ impl fmt::Display for WalError {
                 path.display(),
                 lsn_text(*lsn)
             ),
-            WalError::Truncated { lsn, needed, got } => write!(
-                f,
-                "record at {} needs {needed} bytes, only {got} available",
-                lsn_text(*lsn)
-            ),
+            _ => unreachable!("not a file error: {self:?}"),
         }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | process | file | entry point |
 //! | --- | --- | --- |
-//! | startup | `startup.rs` | [`startup::run`] (recovery, then exit) |
+//! | startup | `startup/` | [`startup::run`] (recovery, then exit) |
 //! | checkpointer | `checkpointer.rs` | [`checkpointer::run`] |
 //! | worker backend | `worker.rs` | [`worker::run`] (the `--workload` loops) |
 //! | archiver | `archiver.rs` | [`archiver::run`] (`archive_command`) |

@@ -100,36 +100,7 @@ pub fn follow(
 ) -> Result<(RecoveryResult, ControlFile), i32> {
     let w = shared(shm);
     let fsync = shm.settings().fsync;
-    let tli = control.timeline;
-    w.received_tli.store(tli, Ordering::Relaxed);
-    WAKE.store(
-        &w.startup_latch as *const Latch as *mut Latch,
-        Ordering::Relaxed,
-    );
-    crate::process::set_handler(libc::SIGUSR2, on_sigusr2 as *const () as libc::sighandler_t);
-    w.start_lsn
-        .store(geo.seg_start(geo.seg_no(r.end_of_wal)), Ordering::Relaxed);
-    w.start_tli.store(tli, Ordering::Relaxed);
-    w.replay_tli.store(tli, Ordering::Relaxed);
-    publish_replay(shm, r.end_of_wal);
-    let mut c = *control;
-    c.state = DbState::InArchiveRecovery;
-    c.time = unix_now();
-    write_control(datadir, &c, fsync)?;
-    // Release: pairs with the Acquire in `in_recovery`; the postmaster
-    // forks the walreceiver only after this signal.
-    w.recovery.store(RECOVERY_STANDBY, Ordering::Release);
-    // SAFETY: getppid and kill have no memory effects; the parent is the
-    // postmaster (become_child checked it).
-    unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) };
-    log(
-        "LOG",
-        &format!(
-            "entering standby mode on timeline {tli}: consistent recovery state reached at {}; streaming from {}",
-            format_lsn(r.end_of_wal),
-            format_lsn(w.start_lsn.load(Ordering::Relaxed))
-        ),
-    );
+    let mut c = enter_standby(shm, datadir, control, geo, &r, fsync)?;
     let pg_wal = datadir.join("pg_wal");
     let mut stall = Stall::default();
     loop {
@@ -174,6 +145,52 @@ pub fn follow(
     cut_wal_at(&pg_wal, geo, c.timeline, r.end_of_wal, fsync).map_err(|e| fatal(&e))?;
     crate::procarray::restore_next_xid(shm, c.next_xid, r.max_xid);
     Ok((r, c))
+}
+
+/// Steps 1 and 2 of the module header: the walreceiver's start position
+/// and the replay position published, SIGUSR2 (promotion) handled, the
+/// control file "in archive recovery", then the postmaster told to start
+/// the walreceiver. Returns the control file as written.
+fn enter_standby(
+    shm: &Shmem,
+    datadir: &Path,
+    control: &ControlFile,
+    geo: &Geometry,
+    r: &RecoveryResult,
+    fsync: bool,
+) -> Result<ControlFile, i32> {
+    let w = shared(shm);
+    let tli = control.timeline;
+    w.received_tli.store(tli, Ordering::Relaxed);
+    WAKE.store(
+        &w.startup_latch as *const Latch as *mut Latch,
+        Ordering::Relaxed,
+    );
+    crate::process::set_handler(libc::SIGUSR2, on_sigusr2 as *const () as libc::sighandler_t);
+    w.start_lsn
+        .store(geo.seg_start(geo.seg_no(r.end_of_wal)), Ordering::Relaxed);
+    w.start_tli.store(tli, Ordering::Relaxed);
+    w.replay_tli.store(tli, Ordering::Relaxed);
+    publish_replay(shm, r.end_of_wal);
+    let mut c = *control;
+    c.state = DbState::InArchiveRecovery;
+    c.time = unix_now();
+    write_control(datadir, &c, fsync)?;
+    // Release: pairs with the Acquire in `in_recovery`; the postmaster
+    // forks the walreceiver only after this signal.
+    w.recovery.store(RECOVERY_STANDBY, Ordering::Release);
+    // SAFETY: getppid and kill have no memory effects; the parent is the
+    // postmaster (become_child checked it).
+    unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) };
+    log(
+        "LOG",
+        &format!(
+            "entering standby mode on timeline {tli}: consistent recovery state reached at {}; streaming from {}",
+            format_lsn(r.end_of_wal),
+            format_lsn(w.start_lsn.load(Ordering::Relaxed))
+        ),
+    );
+    Ok(c)
 }
 
 /// The walreceiver follows the primary onto timeline `tli` (its history

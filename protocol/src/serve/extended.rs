@@ -7,6 +7,44 @@
 use super::*;
 
 impl<S: Read + Write> Connection<'_, S> {
+    /// One message of the extended protocol other than Sync and Flush
+    /// (Parse, Bind, Describe, Execute, Close); an error makes `dispatch`
+    /// skip messages until Sync.
+    pub(super) fn extended_message(&mut self, msg: FrontendMessage) -> Result<(), SqlError> {
+        match msg {
+            FrontendMessage::Parse {
+                name,
+                query,
+                param_types,
+            } => self.parse(&name, &query, &param_types),
+            FrontendMessage::Bind {
+                portal,
+                statement,
+                param_formats,
+                params,
+                result_formats,
+            } => self.bind(
+                &portal,
+                &statement,
+                &param_formats,
+                &params,
+                &result_formats,
+            ),
+            FrontendMessage::Describe { target, name } => self.describe(target, &name),
+            FrontendMessage::Execute { portal, max_rows } => self.execute(&portal, max_rows),
+            FrontendMessage::Close { target, name } => {
+                match target {
+                    Target::Statement => self.statements.remove(&name).map(|_| ()),
+                    Target::Portal => self.portals.remove(&name).map(|_| ()),
+                };
+                self.out.close_complete();
+                Ok(())
+            }
+            // The other messages are dispatch's own.
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn parse(
         &mut self,
         name: &str,

@@ -27,7 +27,9 @@
 //!   dropped and its open transaction rolled back, as on EOF.
 
 mod extended;
+mod output;
 mod params;
+mod transaction;
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
@@ -48,6 +50,8 @@ use crate::sql::value::{
     into_binary_format, into_text_format, parse_binary, parse_text, SqlType, Value,
 };
 use crate::wire::{is_abandoned, send_polling, Incoming, MessageReader};
+use output::fields;
+use transaction::{in_failed_transaction, TxState};
 
 /// Output is written out once this much is buffered, even mid-batch.
 const FLUSH_THRESHOLD: usize = 64 * 1024;
@@ -109,28 +113,6 @@ pub fn serve<S: Read + Write>(stream: &mut S, session: &mut dyn Session) -> io::
             if let Err(e) = conn.write_out() {
                 return Err(conn.abandon(e));
             }
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TxState {
-    /// No transaction.
-    Idle,
-    /// An implicit transaction (per Query message / until Sync) is open.
-    Implicit,
-    /// Inside BEGIN ... COMMIT.
-    Block,
-    /// Inside a block that failed: already rolled back in the Session.
-    Failed,
-}
-
-impl TxState {
-    fn status_byte(self) -> u8 {
-        match self {
-            TxState::Idle | TxState::Implicit => b'I',
-            TxState::Block => b'T',
-            TxState::Failed => b'E',
         }
     }
 }
@@ -238,41 +220,6 @@ struct Connection<'s, S> {
     closing: bool,
 }
 
-fn fields(columns: &[Column], formats: &[i16]) -> Vec<FieldDescription> {
-    columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| FieldDescription {
-            name: c.name.clone(),
-            type_oid: c.ty.oid(),
-            type_len: c.ty.typlen(),
-            format: formats.get(i).copied().unwrap_or(0),
-        })
-        .collect()
-}
-
-/// Encodes a result row (moving text payloads); 53200 as soon as the
-/// DataRow would be larger than `limit`.
-fn encode_row(
-    row: Vec<Value>,
-    columns: &[Column],
-    formats: &[i16],
-    limit: usize,
-) -> Result<Vec<Option<Vec<u8>>>, SqlError> {
-    let mut size = 0usize;
-    let mut encoded = Vec::with_capacity(row.len());
-    for (i, (v, c)) in row.into_iter().zip(columns).enumerate() {
-        let e = match formats.get(i).copied().unwrap_or(0) {
-            1 => into_binary_format(v, c.ty),
-            _ => into_text_format(v, c.ty),
-        };
-        size = size.saturating_add(4 + e.as_ref().map_or(0, Vec::len));
-        check_memory("a result row", size, limit)?;
-        encoded.push(e);
-    }
-    Ok(encoded)
-}
-
 /// Expands Bind's format list (none, one for all, or one each) to `n` codes.
 fn expand_formats(formats: &[i16], n: usize, what: &str) -> Result<Vec<i16>, SqlError> {
     let expanded = match formats.len() {
@@ -323,24 +270,10 @@ fn portal_not_found(name: &str) -> SqlError {
     )
 }
 
-fn in_failed_transaction() -> SqlError {
-    SqlError::error(
-        sqlstate::IN_FAILED_SQL_TRANSACTION,
-        "current transaction is aborted, commands ignored until end of transaction block",
-    )
-}
-
 fn query_canceled() -> SqlError {
     SqlError::error(
         sqlstate::QUERY_CANCELED,
         "canceling statement due to user request",
-    )
-}
-
-fn no_transaction_warning() -> SqlError {
-    SqlError::warning(
-        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
-        "there is no transaction in progress",
     )
 }
 
@@ -403,232 +336,6 @@ impl<'s, S: Read + Write> Connection<'s, S> {
         }
     }
 
-    fn close(&mut self) -> io::Result<()> {
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        match self.write_out() {
-            Err(e)
-                if is_abandoned(&e)
-                    || matches!(
-                        e.kind(),
-                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                    ) =>
-            {
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    // ---- output ----
-
-    /// Writes `bytes` to the client, giving up when the session must end.
-    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let session = &*self.session;
-        send_polling(&mut *self.stream, bytes, &mut || {
-            session.termination().is_some()
-        })
-    }
-
-    /// Writes out (and empties) the staging buffer.
-    fn write_out(&mut self) -> io::Result<()> {
-        let out = std::mem::take(&mut self.out);
-        let result = self.send(out.bytes());
-        self.out = out;
-        self.out.clear();
-        self.wants_flush = false;
-        self.wants_flush_now = false;
-        result
-    }
-
-    /// Records a failed write: the connection is over.
-    fn mark_broken(&mut self, e: io::Error) {
-        self.broken.get_or_insert(e);
-        self.closing = true;
-    }
-
-    /// Writes out the staging buffer once it holds FLUSH_THRESHOLD bytes.
-    fn write_out_if_large(&mut self) {
-        if self.broken.is_none() && self.out.len() >= FLUSH_THRESHOLD {
-            if let Err(e) = self.write_out() {
-                self.mark_broken(e);
-            }
-        }
-    }
-
-    /// A DataRow payload: small ones are staged, large ones go straight to the client.
-    fn write_payload(&mut self, bytes: &[u8]) {
-        if self.broken.is_some() {
-            return;
-        }
-        if bytes.len() < FLUSH_THRESHOLD {
-            self.out.raw(bytes);
-            return self.write_out_if_large();
-        }
-        if let Err(e) = self.write_out().and_then(|()| self.send(bytes)) {
-            self.mark_broken(e);
-        }
-    }
-
-    /// Encodes and sends one result row as it is produced.
-    fn send_row(
-        &mut self,
-        row: Vec<Value>,
-        columns: &[Column],
-        formats: &[i16],
-    ) -> Result<(), SqlError> {
-        let encoded = encode_row(row, columns, formats, self.session.memory_limit())?;
-        let lens: Vec<Option<usize>> = encoded.iter().map(|c| c.as_ref().map(Vec::len)).collect();
-        self.out.data_row_header(&lens)?;
-        for (column, len) in encoded.into_iter().zip(lens) {
-            self.out.column_len(len);
-            if let Some(bytes) = column {
-                self.write_payload(&bytes);
-            }
-        }
-        self.write_out_if_large();
-        Ok(())
-    }
-
-    /// The connection ends on a failed write: roll back what is open (unless
-    /// a crash forbids touching shared state) and hand the error to `serve`'s caller.
-    fn abandon(&mut self, e: io::Error) -> io::Error {
-        if self.session.termination() != Some(Termination::Crash) {
-            self.abort_for_exit();
-        }
-        e
-    }
-
-    /// A client message longer than the memory limit was discarded: ERROR
-    /// 53200, then as after any error in its protocol (ReadyForQuery after
-    /// a Query, skip to Sync in the extended protocol).
-    fn refuse_large_message(&mut self, tag: u8, len: usize, limit: usize) {
-        if self.skipping {
-            return;
-        }
-        self.fail(out_of_memory("a client message", len, limit));
-        if tag == b'Q' {
-            self.ready_for_query();
-        } else {
-            self.skipping = true;
-        }
-    }
-
-    fn ready_for_query(&mut self) {
-        let in_transaction = matches!(self.tx, TxState::Block | TxState::Failed);
-        self.session.report_activity(None, in_transaction);
-        for (name, value) in std::mem::take(&mut self.reports) {
-            self.out.parameter_status(name, &value);
-        }
-        self.out.ready_for_query(self.tx.status_byte());
-        self.wants_flush = true;
-    }
-
-    // ---- errors, termination, transaction ends ----
-
-    /// Sends an error (or notice) and applies its consequences.
-    fn fail(&mut self, e: SqlError) {
-        self.out.error_or_notice(&e);
-        if e.is_notice() {
-            return;
-        }
-        self.abort_transaction();
-        if e.is_fatal() {
-            self.closing = true;
-        }
-    }
-
-    /// Rolls back after a failed statement: an implicit transaction ends, a block becomes failed.
-    fn abort_transaction(&mut self) {
-        match self.tx {
-            TxState::Implicit => {
-                self.tx = TxState::Idle;
-                self.session_rollback();
-            }
-            TxState::Block => {
-                self.tx = TxState::Failed;
-                self.session_rollback();
-            }
-            TxState::Idle | TxState::Failed => {}
-        }
-    }
-
-    fn session_rollback(&mut self) {
-        if let Err(e) = self.session.rollback() {
-            self.out.error_or_notice(&SqlError {
-                severity: "WARNING",
-                ..e
-            });
-        }
-        self.transaction_ended(false);
-    }
-
-    /// Drops portals and settles transactional parameters at the end of a transaction.
-    fn transaction_ended(&mut self, committed: bool) {
-        self.portals.clear();
-        if !self.params.sync_dirty {
-            return;
-        }
-        let (on, name) = match self.params.sync_pending.take() {
-            Some(pending) if committed => pending,
-            _ => self.params.sync_committed.clone(),
-        };
-        self.session.set_synchronous_commit(on);
-        self.session.set_synchronous_commit_level(&name);
-        self.params.sync_name = name.clone();
-        self.params.sync_committed = (on, name);
-        self.params.sync_dirty = false;
-    }
-
-    /// Rolls back what is open when the connection ends (Terminate, EOF, fast shutdown).
-    fn abort_for_exit(&mut self) {
-        if matches!(self.tx, TxState::Implicit | TxState::Block) {
-            self.tx = TxState::Idle;
-            let _ = self.session.rollback();
-        }
-        self.tx = TxState::Idle;
-    }
-
-    fn terminate(&mut self, t: Termination) {
-        match t {
-            Termination::FastShutdown => {
-                self.abort_for_exit();
-                self.out.error_or_notice(&SqlError::fatal(
-                    sqlstate::ADMIN_SHUTDOWN,
-                    "terminating connection due to administrator command",
-                ));
-            }
-            Termination::Crash => {
-                // PostgreSQL's quickdie: a WARNING to the client, no cleanup at all.
-                self.out.error_or_notice(&crash_notice());
-            }
-        }
-        self.closing = true;
-    }
-
-    /// Commits the implicit transaction at the end of a Query message or at Sync.
-    fn commit_implicit(&mut self) {
-        if self.tx != TxState::Implicit {
-            return;
-        }
-        self.tx = TxState::Idle;
-        let result = self.session.commit();
-        self.transaction_ended(result.is_ok());
-        if let Err(e) = result {
-            self.fail(e);
-        }
-    }
-
-    fn ensure_transaction(&mut self) -> Result<(), SqlError> {
-        if self.tx == TxState::Idle {
-            self.session.begin()?;
-            self.xact_start = unix_micros();
-            self.tx = TxState::Implicit;
-        }
-        Ok(())
-    }
-
     // ---- dispatch ----
 
     fn dispatch(&mut self, tag: u8, body: &[u8]) {
@@ -680,34 +387,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 self.ready_for_query();
                 return;
             }
-            FrontendMessage::Parse {
-                name,
-                query,
-                param_types,
-            } => self.parse(&name, &query, &param_types),
-            FrontendMessage::Bind {
-                portal,
-                statement,
-                param_formats,
-                params,
-                result_formats,
-            } => self.bind(
-                &portal,
-                &statement,
-                &param_formats,
-                &params,
-                &result_formats,
-            ),
-            FrontendMessage::Describe { target, name } => self.describe(target, &name),
-            FrontendMessage::Execute { portal, max_rows } => self.execute(&portal, max_rows),
-            FrontendMessage::Close { target, name } => {
-                match target {
-                    Target::Statement => self.statements.remove(&name).map(|_| ()),
-                    Target::Portal => self.portals.remove(&name).map(|_| ()),
-                };
-                self.out.close_complete();
-                Ok(())
-            }
+            other => self.extended_message(other),
         };
         if let Err(e) = extended {
             self.fail(e);
@@ -898,51 +578,6 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                 })
             }
             Kind::Begin | Kind::Commit | Kind::Rollback | Kind::Empty => Ok(Outcome::tag("")),
-        }
-    }
-
-    fn begin_block(&mut self) -> Result<Outcome, SqlError> {
-        match self.tx {
-            TxState::Idle => {
-                self.session.begin()?;
-                self.xact_start = unix_micros();
-                self.tx = TxState::Block;
-            }
-            TxState::Implicit => self.tx = TxState::Block,
-            TxState::Block | TxState::Failed => self.out.error_or_notice(&SqlError::warning(
-                sqlstate::ACTIVE_SQL_TRANSACTION,
-                "there is already a transaction in progress",
-            )),
-        }
-        Ok(Outcome::tag("BEGIN"))
-    }
-
-    /// COMMIT (commit = true) or ROLLBACK.
-    fn end_block(&mut self, commit: bool) -> Result<Outcome, SqlError> {
-        let tag = if commit { "COMMIT" } else { "ROLLBACK" };
-        match self.tx {
-            TxState::Idle => {
-                self.out.error_or_notice(&no_transaction_warning());
-                Ok(Outcome::tag(tag))
-            }
-            TxState::Failed => {
-                self.tx = TxState::Idle;
-                self.transaction_ended(false);
-                Ok(Outcome::tag("ROLLBACK"))
-            }
-            TxState::Implicit | TxState::Block => {
-                if self.tx == TxState::Implicit {
-                    self.out.error_or_notice(&no_transaction_warning());
-                }
-                self.tx = TxState::Idle;
-                let result = if commit {
-                    self.session.commit()
-                } else {
-                    self.session.rollback()
-                };
-                self.transaction_ended(commit && result.is_ok());
-                result.map(|()| Outcome::tag(tag))
-            }
         }
     }
 

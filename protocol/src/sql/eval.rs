@@ -133,28 +133,8 @@ fn eval_at(expr: &TExpr, row: &[Value], env: &mut Env, depth: usize) -> Result<V
             }
             call(*func, &values, env)
         }
-        TExpr::Binary(Op::And, l, r, _) => {
-            let l = truth(sub(l, env)?);
-            if l == Some(false) {
-                return Ok(Value::Bool(false));
-            }
-            Ok(match (l, truth(sub(r, env)?)) {
-                (_, Some(false)) => Value::Bool(false),
-                (Some(true), Some(true)) => Value::Bool(true),
-                _ => Value::Null,
-            })
-        }
-        TExpr::Binary(Op::Or, l, r, _) => {
-            let l = truth(sub(l, env)?);
-            if l == Some(true) {
-                return Ok(Value::Bool(true));
-            }
-            Ok(match (l, truth(sub(r, env)?)) {
-                (_, Some(true)) => Value::Bool(true),
-                (Some(false), Some(false)) => Value::Bool(false),
-                _ => Value::Null,
-            })
-        }
+        TExpr::Binary(Op::And, l, r, _) => and_or(false, l, r, row, env, depth),
+        TExpr::Binary(Op::Or, l, r, _) => and_or(true, l, r, row, env, depth),
         TExpr::Binary(op, l, r, ty) => {
             let l = sub(l, env)?;
             let r = sub(r, env)?;
@@ -188,26 +168,58 @@ fn eval_at(expr: &TExpr, row: &[Value], env: &mut Env, depth: usize) -> Result<V
                 _ => Value::Null,
             })
         }
-        TExpr::InList(e, list, negated) => {
-            let v = sub(e, env)?;
-            if v == Value::Null {
-                return Ok(Value::Null);
-            }
-            let mut saw_null = false;
-            for item in list {
-                match compare_values(&v, &sub(item, env)?) {
-                    Some(Ordering::Equal) => return Ok(Value::Bool(!*negated)),
-                    None => saw_null = true,
-                    Some(_) => {}
-                }
-            }
-            Ok(if saw_null {
-                Value::Null
-            } else {
-                Value::Bool(*negated)
-            })
+        TExpr::InList(e, list, negated) => in_list(e, list, *negated, row, env, depth),
+    }
+}
+
+/// AND (`decisive` false) or OR (`decisive` true) in SQL's three-valued
+/// logic: a left side equal to `decisive` decides without the right one.
+fn and_or(
+    decisive: bool,
+    l: &TExpr,
+    r: &TExpr,
+    row: &[Value],
+    env: &mut Env,
+    depth: usize,
+) -> Result<Value, SqlError> {
+    let l = truth(eval_at(l, row, env, depth + 1)?);
+    if l == Some(decisive) {
+        return Ok(Value::Bool(decisive));
+    }
+    Ok(match (l, truth(eval_at(r, row, env, depth + 1)?)) {
+        (_, Some(b)) if b == decisive => Value::Bool(decisive),
+        (Some(a), Some(b)) if a != decisive && b != decisive => Value::Bool(!decisive),
+        _ => Value::Null,
+    })
+}
+
+/// [NOT] IN (list): true at the first equal item (items after it are not
+/// evaluated), else NULL if the value or an item was NULL, else false.
+fn in_list(
+    e: &TExpr,
+    list: &[TExpr],
+    negated: bool,
+    row: &[Value],
+    env: &mut Env,
+    depth: usize,
+) -> Result<Value, SqlError> {
+    let v = eval_at(e, row, env, depth + 1)?;
+    if v == Value::Null {
+        return Ok(Value::Null);
+    }
+    let mut saw_null = false;
+    for item in list {
+        match compare_values(&v, &eval_at(item, row, env, depth + 1)?) {
+            Some(Ordering::Equal) => return Ok(Value::Bool(!negated)),
+            None => saw_null = true,
+            Some(_) => {}
         }
     }
+    Ok(if saw_null {
+        Value::Null
+    } else {
+        Value::Bool(negated)
+    })
 }
 
 /// A boolean's truth value; None for NULL.
@@ -380,81 +392,19 @@ fn slot_record(name: &str, lsn: u64) -> Value {
 fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
     let arg = |i: usize| args.get(i).unwrap_or(&Value::Null);
     Ok(match func {
-        Func::EmitMessageText | Func::EmitMessageBytea => {
-            let transactional = matches!(args.first(), Some(Value::Bool(true)));
-            let prefix = text(arg(1));
-            let payload: &[u8] = match arg(2) {
-                Value::Bytea(b) => b,
-                Value::Text(s) => s.as_bytes(),
-                _ => &[],
-            };
-            let flush = arg(3) == &Value::Bool(true);
-            Value::U64(
-                env.session
-                    .emit_message(transactional, prefix, payload, flush)?,
-            )
-        }
-        Func::TxidCurrent => {
-            let xid = env.session.txid_current()?;
-            Value::Int(i64::try_from(xid).map_err(|_| {
-                SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
-            })?)
-        }
-        Func::CurrentXactId => Value::U64(env.session.txid_current()?),
-        Func::CurrentWalLsn => {
-            env.session.check_wal_control()?;
-            Value::U64(env.session.current_wal_lsn())
-        }
-        Func::CurrentWalInsertLsn => {
-            env.session.check_wal_control()?;
-            Value::U64(env.session.current_wal_insert_lsn())
-        }
-        Func::CurrentWalFlushLsn => {
-            env.session.check_wal_control()?;
-            Value::U64(env.session.current_wal_flush_lsn())
-        }
-        Func::SwitchWal => {
-            env.session.check_wal_control()?;
-            Value::U64(env.session.switch_wal()?)
-        }
-        Func::CreateRestorePoint => {
-            env.session.check_wal_control()?;
-            Value::U64(env.session.create_restore_point(text(arg(0)))?)
+        Func::EmitMessageText
+        | Func::EmitMessageBytea
+        | Func::TxidCurrent
+        | Func::CurrentXactId
+        | Func::CurrentWalLsn
+        | Func::CurrentWalInsertLsn
+        | Func::CurrentWalFlushLsn
+        | Func::SwitchWal
+        | Func::CreateRestorePoint => return call_wal(func, args, env.session),
+        Func::CreatePhysicalSlot | Func::CreateLogicalSlot | Func::SlotAdvance | Func::DropSlot => {
+            return call_slot(func, args, env.session)
         }
         Func::Repeat => repeat(text(arg(0)), int(arg(1)), env.session.memory_limit())?,
-        Func::CreatePhysicalSlot => {
-            let name = text(arg(0));
-            let reserve = arg(1) == &Value::Bool(true);
-            let temporary = arg(2) == &Value::Bool(true);
-            let lsn = env
-                .session
-                .create_physical_replication_slot(name, reserve, temporary)?;
-            Value::Record(vec![
-                (Value::Text(name.to_string()), SqlType::Name),
-                (lsn.map_or(Value::Null, Value::U64), SqlType::Lsn),
-            ])
-        }
-        Func::CreateLogicalSlot => {
-            let name = text(arg(0));
-            let temporary = arg(2) == &Value::Bool(true);
-            let two_phase = arg(3) == &Value::Bool(true);
-            let lsn = env.session.create_logical_replication_slot(
-                name,
-                text(arg(1)),
-                temporary,
-                two_phase,
-            )?;
-            slot_record(name, lsn)
-        }
-        Func::SlotAdvance => {
-            let name = text(arg(0));
-            let end = env.session.replication_slot_advance(name, lsn(arg(1)))?;
-            slot_record(name, end)
-        }
-        Func::DropSlot => {
-            env.session.drop_replication_slot(text(arg(0)))?;
-            Value::Void
-        }
         Func::Version => Value::Text(format!(
             "PostgreSQL {DEFAULT_SERVER_VERSION} on {}-linux, compiled by rustc, 64-bit",
             std::env::consts::ARCH
@@ -465,15 +415,7 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             env.session.timeline(),
             env.session.wal_segment_size(),
         )),
-        Func::WalfileNameOffset => {
-            let seg = env.session.wal_segment_size().max(1);
-            let at = lsn(arg(0));
-            let name = walfile_name(at, env.session.timeline(), seg);
-            Value::Record(vec![
-                (Value::Text(name), SqlType::Text),
-                (Value::Int((at % seg) as i64), SqlType::Int4),
-            ])
-        }
+        Func::WalfileNameOffset => walfile_name_offset(lsn(arg(0)), &*env.session),
         Func::WalLsnDiff => Value::numeric(
             Numeric::from_u64(lsn(arg(0))).checked_sub(Numeric::from_u64(lsn(arg(1))))?,
         ),
@@ -486,20 +428,7 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
             .session
             .last_wal_replay_lsn()
             .map_or(Value::Null, Value::U64),
-        Func::Promote => {
-            let wait = !matches!(args.first(), Some(Value::Bool(false)));
-            let seconds = match args.get(1) {
-                Some(v @ Value::Int(_)) => int(v),
-                _ => 60,
-            };
-            if seconds <= 0 {
-                return Err(SqlError::error(
-                    sqlstate::INVALID_PARAMETER_VALUE,
-                    "\"wait_seconds\" must not be negative or zero",
-                ));
-            }
-            Value::Bool(env.session.promote(wait, seconds)?)
-        }
+        Func::Promote => promote(args, env.session)?,
         Func::BackendPid => Value::Int(i64::from(env.session.backend_pid())),
         Func::PostmasterStartTime => env
             .session
@@ -525,6 +454,118 @@ fn call(func: Func, args: &[Value], env: &mut Env) -> Result<Value, SqlError> {
         Func::Lower => Value::Text(text(arg(0)).to_lowercase()),
         Func::Length => Value::Int(text(arg(0)).chars().count() as i64),
     })
+}
+
+/// The functions that write WAL or read its positions: pg_logical_emit_message,
+/// the transaction ID functions, the WAL location functions (which check
+/// the session may control WAL first), pg_switch_wal, pg_create_restore_point.
+fn call_wal(func: Func, args: &[Value], session: &mut dyn Session) -> Result<Value, SqlError> {
+    let arg = |i: usize| args.get(i).unwrap_or(&Value::Null);
+    Ok(match func {
+        Func::TxidCurrent => {
+            let xid = session.txid_current()?;
+            Value::Int(i64::try_from(xid).map_err(|_| {
+                SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
+            })?)
+        }
+        Func::CurrentXactId => Value::U64(session.txid_current()?),
+        Func::CurrentWalLsn => wal_position(session, |s| s.current_wal_lsn())?,
+        Func::CurrentWalInsertLsn => wal_position(session, |s| s.current_wal_insert_lsn())?,
+        Func::CurrentWalFlushLsn => wal_position(session, |s| s.current_wal_flush_lsn())?,
+        Func::SwitchWal => {
+            session.check_wal_control()?;
+            Value::U64(session.switch_wal()?)
+        }
+        Func::CreateRestorePoint => {
+            session.check_wal_control()?;
+            Value::U64(session.create_restore_point(text(arg(0)))?)
+        }
+        // pg_logical_emit_message, text or bytea payload.
+        _ => {
+            let transactional = matches!(args.first(), Some(Value::Bool(true)));
+            let prefix = text(arg(1));
+            let payload: &[u8] = match arg(2) {
+                Value::Bytea(b) => b,
+                Value::Text(s) => s.as_bytes(),
+                _ => &[],
+            };
+            let flush = arg(3) == &Value::Bool(true);
+            Value::U64(session.emit_message(transactional, prefix, payload, flush)?)
+        }
+    })
+}
+
+/// A WAL location function: the session must be allowed to control WAL.
+fn wal_position(
+    session: &mut dyn Session,
+    at: fn(&mut dyn Session) -> u64,
+) -> Result<Value, SqlError> {
+    session.check_wal_control()?;
+    Ok(Value::U64(at(session)))
+}
+
+/// The replication slot functions: creation (physical, logical), advance, drop.
+fn call_slot(func: Func, args: &[Value], session: &mut dyn Session) -> Result<Value, SqlError> {
+    let arg = |i: usize| args.get(i).unwrap_or(&Value::Null);
+    let name = text(arg(0));
+    Ok(match func {
+        Func::CreatePhysicalSlot => {
+            let reserve = arg(1) == &Value::Bool(true);
+            let temporary = arg(2) == &Value::Bool(true);
+            let lsn = session.create_physical_replication_slot(name, reserve, temporary)?;
+            Value::Record(vec![
+                (Value::Text(name.to_string()), SqlType::Name),
+                (lsn.map_or(Value::Null, Value::U64), SqlType::Lsn),
+            ])
+        }
+        Func::CreateLogicalSlot => {
+            let temporary = arg(2) == &Value::Bool(true);
+            let two_phase = arg(3) == &Value::Bool(true);
+            let lsn = session.create_logical_replication_slot(
+                name,
+                text(arg(1)),
+                temporary,
+                two_phase,
+            )?;
+            slot_record(name, lsn)
+        }
+        Func::SlotAdvance => {
+            let end = session.replication_slot_advance(name, lsn(arg(1)))?;
+            slot_record(name, end)
+        }
+        // pg_drop_replication_slot.
+        _ => {
+            session.drop_replication_slot(name)?;
+            Value::Void
+        }
+    })
+}
+
+/// pg_walfile_name_offset(lsn): the segment file name and the offset in it.
+fn walfile_name_offset(at: u64, session: &dyn Session) -> Value {
+    let seg = session.wal_segment_size().max(1);
+    let name = walfile_name(at, session.timeline(), seg);
+    Value::Record(vec![
+        (Value::Text(name), SqlType::Text),
+        (Value::Int((at % seg) as i64), SqlType::Int4),
+    ])
+}
+
+/// pg_promote([wait [, wait_seconds]]): wait defaults to true, wait_seconds
+/// to 60 and must be positive (22023).
+fn promote(args: &[Value], session: &mut dyn Session) -> Result<Value, SqlError> {
+    let wait = !matches!(args.first(), Some(Value::Bool(false)));
+    let seconds = match args.get(1) {
+        Some(v @ Value::Int(_)) => int(v),
+        _ => 60,
+    };
+    if seconds <= 0 {
+        return Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "\"wait_seconds\" must not be negative or zero",
+        ));
+    }
+    Ok(Value::Bool(session.promote(wait, seconds)?))
 }
 
 /// repeat(s, count): 54000 beyond PostgreSQL's 1 GB, 53200 beyond `memory_limit`,

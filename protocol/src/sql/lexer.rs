@@ -308,6 +308,72 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// The text of a quoted string or identifier whose opening `quote` is
+    /// the last of the `skip` bytes at `start` (backslash escapes with
+    /// `escapes`, as in E'...'); 42601 "unterminated {what}" without its
+    /// closing quote.
+    fn quoted_text(
+        &mut self,
+        start: usize,
+        skip: usize,
+        quote: u8,
+        escapes: bool,
+        what: &str,
+    ) -> Result<String, SqlError> {
+        self.pos += skip;
+        self.quoted(quote, escapes).ok_or_else(|| {
+            SqlError::syntax_error(format!(
+                "unterminated {what} at or near \"{}\"",
+                near(self.src, start)
+            ))
+        })
+    }
+
+    /// A string constant, '...' (`skip` 1) or E'...' (`skip` 2, `escapes`).
+    fn string_literal(
+        &mut self,
+        start: usize,
+        skip: usize,
+        escapes: bool,
+    ) -> Result<Token, SqlError> {
+        let s = self.quoted_text(start, skip, b'\'', escapes, "quoted string")?;
+        Ok(self.token_from(Tok::Str(s), start))
+    }
+
+    /// A double-quoted identifier; an empty one is 42601, as in PostgreSQL.
+    fn quoted_identifier(&mut self, start: usize) -> Result<Token, SqlError> {
+        let s = self.quoted_text(start, 1, b'"', false, "quoted identifier")?;
+        if s.is_empty() {
+            return Err(SqlError::syntax_error(
+                "zero-length delimited identifier at or near \"\"\"\"",
+            ));
+        }
+        Ok(self.token_from(Tok::QuotedIdent(s), start))
+    }
+
+    /// A parameter `$n` (digits follow the `$` at `start`); a number too
+    /// large for u32 becomes u32::MAX, which analysis refuses.
+    fn param(&mut self, start: usize) -> Token {
+        self.pos += 1;
+        while matches!(self.peek(0), Some(b'0'..=b'9')) {
+            self.pos += 1;
+        }
+        let n = self.src[start + 1..self.pos]
+            .parse::<u32>()
+            .unwrap_or(u32::MAX);
+        self.token_from(Tok::Param(n), start)
+    }
+
+    /// The token `tok` from `start` to the current position.
+    fn token_from(&self, tok: Tok, start: usize) -> Token {
+        Token {
+            tok,
+            start,
+            end: self.pos,
+            pos: 0,
+        }
+    }
+
     fn next(&mut self) -> Result<Option<Token>, SqlError> {
         self.tok_start = self.pos;
         self.skip_space_and_comments()?;
@@ -315,12 +381,6 @@ impl<'a> Lexer<'a> {
         self.tok_start = start;
         let Some(c) = self.char_at(start) else {
             return Ok(None);
-        };
-        let unterminated = |what: &str| {
-            SqlError::syntax_error(format!(
-                "unterminated {what} at or near \"{}\"",
-                near(self.src, start)
-            ))
         };
         let single = |tok: Tok| Token {
             tok,
@@ -336,62 +396,12 @@ impl<'a> Lexer<'a> {
             '[' => single(Tok::LBracket),
             ']' => single(Tok::RBracket),
             '.' if !matches!(self.peek(1), Some(b'0'..=b'9')) => single(Tok::Dot),
-            '\'' => {
-                self.pos += 1;
-                let s = self
-                    .quoted(b'\'', false)
-                    .ok_or_else(|| unterminated("quoted string"))?;
-                return Ok(Some(Token {
-                    tok: Tok::Str(s),
-                    start,
-                    end: self.pos,
-                    pos: 0,
-                }));
-            }
+            '\'' => return self.string_literal(start, 1, false).map(Some),
             'e' | 'E' if self.peek(1) == Some(b'\'') => {
-                self.pos += 2;
-                let s = self
-                    .quoted(b'\'', true)
-                    .ok_or_else(|| unterminated("quoted string"))?;
-                return Ok(Some(Token {
-                    tok: Tok::Str(s),
-                    start,
-                    end: self.pos,
-                    pos: 0,
-                }));
+                return self.string_literal(start, 2, true).map(Some)
             }
-            '"' => {
-                self.pos += 1;
-                let s = self
-                    .quoted(b'"', false)
-                    .ok_or_else(|| unterminated("quoted identifier"))?;
-                if s.is_empty() {
-                    return Err(SqlError::syntax_error(
-                        "zero-length delimited identifier at or near \"\"\"\"",
-                    ));
-                }
-                return Ok(Some(Token {
-                    tok: Tok::QuotedIdent(s),
-                    start,
-                    end: self.pos,
-                    pos: 0,
-                }));
-            }
-            '$' if matches!(self.peek(1), Some(b'0'..=b'9')) => {
-                self.pos += 1;
-                while matches!(self.peek(0), Some(b'0'..=b'9')) {
-                    self.pos += 1;
-                }
-                let n = self.src[start + 1..self.pos]
-                    .parse::<u32>()
-                    .unwrap_or(u32::MAX);
-                return Ok(Some(Token {
-                    tok: Tok::Param(n),
-                    start,
-                    end: self.pos,
-                    pos: 0,
-                }));
-            }
+            '"' => return self.quoted_identifier(start).map(Some),
+            '$' if matches!(self.peek(1), Some(b'0'..=b'9')) => return Ok(Some(self.param(start))),
             '$' => match self.dollar_quoted(start)? {
                 Some(t) => return Ok(Some(t)),
                 None => {

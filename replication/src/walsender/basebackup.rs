@@ -176,20 +176,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             &o.label,
             tli,
         );
-        let mut entries = Vec::new();
-        walk(&self.datadir, "", &mut entries).map_err(io_error)?;
-        // pg_basebackup syncs the copy's pg_tblspc/ at the end and reports
-        // an error when it is absent: walshm's data directory has none, so
-        // the archive carries an empty one.
-        if !entries.iter().any(|e| e.rel == "pg_tblspc") {
-            entries.push(Entry {
-                rel: "pg_tblspc".to_string(),
-                dir: true,
-                size: 0,
-                mode: 0o700,
-                mtime: started_unix,
-            });
-        }
+        let entries = backup_entries(&self.datadir, started_unix)?;
         let size_kb = o.progress.then(|| {
             let files: u64 = entries
                 .iter()
@@ -197,34 +184,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .sum();
             (files + 1024 + label.len() as u64) / 1024
         });
-        let mut head = repl::result_set(
-            &[("recptr", ColumnType::Text), ("tli", ColumnType::Int8)],
-            &[vec![Some(repl::format_lsn(start)), Some(tli.to_string())]],
-            "SELECT",
-        )?;
-        head.extend_from_slice(&repl::result_set(
-            &[
-                ("spcoid", ColumnType::Oid),
-                ("spclocation", ColumnType::Text),
-                ("size", ColumnType::Int8),
-            ],
-            &[vec![None, None, size_kb.map(|k| k.to_string())]],
-            "SELECT",
-        )?);
-        head.extend_from_slice(&repl::copy_out_response());
-        let mut a = Archive {
-            out: head,
-            done: 0,
-            last_progress: Instant::now(),
-            started: Instant::now(),
-            max_rate: o.max_rate_kb.map(|k| k as u64 * 1024),
-            manifest: o
-                .manifest
-                .then(|| "{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [".to_string()),
-            checksum: o.manifest_checksums,
-            force_encode: o.manifest_force_encode,
-            aborted: None,
-        };
+        let head = backup_head(start, tli, size_kb)?;
+        let mut a = Archive::new(head, o);
         let mut new_archive = b"base.tar\0".to_vec();
         new_archive.push(0);
         repl::typed_copy_data(&mut a.out, b'n', &new_archive);
@@ -245,29 +206,8 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let mut p = Vec::new();
         repl::typed_copy_data(&mut p, b'p', &(a.done as i64).to_be_bytes());
         a.out.extend_from_slice(&p);
-        if let Some(mut m) = a.manifest.take() {
-            m.push_str("\n],\n\"WAL-Ranges\": [\n");
-            m.push_str(&format!(
-                "{{ \"Timeline\": {tli}, \"Start-LSN\": \"{}\", \"End-LSN\": \"{}\" }}",
-                repl::format_lsn(start),
-                repl::format_lsn(end)
-            ));
-            m.push_str("\n],\n");
-            let digest = sha2::Sha256::digest(m.as_bytes());
-            m.push_str(&format!("\"Manifest-Checksum\": \"{}\"}}\n", hex(&digest)));
-            repl::typed_copy_data(&mut a.out, b'm', &[]);
-            for piece in m.as_bytes().chunks(CHUNK) {
-                repl::typed_copy_data(&mut a.out, b'd', piece);
-            }
-        }
-        a.out.extend_from_slice(&repl::copy_done());
-        a.out.extend_from_slice(&repl::result_set(
-            &[("recptr", ColumnType::Text), ("tli", ColumnType::Int8)],
-            &[vec![Some(repl::format_lsn(end)), Some(tli.to_string())]],
-            "SELECT",
-        )?);
-        a.out
-            .extend_from_slice(&repl::command_complete("BASE_BACKUP"));
+        a.finish_manifest(tli, start, end);
+        a.end(end, tli)?;
         log(
             "LOG",
             &format!(
@@ -447,80 +387,201 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let last = geo.seg_no(end.saturating_sub(1).max(start));
         let pg_wal = self.datadir.join("pg_wal");
         for segno in geo.seg_no(start)..=last {
-            let name = geo.file_name(tli, segno);
-            let unreadable = |e: std::io::Error| {
-                SqlError::error(
-                    sqlstate::UNDEFINED_FILE,
-                    format!("could not read WAL segment \"{name}\" for the backup: {e}"),
-                )
+            if !self.archive_segment(a, &pg_wal, tli, segno, end)? {
+                return Ok(false);
+            }
+        }
+        if !self.archive_histories(a, &pg_wal)? {
+            return Ok(false);
+        }
+        Ok(self.archive_flush(a, true))
+    }
+
+    /// Segment `segno` of timeline `tli` under pg_wal/, its bytes from
+    /// `end` on zeroed; false if the stream stopped.
+    fn archive_segment(
+        &mut self,
+        a: &mut Archive,
+        pg_wal: &Path,
+        tli: u32,
+        segno: u64,
+        end: Lsn,
+    ) -> Result<bool, SqlError> {
+        let geo = self.geo;
+        let name = geo.file_name(tli, segno);
+        let unreadable = |e: std::io::Error| {
+            SqlError::error(
+                sqlstate::UNDEFINED_FILE,
+                format!("could not read WAL segment \"{name}\" for the backup: {e}"),
+            )
+        };
+        let f = File::open(pg_wal.join(&name)).map_err(unreadable)?;
+        let h = tar_header(
+            &format!("pg_wal/{name}"),
+            false,
+            geo.seg_size,
+            0o600,
+            unix_now(),
+        )?;
+        if !self.archive_bytes(a, &h) {
+            return Ok(false);
+        }
+        // In pieces (a segment may be 1 GB); from `end` on, zeros.
+        let valid = if segno == geo.seg_no(end) {
+            geo.seg_offset(end)
+        } else {
+            geo.seg_size
+        };
+        let mut buf = vec![0u8; CHUNK];
+        let mut at = 0u64;
+        while at < geo.seg_size {
+            let want = (geo.seg_size - at).min(CHUNK as u64) as usize;
+            let readable = valid.saturating_sub(at).min(want as u64) as usize;
+            let mut got = 0;
+            while got < readable {
+                let off = at + got as u64;
+                match f
+                    .read_at(&mut buf[got..readable], off)
+                    .map_err(unreadable)?
+                {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            buf[got..want].fill(0);
+            if !self.archive_bytes(a, &buf[..want]) {
+                return Ok(false);
+            }
+            at += want as u64;
+        }
+        Ok(true)
+    }
+
+    /// The timeline history files under pg_wal/ (an unreadable directory
+    /// or file is left out); false if the stream stopped.
+    fn archive_histories(&mut self, a: &mut Archive, pg_wal: &Path) -> Result<bool, SqlError> {
+        let Ok(dir) = fs::read_dir(pg_wal) else {
+            return Ok(true);
+        };
+        let mut histories: Vec<String> = dir
+            .filter_map(|d| d.ok()?.file_name().into_string().ok())
+            .filter(|n| n.len() == 16 && n.ends_with(".history"))
+            .collect();
+        histories.sort();
+        for name in histories {
+            let Ok(bytes) = fs::read(pg_wal.join(&name)) else {
+                continue;
             };
-            let f = File::open(pg_wal.join(&name)).map_err(unreadable)?;
             let h = tar_header(
                 &format!("pg_wal/{name}"),
                 false,
-                geo.seg_size,
+                bytes.len() as u64,
                 0o600,
                 unix_now(),
             )?;
-            if !self.archive_bytes(a, &h) {
+            let pad = vec![0u8; padding(bytes.len() as u64)];
+            if !self.archive_bytes(a, &h)
+                || !self.archive_bytes(a, &bytes)
+                || !self.archive_bytes(a, &pad)
+            {
                 return Ok(false);
             }
-            // In pieces (a segment may be 1 GB); from `end` on, zeros.
-            let valid = if segno == geo.seg_no(end) {
-                geo.seg_offset(end)
-            } else {
-                geo.seg_size
-            };
-            let mut buf = vec![0u8; CHUNK];
-            let mut at = 0u64;
-            while at < geo.seg_size {
-                let want = (geo.seg_size - at).min(CHUNK as u64) as usize;
-                let readable = valid.saturating_sub(at).min(want as u64) as usize;
-                let mut got = 0;
-                while got < readable {
-                    let off = at + got as u64;
-                    match f
-                        .read_at(&mut buf[got..readable], off)
-                        .map_err(unreadable)?
-                    {
-                        0 => break,
-                        n => got += n,
-                    }
-                }
-                buf[got..want].fill(0);
-                if !self.archive_bytes(a, &buf[..want]) {
-                    return Ok(false);
-                }
-                at += want as u64;
+        }
+        Ok(true)
+    }
+}
+
+/// The data directory's entries to archive, with an empty pg_tblspc/ when
+/// it has none.
+fn backup_entries(datadir: &Path, started_unix: i64) -> Result<Vec<Entry>, SqlError> {
+    let mut entries = Vec::new();
+    walk(datadir, "", &mut entries).map_err(io_error)?;
+    // pg_basebackup syncs the copy's pg_tblspc/ at the end and reports
+    // an error when it is absent: walshm's data directory has none, so
+    // the archive carries an empty one.
+    if !entries.iter().any(|e| e.rel == "pg_tblspc") {
+        entries.push(Entry {
+            rel: "pg_tblspc".to_string(),
+            dir: true,
+            size: 0,
+            mode: 0o700,
+            mtime: started_unix,
+        });
+    }
+    Ok(entries)
+}
+
+/// What precedes the archive: the start position and timeline, the
+/// tablespace row (with the size estimate of PROGRESS), CopyOutResponse.
+fn backup_head(start: Lsn, tli: u32, size_kb: Option<u64>) -> Result<Vec<u8>, SqlError> {
+    let mut head = repl::result_set(
+        &[("recptr", ColumnType::Text), ("tli", ColumnType::Int8)],
+        &[vec![Some(repl::format_lsn(start)), Some(tli.to_string())]],
+        "SELECT",
+    )?;
+    head.extend_from_slice(&repl::result_set(
+        &[
+            ("spcoid", ColumnType::Oid),
+            ("spclocation", ColumnType::Text),
+            ("size", ColumnType::Int8),
+        ],
+        &[vec![None, None, size_kb.map(|k| k.to_string())]],
+        "SELECT",
+    )?);
+    head.extend_from_slice(&repl::copy_out_response());
+    Ok(head)
+}
+
+impl Archive {
+    /// An archive to be sent after `head`, as `o` asks.
+    fn new(head: Vec<u8>, o: &BaseBackupOptions) -> Archive {
+        Archive {
+            out: head,
+            done: 0,
+            last_progress: Instant::now(),
+            started: Instant::now(),
+            max_rate: o.max_rate_kb.map(|k| k as u64 * 1024),
+            manifest: o
+                .manifest
+                .then(|| "{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [".to_string()),
+            checksum: o.manifest_checksums,
+            force_encode: o.manifest_force_encode,
+            aborted: None,
+        }
+    }
+
+    /// The manifest (if asked for) ended with the WAL range and its own
+    /// checksum, sent as an archive of its own ('m').
+    fn finish_manifest(&mut self, tli: u32, start: Lsn, end: Lsn) {
+        if let Some(mut m) = self.manifest.take() {
+            m.push_str("\n],\n\"WAL-Ranges\": [\n");
+            m.push_str(&format!(
+                "{{ \"Timeline\": {tli}, \"Start-LSN\": \"{}\", \"End-LSN\": \"{}\" }}",
+                repl::format_lsn(start),
+                repl::format_lsn(end)
+            ));
+            m.push_str("\n],\n");
+            let digest = sha2::Sha256::digest(m.as_bytes());
+            m.push_str(&format!("\"Manifest-Checksum\": \"{}\"}}\n", hex(&digest)));
+            repl::typed_copy_data(&mut self.out, b'm', &[]);
+            for piece in m.as_bytes().chunks(CHUNK) {
+                repl::typed_copy_data(&mut self.out, b'd', piece);
             }
         }
-        if let Ok(dir) = fs::read_dir(&pg_wal) {
-            let mut histories: Vec<String> = dir
-                .filter_map(|d| d.ok()?.file_name().into_string().ok())
-                .filter(|n| n.len() == 16 && n.ends_with(".history"))
-                .collect();
-            histories.sort();
-            for name in histories {
-                let Ok(bytes) = fs::read(pg_wal.join(&name)) else {
-                    continue;
-                };
-                let h = tar_header(
-                    &format!("pg_wal/{name}"),
-                    false,
-                    bytes.len() as u64,
-                    0o600,
-                    unix_now(),
-                )?;
-                let pad = vec![0u8; padding(bytes.len() as u64)];
-                if !self.archive_bytes(a, &h)
-                    || !self.archive_bytes(a, &bytes)
-                    || !self.archive_bytes(a, &pad)
-                {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(self.archive_flush(a, true))
+    }
+
+    /// What follows the archive: CopyDone, the end position and timeline,
+    /// CommandComplete.
+    fn end(&mut self, end: Lsn, tli: u32) -> Result<(), SqlError> {
+        self.out.extend_from_slice(&repl::copy_done());
+        self.out.extend_from_slice(&repl::result_set(
+            &[("recptr", ColumnType::Text), ("tli", ColumnType::Int8)],
+            &[vec![Some(repl::format_lsn(end)), Some(tli.to_string())]],
+            "SELECT",
+        )?);
+        self.out
+            .extend_from_slice(&repl::command_complete("BASE_BACKUP"));
+        Ok(())
     }
 }
 

@@ -282,6 +282,21 @@ fn one_transaction(c: &mut Conn, id: u32, seq: u64) -> Result<u64, String> {
     walformat::parse_lsn(&lsn).map_err(|e| e.to_string())
 }
 
+/// What the final checks found, and the restarts' summary.
+struct Summary {
+    /// Acknowledged commits (workers' and clients') not in the WAL.
+    lost: usize,
+    /// The transactions the cleaner says it aborted.
+    cleaner_aborted: HashSet<u32>,
+    violations: Vec<String>,
+    /// Whether pg_waldump read the WAL to its end (None: not installed).
+    pg_waldump: Option<bool>,
+    /// Crash restarts by reason.
+    reasons: BTreeMap<String, u64>,
+    /// Crash restarts per kill.
+    share: f64,
+}
+
 /// The final checks and the report (stdout, and `--json`).
 fn check_and_report(
     o: &Options,
@@ -291,6 +306,31 @@ fn check_and_report(
     log: &str,
     took: Duration,
 ) -> Result<(), String> {
+    let s = final_checks(datadir, tally, acks, log)?;
+    print_summary(tally, acks, &s, took);
+    if let Some(path) = &o.json {
+        let json = summary_json(o.seed, tally, acks, &s, took);
+        crate::report::write_file(path, format!("{json}\n").as_bytes())?;
+    }
+    if s.lost > 0 || !s.violations.is_empty() {
+        return Err(format!(
+            "{} acknowledged commits lost, {} violations; data directory kept",
+            s.lost,
+            s.violations.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The checks over the WAL: every acknowledged commit (worker LSNs, the
+/// clients' emitted messages) delivered, and every transaction the
+/// cleaner aborted neither delivered nor without its ABORT record.
+fn final_checks(
+    datadir: &Path,
+    tally: &Tally,
+    acks: &ClientAcks,
+    log: &str,
+) -> Result<Summary, String> {
     let verdict = history::check(datadir, &tally.worker_acks)?;
     let scan = history::scan_all(datadir)?;
     let mut violations = verdict.violations.clone();
@@ -317,8 +357,18 @@ fn check_and_report(
         }
     }
     let lost = verdict.lost.len() + client_lost.len();
-    let reasons = restart_reasons(&tally.restarts);
-    let share = tally.restarts.len() as f64 / tally.kills.max(1) as f64;
+    Ok(Summary {
+        lost,
+        cleaner_aborted,
+        violations,
+        pg_waldump: verdict.pg_waldump,
+        reasons: restart_reasons(&tally.restarts),
+        share: tally.restarts.len() as f64 / tally.kills.max(1) as f64,
+    })
+}
+
+/// The report on stdout.
+fn print_summary(tally: &Tally, acks: &ClientAcks, s: &Summary, took: Duration) {
     println!(
         "walbench torture --kill-attached: {} kills ({} library workers, {} connection backends) in {:.0} s",
         tally.kills,
@@ -330,59 +380,60 @@ fn check_and_report(
         "  cleaned up without a restart: {}   crash restarts: {} ({:.1}% of kills)",
         tally.cleaned,
         tally.restarts.len(),
-        share * 100.0
+        s.share * 100.0
     );
-    for (why, n) in &reasons {
+    for (why, n) in &s.reasons {
         println!("    restart x{n}: {why}");
     }
     println!(
-        "  acknowledged: {} worker commits, {} client commits ({} sessions); lost: {lost}",
+        "  acknowledged: {} worker commits, {} client commits ({} sessions); lost: {}",
         tally.worker_acks.len(),
         acks.commits,
-        acks.sessions
+        acks.sessions,
+        s.lost
     );
     println!(
         "  transactions aborted by the cleaner: {} (none delivered, each with its ABORT record: {})",
-        cleaner_aborted.len(),
-        violations.is_empty()
+        s.cleaner_aborted.len(),
+        s.violations.is_empty()
     );
     println!(
         "  pg_waldump: {}",
-        match verdict.pg_waldump {
+        match s.pg_waldump {
             Some(true) => "read the WAL to its end",
             Some(false) => "DISAGREES",
             None => "not installed",
         }
     );
-    for v in &violations {
+    for v in &s.violations {
         println!("  VIOLATION: {v}");
     }
-    if let Some(path) = &o.json {
-        let json = serde_json::json!({
-            "mode": "kill-attached",
-            "cycles": tally.kills,
-            "kills": {"library_workers": tally.workers_killed, "connection_backends": tally.backends_killed},
-            "cleaned_up": tally.cleaned,
-            "crash_restarts": tally.restarts.len(),
-            "restart_share": share,
-            "restart_reasons": reasons,
-            "acknowledged": tally.worker_acks.len() as u64 + acks.commits,
-            "lost": lost,
-            "aborted_by_cleaner": cleaner_aborted.len(),
-            "pg_waldump": verdict.pg_waldump,
-            "violations": violations,
-            "seconds": took.as_secs_f64(),
-            "seed": o.seed,
-        });
-        crate::report::write_file(path, format!("{json}\n").as_bytes())?;
-    }
-    if lost > 0 || !violations.is_empty() {
-        return Err(format!(
-            "{lost} acknowledged commits lost, {} violations; data directory kept",
-            violations.len()
-        ));
-    }
-    Ok(())
+}
+
+/// The report as `--json` writes it.
+fn summary_json(
+    seed: u64,
+    tally: &Tally,
+    acks: &ClientAcks,
+    s: &Summary,
+    took: Duration,
+) -> serde_json::Value {
+    serde_json::json!({
+        "mode": "kill-attached",
+        "cycles": tally.kills,
+        "kills": {"library_workers": tally.workers_killed, "connection_backends": tally.backends_killed},
+        "cleaned_up": tally.cleaned,
+        "crash_restarts": tally.restarts.len(),
+        "restart_share": s.share,
+        "restart_reasons": s.reasons,
+        "acknowledged": tally.worker_acks.len() as u64 + acks.commits,
+        "lost": s.lost,
+        "aborted_by_cleaner": s.cleaner_aborted.len(),
+        "pg_waldump": s.pg_waldump,
+        "violations": s.violations,
+        "seconds": took.as_secs_f64(),
+        "seed": seed,
+    })
 }
 
 /// The XIDs in the cleaner's "aborted its transaction N" lines.

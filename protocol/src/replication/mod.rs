@@ -56,15 +56,20 @@
 //! malformed stream message is a [`SqlError`] with SQLSTATE 08P01 (FATAL,
 //! as PostgreSQL ends the walsender), never a guess.
 
-use crate::codec::{FieldDescription, Out};
 use crate::error::{sqlstate, SqlError};
 
-/// Type OIDs of the result columns replication commands send.
-const TEXT_OID: u32 = 25;
-const INT4_OID: u32 = 23;
-const INT8_OID: u32 = 20;
-const BYTEA_OID: u32 = 17;
-const OID_OID: u32 = 26;
+mod replies;
+mod stream;
+
+pub use replies::{
+    command_complete, copy_both_response, copy_done, copy_out_response, empty_query_response,
+    error_response, format_interval, next_timeline_result, ready_for_query, result_set,
+    timeline_history_head, typed_copy_data, ColumnType,
+};
+pub use stream::{
+    keepalive, parse_stream_message, query_text, take_message, xlog_data_header, StandbyStatus,
+    StreamMessage, MAX_CLIENT_MESSAGE, XLOG_DATA_HEADER,
+};
 
 /// A parsed replication command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -655,68 +660,35 @@ fn take_backup_option(
         ));
     }
     given.push(name.to_string());
-    let invalid = |msg: String| SqlError::error(sqlstate::INVALID_PARAMETER_VALUE, msg);
     match name {
         "label" => o.label = value.unwrap_or("").to_string(),
         "progress" => o.progress = parse_bool_option(name, value)?,
         "checkpoint" => match value.unwrap_or("") {
             "fast" => o.fast_checkpoint = true,
             "spread" => o.fast_checkpoint = false,
-            v => return Err(invalid(format!("unrecognized checkpoint type: \"{v}\""))),
+            v => {
+                return Err(invalid_value(format!(
+                    "unrecognized checkpoint type: \"{v}\""
+                )))
+            }
         },
         "wait" => o.wait = parse_bool_option(name, value)?,
         "wal" => o.include_wal = parse_bool_option(name, value)?,
-        "max_rate" => {
-            let v: i64 = value
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| invalid(format!("{name} requires a numeric value")))?;
-            if !(32..=1_048_576).contains(&v) {
-                return Err(invalid(format!(
-                    "{v} is outside the valid range for parameter \"{name}\" (32 .. 1048576)"
-                )));
-            }
-            o.max_rate_kb = Some(v as u32);
-        }
+        "max_rate" => o.max_rate_kb = Some(max_rate(name, value)?),
         // Accepted and without effect: walshm has no tablespaces and no
         // data pages with checksums.
         "tablespace_map" | "verify_checksums" => {
             parse_bool_option(name, value)?;
         }
-        "manifest" => {
-            let v = value.unwrap_or("true");
-            if v.eq_ignore_ascii_case("force-encode") {
-                o.manifest = true;
-                o.manifest_force_encode = true;
-            } else {
-                o.manifest = parse_bool_option(name, Some(&v.to_ascii_lowercase()))
-                    .map_err(|_| invalid(format!("unrecognized manifest option: \"{v}\"")))?;
-            }
-        }
+        "manifest" => manifest_option(o, name, value)?,
         "manifest_checksums" => {
             let v = value.unwrap_or("");
-            o.manifest_checksums = ManifestChecksum::parse(v)
-                .ok_or_else(|| invalid(format!("unrecognized checksum algorithm: \"{v}\"")))?;
+            o.manifest_checksums = ManifestChecksum::parse(v).ok_or_else(|| {
+                invalid_value(format!("unrecognized checksum algorithm: \"{v}\""))
+            })?;
         }
-        "target" => match value.unwrap_or("") {
-            "client" => {}
-            "server" | "blackhole" => {
-                return Err(SqlError::not_supported(format!(
-                    "backup target \"{}\" is not supported by walshm",
-                    value.unwrap_or("")
-                )))
-            }
-            v => return Err(invalid(format!("unrecognized target: \"{v}\""))),
-        },
-        "target_detail" => {}
-        "compression" => match value.unwrap_or("none") {
-            "none" => {}
-            v => {
-                return Err(SqlError::not_supported(format!(
-                    "server-side compression \"{v}\" is not supported by walshm"
-                )))
-            }
-        },
-        "compression_detail" => {}
+        "target" | "compression" => client_side_only(name, value)?,
+        "target_detail" | "compression_detail" => {}
         _ => {
             return Err(SqlError::error(
                 sqlstate::SYNTAX_ERROR,
@@ -725,6 +697,63 @@ fn take_backup_option(
         }
     }
     Ok(())
+}
+
+/// 22023 for an option value BASE_BACKUP does not take.
+fn invalid_value(msg: String) -> SqlError {
+    SqlError::error(sqlstate::INVALID_PARAMETER_VALUE, msg)
+}
+
+/// MAX_RATE: kilobytes per second, 32 to 1048576.
+fn max_rate(name: &str, value: Option<&str>) -> Result<u32, SqlError> {
+    let v: i64 = value
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| invalid_value(format!("{name} requires a numeric value")))?;
+    if !(32..=1_048_576).contains(&v) {
+        return Err(invalid_value(format!(
+            "{v} is outside the valid range for parameter \"{name}\" (32 .. 1048576)"
+        )));
+    }
+    Ok(v as u32)
+}
+
+/// MANIFEST: a boolean (absent: true), or 'force-encode'.
+fn manifest_option(
+    o: &mut BaseBackupOptions,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), SqlError> {
+    let v = value.unwrap_or("true");
+    if v.eq_ignore_ascii_case("force-encode") {
+        o.manifest = true;
+        o.manifest_force_encode = true;
+    } else {
+        o.manifest = parse_bool_option(name, Some(&v.to_ascii_lowercase()))
+            .map_err(|_| invalid_value(format!("unrecognized manifest option: \"{v}\"")))?;
+    }
+    Ok(())
+}
+
+/// TARGET and COMPRESSION: only what the client receives, uncompressed
+/// (TARGET 'client', COMPRESSION 'none'); server-side targets and
+/// compression are 0A000, anything else 22023.
+fn client_side_only(name: &str, value: Option<&str>) -> Result<(), SqlError> {
+    if name == "target" {
+        return match value.unwrap_or("") {
+            "client" => Ok(()),
+            "server" | "blackhole" => Err(SqlError::not_supported(format!(
+                "backup target \"{}\" is not supported by walshm",
+                value.unwrap_or("")
+            ))),
+            v => Err(invalid_value(format!("unrecognized target: \"{v}\""))),
+        };
+    }
+    match value.unwrap_or("none") {
+        "none" => Ok(()),
+        v => Err(SqlError::not_supported(format!(
+            "server-side compression \"{v}\" is not supported by walshm"
+        ))),
+    }
 }
 
 fn lsn(t: &mut Tokens) -> Result<u64, SqlError> {
@@ -786,626 +815,5 @@ pub fn is_replication_command(text: &str) -> bool {
     KEYWORDS.contains(&word.as_str())
 }
 
-// ---- replies ----
-
-/// The type of a result column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColumnType {
-    Text,
-    Int4,
-    Int8,
-    Bytea,
-    Oid,
-}
-
-impl ColumnType {
-    fn oid_len(self) -> (u32, i16) {
-        match self {
-            ColumnType::Text => (TEXT_OID, -1),
-            ColumnType::Int4 => (INT4_OID, 4),
-            ColumnType::Int8 => (INT8_OID, 8),
-            ColumnType::Bytea => (BYTEA_OID, -1),
-            ColumnType::Oid => (OID_OID, 4),
-        }
-    }
-}
-
-/// A whole result set in text format: RowDescription, DataRows and
-/// CommandComplete `tag` (no ReadyForQuery).
-pub fn result_set(
-    columns: &[(&str, ColumnType)],
-    rows: &[Vec<Option<String>>],
-    tag: &str,
-) -> Result<Vec<u8>, SqlError> {
-    let mut out = Out::new();
-    out.row_description(&field_descriptions(columns))?;
-    for row in rows {
-        let lens: Vec<Option<usize>> = row.iter().map(|c| c.as_ref().map(String::len)).collect();
-        out.data_row_header(&lens)?;
-        for c in row {
-            out.column_len(c.as_ref().map(String::len));
-            if let Some(v) = c {
-                out.raw(v.as_bytes());
-            }
-        }
-    }
-    out.command_complete(tag);
-    Ok(out.bytes().to_vec())
-}
-
-fn field_descriptions(columns: &[(&str, ColumnType)]) -> Vec<FieldDescription> {
-    columns
-        .iter()
-        .map(|(name, ty)| {
-            let (type_oid, type_len) = ty.oid_len();
-            FieldDescription {
-                name: name.to_string(),
-                type_oid,
-                type_len,
-                format: 0,
-            }
-        })
-        .collect()
-}
-
-/// The start of TIMELINE_HISTORY's answer for history file `file` of
-/// `len` bytes: RowDescription (`filename` text, `content` labelled bytea
-/// as PostgreSQL labels it, the file's bytes as they are) and the DataRow
-/// up to the content. The caller sends the `len` content bytes, then
-/// CommandComplete "TIMELINE_HISTORY": the file is never held whole.
-pub fn timeline_history_head(file: &str, len: usize) -> Result<Vec<u8>, SqlError> {
-    let mut out = Out::new();
-    out.row_description(&field_descriptions(&[
-        ("filename", ColumnType::Text),
-        ("content", ColumnType::Bytea),
-    ]))?;
-    out.data_row_header(&[Some(file.len()), Some(len)])?;
-    out.column_len(Some(file.len()));
-    out.raw(file.as_bytes());
-    out.column_len(Some(len));
-    Ok(out.bytes().to_vec())
-}
-
-/// What ends START_REPLICATION on a timeline older than the server's
-/// (after the CopyDones, or at once when it asked to start at the switch
-/// point): the timeline that followed and where it began, then
-/// CommandComplete "START_STREAMING" (walsender.c's StartReplication; the
-/// caller adds the command's own CommandComplete).
-pub fn next_timeline_result(next_tli: u32, next_tli_start: u64) -> Result<Vec<u8>, SqlError> {
-    result_set(
-        &[
-            ("next_tli", ColumnType::Int8),
-            ("next_tli_startpos", ColumnType::Text),
-        ],
-        &[vec![
-            Some(next_tli.to_string()),
-            Some(format_lsn(next_tli_start)),
-        ]],
-        "START_STREAMING",
-    )
-}
-
-/// CommandComplete `tag`.
-pub fn command_complete(tag: &str) -> Vec<u8> {
-    let mut out = Out::new();
-    out.command_complete(tag);
-    out.bytes().to_vec()
-}
-
-/// EmptyQueryResponse.
-pub fn empty_query_response() -> Vec<u8> {
-    let mut out = Out::new();
-    out.empty_query_response();
-    out.bytes().to_vec()
-}
-
-/// ReadyForQuery, idle.
-pub fn ready_for_query() -> Vec<u8> {
-    let mut out = Out::new();
-    out.ready_for_query(b'I');
-    out.bytes().to_vec()
-}
-
-/// ErrorResponse (or NoticeResponse) for `e`.
-pub fn error_response(e: &SqlError) -> Vec<u8> {
-    let mut out = Out::new();
-    out.error_or_notice(e);
-    out.bytes().to_vec()
-}
-
-/// CopyBothResponse: binary, no columns (what START_REPLICATION answers).
-pub fn copy_both_response() -> Vec<u8> {
-    let mut v = vec![b'W'];
-    v.extend_from_slice(&7i32.to_be_bytes());
-    v.push(0); // overall format: text (as PostgreSQL's walsender sends)
-    v.extend_from_slice(&0i16.to_be_bytes());
-    v
-}
-
-/// CopyOutResponse: text format, no columns (what BASE_BACKUP's COPY
-/// stream begins with).
-pub fn copy_out_response() -> Vec<u8> {
-    let mut v = vec![b'H'];
-    v.extend_from_slice(&7i32.to_be_bytes());
-    v.push(0);
-    v.extend_from_slice(&0i16.to_be_bytes());
-    v
-}
-
-/// Appends a CopyData message whose payload is `kind` then `payload`
-/// (BASE_BACKUP's stream: 'n' new archive, 'd' data, 'p' progress, 'm'
-/// manifest). None if it does not fit a message.
-pub fn typed_copy_data(out: &mut Vec<u8>, kind: u8, payload: &[u8]) -> Option<()> {
-    let len = i32::try_from(4 + 1 + payload.len()).ok()?;
-    out.push(b'd');
-    out.extend_from_slice(&len.to_be_bytes());
-    out.push(kind);
-    out.extend_from_slice(payload);
-    Some(())
-}
-
-/// CopyDone.
-pub fn copy_done() -> Vec<u8> {
-    vec![b'c', 0, 0, 0, 4]
-}
-
-/// Bytes of the CopyData + 'w' header before the WAL bytes of an XLogData
-/// message.
-pub const XLOG_DATA_HEADER: usize = 1 + 4 + 1 + 8 + 8 + 8;
-
-/// Appends the header of a CopyData XLogData message carrying `len` WAL
-/// bytes from `start`; the caller appends the bytes. None if `len` does not
-/// fit a message.
-pub fn xlog_data_header(
-    out: &mut Vec<u8>,
-    start: u64,
-    wal_end: u64,
-    send_time: i64,
-    len: usize,
-) -> Option<()> {
-    let total = i32::try_from(4 + 1 + 8 + 8 + 8 + len).ok()?;
-    out.push(b'd');
-    out.extend_from_slice(&total.to_be_bytes());
-    out.push(b'w');
-    out.extend_from_slice(&start.to_be_bytes());
-    out.extend_from_slice(&wal_end.to_be_bytes());
-    out.extend_from_slice(&send_time.to_be_bytes());
-    Some(())
-}
-
-/// A CopyData primary keepalive message.
-pub fn keepalive(wal_end: u64, send_time: i64, reply_requested: bool) -> Vec<u8> {
-    let mut v = Vec::with_capacity(23);
-    v.push(b'd');
-    v.extend_from_slice(&(4i32 + 18).to_be_bytes());
-    v.push(b'k');
-    v.extend_from_slice(&wal_end.to_be_bytes());
-    v.extend_from_slice(&send_time.to_be_bytes());
-    v.push(reply_requested as u8);
-    v
-}
-
-/// A standby status update ('r'): what the receiver wrote, flushed and
-/// applied (0 = not reported).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StandbyStatus {
-    pub write: u64,
-    pub flush: u64,
-    pub apply: u64,
-    pub send_time: i64,
-    pub reply_requested: bool,
-}
-
-/// A message the client sent inside the CopyBoth stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamMessage {
-    Status(StandbyStatus),
-    /// Hot-standby feedback ('h'): accepted, nothing to hold back here.
-    HotStandbyFeedback,
-}
-
-fn be_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
-}
-
-/// Decodes the body of a CopyData message from the client.
-pub fn parse_stream_message(body: &[u8]) -> Result<StreamMessage, SqlError> {
-    let insufficient = || SqlError::protocol_violation("insufficient data left in message");
-    match body.first() {
-        Some(b'r') => {
-            if body.len() != 34 {
-                return Err(if body.len() < 34 {
-                    insufficient()
-                } else {
-                    SqlError::protocol_violation("invalid message format")
-                });
-            }
-            Ok(StreamMessage::Status(StandbyStatus {
-                write: be_u64(&body[1..]),
-                flush: be_u64(&body[9..]),
-                apply: be_u64(&body[17..]),
-                send_time: be_u64(&body[25..]) as i64,
-                reply_requested: body[33] != 0,
-            }))
-        }
-        Some(b'h') if body.len() >= 9 => Ok(StreamMessage::HotStandbyFeedback),
-        Some(b'h') => Err(insufficient()),
-        Some(&t) => Err(SqlError::protocol_violation(format!(
-            "unexpected message type \"{}\"",
-            t as char
-        ))),
-        None => Err(insufficient()),
-    }
-}
-
-/// Largest frontend message a replication connection accepts.
-pub const MAX_CLIENT_MESSAGE: usize = 1 << 20;
-
-/// Takes one complete frontend message (tag, body) from the front of
-/// `buf`, if there is one; a bad length is a protocol violation.
-pub fn take_message(buf: &mut Vec<u8>) -> Result<Option<(u8, Vec<u8>)>, SqlError> {
-    if buf.len() < 5 {
-        return Ok(None);
-    }
-    let len = i32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    if len < 4 || len as usize > MAX_CLIENT_MESSAGE {
-        return Err(SqlError::protocol_violation(format!(
-            "invalid message length {len}"
-        )));
-    }
-    let total = 1 + len as usize;
-    if buf.len() < total {
-        return Ok(None);
-    }
-    let tag = buf[0];
-    let body = buf[5..total].to_vec();
-    buf.drain(..total);
-    Ok(Some((tag, body)))
-}
-
-/// The text of a simple Query message body.
-pub fn query_text(body: &[u8]) -> Result<String, SqlError> {
-    let text = match body.split_last() {
-        Some((0, text)) => text,
-        _ => return Err(SqlError::protocol_violation("invalid string in message")),
-    };
-    String::from_utf8(text.to_vec())
-        .map_err(|_| SqlError::protocol_violation("invalid byte sequence for encoding \"UTF8\""))
-}
-
-/// A lag in microseconds as PostgreSQL prints an interval under its
-/// default IntervalStyle (postgres): `HH:MM:SS.ffffff`, the fraction
-/// without trailing zeros, and a leading day count past 24 hours.
-pub fn format_interval(us: i64) -> String {
-    let us = us.max(0);
-    let days = us / 86_400_000_000;
-    let rest = us % 86_400_000_000;
-    let (h, m) = (rest / 3_600_000_000, rest / 60_000_000 % 60);
-    let (s, frac) = (rest / 1_000_000 % 60, rest % 1_000_000);
-    let mut out = match days {
-        0 => String::new(),
-        1 => "1 day ".to_string(),
-        d => format!("{d} days "),
-    };
-    out.push_str(&format!("{h:02}:{m:02}:{s:02}"));
-    if frac != 0 {
-        let f = format!("{frac:06}");
-        out.push('.');
-        out.push_str(f.trim_end_matches('0'));
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn intervals_print_as_postgresql_does() {
-        use super::format_interval;
-        assert_eq!(format_interval(1_234), "00:00:00.001234");
-        assert_eq!(format_interval(1_500_000), "00:00:01.5");
-        assert_eq!(format_interval(3_723_000_000), "01:02:03");
-        assert_eq!(format_interval(90_000_000_000), "1 day 01:00:00");
-    }
-
-    use super::*;
-
-    #[test]
-    fn base_backup_options_as_pg_basebackup_15_sends_them() {
-        let c = parse_command(
-            "BASE_BACKUP ( LABEL 'pg_basebackup base backup',  PROGRESS,  CHECKPOINT 'fast',  WAIT 0,  MANIFEST 'yes',  TARGET 'client')",
-        )
-        .unwrap();
-        let Command::BaseBackup(o) = c else {
-            panic!("{c:?}")
-        };
-        assert_eq!(o.label, "pg_basebackup base backup");
-        assert!(o.progress && o.fast_checkpoint && !o.wait && o.manifest && !o.include_wal);
-        assert_eq!(o.manifest_checksums, ManifestChecksum::Crc32c);
-        let Command::BaseBackup(o) =
-            parse_command("BASE_BACKUP (WAL, MAX_RATE 64, MANIFEST_CHECKSUMS 'SHA256')").unwrap()
-        else {
-            panic!()
-        };
-        assert!(o.include_wal && o.wait);
-        assert_eq!(o.max_rate_kb, Some(64));
-        assert_eq!(o.manifest_checksums, ManifestChecksum::Sha256);
-        assert_eq!(
-            parse_command("BASE_BACKUP LABEL 'x' FAST WAL NOWAIT").unwrap(),
-            Command::BaseBackup(BaseBackupOptions {
-                label: "x".into(),
-                fast_checkpoint: true,
-                include_wal: true,
-                wait: false,
-                ..BaseBackupOptions::default()
-            })
-        );
-        for (bad, code) in [
-            ("BASE_BACKUP (BOGUS)", "42601"),
-            ("BASE_BACKUP (WAL, WAL)", "42601"),
-            ("BASE_BACKUP (CHECKPOINT 'slow')", "22023"),
-            ("BASE_BACKUP (MAX_RATE 1)", "22023"),
-            ("BASE_BACKUP (MANIFEST 'maybe')", "22023"),
-            ("BASE_BACKUP (TARGET 'server')", "0A000"),
-            ("BASE_BACKUP (COMPRESSION 'gzip')", "0A000"),
-        ] {
-            assert_eq!(parse_command(bad).unwrap_err().code, code, "{bad}");
-        }
-    }
-
-    #[test]
-    fn commands_pg_receivewal_sends() {
-        assert_eq!(
-            parse_command("IDENTIFY_SYSTEM").unwrap(),
-            Command::IdentifySystem
-        );
-        assert_eq!(
-            parse_command("SHOW wal_segment_size").unwrap(),
-            Command::Show("wal_segment_size".into())
-        );
-        assert_eq!(
-            parse_command("READ_REPLICATION_SLOT \"s1\"").unwrap(),
-            Command::ReadReplicationSlot("s1".into())
-        );
-        assert_eq!(
-            parse_command("START_REPLICATION SLOT \"s1\" 0/3000000 TIMELINE 1").unwrap(),
-            Command::StartReplication {
-                slot: Some("s1".into()),
-                start: 0x300_0000,
-                timeline: Some(1)
-            }
-        );
-        assert_eq!(
-            parse_command("start_replication physical 1A/FF000000;").unwrap(),
-            Command::StartReplication {
-                slot: None,
-                start: (0x1a << 32) | 0xff00_0000,
-                timeline: None
-            }
-        );
-        assert_eq!(parse_command("  ").unwrap(), Command::Empty);
-    }
-
-    #[test]
-    fn slot_commands_in_both_syntaxes() {
-        let reserve = |r| Command::CreatePhysicalSlot {
-            name: "s".into(),
-            temporary: false,
-            reserve_wal: r,
-        };
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL").unwrap(),
-            reserve(true)
-        );
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)").unwrap(),
-            reserve(true)
-        );
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)").unwrap(),
-            reserve(false)
-        );
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL").unwrap(),
-            reserve(false)
-        );
-        assert_eq!(
-            parse_command("DROP_REPLICATION_SLOT \"S\" WAIT").unwrap(),
-            Command::DropSlot {
-                name: "S".into(),
-                wait: true
-            }
-        );
-    }
-
-    #[test]
-    fn logical_commands_pg_recvlogical_and_psycopg2_send() {
-        let logical = |temporary, plugin: &str, two_phase| Command::CreateLogicalSlot {
-            name: "s".into(),
-            temporary,
-            plugin: plugin.into(),
-            two_phase,
-        };
-        assert_eq!(
-            parse_command(
-                "CREATE_REPLICATION_SLOT \"s\" LOGICAL \"test_decoding\" (SNAPSHOT 'nothing')"
-            )
-            .unwrap(),
-            logical(false, "test_decoding", false)
-        );
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT \"s\" TEMPORARY LOGICAL \"pgoutput\"").unwrap(),
-            logical(true, "pgoutput", false)
-        );
-        assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT s LOGICAL pgoutput NOEXPORT_SNAPSHOT TWO_PHASE")
-                .unwrap(),
-            logical(false, "pgoutput", true)
-        );
-        let code = |text: &str| parse_command(text).unwrap_err().code;
-        assert_eq!(
-            code("CREATE_REPLICATION_SLOT s LOGICAL p (RESERVE_WAL)"),
-            "42601"
-        );
-        assert_eq!(
-            code("CREATE_REPLICATION_SLOT s PHYSICAL (SNAPSHOT 'use')"),
-            "42601"
-        );
-        assert_eq!(
-            code("CREATE_REPLICATION_SLOT s LOGICAL p (SNAPSHOT 'x')"),
-            "22023"
-        );
-        assert_eq!(
-            code("CREATE_REPLICATION_SLOT s LOGICAL p (SNAPSHOT 'use', SNAPSHOT 'use')"),
-            "42601"
-        );
-        assert_eq!(
-            parse_command(
-                "START_REPLICATION SLOT \"s\" LOGICAL 0/1A (\"include-xids\" '0', \"publication_names\" 'Pub', skip)"
-            )
-            .unwrap(),
-            Command::StartLogical {
-                slot: "s".into(),
-                start: 0x1a,
-                options: vec![
-                    ("include-xids".into(), Some("0".into())),
-                    ("publication_names".into(), Some("Pub".into())),
-                    ("skip".into(), None),
-                ],
-            }
-        );
-        assert_eq!(
-            parse_command("START_REPLICATION SLOT s LOGICAL 0/0").unwrap(),
-            Command::StartLogical {
-                slot: "s".into(),
-                start: 0,
-                options: vec![],
-            }
-        );
-        assert_eq!(code("START_REPLICATION LOGICAL 0/0"), "42601");
-        assert_eq!(code("START_REPLICATION SLOT s LOGICAL 0/0 (a 'b'"), "42601");
-    }
-
-    #[test]
-    fn sql_is_told_apart_from_replication_commands() {
-        assert!(is_replication_command("IDENTIFY_SYSTEM"));
-        assert!(is_replication_command(
-            "  start_replication SLOT s LOGICAL 0/0"
-        ));
-        assert!(is_replication_command(""));
-        assert!(is_replication_command(" ; "));
-        assert!(!is_replication_command(
-            "SELECT pg_catalog.set_config('search_path', '', false);"
-        ));
-        assert!(!is_replication_command("CREATE PUBLICATION p"));
-        assert!(!is_replication_command("showx"));
-    }
-
-    #[test]
-    fn timeline_zero_is_invalid_as_postgresql_says() {
-        for cmd in [
-            "TIMELINE_HISTORY 0",
-            "START_REPLICATION 0/1000000 TIMELINE 0",
-        ] {
-            let e = parse_command(cmd).unwrap_err();
-            assert_eq!(
-                (e.code, e.message.as_str()),
-                ("42601", "invalid timeline 0"),
-                "{cmd}"
-            );
-        }
-        assert_eq!(
-            parse_command("TIMELINE_HISTORY 2").unwrap(),
-            Command::TimelineHistory(2)
-        );
-    }
-
-    #[test]
-    fn redundant_or_logical_only_slot_options_conflict() {
-        for cmd in [
-            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
-            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false, reserve_wal 'true')",
-            "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
-            "CREATE_REPLICATION_SLOT s PHYSICAL (SNAPSHOT 'export')",
-            "CREATE_REPLICATION_SLOT s PHYSICAL (TWO_PHASE)",
-            "CREATE_REPLICATION_SLOT s PHYSICAL EXPORT_SNAPSHOT",
-        ] {
-            let e = parse_command(cmd).unwrap_err();
-            assert_eq!(
-                (e.code, e.message.as_str()),
-                ("42601", "conflicting or redundant options"),
-                "{cmd}"
-            );
-        }
-        let e = parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (WAIT)").unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            ("XX000", "unrecognized option: wait")
-        );
-        let e =
-            parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL maybe)").unwrap_err();
-        assert_eq!(e.code, "42601");
-    }
-
-    #[test]
-    fn unknown_or_malformed_commands_are_syntax_errors() {
-        for bad in [
-            "SELECT 1",
-            "START_REPLICATION",
-            "START_REPLICATION 0/ZZ",
-            "START_REPLICATION 0/1 TIMELINE x",
-            "IDENTIFY_SYSTEM extra",
-            "TIMELINE_HISTORY 99999999999",
-            "CREATE_REPLICATION_SLOT \"unterminated",
-            "DROP_REPLICATION_SLOT",
-            "\u{1}",
-        ] {
-            assert_eq!(parse_command(bad).unwrap_err().code, "42601", "{bad}");
-        }
-    }
-
-    #[test]
-    fn lsn_text_round_trips() {
-        for lsn in [0u64, 0x1_0000_0000, 0xDEAD_BEEF_0000_0001] {
-            assert_eq!(parse_lsn(&format_lsn(lsn)), Some(lsn));
-        }
-        assert_eq!(parse_lsn("1/"), None);
-        assert_eq!(parse_lsn("123456789/0"), None);
-    }
-
-    #[test]
-    fn standby_status_decodes_and_rejects_malformed() {
-        let mut m = vec![b'r'];
-        for v in [10u64, 9, 0, 77] {
-            m.extend_from_slice(&v.to_be_bytes());
-        }
-        m.push(1);
-        assert_eq!(
-            parse_stream_message(&m).unwrap(),
-            StreamMessage::Status(StandbyStatus {
-                write: 10,
-                flush: 9,
-                apply: 0,
-                send_time: 77,
-                reply_requested: true
-            })
-        );
-        assert_eq!(parse_stream_message(&m[..20]).unwrap_err().code, "08P01");
-        assert_eq!(parse_stream_message(b"zzz").unwrap_err().code, "08P01");
-        assert_eq!(parse_stream_message(b"").unwrap_err().code, "08P01");
-    }
-
-    #[test]
-    fn framing_takes_whole_messages_only() {
-        let mut buf = vec![b'Q', 0, 0, 0, 6, b'x'];
-        assert_eq!(take_message(&mut buf).unwrap(), None);
-        buf.push(0);
-        buf.push(b'X');
-        assert_eq!(take_message(&mut buf).unwrap(), Some((b'Q', vec![b'x', 0])));
-        assert_eq!(buf, vec![b'X']);
-        let mut bad = vec![b'Q', 0xff, 0, 0, 0];
-        assert_eq!(take_message(&mut bad).unwrap_err().code, "08P01");
-        assert_eq!(query_text(b"IDENTIFY_SYSTEM\0").unwrap(), "IDENTIFY_SYSTEM");
-    }
-}
+mod tests;

@@ -1,0 +1,135 @@
+//! Unit tests for analysis: literal and parameter typing, overload
+//! resolution, result column names and types, and the SQLSTATEs of
+//! statements and calls walshm refuses.
+
+use super::*;
+use crate::sql::parser::parse_statements;
+use SqlType::{Bytea, Lsn};
+
+fn an(sql: &str, declared: &[u32], extendable: bool) -> Result<Analyzed, SqlError> {
+    analyze(&parse_statements(sql).unwrap()[0], declared, extendable)
+}
+
+#[test]
+fn emit_message_resolves_text_for_literals_and_bytea_for_casts() {
+    let a = an(
+        "SELECT pg_logical_emit_message(false, 'p', 'x')",
+        &[],
+        false,
+    )
+    .unwrap();
+    let Kind::Select(q) = &a.kind else { panic!() };
+    let (columns, exprs) = (&q.columns, &q.targets);
+    assert_eq!(
+        columns,
+        &vec![Column {
+            name: "pg_logical_emit_message".into(),
+            ty: Lsn
+        }]
+    );
+    assert!(matches!(
+        &exprs[0],
+        TExpr::Call(Func::EmitMessageText, _, Lsn)
+    ));
+    let a = an(
+        "SELECT pg_logical_emit_message(true, 'p', '\\x00'::bytea)",
+        &[],
+        false,
+    )
+    .unwrap();
+    let Kind::Select(q) = &a.kind else { panic!() };
+    let exprs = &q.targets;
+    assert!(matches!(
+        &exprs[0],
+        TExpr::Call(Func::EmitMessageBytea, _, Lsn)
+    ));
+}
+
+#[test]
+fn parameters_get_types_from_context() {
+    let a = an("SELECT pg_logical_emit_message($1, $2, $3)", &[], true).unwrap();
+    assert_eq!(a.param_types, vec![Bool, Text, Text]);
+    let a = an(
+        "SELECT pg_logical_emit_message($1, $2, $3)",
+        &[0, 0, 17],
+        true,
+    )
+    .unwrap();
+    assert_eq!(a.param_types, vec![Bool, Text, Bytea]);
+    let a = an("SELECT repeat($1, $2), $3", &[0, 20], true);
+    assert_eq!(a.unwrap_err().code, "42883"); // bigint is not implicitly int4
+    let a = an("SELECT repeat($1, $2), $3", &[], true).unwrap();
+    assert_eq!(a.param_types, vec![Text, Int4, Text]);
+}
+
+#[test]
+fn simple_query_has_no_parameters() {
+    assert_eq!(an("SELECT $1", &[], false).unwrap_err().code, "42P02");
+    assert_eq!(an("SELECT 1", &[0], true).unwrap_err().code, "42P18");
+}
+
+#[test]
+fn undefined_function_message() {
+    let e = an("SELECT foo()", &[], false).unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        ("42883", "function foo() does not exist")
+    );
+    let e = an("SELECT txid_current(1)", &[], false).unwrap_err();
+    assert_eq!(e.message, "function txid_current(integer) does not exist");
+    let e = an("SELECT pg_logical_emit_message(1, 'a', 'b')", &[], false).unwrap_err();
+    assert_eq!(
+        e.message,
+        "function pg_logical_emit_message(integer, unknown, unknown) does not exist"
+    );
+}
+
+#[test]
+fn bad_literals_fail_at_analysis() {
+    assert_eq!(
+        an("SELECT repeat('x', 'abc')", &[], false)
+            .unwrap_err()
+            .code,
+        "22P02"
+    );
+    assert_eq!(
+        an("SELECT 'abc'::int", &[], false).unwrap_err().code,
+        "22P02"
+    );
+    assert_eq!(
+        an("SELECT 1::nosuchtype", &[], false).unwrap_err().code,
+        "42704"
+    );
+}
+
+#[test]
+fn column_names_and_types() {
+    let a = an(
+        "SELECT 1, 'a', true, 'x'::text, txid_current()::text, 5000000000 AS big",
+        &[],
+        false,
+    )
+    .unwrap();
+    let cols = a.columns().unwrap();
+    let got: Vec<(&str, SqlType)> = cols.iter().map(|c| (c.name.as_str(), c.ty)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("?column?", Int4),
+            ("?column?", Text),
+            ("bool", Bool),
+            ("text", Text),
+            ("txid_current", Text),
+            ("big", Int8)
+        ]
+    );
+}
+
+#[test]
+fn unsupported_statement_is_0a000() {
+    let e = an("CREATE TABLE t (a int)", &[], false).unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        ("0A000", "CREATE TABLE is not supported by walshm")
+    );
+}
