@@ -254,7 +254,7 @@ pub fn command() -> clap::Command {
             Arg::new(FSYNC_OFF)
                 .short('F')
                 .action(ArgAction::SetTrue)
-                .help("fsync=off"),
+                .help("Sets fsync=off"),
         )
         .arg(help.clone())
         .mut_subcommands(|s| s.arg(help.clone().short('h')))
