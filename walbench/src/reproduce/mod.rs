@@ -46,7 +46,8 @@ pub struct Options {
     #[arg(skip)]
     pub clients_capped: bool,
     /// Record payload sizes in bytes [default: the seed's]
-    #[arg(long = "sizes", value_name = "LIST", value_delimiter = ',', value_parser = size)]
+    #[arg(long = "sizes", value_name = "LIST", value_delimiter = ',', value_parser = size,
+          action = clap::ArgAction::Set)]
     sizes_given: Option<Vec<usize>>,
     #[arg(skip)]
     pub sizes: Vec<usize>,
@@ -58,7 +59,8 @@ pub struct Options {
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
     /// Run only these variants of the experiment (comma-separated)
-    #[arg(long = "variant", value_name = "LIST", value_delimiter = ',')]
+    #[arg(long = "variant", value_name = "LIST", value_delimiter = ',',
+          action = clap::ArgAction::Set)]
     variants_given: Option<Vec<String>>,
     #[arg(skip)]
     pub variants: Vec<&'static Variant>,
@@ -550,6 +552,8 @@ mod tests {
         assert_eq!(o.sizes, vec![20]);
         assert_eq!(o.clients, vec![1, 2]);
         assert_eq!(o.variants.len(), 4);
+        let o = parse("insert-locks --sizes 20 --sizes 30,40").unwrap();
+        assert_eq!(o.sizes, vec![30, 40]);
         let o = parse("lwlock-queue --clients seed").unwrap();
         assert_eq!(o.clients.last(), Some(&4096));
         assert!(err("nope").contains("unknown experiment"));

@@ -102,8 +102,8 @@ pub struct Options {
     #[arg(long = "set", value_name = "NAME=VALUE", value_parser = cli::setting, help = cli::SET_HELP)]
     pub sets: Vec<String>,
     /// Run with one of walbench's variants (its settings come before --set's)
-    #[arg(long, value_name = "NAME", value_parser = variant, help = variant_help())]
-    pub variant: Option<&'static Variant>,
+    #[arg(long = "variant", value_name = "NAME", value_parser = variant, help = variant_help())]
+    pub variants: Vec<&'static Variant>,
     /// Stop the server and check the history after every cycle
     #[arg(long)]
     pub check_every_cycle: bool,
@@ -210,14 +210,13 @@ fn worker_cmd(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
-/// The settings of a run (the variant's, then --set's), which must keep
+/// The settings of a run (the variants', then --set's), which must keep
 /// fsync on.
 pub fn check(mut o: Options) -> Result<Options, String> {
-    if let Some(v) = o.variant {
-        let mut sets: Vec<String> = crate::variants::assignments(v.knobs).collect();
-        sets.append(&mut o.sets);
-        o.sets = sets;
-    }
+    let knobs = o.variants.iter().flat_map(|v| v.knobs);
+    let mut sets: Vec<String> = knobs.map(|k| k.assignment()).collect();
+    sets.append(&mut o.sets);
+    o.sets = sets;
     let mut s = shmem::Settings::default();
     s.set_assignment("fsync=on").map_err(|e| e.to_string())?;
     for a in &o.sets {
@@ -696,4 +695,44 @@ fn cleaned_up_after(s: &Server, pid: i32, restarts_before: usize) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{parse_mode, Mode};
+
+    fn parse(s: &str) -> Result<Options, String> {
+        let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        let pick = |m| match m {
+            Mode::Torture(o) => Some(o),
+            _ => None,
+        };
+        check(parse_mode("torture", &args, pick)?.expect("not a help request"))
+    }
+
+    #[test]
+    fn variants_settings_come_first_and_fsync_stays_on() {
+        let v = &crate::VARIANTS[1];
+        let o = parse(&format!(
+            "-D d --variant {} --set wal_insert_locks=2",
+            v.name
+        ))
+        .unwrap();
+        let mut want: Vec<String> = v.knobs.iter().map(|k| k.assignment()).collect();
+        want.push("wal_insert_locks=2".into());
+        assert_eq!(o.sets, want);
+        assert!(parse("-D d --set fsync=off")
+            .unwrap_err()
+            .contains("fsync=on"));
+        for bad in [
+            "--cycles 3",
+            "-D d --cycles 3 --minutes 1",
+            "-D d --kill-attached",
+            "-D d --workload emit:100",
+            "-D d --workers 0",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 }
