@@ -32,10 +32,8 @@ pub struct Options {
     /// Measured seconds per point
     #[arg(long, value_name = "S", default_value = "2", value_parser = cli::seconds)]
     pub seconds: f64,
-    /// Variants to compare (repeatable or comma-separated; the list below), or
-    /// 'all'
     #[arg(long = "variant", value_name = "NAME", value_delimiter = ',',
-          default_value = "modern,single-insert-lock", value_parser = variant_name)]
+          value_parser = variant_name, help = variant_help())]
     pub variants: Vec<String>,
     #[arg(long = "set", short = 'c', value_name = "NAME=VALUE", value_parser = cli::setting,
           help = cli::SET_HELP)]
@@ -99,10 +97,25 @@ pub fn variants_help() -> String {
     variants
 }
 
-/// The variants named on the command line (`all`: every one).
+/// The variants compared when `--variant` is not given.
+const DEFAULT_VARIANTS: [&str; 2] = ["modern", "single-insert-lock"];
+
+fn variant_help() -> String {
+    format!(
+        "Variants to compare (repeatable or comma-separated; the list below), or 'all' \
+         [default: {}]",
+        DEFAULT_VARIANTS.join(",")
+    )
+}
+
+/// The variants named on the command line (`all`: every one; none: the
+/// default ones).
 fn pick_variants(names: &[String]) -> Vec<&'static Variant> {
     if names.iter().any(|n| n == "all") {
         return VARIANTS.iter().collect();
+    }
+    if names.is_empty() {
+        return pick_variants(&DEFAULT_VARIANTS.map(String::from));
     }
     names
         .iter()
