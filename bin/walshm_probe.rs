@@ -5,21 +5,10 @@
 //! except with the test-only `--hold-insert-locks` (tests/dead_generation.rs),
 //! which takes every WAL insertion lock exclusively and holds them.
 //!
-//! ```text
-//! walshm-probe attach -D DIR [--observer] [--cycles N] [OPTIONS]
-//! walshm-probe supervised [OPTIONS]      (run by postmaster start --worker)
-//! OPTIONS: --hold-ms MS       stay attached MS milliseconds (default 0)
-//!          --until-stdin-eof  stay attached until stdin closes
-//!          --until-ended      stay attached until the generation ends, then
-//!                             print "ended generation=G" (and no detach)
-//!          --reattach         after --until-ended: attach again once
-//!          --no-detach        exit without detaching
-//!          --exit CODE        exit code after detaching (default 0)
-//!          --status-file F    append each attach line to F as well
-//!          --hold-insert-locks  (test only) take every WAL insertion lock
-//!                             exclusively, print "holding insert_locks=N",
-//!                             then hold as asked
-//! ```
+//! `walshm-probe attach -D DIR [OPTIONS]` or `walshm-probe supervised
+//! [OPTIONS]` (run by postmaster start --worker); `--help` lists the
+//! options: how long to stay attached (`--hold-ms`, `--until-stdin-eof`,
+//! `--until-ended`), whether to detach and the exit code, `--cycles N`.
 //!
 //! Output (stdout, one line each, for programs): `attached generation=G
 //! procno=P|none pid=PID t_ms=UNIX_MS`, `cycles=N`, `ended generation=G`, or
@@ -41,54 +30,79 @@ extern "C" fn on_sigterm(_: libc::c_int) {
     GOT_SIGTERM.store(true, Ordering::Relaxed);
 }
 
-#[derive(Default)]
+/// Stays attached as the options say, then detaches (or not) and exits.
+#[derive(clap::Args)]
 struct Options {
+    #[arg(skip)]
     supervised: bool,
+    /// The data directory of the server to attach to (attach)
+    #[arg(short = 'D', value_name = "DIR")]
     datadir: Option<PathBuf>,
+    /// Attach as an observer (no proc slot)
+    #[arg(long)]
     observer: bool,
+    /// Attach and detach N times, then print `cycles=N`
+    #[arg(long, value_name = "N", default_value = "0")]
     cycles: u32,
-    hold: Duration,
+    /// Stay attached MS milliseconds
+    #[arg(long, value_name = "MS", default_value = "0")]
+    hold_ms: u64,
+    /// Stay attached until stdin closes
+    #[arg(long)]
     until_stdin_eof: bool,
+    /// Stay attached until the generation ends, then print `ended
+    /// generation=G` (and no detach)
+    #[arg(long)]
     until_ended: bool,
+    /// After --until-ended: attach again once
+    #[arg(long)]
     reattach: bool,
+    /// Exit without detaching
+    #[arg(long)]
     no_detach: bool,
+    /// Exit code after detaching
+    #[arg(long, value_name = "CODE", default_value = "0",
+          value_parser = clap::value_parser!(i32).range(0..=255))]
     exit: i32,
+    /// Append each attach line to F as well
+    #[arg(long, value_name = "F")]
     status_file: Option<PathBuf>,
+    /// (Test only) take every WAL insertion lock exclusively, print
+    /// `holding insert_locks=N`, then hold as asked
+    #[arg(long)]
     hold_insert_locks: bool,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options::default();
-    let mut it = args.iter();
-    match it.next().map(String::as_str) {
-        Some("attach") => {}
-        Some("supervised") => o.supervised = true,
-        other => return Err(format!("expected attach or supervised, got {other:?}")),
-    }
-    while let Some(a) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        let number = |v: String| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
-        match a.as_str() {
-            "-D" => o.datadir = Some(PathBuf::from(value()?)),
-            "--observer" => o.observer = true,
-            "--cycles" => o.cycles = number(value()?)? as u32,
-            "--hold-ms" => o.hold = Duration::from_millis(number(value()?)?),
-            "--until-stdin-eof" => o.until_stdin_eof = true,
-            "--until-ended" => o.until_ended = true,
-            "--reattach" => o.reattach = true,
-            "--no-detach" => o.no_detach = true,
-            "--exit" => o.exit = number(value()?)? as i32,
-            "--status-file" => o.status_file = Some(PathBuf::from(value()?)),
-            "--hold-insert-locks" => o.hold_insert_locks = true,
-            other => return Err(format!("unknown option {other:?}")),
-        }
-    }
+#[derive(clap::Parser)]
+#[command(
+    name = "walshm-probe",
+    about = "Attach to a running walshm server through its registration socket",
+    after_help = "Exit status: 0 or --exit, 2 no server, 3 full, 4 starting up or shutting \
+                  down, 5 any other error (a bad argument too)."
+)]
+enum Cli {
+    /// Attach to the server on -D DIR
+    Attach(Options),
+    /// Attach to the server that started this process (postmaster start
+    /// --worker)
+    Supervised(Options),
+}
+
+/// The options, or clap's error (help included) for a bad command line.
+fn parse() -> Result<Options, clap::Error> {
+    let o = match <Cli as clap::Parser>::try_parse()? {
+        Cli::Attach(o) => o,
+        Cli::Supervised(o) => Options {
+            supervised: true,
+            ..o
+        },
+    };
     if !o.supervised && o.datadir.is_none() {
-        return Err("attach needs -D DIR".into());
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        return Err(cmd.error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "attach needs -D DIR",
+        ));
     }
     Ok(o)
 }
@@ -173,7 +187,7 @@ fn stdin_closed() -> bool {
 
 /// Waits as the options say; true if the generation ended meanwhile.
 fn hold(o: &Options, reg: &Registration) -> bool {
-    let until = Instant::now() + o.hold;
+    let until = Instant::now() + Duration::from_millis(o.hold_ms);
     loop {
         if o.until_ended && reg.has_ended() {
             return true;
@@ -257,12 +271,11 @@ fn attach_retrying(o: &Options) -> Result<Registration, RegisterError> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let o = match parse(&args) {
+    let o = match parse() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("walshm-probe: {e}");
-            std::process::exit(5);
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 5 } else { 0 });
         }
     };
     // SAFETY: the handler only stores to an atomic flag.

@@ -99,7 +99,7 @@ fn init_bad_segment_size() {
     }
     fails(
         &["init", "-D", s(&tmp.join("x")), "--wal-segment-size"],
-        &["needs a value"],
+        &["a value is required"],
     );
 }
 
@@ -264,7 +264,7 @@ fn start_bad_workers_and_workloads() {
             &["--workers"],
         );
     }
-    fails(&["start", "-D", dir, "--workers"], &["needs a value"]);
+    fails(&["start", "-D", dir, "--workers"], &["a value is required"]);
     for wl in [
         "nosuch",
         "emit",
@@ -295,20 +295,20 @@ fn unknown_options_and_commands() {
     let dir = s(&d.path);
     fails(
         &["start", "-D", dir, "--bogus"],
-        &["unknown option", "--bogus"],
+        &["unexpected argument", "--bogus"],
     );
     fails(
         &["init", "-D", s(&tmp.join("n")), "--workers", "3"],
-        &["unknown option"],
+        &["unexpected argument"],
     );
     fails(
         &["waldump", "-D", dir, "--set", "fsync=on"],
-        &["unknown option"],
+        &["unexpected argument"],
     );
-    fails(&["start", "-D", dir, "--stats"], &["unknown option"]);
+    fails(&["start", "-D", dir, "--stats"], &["unexpected argument"]);
     fails(
         &["frobnicate", "-D", dir],
-        &["unknown command", "frobnicate"],
+        &["unrecognized subcommand", "frobnicate"],
     );
     fails(&["start", "-D", dir, "extra"], &["extra"]);
 }
@@ -324,7 +324,7 @@ fn waldump_bad_start() {
             &["invalid LSN", "X/XXXXXXXX"],
         );
     }
-    fails(&["waldump", "-D", dir, "--start"], &["needs a value"]);
+    fails(&["waldump", "-D", dir, "--start"], &["a value is required"]);
     // A well-formed LSN in a segment that does not exist.
     let o = fails(&["waldump", "-D", dir, "--start", "5/00000000"], &[]);
     assert!(!o.stderr.trim().is_empty());

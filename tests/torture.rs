@@ -274,7 +274,7 @@ fn usage_errors_exit_2() {
         TIMEOUT,
     );
     assert_eq!(o.code(), Some(0));
-    assert!(o.stdout.contains("--power-loss") && o.stdout.contains("--cycles N"));
+    assert!(o.stdout.contains("--power-loss") && o.stdout.contains("--cycles <N>"));
     assert!(
         !Path::new(d).exists(),
         "a usage error created the directory"

@@ -1,147 +1,403 @@
-//! Command-line parsing for `postmaster` (hand-written: five subcommands
-//! and a handful of flags do not need a parser crate, and the errors say
-//! exactly what is wrong).
+//! Command-line parsing for `postmaster`, declared with clap's derive: each
+//! subcommand's options are a struct (`InitOptions`, `StartOptions`, ...)
+//! whose fields carry their flags, value parsers and help, so `--help`, the
+//! errors and the shell completions (`postmaster completions SHELL`) come
+//! from one declaration.
 //!
-//! Each subcommand has a table of its flags ([`Flag`]: spellings and what
-//! the flag does to that subcommand's options) and a small function that
-//! runs the table over the arguments, then checks what the flags imply
-//! together. A flag not in the subcommand's table is an error naming it.
-//! The settings part of `--help`, `postmaster settings` and its Markdown
-//! form (docs/settings.md, checked by a test below) are generated from
+//! Two command lines share the top level: the subcommands, and PostgreSQL's
+//! `postgres` command line as `pg_ctl` runs it (`-D DIR -c NAME=VALUE -p
+//! PORT ...`, no subcommand), which is a `start` whose SIGTERM is a smart
+//! shutdown. Invariants: the two never mix (an option before a subcommand
+//! is an error); the postgres options that assign settings keep their
+//! command-line order, so a later one overrides an earlier one as in
+//! PostgreSQL; there `-h` is the listen address, so `--help` asks for help
+//! and only a bare `postmaster` or a leading `-h` prints it too. A bad
+//! argument is clap's one-line error and exit status 2. The settings part
+//! of `--help`, `postmaster settings` and its Markdown form
+//! (docs/settings.md, checked by a test below) are generated from
 //! `shmem::settings`.
 
+use crate::status::StatusOptions;
 use crate::supervised::WorkerSpec;
 use backend::workload::{Workload, WORKLOAD_HELP};
+use clap::error::ErrorKind;
+use clap::{Arg, ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use shmem::settings::{Context, Kind, Setting, Settings, SETTINGS};
 use std::path::PathBuf;
 
+/// `postmaster init`.
+#[derive(Args)]
 pub struct InitOptions {
+    /// The data directory to create (it must not exist or be empty)
+    #[arg(short = 'D', visible_alias = "pgdata", value_name = "DIR")]
     pub datadir: PathBuf,
+    /// WAL segment size in MB: a power of two from 1 to 1024
+    #[arg(long = "wal-segment-size", value_name = "MB", default_value = "16",
+          value_parser = segment_size, allow_hyphen_values = true)]
     pub seg_size: u64,
+    /// A setting written to DIR/walshm.conf (repeatable; the list below)
+    #[arg(long = "set", short = 'c', value_name = "NAME=VALUE")]
     pub sets: Vec<String>,
-    /// File holding the TCP password (its verifier goes to walshm.conf).
+    /// The TCP password: the first line of FILE (mode 0600), else the
+    /// WALSHM_PASSWORD environment variable; walshm.conf keeps only its
+    /// SCRAM-SHA-256 verifier
+    #[arg(long, value_name = "FILE")]
     pub pwfile: Option<PathBuf>,
-    /// File holding the replication role's password (the same).
+    /// The replication role's password, as --pwfile (else
+    /// WALSHM_REPLICATION_PASSWORD): the only password replication
+    /// connections over TCP accept
+    #[arg(long, value_name = "FILE")]
     pub replication_pwfile: Option<PathBuf>,
-    /// `--from-wal SRC`: restore from received or archived WAL.
+    /// Restore: take the WAL of SRC (pg_receivewal's output, .partial
+    /// included, or an archive_command archive), validated first; the first
+    /// start recovers it to its end (fetching more with restore_command, if
+    /// set) and continues on a new timeline
+    #[arg(long, value_name = "SRC")]
     pub from_wal: Option<PathBuf>,
 }
 
-#[derive(Default)]
+/// `postmaster start`, or PostgreSQL's `postgres` command line.
+#[derive(Args, Default)]
 pub struct StartOptions {
+    /// The data directory, made by `postmaster init` (mode 0700)
+    #[arg(short = 'D', visible_alias = "pgdata", value_name = "DIR")]
     pub datadir: PathBuf,
+    /// A setting for this run, over DIR/walshm.conf's (repeatable; the list
+    /// below)
+    #[arg(long = "set", short = 'c', value_name = "NAME=VALUE")]
     pub sets: Vec<String>,
+    /// Fork N backends running --workload (0..=4096)
+    #[arg(long, value_name = "N", default_value = "0", value_parser = workers,
+          allow_hyphen_values = true)]
     pub workers: u32,
+    #[arg(long, value_name = "KIND", value_parser = Workload::parse, help = workload_help())]
     pub workload: Option<Workload>,
+    /// With emit-tx:SIZE or emit-tx+txid:SIZE: once each commit is flushed,
+    /// the backend prints `ack LSN` (the commit record's start) on stdout
+    #[arg(long)]
     pub ack: bool,
-    /// `--discard-damaged-wal`: start even if WAL is damaged before its end.
+    /// Start even if WAL is damaged before its end (valid WAL follows the
+    /// first unreadable record): the WAL after the damage is moved to
+    /// DIR/pg_wal_discarded/LSN-TIME/ (never deleted) and the server starts
+    /// at the damage. Without it such a start exits 3 and changes nothing;
+    /// `postmaster waldump` shows where and why the WAL ends
+    #[arg(long)]
     pub discard_damaged_wal: bool,
-    /// File holding the TCP password (overrides walshm.conf's verifier).
+    /// The TCP password for this run, as init's --pwfile (else
+    /// WALSHM_PASSWORD); overrides walshm.conf's verifier
+    #[arg(long, value_name = "FILE")]
     pub pwfile: Option<PathBuf>,
-    /// File holding the replication role's password (the same).
+    /// The replication role's password for this run (else
+    /// WALSHM_REPLICATION_PASSWORD)
+    #[arg(long, value_name = "FILE")]
     pub replication_pwfile: Option<PathBuf>,
-    /// `--worker NAME=COMMAND [ARGS]`, in order (walshm.conf's `worker`
-    /// lines come first, added at start).
+    /// Run COMMAND (looked up in PATH, no shell) as a supervised worker that
+    /// attaches to shared memory (repeatable; also `worker = '...'` lines in
+    /// walshm.conf, which start first). Exit 0 after detaching: done; exit 1
+    /// after detaching: restarted after worker_restart_delay; any other end:
+    /// crash restart of the server, then the workers start again
+    #[arg(long = "worker", value_name = "'NAME=COMMAND [ARGS]'", value_parser = WorkerSpec::parse)]
     pub worker_commands: Vec<WorkerSpec>,
     /// Started with PostgreSQL's `postgres` command line (as `pg_ctl`
     /// runs it): SIGTERM is a smart shutdown, as PostgreSQL's; with
     /// `postmaster start` SIGTERM stays a fast one.
+    #[arg(skip)]
     pub postgres_cli: bool,
 }
 
+/// `postmaster waldump`.
+#[derive(Args)]
 pub struct WaldumpOptions {
+    /// The data directory whose WAL to print
+    #[arg(short = 'D', visible_alias = "pgdata", value_name = "DIR")]
     pub datadir: PathBuf,
+    /// Start at this LSN (X/XXXXXXXX) instead of the first record
+    #[arg(long, value_name = "LSN", value_parser = lsn)]
     pub start: Option<u64>,
+    /// Also print the totals per record kind
+    #[arg(long)]
     pub stats: bool,
+    /// Print no record, only the totals and where and why WAL ends
+    #[arg(long)]
     pub quiet: bool,
 }
 
 /// `postmaster settings [--markdown]`: the settings table, as text or as
 /// docs/settings.md.
+#[derive(Args)]
 pub struct SettingsOptions {
+    /// Print it as a Markdown page with each setting's default and when it
+    /// may change: docs/settings.md
+    #[arg(long)]
     pub markdown: bool,
 }
 
+/// What the command line asks for.
+#[derive(Subcommand)]
 pub enum Command {
-    Help(String),
-    /// `-V` / `--version`.
-    Version,
-    Settings(SettingsOptions),
+    /// Create a data directory (mode 0700, files 0600): configuration
+    /// file, control file, first WAL segment with a shutdown checkpoint
+    #[command(after_help = settings_help())]
     Init(InitOptions),
+    /// Run the server in the foreground. SIGTERM/SIGINT: fast shutdown
+    /// (backends stopped, WAL flushed, exit 0); SIGQUIT: immediate
+    /// shutdown; SIGHUP: reload the configuration file
+    #[command(after_help = settings_help(), allow_negative_numbers = true)]
     Start(StartOptions),
+    /// Print the WAL records of a data directory with the project's own
+    /// reader, and where and why WAL ends
     Waldump(WaldumpOptions),
-    Status(crate::status::StatusOptions),
+    /// Is a server running on a data directory: its PID, uptime, WAL
+    /// positions and one line per process (exit 0; 3 if not running, 4 if
+    /// DIR is no data directory)
+    Status(StatusOptions),
+    /// Print every setting with its values and help
+    Settings(SettingsOptions),
+    /// Print a completion script for SHELL (e.g. `postmaster completions
+    /// bash > /etc/bash_completion.d/postmaster`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// `-V` / `--version`.
+    #[command(skip)]
+    Version,
 }
 
-pub fn help_text() -> String {
-    let mut s = String::from(
-        "postmaster: the walshm server (a multi-process WAL runtime, PostgreSQL 15 WAL format)
+/// The whole command line.
+#[derive(Parser)]
+#[command(
+    name = "postmaster",
+    about = "The walshm server: a multi-process WAL runtime writing PostgreSQL 15's WAL format",
+    long_about = "The walshm server: a multi-process WAL runtime writing PostgreSQL 15's WAL \
+                  format.\n\nWithout a subcommand it takes PostgreSQL's `postgres` command line, \
+                  as pg_ctl runs it (pg_ctl -D DIR -p path/to/postmaster start -w): it runs the \
+                  server as start does, but SIGTERM is a smart shutdown (new connections \
+                  refused, running sessions finish, then as fast); SIGINT fast; SIGQUIT \
+                  immediate; SIGHUP reloads the configuration file. --NAME=VALUE sets NAME \
+                  (dashes standing for underscores) as -c does.",
+    after_help = top_help(),
+    disable_help_flag = true,
+    disable_version_flag = true,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// PostgreSQL's command line: the data directory
+    #[arg(short = 'D', value_name = "DIR", env = "PGDATA")]
+    datadir: Option<PathBuf>,
+    /// Print the version line, as `postgres -V` does
+    #[arg(short = 'V', long)]
+    version: bool,
+}
 
-Usage:
-  postmaster init -D DIR [--wal-segment-size MB] [--pwfile FILE] [--set NAME=VALUE ...]
-                   [--replication-pwfile FILE] [--from-wal SRC]
-      Create a data directory (mode 0700, files 0600): configuration file,
-      control file, first WAL segment with a shutdown checkpoint. DIR must
-      not exist or be empty. --pwfile FILE (mode 0600, first line) or the
-      WALSHM_PASSWORD environment variable: the TCP password, stored in
-      walshm.conf only as a SCRAM-SHA-256 verifier. --replication-pwfile
-      FILE or WALSHM_REPLICATION_PASSWORD: the same for the replication
-      role, the only password replication connections over TCP accept.
-      --from-wal SRC    restore: take the WAL of SRC (pg_receivewal's output,
-                        .partial included, or an archive_command archive),
-                        validated first; the first start recovers it to its
-                        end (fetching more with restore_command, if set) and
-                        continues on a new timeline
-  postmaster start -D DIR [--pwfile FILE] [--replication-pwfile FILE] [--set NAME=VALUE ...]
-                    [--workers N --workload KIND] [--discard-damaged-wal]
-                    [--worker 'NAME=COMMAND [ARGS]' ...]
-      Run the server in the foreground. SIGTERM/SIGINT: fast shutdown (backends
-      stopped, WAL flushed, exit 0). SIGQUIT: immediate shutdown. SIGHUP:
-      reload the configuration file (settings that may change while running). DIR must
-      have mode 0700. --pwfile / WALSHM_PASSWORD, --replication-pwfile /
-      WALSHM_REPLICATION_PASSWORD: as for init, for this run.
-      Exit status 3: refused to start because WAL is damaged before its end
-      (valid WAL follows the first unreadable record); nothing was changed.
-      --discard-damaged-wal  accept losing the WAL after the damage: it is
-                        moved to DIR/pg_wal_discarded/LSN-TIME/ (never deleted)
-                        and the server starts at the damage
-      --worker 'NAME=COMMAND [ARGS]'  run COMMAND (looked up in PATH, no shell)
-                        as a supervised worker that attaches to shared memory
-                        (repeatable; also `worker = '...'` lines in walshm.conf):
-                        exit 0 after detaching: done; exit 1 after detaching:
-                        restarted after worker_restart_delay; any other end:
-                        crash restart of the server, then workers start again
-      --workers N       fork N backends running --workload (0..=4096)
-      --workload KIND   ",
-    );
-    s.push_str(WORKLOAD_HELP);
-    s.push_str(
-        "
-  postmaster waldump -D DIR [--start LSN] [--stats] [--quiet]
-      Print the WAL records of DIR with the project's own reader, and where
-      and why WAL ends. --stats: totals per record kind.
-  postmaster status -D DIR [--json]
-      Is a server running on DIR (exit 0; 3 if not, 4 if DIR is no data
-      directory), its PID, uptime, WAL insert/write/flush positions, and one
-      line per process with its type, wait event and state. Reads shared
-      memory without taking any lock. --json: one JSON object.
-  postmaster -D DIR [-c NAME=VALUE ...] [--NAME=VALUE ...] [-p PORT] [-k DIR] [-h ADDR] [-N N] [-F]
-      PostgreSQL's postgres command line, as pg_ctl runs it
-      (pg_ctl -D DIR -p path/to/postmaster start -w): runs the server as
-      start does, but SIGTERM is a smart shutdown (new connections refused,
-      running sessions finish, then as fast); SIGINT fast; SIGQUIT
-      immediate; SIGHUP reloads the configuration file.
-  postmaster -V | --version
-      Print the version line, as postgres -V does.
-  postmaster settings [--markdown]
-      Print every setting with its values and help (the list below);
-      --markdown: as a Markdown page with defaults, which is docs/settings.md.
+/// The options of PostgreSQL's command line that assign a setting: flag,
+/// the setting (or [`ASSIGNMENT`]: the value is NAME=VALUE), value name.
+const POSTGRES_OPTIONS: &[(char, &str, &str)] = &[
+    ('c', ASSIGNMENT, "NAME=VALUE"),
+    ('p', "port", "PORT"),
+    ('k', "unix_socket_directories", "DIR"),
+    ('h', "listen_addresses", "ADDR"),
+    ('N', "max_connections", "N"),
+];
 
-Settings (--set NAME=VALUE, or NAME = VALUE lines in DIR/walshm.conf):
-",
-    );
-    s.push_str(&settings_text());
-    s
+/// `-c NAME=VALUE`.
+const ASSIGNMENT: &str = "assignment";
+
+/// `-F`: fsync off, as PostgreSQL's.
+const FSYNC_OFF: &str = "F";
+
+fn workload_help() -> String {
+    format!("The load each --workers backend runs: {WORKLOAD_HELP} (SIZE in bytes)")
+}
+
+/// The list of settings after a subcommand's options.
+fn settings_help() -> String {
+    format!(
+        "Settings (--set NAME=VALUE, or NAME = VALUE lines in DIR/walshm.conf):\n{}",
+        settings_text()
+    )
+}
+
+/// What follows the top level's options: the workloads and the settings.
+fn top_help() -> String {
+    format!(
+        "Workloads (start --workers N --workload KIND): {WORKLOAD_HELP}\n\n{}",
+        settings_help()
+    )
+}
+
+/// The command-line definition (for parsing, `--help` and completions):
+/// the derived one, with PostgreSQL's setting options and a help flag at
+/// each level (the top level's `-h` being PostgreSQL's).
+pub fn command() -> clap::Command {
+    let help = Arg::new("help")
+        .long("help")
+        .action(ArgAction::Help)
+        .help("Print help");
+    let postgres = POSTGRES_OPTIONS.iter().map(|&(short, id, value)| {
+        let help = match id {
+            ASSIGNMENT => "A setting (also --NAME=VALUE)".to_string(),
+            setting => format!("Sets {setting}"),
+        };
+        Arg::new(id)
+            .short(short)
+            .value_name(value)
+            .help(help)
+            .action(ArgAction::Append)
+    });
+    Cli::command()
+        .args(postgres)
+        .arg(
+            Arg::new(FSYNC_OFF)
+                .short('F')
+                .action(ArgAction::SetTrue)
+                .help("Sets fsync=off"),
+        )
+        .arg(help.clone())
+        .mut_subcommands(|s| s.arg(help.clone().short('h')))
+}
+
+/// The settings PostgreSQL's command line assigns, in command-line order.
+fn postgres_sets(m: &ArgMatches) -> Vec<String> {
+    let mut sets: Vec<(usize, String)> = Vec::new();
+    for &(_, id, _) in POSTGRES_OPTIONS {
+        if let (Some(at), Some(values)) = (m.indices_of(id), m.get_many::<String>(id)) {
+            let assign = |v: &String| match id {
+                ASSIGNMENT => v.clone(),
+                name => format!("{name}={v}"),
+            };
+            sets.extend(at.zip(values.map(assign)));
+        }
+    }
+    if m.get_flag(FSYNC_OFF) {
+        sets.extend(
+            m.indices_of(FSYNC_OFF)
+                .into_iter()
+                .flatten()
+                .map(|i| (i, "fsync=off".into())),
+        );
+    }
+    sets.sort_by_key(|(at, _)| *at);
+    sets.into_iter().map(|(_, s)| s).collect()
+}
+
+/// PostgreSQL's `--NAME=VALUE` as `-c NAME=VALUE` (its dashes standing for
+/// underscores).
+fn postgres_assignments(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    for a in args {
+        match a.strip_prefix("--").and_then(|s| s.split_once('=')) {
+            Some((name, v)) => out.extend(["-c".into(), format!("{}={v}", name.replace('-', "_"))]),
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+/// The error a check after parsing found, in clap's format with the usage
+/// line of subcommand `sub` (the top level's for "").
+fn usage_error(sub: &str, kind: ErrorKind, msg: impl std::fmt::Display) -> clap::Error {
+    let mut top = command();
+    top.build();
+    let mut cmd = top.find_subcommand(sub).cloned().unwrap_or(top);
+    cmd.error(kind, msg)
+}
+
+/// Parses the arguments (without the program's name). `Err` is clap's:
+/// help and the version go to stdout with exit status 0, errors to stderr
+/// with 2 (`clap::Error::print`, `exit_code`).
+pub fn parse(args: &[String]) -> Result<Command, clap::Error> {
+    let args = match args.first().map(String::as_str) {
+        None | Some("-h") => vec!["--help".to_string()],
+        Some(first) if first.starts_with('-') => postgres_assignments(args),
+        Some(_) => args.to_vec(),
+    };
+    let m =
+        command().try_get_matches_from(std::iter::once("postmaster".to_string()).chain(args))?;
+    let cli = Cli::from_arg_matches(&m)?;
+    match cli.command {
+        _ if cli.version => Ok(Command::Version),
+        Some(Command::Start(o)) => check_workers(&o).map(|()| Command::Start(o)),
+        Some(c) => Ok(c),
+        None => {
+            let datadir = cli.datadir.ok_or_else(|| {
+                usage_error(
+                    "",
+                    ErrorKind::MissingRequiredArgument,
+                    "the postgres command line needs -D DIR or PGDATA (the data directory)",
+                )
+            })?;
+            Ok(Command::Start(StartOptions {
+                datadir,
+                sets: postgres_sets(&m),
+                postgres_cli: true,
+                ..StartOptions::default()
+            }))
+        }
+    }
+}
+
+/// Prints the completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell) {
+    clap_complete::generate(shell, &mut command(), "postmaster", &mut std::io::stdout());
+}
+
+/// `--wal-segment-size`: MB, a power of two from 1 to 1024; bytes.
+fn segment_size(v: &str) -> Result<u64, String> {
+    let invalid = || "MB, a power of two from 1 to 1024".to_string();
+    let mb: u64 = v.parse().map_err(|_| invalid())?;
+    walformat::Geometry::new(mb.saturating_mul(1 << 20))
+        .map(|g| g.seg_size)
+        .map_err(|_| invalid())
+}
+
+fn workers(v: &str) -> Result<u32, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n <= 4096)
+        .ok_or_else(|| "0..=4096".to_string())
+}
+
+fn lsn(v: &str) -> Result<u64, String> {
+    walformat::parse_lsn(v).map_err(|_| "invalid LSN (expected X/XXXXXXXX)".to_string())
+}
+
+/// --workers, --workload and --ack only make sense together.
+fn check_workers(o: &StartOptions) -> Result<(), clap::Error> {
+    let missing = |msg: String| {
+        Err(usage_error(
+            "start",
+            ErrorKind::MissingRequiredArgument,
+            msg,
+        ))
+    };
+    if o.workers > 0 && o.workload.is_none() {
+        return missing(format!(
+            "--workers needs --workload (one of: {WORKLOAD_HELP})"
+        ));
+    }
+    if o.workload.is_some() && o.workers == 0 {
+        return missing("--workload needs --workers N (N >= 1)".into());
+    }
+    if o.ack && !o.workload.is_some_and(|w| w.waits_for_commit()) {
+        return missing(
+            "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE or emit-tx+txid:SIZE)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The version line, in the form `postgres -V` prints (`pg_ctl` and
+/// other tools read the major version from it).
+pub fn version_text() -> String {
+    format!(
+        "postgres (PostgreSQL) 15 (walshm {})\n",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// One line per setting: name, valid values, help (the end of `--help`).
@@ -258,367 +514,6 @@ fn markdown_cell(text: &str) -> String {
     s
 }
 
-/// What a flag does to the options of type `T` being built.
-enum Action<T> {
-    /// A switch.
-    Switch(fn(&mut Parsing<T>)),
-    /// A flag followed by a value taken as it is.
-    Text(fn(&mut Parsing<T>, &str)),
-    /// A flag followed by a value that may be refused.
-    Value(fn(&mut Parsing<T>, &str) -> Result<(), String>),
-}
-
-/// One flag of a subcommand.
-struct Flag<T> {
-    names: &'static [&'static str],
-    action: Action<T>,
-}
-
-/// Options being built, and the data directory if one was given.
-struct Parsing<T> {
-    datadir: Option<PathBuf>,
-    opts: T,
-}
-
-const fn flag<T>(names: &'static [&'static str], action: Action<T>) -> Flag<T> {
-    Flag { names, action }
-}
-
-fn datadir<T>(p: &mut Parsing<T>, v: &str) {
-    p.datadir = Some(PathBuf::from(v));
-}
-
-const DATADIR: &[&str] = &["-D", "--pgdata"];
-const SET: &[&str] = &["--set", "-c"];
-const PWFILE: &[&str] = &["--pwfile"];
-const REPLICATION_PWFILE: &[&str] = &["--replication-pwfile"];
-
-/// Options of the subcommands that take settings and password files.
-trait Configured {
-    fn sets(&mut self) -> &mut Vec<String>;
-    fn pwfile(&mut self) -> &mut Option<PathBuf>;
-    fn replication_pwfile(&mut self) -> &mut Option<PathBuf>;
-}
-
-macro_rules! configured {
-    ($($t:ty),*) => {$(
-        impl Configured for $t {
-            fn sets(&mut self) -> &mut Vec<String> {
-                &mut self.sets
-            }
-            fn pwfile(&mut self) -> &mut Option<PathBuf> {
-                &mut self.pwfile
-            }
-            fn replication_pwfile(&mut self) -> &mut Option<PathBuf> {
-                &mut self.replication_pwfile
-            }
-        }
-    )*};
-}
-
-configured!(InitOptions, StartOptions);
-
-fn add_set<T: Configured>(p: &mut Parsing<T>, v: &str) {
-    p.opts.sets().push(v.into());
-}
-
-fn pwfile<T: Configured>(p: &mut Parsing<T>, v: &str) {
-    *p.opts.pwfile() = Some(v.into());
-}
-
-fn replication_pwfile<T: Configured>(p: &mut Parsing<T>, v: &str) {
-    *p.opts.replication_pwfile() = Some(v.into());
-}
-
-const INIT_FLAGS: &[Flag<InitOptions>] = &[
-    flag(DATADIR, Action::Text(datadir)),
-    flag(SET, Action::Text(add_set)),
-    flag(PWFILE, Action::Text(pwfile)),
-    flag(REPLICATION_PWFILE, Action::Text(replication_pwfile)),
-    flag(
-        &["--wal-segment-size"],
-        Action::Value(|p, v| segment_size(v).map(|n| p.opts.seg_size = n)),
-    ),
-    flag(
-        &["--from-wal"],
-        Action::Text(|p, v| p.opts.from_wal = Some(v.into())),
-    ),
-];
-
-const START_FLAGS: &[Flag<StartOptions>] = &[
-    flag(DATADIR, Action::Text(datadir)),
-    flag(SET, Action::Text(add_set)),
-    flag(PWFILE, Action::Text(pwfile)),
-    flag(REPLICATION_PWFILE, Action::Text(replication_pwfile)),
-    flag(
-        &["--workers"],
-        Action::Value(|p, v| workers(v).map(|n| p.opts.workers = n)),
-    ),
-    flag(
-        &["--workload"],
-        Action::Value(|p, v| Workload::parse(v).map(|w| p.opts.workload = Some(w))),
-    ),
-    flag(&["--ack"], Action::Switch(|p| p.opts.ack = true)),
-    flag(
-        &["--discard-damaged-wal"],
-        Action::Switch(|p| p.opts.discard_damaged_wal = true),
-    ),
-    flag(
-        &["--worker"],
-        Action::Value(|p, v| WorkerSpec::parse(v).map(|w| p.opts.worker_commands.push(w))),
-    ),
-];
-
-const WALDUMP_FLAGS: &[Flag<WaldumpOptions>] = &[
-    flag(DATADIR, Action::Text(datadir)),
-    flag(
-        &["--start"],
-        Action::Value(|p, v| lsn(v).map(|l| p.opts.start = Some(l))),
-    ),
-    flag(&["--stats"], Action::Switch(|p| p.opts.stats = true)),
-    flag(&["--quiet"], Action::Switch(|p| p.opts.quiet = true)),
-];
-
-const STATUS_FLAGS: &[Flag<crate::status::StatusOptions>] = &[
-    flag(DATADIR, Action::Text(datadir)),
-    flag(&["--json"], Action::Switch(|p| p.opts.json = true)),
-];
-
-const SETTINGS_FLAGS: &[Flag<SettingsOptions>] = &[flag(
-    &["--markdown"],
-    Action::Switch(|p| p.opts.markdown = true),
-)];
-
-fn parse_settings(args: &[String]) -> Result<SettingsOptions, String> {
-    let blank = SettingsOptions { markdown: false };
-    let (_, opts) = scan_flags("settings", args, SETTINGS_FLAGS, blank)?;
-    Ok(opts)
-}
-
-fn parse_status(args: &[String]) -> Result<crate::status::StatusOptions, String> {
-    let blank = crate::status::StatusOptions {
-        datadir: PathBuf::new(),
-        json: false,
-    };
-    let (datadir, opts) = run_flags("status", args, STATUS_FLAGS, blank)?;
-    Ok(crate::status::StatusOptions { datadir, ..opts })
-}
-
-fn segment_size(v: &str) -> Result<u64, String> {
-    let invalid =
-        || format!("invalid --wal-segment-size \"{v}\" (MB, a power of two from 1 to 1024)");
-    let mb: u64 = v.parse().map_err(|_| invalid())?;
-    walformat::Geometry::new(mb.saturating_mul(1 << 20))
-        .map(|g| g.seg_size)
-        .map_err(|_| invalid())
-}
-
-fn workers(v: &str) -> Result<u32, String> {
-    v.parse()
-        .ok()
-        .filter(|n| *n <= 4096)
-        .ok_or_else(|| format!("invalid --workers \"{v}\" (0..=4096)"))
-}
-
-fn lsn(v: &str) -> Result<u64, String> {
-    walformat::parse_lsn(v).map_err(|_| format!("invalid LSN \"{v}\" (expected X/XXXXXXXX)"))
-}
-
-fn value<'a>(args: &mut impl Iterator<Item = &'a String>, flag: &str) -> Result<&'a str, String> {
-    args.next()
-        .map(String::as_str)
-        .ok_or_else(|| format!("option {flag} needs a value"))
-}
-
-/// Runs `flags` over `args`, starting from `opts`; returns the options and
-/// the data directory (required by every subcommand that has a -D flag).
-fn run_flags<T>(
-    sub: &str,
-    args: &[String],
-    flags: &[Flag<T>],
-    opts: T,
-) -> Result<(PathBuf, T), String> {
-    let (datadir, opts) = scan_flags(sub, args, flags, opts)?;
-    let datadir = datadir.ok_or_else(|| format!("\"{sub}\" needs -D DIR (the data directory)"))?;
-    Ok((datadir, opts))
-}
-
-/// Runs `flags` over `args`, starting from `opts`; returns the data
-/// directory if one was given, and the options.
-fn scan_flags<T>(
-    sub: &str,
-    args: &[String],
-    flags: &[Flag<T>],
-    opts: T,
-) -> Result<(Option<PathBuf>, T), String> {
-    let mut p = Parsing {
-        datadir: None,
-        opts,
-    };
-    let mut args = args.iter();
-    while let Some(a) = args.next() {
-        let a = a.as_str();
-        let flag = flags
-            .iter()
-            .find(|f| f.names.contains(&a))
-            .ok_or_else(|| format!("unknown option \"{a}\" for \"{sub}\""))?;
-        match flag.action {
-            Action::Switch(apply) => apply(&mut p),
-            Action::Text(apply) => apply(&mut p, value(&mut args, a)?),
-            Action::Value(apply) => apply(&mut p, value(&mut args, a)?)?,
-        }
-    }
-    Ok((p.datadir, p.opts))
-}
-
-fn parse_init(args: &[String]) -> Result<InitOptions, String> {
-    let blank = InitOptions {
-        datadir: PathBuf::new(),
-        seg_size: walformat::DEFAULT_SEG_SIZE,
-        sets: Vec::new(),
-        pwfile: None,
-        replication_pwfile: None,
-        from_wal: None,
-    };
-    let (datadir, opts) = run_flags("init", args, INIT_FLAGS, blank)?;
-    Ok(InitOptions { datadir, ..opts })
-}
-
-fn parse_start(args: &[String]) -> Result<StartOptions, String> {
-    let (datadir, opts) = run_flags("start", args, START_FLAGS, StartOptions::default())?;
-    check_workers(&opts)?;
-    Ok(StartOptions { datadir, ..opts })
-}
-
-/// --workers, --workload and --ack only make sense together.
-fn check_workers(o: &StartOptions) -> Result<(), String> {
-    if o.workers > 0 && o.workload.is_none() {
-        return Err(format!(
-            "--workers needs --workload (one of: {WORKLOAD_HELP})"
-        ));
-    }
-    if o.workload.is_some() && o.workers == 0 {
-        return Err("--workload needs --workers N (N >= 1)".into());
-    }
-    if o.ack && !o.workload.is_some_and(|w| w.waits_for_commit()) {
-        return Err(
-            "--ack needs a workload that waits for its commit to be flushed (emit-tx:SIZE or emit-tx+txid:SIZE)"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-fn parse_waldump(args: &[String]) -> Result<WaldumpOptions, String> {
-    let blank = WaldumpOptions {
-        datadir: PathBuf::new(),
-        start: None,
-        stats: false,
-        quiet: false,
-    };
-    let (datadir, opts) = run_flags("waldump", args, WALDUMP_FLAGS, blank)?;
-    Ok(WaldumpOptions { datadir, ..opts })
-}
-
-fn is_help(arg: &str) -> bool {
-    matches!(arg, "--help" | "-h")
-}
-
-/// The version line, in the form `postgres -V` prints (`pg_ctl` and
-/// other tools read the major version from it).
-pub fn version_text() -> String {
-    format!(
-        "postgres (PostgreSQL) 15 (walshm {})\n",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
-/// One option of PostgreSQL's `postgres` command line that walshm takes:
-/// a flag followed by a value, and the setting it assigns (None: -D).
-const POSTGRES_OPTIONS: &[(&str, Option<&str>)] = &[
-    ("-D", None),
-    ("-p", Some("port")),
-    ("-k", Some("unix_socket_directories")),
-    ("-h", Some("listen_addresses")),
-    ("-N", Some("max_connections")),
-];
-
-/// PostgreSQL's `postgres` command line, as `pg_ctl start` runs it (with
-/// `pg_ctl -o "..."` options appended): `-D DIR`, `-c NAME=VALUE`,
-/// `--NAME=VALUE`, `-p PORT`, `-k DIR`, `-h ADDR`, `-N N`, `-F` (fsync
-/// off); the data directory may also come from `PGDATA`. Anything else
-/// is an error naming it.
-fn parse_postgres(args: &[String]) -> Result<StartOptions, String> {
-    let mut datadir = None;
-    let mut sets = Vec::new();
-    let mut args = args.iter();
-    while let Some(a) = args.next() {
-        let a = a.as_str();
-        if let Some((_, setting)) = POSTGRES_OPTIONS.iter().find(|(f, _)| *f == a) {
-            let v = value(&mut args, a)?;
-            match setting {
-                None => datadir = Some(PathBuf::from(v)),
-                Some(name) => sets.push(format!("{name}={v}")),
-            }
-        } else if a == "-c" {
-            sets.push(value(&mut args, a)?.to_string());
-        } else if a == "-F" {
-            sets.push("fsync=off".into());
-        } else if let Some(assignment) = a.strip_prefix("--").filter(|s| s.contains('=')) {
-            // --NAME=VALUE, PostgreSQL's dashes standing for underscores.
-            let (name, v) = assignment.split_once('=').unwrap_or((assignment, ""));
-            sets.push(format!("{}={v}", name.replace('-', "_")));
-        } else if let Some(assignment) = a.strip_prefix("-c").filter(|s| s.contains('=')) {
-            sets.push(assignment.to_string());
-        } else {
-            return Err(format!(
-                "unknown option \"{a}\" (the postgres command line takes -D DIR, -c NAME=VALUE, --NAME=VALUE, -p PORT, -k DIR, -h ADDR, -N N, -F)"
-            ));
-        }
-    }
-    let datadir = datadir
-        .or_else(|| std::env::var_os("PGDATA").map(PathBuf::from))
-        .ok_or("the postgres command line needs -D DIR or PGDATA (the data directory)")?;
-    Ok(StartOptions {
-        datadir,
-        sets,
-        postgres_cli: true,
-        ..StartOptions::default()
-    })
-}
-
-pub fn parse(args: &[String]) -> Result<Command, String> {
-    let Some((sub, rest)) = args.split_first() else {
-        return Ok(Command::Help(help_text()));
-    };
-    if is_help(sub) || sub == "help" {
-        return Ok(Command::Help(help_text()));
-    }
-    if matches!(sub.as_str(), "-V" | "--version") {
-        return Ok(Command::Version);
-    }
-    if sub.starts_with('-') {
-        // PostgreSQL's command line, where -h is the listen address.
-        if args.iter().any(|a| a == "--help") {
-            return Ok(Command::Help(help_text()));
-        }
-        return parse_postgres(args).map(Command::Start);
-    }
-    if rest.iter().any(|a| is_help(a)) {
-        return Ok(Command::Help(help_text()));
-    }
-    match sub.as_str() {
-        "init" => parse_init(rest).map(Command::Init),
-        "start" => parse_start(rest).map(Command::Start),
-        "waldump" => parse_waldump(rest).map(Command::Waldump),
-        "status" => parse_status(rest).map(Command::Status),
-        "settings" => parse_settings(rest).map(Command::Settings),
-        other => Err(format!(
-            "unknown command \"{other}\" (expected init, start, waldump, status or settings)"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,22 +562,23 @@ mod tests {
         };
         assert!(!o.postgres_cli);
         assert!(matches!(parse(&args(&["-V"])), Ok(Command::Version)));
-        assert!(matches!(
-            parse(&args(&["-D", "/d", "--help"])),
-            Ok(Command::Help(_))
-        ));
-        let Err(e) = parse(&args(&["-D", "/d", "-B", "128MB"])) else {
-            panic!("-B accepted");
-        };
-        assert!(e.contains("unknown option \"-B\""), "{e}");
-        let Err(e) = parse(&args(&["-D"])) else {
-            panic!("-D without a value accepted");
-        };
-        assert!(e.contains("-D needs a value"), "{e}");
+        let kind = |a: &[&str]| parse(&args(a)).err().map(|e| e.kind());
+        assert_eq!(kind(&["-D", "/d", "--help"]), Some(ErrorKind::DisplayHelp));
+        assert_eq!(kind(&["-h"]), Some(ErrorKind::DisplayHelp));
+        assert_eq!(kind(&[]), Some(ErrorKind::DisplayHelp));
+        let err = |a: &[&str]| parse(&args(a)).err().unwrap().to_string();
+        assert!(err(&["-D", "/d", "-B", "128MB"]).contains("'-B'"));
+        assert!(err(&["-D"]).contains("a value is required for '-D <DIR>'"));
+        assert!(err(&["-D", "/d", "init", "-D", "/e"]).contains("cannot be used with"));
     }
 
     #[test]
-    fn settings_takes_markdown_and_nothing_else() {
+    fn subcommands_parse_with_their_defaults_and_reject_the_rest() {
+        command().debug_assert();
+        let Ok(Command::Init(o)) = parse(&args(&["init", "-D", "/d"])) else {
+            panic!("init not parsed");
+        };
+        assert_eq!(o.seg_size, walformat::DEFAULT_SEG_SIZE);
         let Ok(Command::Settings(o)) = parse(&args(&["settings"])) else {
             panic!("settings not parsed");
         };
@@ -691,10 +587,12 @@ mod tests {
             panic!("settings --markdown not parsed");
         };
         assert!(o.markdown);
-        let Err(e) = parse(&args(&["settings", "-D", "/tmp/x"])) else {
-            panic!("settings took -D");
-        };
-        assert!(e.contains("unknown option \"-D\" for \"settings\""), "{e}");
+        let err = |a: &[&str]| parse(&args(a)).err().unwrap().to_string();
+        assert!(err(&["settings", "-D", "/tmp/x"]).contains("unexpected argument '-D'"));
+        assert!(
+            err(&["start", "-D", "/d", "--workers", "2"]).contains("--workers needs --workload")
+        );
+        assert!(err(&["start", "-D", "/d", "--workers", "-1"]).contains("0..=4096"));
     }
 
     #[test]

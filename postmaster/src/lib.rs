@@ -40,12 +40,12 @@ pub fn main() -> i32 {
     unsafe { libc::umask(0o077) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     match cli::parse(&args) {
-        Ok(cli::Command::Help(text)) => {
-            print!("{text}");
-            0
-        }
         Ok(cli::Command::Version) => {
             print!("{}", cli::version_text());
+            0
+        }
+        Ok(cli::Command::Completions { shell }) => {
+            cli::completions(shell);
             0
         }
         Ok(cli::Command::Settings(opts)) => {
@@ -66,10 +66,10 @@ pub fn main() -> i32 {
         },
         Ok(cli::Command::Waldump(opts)) => report(waldump::run(&opts)),
         Ok(cli::Command::Status(opts)) => status::run(&opts),
+        // Help and the version on stdout (0), usage errors on stderr (2).
         Err(e) => {
-            eprintln!("postmaster: error: {e}");
-            eprintln!("Try \"postmaster --help\" for more information.");
-            2
+            let _ = e.print();
+            e.exit_code()
         }
     }
 }

@@ -32,8 +32,13 @@ pub const EXIT_RUNNING: i32 = 0;
 pub const EXIT_NOT_RUNNING: i32 = 3;
 pub const EXIT_NO_DATADIR: i32 = 4;
 
+#[derive(clap::Args)]
 pub struct StatusOptions {
+    /// The data directory to look at
+    #[arg(short = 'D', visible_alias = "pgdata", value_name = "DIR")]
     pub datadir: std::path::PathBuf,
+    /// Print one JSON object on one line (for programs)
+    #[arg(long)]
     pub json: bool,
 }
 

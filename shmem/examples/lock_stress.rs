@@ -23,41 +23,21 @@ use shmem::variants::WaitQueue;
 use shmem::{NamedLock, Settings, Shmem};
 use std::time::{Duration, Instant};
 
+/// Acquisitions per second of one contended LWLock, both wait queues.
+#[derive(clap::Parser)]
+#[command(name = "lock_stress")]
 struct Options {
+    /// Measured seconds per client count and queue
+    #[arg(long, value_name = "S", default_value = "2")]
     seconds: f64,
+    /// Share of shared acquisitions, percent
+    #[arg(long, value_name = "P", default_value = "80",
+          value_parser = clap::value_parser!(u64).range(0..=100))]
     shared_pct: u64,
+    /// Comma-separated client process counts
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "2,4,16,64,256",
+          action = clap::ArgAction::Set)]
     clients: Vec<usize>,
-}
-
-fn parse_args() -> Options {
-    let mut o = Options {
-        seconds: 2.0,
-        shared_pct: 80,
-        clients: vec![2, 4, 16, 64, 256],
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
-        match a.as_str() {
-            "--seconds" => o.seconds = val().parse().expect("--seconds: a number"),
-            "--shared-pct" => {
-                o.shared_pct = val().parse().expect("--shared-pct: 0..=100");
-                assert!(o.shared_pct <= 100, "--shared-pct: 0..=100");
-            }
-            "--clients" => {
-                o.clients = val()
-                    .split(',')
-                    .map(|c| {
-                        c.trim()
-                            .parse()
-                            .expect("--clients: comma-separated numbers")
-                    })
-                    .collect()
-            }
-            _ => panic!("unknown argument {a} (see the header of lock_stress.rs)"),
-        }
-    }
-    o
 }
 
 /// Kills leftover children on every exit path (the segment is unnamed:
@@ -207,7 +187,7 @@ fn reap_all(guard: &mut Guard) {
 }
 
 fn main() {
-    let o = parse_args();
+    let o = <Options as clap::Parser>::parse();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "lock_stress: one LWLock, {}% shared / {}% exclusive, {} s per point, {cpus} CPUs",

@@ -133,11 +133,17 @@ fn posix_round_trips(n: u64) -> Duration {
     d
 }
 
+/// Round trips per second of a futex `Semaphore` and a POSIX `sem_t`.
+#[derive(clap::Parser)]
+#[command(name = "sema_pingpong")]
+struct Args {
+    /// Round trips per variant
+    #[arg(value_name = "ROUND_TRIPS", default_value = "200000")]
+    n: u64,
+}
+
 fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().expect("ROUND_TRIPS must be a number"))
-        .unwrap_or(200_000);
+    let n = <Args as clap::Parser>::parse().n;
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("sema_pingpong: {n} round trips per variant, {cpus} CPUs");
     let futex = futex_round_trips(n);

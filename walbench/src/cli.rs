@@ -1,264 +1,176 @@
-//! walbench's one command-line path: every mode declares its options once
-//! (flag, value name, help) in a table of `Opt`, and this module parses the
-//! arguments against it, renders the mode's `--help` from it, checks the
-//! values the modes share (client counts, seconds, settings, chart paths)
-//! with the same error messages, and turns the outcome into the exit code.
+//! walbench's command line, declared with clap's derive: the plain mode's
+//! options at the top level (`walbench [OPTIONS]`), every other mode a
+//! subcommand whose options struct lives with the mode. This module holds
+//! the value parsers the modes share (lists, client counts, seconds, chart
+//! paths, settings) and turns a mode's outcome into the exit status.
 //!
-//! Invariants: `-h` / `--help` anywhere asks for help; an option taking a
-//! value always consumes the next argument; every usage error exits 2 with
-//! the mode's help command named, a failed run exits 1, success 0.
+//! Invariants: a bad argument is clap's one-line error and exit status 2,
+//! and so is what a mode finds wrong with its options as a whole before it
+//! runs (its `check`); a failed run exits 1 with `walbench: error: ...`
+//! (after a newline that ends an open progress line), success 0. `--help`
+//! is generated from the declarations and the tables of variants,
+//! experiments and victims; `walbench completions SHELL` prints a shell's
+//! completion script.
 
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use crate::{reproduce, sweep, tail, torture, workercmp};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-/// One option of a mode: its key (the mode's own enum), its flags (the
-/// first shown in `--help`, the others accepted silently), the name of its
-/// value (empty for a switch) and its help text (lines after the first are
-/// indented under it).
-pub struct Opt<K> {
-    pub key: K,
-    pub flags: Vec<&'static str>,
-    pub value: &'static str,
-    pub many: bool,
-    pub help: String,
+/// The whole command line.
+#[derive(Parser)]
+#[command(
+    name = "walbench",
+    about = "Measure walshm's WAL throughput per variant, workload and client count",
+    after_help = sweep::variants_help(),
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    plain: sweep::Options,
 }
 
-impl<K> Opt<K> {
-    /// `usage` is the flag and its value name as `--help` shows them:
-    /// `"--clients LIST"`, `"-D DIR"`.
-    pub fn new(key: K, usage: &'static str, help: impl Into<String>) -> Opt<K> {
-        let (flag, value) = usage.split_once(' ').unwrap_or((usage, ""));
-        Opt {
-            key,
-            flags: vec![flag],
-            value,
-            many: false,
-            help: help.into(),
+#[derive(Subcommand)]
+pub(crate) enum Mode {
+    /// Rerun a seed's benchmark table on this machine
+    #[command(after_help = reproduce::experiments_help())]
+    Reproduce(reproduce::Options),
+    /// Records/s and durable commits/s of a worker program against the
+    /// built-in emit and emit-tx workloads
+    WorkerVsBuiltin(workercmp::Options),
+    /// Kill -9 any server process, or simulate power losses, in a loop, and
+    /// check that no acknowledged commit is lost
+    #[command(after_help = torture::after_help())]
+    Torture(torture::Options),
+    /// Latency from a message's due time to its delivery, per read path and
+    /// producer rate, and the most each path delivers
+    #[command(
+        after_help = "Latency counts from each message's due time (no coordinated omission)."
+    )]
+    Tail(tail::Options),
+    /// Print a completion script for SHELL (e.g. `walbench completions bash
+    /// > /etc/bash_completion.d/walbench`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `walbench ARGS` (without the program name): 0 ok, 1 a failed run, 2 a
+/// usage error.
+pub fn main_with(args: &[String]) -> i32 {
+    let name = std::iter::once("walbench".to_string());
+    let cli = match Cli::try_parse_from(name.chain(args.iter().cloned())) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match cli.mode {
+        None => finish("", cli.plain, Ok, sweep::run_mode, ""),
+        Some(Mode::Reproduce(a)) => {
+            finish("reproduce", a, reproduce::check, reproduce::run_mode, "\n")
+        }
+        Some(Mode::WorkerVsBuiltin(o)) => {
+            finish("worker-vs-builtin", o, Ok, workercmp::run_mode, "")
+        }
+        Some(Mode::Torture(o)) => finish("torture", o, torture::check, torture::run, "\n"),
+        Some(Mode::Tail(o)) => finish("tail", o, Ok, tail::run_mode, "\n"),
+        Some(Mode::Completions { shell }) => {
+            let out = &mut std::io::stdout();
+            clap_complete::generate(shell, &mut Cli::command(), "walbench", out);
+            0
         }
     }
+}
 
-    /// Another spelling of the flag, not shown in `--help`.
-    pub fn alias(mut self, flag: &'static str) -> Opt<K> {
-        self.flags.push(flag);
-        self
-    }
-
-    /// The option may be given more than once (shown as `...`).
-    pub fn many(mut self) -> Opt<K> {
-        self.many = true;
-        self
-    }
-
-    fn usage(&self) -> String {
-        if self.value.is_empty() {
-            self.flags[0].to_string()
-        } else {
-            format!("{} {}", self.flags[0], self.value)
+/// Checks the parsed options `a` of `mode` as a whole (`check`: a usage
+/// error, exit 2), then runs (`run`: exit 1 on failure, its error after
+/// `lead`).
+fn finish<A, O>(
+    mode: &str,
+    a: A,
+    check: fn(A) -> Result<O, String>,
+    run: fn(&O) -> Result<(), String>,
+    lead: &str,
+) -> i32 {
+    let o = match check(a) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = usage_error(mode, e).print();
+            return 2;
+        }
+    };
+    match run(&o) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{lead}walbench: error: {e}");
+            1
         }
     }
 }
 
-/// The arguments of one command line, in order, with their option keys.
-pub struct Parsed<K> {
-    pub options: Vec<(K, String)>,
-    pub positional: Vec<String>,
+/// A usage error found after parsing, in clap's format with `mode`'s usage
+/// line (the top level's for "").
+fn usage_error(mode: &str, msg: String) -> clap::Error {
+    let mut top = Cli::command();
+    top.build();
+    let mut cmd = top.find_subcommand(mode).cloned().unwrap_or(top);
+    cmd.error(ErrorKind::ValueValidation, msg)
 }
 
-/// Parses `args` against `spec` and hands each option to `apply` in
-/// order; returns the positional arguments, or `None` for help.
-pub fn parse_with<K: Copy>(
-    spec: &[Opt<K>],
-    positional: usize,
+/// Parses `walbench ARGS` (without the program name) as the binary does
+/// but reports as a library: `Ok(None)` is a request for help, `Err` the
+/// usage error's text.
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Cli>, String> {
+    match Cli::try_parse_from(std::iter::once("walbench".to_string()).chain(args)) {
+        Ok(cli) => Ok(Some(cli)),
+        Err(e) if e.kind() == ErrorKind::DisplayHelp => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Parses `walbench MODE ARGS` and hands the mode's options to `pick`
+/// (None: not that mode); `Ok(None)` is a request for help.
+pub(crate) fn parse_mode<T>(
+    mode: &str,
     args: &[String],
-    mut apply: impl FnMut(K, &str) -> Result<(), String>,
-) -> Result<Option<Vec<String>>, String> {
-    let Some(parsed) = parse(spec, positional, args)? else {
+    pick: fn(Mode) -> Option<T>,
+) -> Result<Option<T>, String> {
+    let Some(cli) = parse(std::iter::once(mode.to_string()).chain(args.iter().cloned()))? else {
         return Ok(None);
     };
-    for (key, v) in &parsed.options {
-        apply(*key, v)?;
-    }
-    Ok(Some(parsed.positional))
+    cli.mode
+        .and_then(pick)
+        .map(Some)
+        .ok_or_else(|| format!("not {mode}"))
 }
 
-/// Parses `args` against `spec`, allowing up to `positional` arguments
-/// that are not options. `Ok(None)` is a request for help.
-pub fn parse<K: Copy>(
-    spec: &[Opt<K>],
-    positional: usize,
-    args: &[String],
-) -> Result<Option<Parsed<K>>, String> {
-    let mut out = Parsed {
-        options: vec![],
-        positional: vec![],
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "-h" || a == "--help" {
-            return Ok(None);
-        }
-        if let Some(o) = spec.iter().find(|o| o.flags.contains(&a.as_str())) {
-            let value = if o.value.is_empty() {
-                String::new()
-            } else {
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("option {a} needs a value"))?
-            };
-            out.options.push((o.key, value));
-        } else if a.starts_with('-') {
-            return Err(format!("unknown option \"{a}\""));
-        } else if out.positional.len() < positional {
-            out.positional.push(a.clone());
-        } else {
-            return Err(format!("unexpected argument \"{a}\""));
-        }
-    }
-    Ok(Some(out))
+/// The plain mode's options from `walbench ARGS` (a unit test's).
+#[cfg(test)]
+pub fn parse_plain(args: &str) -> Result<Option<sweep::Options>, String> {
+    parse(args.split_whitespace().map(str::to_string)).map(|c| c.map(|c| c.plain))
 }
 
-/// The width the synopsis wraps at.
-const WRAP: usize = 92;
-
-/// A mode's `--help`: `about`, the usage lines (`others`, then `command`
-/// with every option, wrapped), one line per option with its help in a
-/// column, then a blank line and `trailer`.
-pub fn help<K>(
-    about: &str,
-    others: &[&str],
-    command: &str,
-    spec: &[Opt<K>],
-    trailer: &str,
-) -> String {
-    const LEAD: &str = "Usage: ";
-    let mut s = format!("{about}\n\n");
-    let mine = synopsis(command, spec, WRAP - LEAD.len());
-    for (i, line) in others.iter().copied().chain(mine.lines()).enumerate() {
-        let lead = if i == 0 { LEAD } else { "" };
-        let _ = writeln!(s, "{lead:<w$}{line}", w = LEAD.len());
-    }
-    s.push('\n');
-    let column = spec.iter().map(|o| o.usage().len()).max().unwrap_or(0) + 4;
-    for o in spec {
-        let mut lines = o.help.lines();
-        let first = lines.next().unwrap_or("");
-        let _ = writeln!(s, "{:<column$}{first}", format!("  {}", o.usage()));
-        for l in lines {
-            let _ = writeln!(s, "{:column$}{l}", "");
-        }
-    }
-    let _ = write!(s, "\n{trailer}");
-    s
+/// One item of a comma-separated list of `T`.
+pub fn item<T: FromStr>(v: &str) -> Result<T, String> {
+    v.trim()
+        .parse::<T>()
+        .map_err(|_| format!("invalid item \"{v}\""))
 }
 
-/// `command [OPTION ...] ...` wrapped at `width`, continuation lines
-/// indented past the program's name.
-fn synopsis<K>(command: &str, spec: &[Opt<K>], width: usize) -> String {
-    let indent = command.split(' ').next().unwrap_or("").len();
-    let mut out = String::new();
-    let mut line = command.to_string();
-    let mut items = 0;
-    for o in spec {
-        let item = format!("[{}{}]", o.usage(), if o.many { " ..." } else { "" });
-        if items > 0 && line.len() + 1 + item.len() > width {
-            let _ = writeln!(out, "{line}");
-            line = " ".repeat(indent);
-            items = 0;
-        }
-        items += 1;
-        line.push(' ');
-        line.push_str(&item);
-    }
-    out.push_str(&line);
-    out
-}
-
-/// A walbench mode: how it reads its command line and what it runs.
-pub struct Mode<O> {
-    /// The command that shows this mode's help, named in usage errors.
-    pub help_command: &'static str,
-    /// Printed before a failed run's error (to end a progress line).
-    pub error_lead: &'static str,
-    /// The options, or `None` for a request for help.
-    pub parse: fn(&[String]) -> Result<Option<O>, String>,
-    pub help: fn() -> String,
-    pub run: fn(&O) -> Result<(), String>,
-}
-
-impl<O> Mode<O> {
-    pub const fn new(
-        help_command: &'static str,
-        parse: fn(&[String]) -> Result<Option<O>, String>,
-        help: fn() -> String,
-        run: fn(&O) -> Result<(), String>,
-    ) -> Mode<O> {
-        Mode {
-            help_command,
-            error_lead: "",
-            parse,
-            help,
-            run,
-        }
-    }
-
-    /// Ends an open progress line before a failed run's error.
-    pub const fn after_progress(self) -> Mode<O> {
-        Mode {
-            error_lead: "\n",
-            ..self
-        }
-    }
-
-    /// Parses and runs: 0 ok, 1 a failed run, 2 a usage error.
-    pub fn main(&self, args: &[String]) -> i32 {
-        let options = match (self.parse)(args) {
-            Ok(Some(o)) => o,
-            Ok(None) => {
-                print!("{}", (self.help)());
-                return 0;
-            }
-            Err(e) => {
-                eprintln!("walbench: error: {e}");
-                eprintln!("Try \"{}\" for more information.", self.help_command);
-                return 2;
-            }
-        };
-        match (self.run)(&options) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("{}walbench: error: {e}", self.error_lead);
-                1
-            }
-        }
-    }
-}
-
-/// A comma-separated list of `what`.
-pub fn list<T: FromStr>(v: &str, what: &str) -> Result<Vec<T>, String> {
-    v.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<T>()
-                .map_err(|_| format!("invalid {what} \"{x}\" in \"{v}\""))
-        })
-        .collect()
-}
-
-/// A comma-separated list of names (repeatable options extend it).
-pub fn names(v: &str) -> impl Iterator<Item = String> + '_ {
-    v.split(',').map(|n| n.trim().to_string())
-}
-
-/// A `--clients` list: each count 1..=4096.
-pub fn clients(v: &str) -> Result<Vec<u32>, String> {
-    let c: Vec<u32> = list(v, "client count")?;
-    if let Some(bad) = c.iter().find(|n| !(1..=4096).contains(*n)) {
-        return Err(format!(
-            "invalid client count {bad} in --clients \"{v}\" (each must be 1..=4096)"
-        ));
-    }
-    Ok(c)
+/// A client count: 1..=4096.
+pub fn client_count(v: &str) -> Result<u32, String> {
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=4096).contains(n))
+        .ok_or_else(|| format!("invalid client count \"{v}\" (each must be 1..=4096)"))
 }
 
 /// A `--seconds` value: 0 < S <= 3600.
@@ -266,97 +178,51 @@ pub fn seconds(v: &str) -> Result<f64, String> {
     v.parse::<f64>()
         .ok()
         .filter(|s| *s > 0.0 && *s <= 3600.0)
-        .ok_or_else(|| format!("invalid --seconds \"{v}\" (0 < S <= 3600)"))
+        .ok_or_else(|| "0 < S <= 3600".to_string())
 }
 
-/// A `--chart` path: `.svg` or `.png`.
+/// A `--chart` path: `.svg`, or `.png` (the SVG rendered).
 pub fn chart(v: &str) -> Result<PathBuf, String> {
-    let p = PathBuf::from(v);
-    crate::chart::check_path(&p)?;
-    Ok(p)
+    match Path::new(v).extension().and_then(|e| e.to_str()) {
+        Some("svg" | "png") => Ok(PathBuf::from(v)),
+        _ => Err("the chart file must end in .svg or .png".into()),
+    }
 }
 
-/// Checks `--set` assignments now rather than in the first postmaster.
-pub fn check_sets(sets: &[String]) -> Result<(), String> {
-    let mut s = shmem::Settings::default();
-    for a in sets {
-        s.set_assignment(a).map_err(|e| e.to_string())?;
-    }
-    Ok(())
+/// A `--set` assignment, checked now rather than in the first postmaster.
+pub fn setting(v: &str) -> Result<String, String> {
+    shmem::Settings::default()
+        .set_assignment(v)
+        .map_err(|e| e.to_string())?;
+    Ok(v.to_string())
 }
 
 /// The help of the options every measuring mode has.
-pub const SECONDS_HELP: &str = "measured seconds per point (default 2)";
-pub const SET_HELP: &str = "a setting for every run (see postmaster --help), e.g. fsync=off";
+pub const SET_HELP: &str =
+    "A setting for every run (see postmaster --help; repeatable), e.g. fsync=off";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    enum K {
-        A,
-        B,
-    }
-
-    fn spec() -> Vec<Opt<K>> {
-        vec![
-            Opt::new(K::A, "--alpha N", "the alpha\nsecond line").many(),
-            Opt::new(K::B, "--beta", "a switch").alias("-b"),
-        ]
-    }
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
-
     #[test]
-    fn parses_options_aliases_and_positionals() {
-        let p = parse(&spec(), 1, &args("x --alpha 1 -b --alpha 2"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            p.options,
-            vec![
-                (K::A, "1".into()),
-                (K::B, String::new()),
-                (K::A, "2".into())
-            ]
-        );
-        assert_eq!(p.positional, vec!["x".to_string()]);
-        assert!(parse(&spec(), 0, &args("--beta -h")).unwrap().is_none());
-        let err = |a: &str| parse(&spec(), 0, &args(a)).err().unwrap();
-        assert_eq!(err("--alpha"), "option --alpha needs a value");
-        assert_eq!(err("--gamma"), "unknown option \"--gamma\"");
-        assert_eq!(err("x"), "unexpected argument \"x\"");
-    }
-
-    #[test]
-    fn help_lists_every_option_once() {
-        let h = help("about", &["other"], "cmd", &spec(), "trailer\n");
-        assert!(
-            h.starts_with("about\n\nUsage: other\n       cmd [--alpha N ...] [--beta]\n\n"),
-            "{h}"
-        );
-        assert!(
-            h.contains("\n  --alpha N  the alpha\n             second line\n"),
-            "{h}"
-        );
-        assert!(h.contains("\n  --beta     a switch\n"), "{h}");
-        assert!(!h.contains("-b "));
-        assert!(h.ends_with("second line\n  --beta     a switch\n\ntrailer\n"));
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn shared_values_are_checked() {
-        assert_eq!(clients("1, 4").unwrap(), vec![1, 4]);
-        assert!(clients("0").unwrap_err().contains("1..=4096"));
-        assert!(clients("1,x").unwrap_err().contains("invalid client count"));
+        assert_eq!(client_count(" 4").unwrap(), 4);
+        assert!(client_count("0").unwrap_err().contains("1..=4096"));
+        assert!(client_count("x")
+            .unwrap_err()
+            .contains("invalid client count"));
         assert_eq!(seconds("0.5").unwrap(), 0.5);
         assert!(seconds("0").is_err() && seconds("3601").is_err());
-        assert!(chart("a.png").is_ok() && chart("a.gif").is_err());
-        assert!(check_sets(&["fsync=off".into()]).is_ok());
-        assert!(check_sets(&["bogus=1".into()]).is_err());
-        assert_eq!(names("a, b").collect::<Vec<_>>(), vec!["a", "b"]);
+        assert!(chart("a.png").is_ok() && chart("a.svg").is_ok());
+        assert!(chart("a.gif").unwrap_err().contains(".svg or .png"));
+        assert!(setting("fsync=off").is_ok());
+        assert!(setting("bogus=1").is_err());
+        assert_eq!(item::<u64>(" 7"), Ok(7));
     }
 }

@@ -62,13 +62,7 @@ pub fn main() -> i32 {
 /// `main` with explicit arguments (without the program name): 0 ok, 1 a
 /// failed run, 2 a usage error.
 pub fn main_with(args: &[String]) -> i32 {
-    match args.split_first() {
-        Some((mode, rest)) if mode == "reproduce" => reproduce::MODE.main(rest),
-        Some((mode, rest)) if mode == "worker-vs-builtin" => workercmp::MODE.main(rest),
-        Some((mode, rest)) if mode == "torture" => torture::MODE.main(rest),
-        Some((mode, rest)) if mode == "tail" => tail::MODE.main(rest),
-        _ => sweep::MODE.main(args),
-    }
+    cli::main_with(args)
 }
 
 /// The `postmaster` binary next to this executable (or, for a test

@@ -9,7 +9,7 @@
 //! first server of a run is measurably slower (cold page cache, CPU
 //! frequency) and would bias whichever variant runs first.
 
-use crate::cli::{self, Opt};
+use crate::cli;
 use crate::point::{self, PointSpec};
 use crate::report::{self, Column, Files, Value};
 use crate::variants::{self, Variant, VARIANTS};
@@ -19,15 +19,36 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// The plain mode's options (the top level of walbench's command line).
+#[derive(clap::Args)]
 pub struct Options {
+    #[arg(long = "workload", value_name = "KIND", value_delimiter = ',',
+          default_value = "emit:100", value_parser = workload, help = workload_help())]
     pub workloads: Vec<String>,
+    /// Comma-separated backend counts
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1,2,4,16",
+          value_parser = cli::client_count, action = clap::ArgAction::Set)]
     pub clients: Vec<u32>,
+    /// Measured seconds per point
+    #[arg(long, value_name = "S", default_value = "2", value_parser = cli::seconds)]
     pub seconds: f64,
-    pub variants: Vec<&'static Variant>,
+    #[arg(long = "variant", value_name = "NAME", value_delimiter = ',',
+          value_parser = variant_name, help = variant_help())]
+    pub variants: Vec<String>,
+    #[arg(long = "set", short = 'c', value_name = "NAME=VALUE", value_parser = cli::setting,
+          help = cli::SET_HELP)]
     pub sets: Vec<String>,
+    /// Use this data directory (initialized if empty) instead of a fresh
+    /// temporary one per point
+    #[arg(short = 'D', value_name = "DIR")]
     pub datadir: Option<PathBuf>,
-    /// `--json`, `--chart` (no CSV here).
-    pub files: Files,
+    /// Also write {"runs":[{variant,workload,clients,seconds,transactions,tps},...]}
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also draw TPS against clients (.svg, or .png rendered), a panel per
+    /// workload, a line per variant
+    #[arg(long, value_name = "FILE", value_parser = cli::chart)]
+    pub chart: Option<PathBuf>,
 }
 
 /// One measured point.
@@ -46,146 +67,66 @@ pub struct Run {
     pub observed: crate::observe::Observed,
 }
 
-#[derive(Clone, Copy)]
-enum Key {
-    Workload,
-    Clients,
-    Seconds,
-    Variant,
-    Set,
-    DataDir,
-    Json,
-    Chart,
+fn workload_help() -> String {
+    format!("Workloads to run (repeatable or comma-separated): {WORKLOAD_HELP}")
 }
 
-fn options() -> Vec<Opt<Key>> {
-    vec![
-        Opt::new(
-            Key::Workload,
-            "--workload KIND",
-            format!("repeatable or comma-separated; {WORKLOAD_HELP} (default emit:100)"),
-        )
-        .many(),
-        Opt::new(
-            Key::Clients,
-            "--clients LIST",
-            "comma-separated backend counts (default 1,2,4,16)",
-        ),
-        Opt::new(Key::Seconds, "--seconds S", cli::SECONDS_HELP),
-        Opt::new(
-            Key::Variant,
-            "--variant NAME",
-            "repeatable or comma-separated, or 'all' (default modern,single-insert-lock)",
-        )
-        .many(),
-        Opt::new(Key::Set, "--set NAME=VALUE", cli::SET_HELP)
-            .alias("-c")
-            .many(),
-        Opt::new(
-            Key::DataDir,
-            "-D DIR",
-            "use this data directory (initialized if empty) instead of a\n\
-             fresh temporary one per point",
-        ),
-        Opt::new(
-            Key::Json,
-            "--json FILE",
-            "also write {\"runs\":[{variant,workload,clients,seconds,transactions,tps},...]}",
-        ),
-        Opt::new(
-            Key::Chart,
-            "--chart FILE",
-            "also draw TPS against clients (.svg, or .png rendered), a panel per workload, \
-             a line per variant",
-        ),
-    ]
+/// A `--workload` item.
+fn workload(v: &str) -> Result<String, String> {
+    Workload::parse(v.trim()).map(|_| v.trim().to_string())
 }
 
-pub fn help() -> String {
+/// A `--variant` item: a name from the table, or `all`.
+fn variant_name(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    match v == "all" || variants::find(VARIANTS, v).is_some() {
+        true => Ok(v.to_string()),
+        false => Err(format!(
+            "unknown variant (valid: {}, all)",
+            variants::names(VARIANTS)
+        )),
+    }
+}
+
+/// The list `--help` ends with: every variant and what it changes.
+pub fn variants_help() -> String {
     let mut variants = String::from("Variants:\n");
     for v in VARIANTS {
         let _ = writeln!(variants, "  {:<22} {}", v.name, v.what);
     }
-    cli::help(
-        "walbench: measure walshm's WAL throughput per variant, workload and client count",
-        &[
-            "walbench reproduce NAME [...]   (see walbench reproduce --help)",
-            "walbench torture -D DIR [...]   (see walbench torture --help)",
-        ],
-        "walbench",
-        &options(),
-        &variants,
+    variants
+}
+
+/// The variants compared when `--variant` is not given.
+const DEFAULT_VARIANTS: [&str; 2] = ["modern", "single-insert-lock"];
+
+fn variant_help() -> String {
+    format!(
+        "Variants to compare (repeatable or comma-separated; the list below), or 'all' \
+         [default: {}]",
+        DEFAULT_VARIANTS.join(",")
     )
 }
 
-impl Options {
-    fn apply(&mut self, key: Key, v: &str, variant_names: &mut Vec<String>) -> Result<(), String> {
-        match key {
-            Key::Workload => self.workloads.extend(cli::names(v)),
-            Key::Clients => self.clients = cli::clients(v)?,
-            Key::Seconds => self.seconds = cli::seconds(v)?,
-            Key::Variant => variant_names.extend(cli::names(v)),
-            Key::Set => self.sets.push(v.to_string()),
-            Key::DataDir => self.datadir = Some(PathBuf::from(v)),
-            Key::Json => self.files.json = Some(PathBuf::from(v)),
-            Key::Chart => self.files.chart = Some(cli::chart(v)?),
-        }
-        Ok(())
-    }
-}
-
-/// The variants named on the command line (`all`: every one).
-fn pick_variants(names: &[String]) -> Result<Vec<&'static Variant>, String> {
-    if names.is_empty() {
-        return pick_variants(&["modern".into(), "single-insert-lock".into()]);
-    }
+/// The variants named on the command line (`all`: every one; none: the
+/// default ones).
+fn pick_variants(names: &[String]) -> Vec<&'static Variant> {
     if names.iter().any(|n| n == "all") {
-        return Ok(VARIANTS.iter().collect());
+        return VARIANTS.iter().collect();
+    }
+    if names.is_empty() {
+        return pick_variants(&DEFAULT_VARIANTS.map(String::from));
     }
     names
         .iter()
-        .map(|n| {
-            variants::find(VARIANTS, n).ok_or_else(|| {
-                format!(
-                    "unknown variant \"{n}\" (valid: {}, all)",
-                    variants::names(VARIANTS)
-                )
-            })
-        })
+        .filter_map(|n| variants::find(VARIANTS, n))
         .collect()
 }
 
-pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        workloads: vec![],
-        clients: vec![1, 2, 4, 16],
-        seconds: 2.0,
-        variants: vec![],
-        sets: vec![],
-        datadir: None,
-        files: Files::default(),
-    };
-    let mut variant_names = vec![];
-    let given = cli::parse_with(&options(), 0, args, |key, v| {
-        o.apply(key, v, &mut variant_names)
-    })?;
-    if given.is_none() {
-        return Ok(None);
-    }
-    if o.workloads.is_empty() {
-        o.workloads.push("emit:100".into());
-    }
-    for w in &o.workloads {
-        Workload::parse(w)?;
-    }
-    o.variants = pick_variants(&variant_names)?;
-    cli::check_sets(&o.sets)?;
-    Ok(Some(o))
-}
-
 /// The plain mode.
-pub const MODE: cli::Mode<Options> =
-    cli::Mode::new("walbench --help", parse, help, |o| run_all(o).map(drop));
+pub fn run_mode(o: &Options) -> Result<(), String> {
+    run_all(o).map(drop)
+}
 
 /// One point to measure.
 struct Point<'a> {
@@ -196,10 +137,10 @@ struct Point<'a> {
 
 /// Every point, workloads outermost, variants innermost.
 fn points(o: &Options) -> Vec<Point<'_>> {
-    let mut v = vec![];
+    let (mut v, variants) = (vec![], pick_variants(&o.variants));
     for w in &o.workloads {
         for &clients in &o.clients {
-            for &variant in &o.variants {
+            for &variant in &variants {
                 v.push(Point {
                     workload: w,
                     clients,
@@ -248,7 +189,12 @@ pub fn run_all(o: &Options) -> Result<Vec<Run>, String> {
         );
         runs.push(r);
     }
-    report::publish(&Sweep(&runs), &o.files)?;
+    let files = Files {
+        json: o.json.clone(),
+        csv: None,
+        chart: o.chart.clone(),
+    };
+    report::publish(&Sweep(&runs), &files)?;
     Ok(runs)
 }
 
@@ -423,25 +369,28 @@ pub fn json(runs: &[Run]) -> String {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
+    use crate::cli::parse_plain as parse;
 
     #[test]
     fn parses_and_rejects() {
-        let o = parse(&args(
-            "--workload emit:16,emit:100 --clients 1,4 --seconds 0.5 --variant all",
-        ))
-        .unwrap()
-        .unwrap();
+        let o = parse("--workload emit:16,emit:100 --clients 1,4 --seconds 0.5 --variant all")
+            .unwrap()
+            .unwrap();
         assert_eq!(o.workloads.len(), 2);
         assert_eq!(o.clients, vec![1, 4]);
-        assert_eq!(o.variants.len(), VARIANTS.len());
-        assert!(parse(&args("--clients 0")).is_err());
-        assert!(parse(&args("--variant nope")).is_err());
-        assert!(parse(&args("--workload emit:x")).is_err());
-        assert!(parse(&args("--set bogus=1")).is_err());
-        assert!(parse(&args("--help")).unwrap().is_none());
+        assert_eq!(pick_variants(&o.variants).len(), VARIANTS.len());
+        let o = parse("--clients 1,4 --clients 2").unwrap().unwrap();
+        assert_eq!(
+            (o.clients, o.workloads),
+            (vec![2], vec!["emit:100".to_string()])
+        );
+        assert_eq!(pick_variants(&o.variants).len(), 2);
+        assert!(parse("--clients 0").is_err());
+        assert!(parse("--variant nope").is_err());
+        assert!(parse("--workload emit:x").is_err());
+        assert!(parse("--set bogus=1").is_err());
+        assert!(parse("--help").unwrap().is_none());
+        assert!(variants_help().contains("modern"));
     }
 
     #[test]
@@ -469,14 +418,9 @@ mod tests {
         assert_eq!(p[0].series.len(), 2);
         assert_eq!(p[0].series[0].points.len(), 2);
         assert_eq!(p[1].title, "txid");
-        assert!(parse(&args("--chart x.png")).is_ok());
-        assert!(parse(&args("--chart x.gif")).is_err());
-        assert!(parse(&args("--chart x.svg"))
-            .unwrap()
-            .unwrap()
-            .files
-            .chart
-            .is_some());
+        assert!(parse("--chart x.png").is_ok());
+        assert!(parse("--chart x.gif").is_err());
+        assert!(parse("--chart x.svg").unwrap().unwrap().chart.is_some());
     }
 
     #[test]

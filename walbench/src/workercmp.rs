@@ -16,95 +16,32 @@
 //! never count; emit rows run with `fsync = off` (no flush is involved),
 //! commit rows with the data directory's `fsync` (on by default).
 
-use crate::cli::{self, Opt};
+use crate::cli;
 use crate::point::{self, Measured, PointSpec};
 use crate::postmaster_path;
 
+/// `walbench worker-vs-builtin`'s options.
+#[derive(clap::Args)]
 pub struct Options {
+    /// The worker program (and arguments); it gets --size SIZE [--tx]
+    #[arg(long, value_name = "CMD")]
     pub worker_cmd: String,
+    /// Comma-separated worker counts
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "2,16",
+          value_parser = cli::client_count, action = clap::ArgAction::Set)]
     pub clients: Vec<u32>,
+    /// Measured seconds per point
+    #[arg(long, value_name = "S", default_value = "2", value_parser = cli::seconds)]
     pub seconds: f64,
+    /// Message payload bytes
+    #[arg(long, value_name = "N", default_value = "16")]
     pub size: usize,
+    #[arg(long = "set", short = 'c', value_name = "NAME=VALUE", value_parser = cli::setting,
+          help = cli::SET_HELP)]
     pub sets: Vec<String>,
 }
 
-#[derive(Clone, Copy)]
-enum Key {
-    WorkerCmd,
-    Clients,
-    Seconds,
-    Size,
-    Set,
-}
-
-fn options() -> Vec<Opt<Key>> {
-    vec![
-        Opt::new(
-            Key::WorkerCmd,
-            "--worker-cmd CMD",
-            "the worker program (and arguments); it gets --size SIZE [--tx]",
-        ),
-        Opt::new(
-            Key::Clients,
-            "--clients LIST",
-            "comma-separated worker counts (default 2,16)",
-        ),
-        Opt::new(Key::Seconds, "--seconds S", cli::SECONDS_HELP),
-        Opt::new(Key::Size, "--size N", "message payload bytes (default 16)"),
-        Opt::new(Key::Set, "--set NAME=VALUE", cli::SET_HELP)
-            .alias("-c")
-            .many(),
-    ]
-}
-
-pub fn help() -> String {
-    cli::help(
-        "walbench worker-vs-builtin: records/s and durable commits/s of a worker program \
-         against the built-in emit and emit-tx workloads",
-        &[],
-        "walbench worker-vs-builtin",
-        &options(),
-        "",
-    )
-}
-
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        worker_cmd: String::new(),
-        clients: vec![2, 16],
-        seconds: 2.0,
-        size: 16,
-        sets: Vec::new(),
-    };
-    let spec = options();
-    let applied = cli::parse_with(&spec, 0, args, |k, v| {
-        match k {
-            Key::WorkerCmd => o.worker_cmd = v.to_string(),
-            Key::Clients => o.clients = cli::clients(v)?,
-            Key::Seconds => o.seconds = cli::seconds(v)?,
-            Key::Size => {
-                o.size = v
-                    .parse()
-                    .map_err(|_| format!("--size: \"{v}\" is not a byte count"))?
-            }
-            Key::Set => o.sets.push(v.to_string()),
-        }
-        Ok(())
-    })?;
-    if applied.is_none() {
-        return Ok(None);
-    }
-    if o.worker_cmd.is_empty() {
-        return Err("--worker-cmd CMD is required".into());
-    }
-    cli::check_sets(&o.sets)?;
-    Ok(Some(o))
-}
-
-pub const MODE: cli::Mode<Options> =
-    cli::Mode::new("walbench worker-vs-builtin --help", parse, help, run_mode);
-
-fn run_mode(o: &Options) -> Result<(), String> {
+pub fn run_mode(o: &Options) -> Result<(), String> {
     let rows = run(o)?;
     print!("{}", table(&rows));
     Ok(())

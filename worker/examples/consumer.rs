@@ -7,9 +7,7 @@
 //!
 //! (LSNs in `%X/%08X` form; the payload lossily as UTF-8.)
 //!
-//! ```text
-//! consumer -D DIR [--from LSN] [--count N] [--idle-exit SECONDS] [--prefix P]
-//! ```
+//! `consumer -D DIR [--from LSN] [--count N] [--idle-exit SECONDS] [--prefix P]`
 //!
 //! It attaches to the server (so it sees only flushed WAL and learns of a
 //! restart), reads from `--from` (default: the oldest segment) and exits 0
@@ -21,34 +19,44 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use walshm::{Lsn, Worker};
 
+/// Prints the committed transactional messages of a running server.
+#[derive(clap::Parser)]
+#[command(name = "consumer")]
+struct Args {
+    /// The data directory of the server to attach to
+    #[arg(short = 'D', long = "data-dir", value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Read from this LSN [default: the oldest segment]
+    #[arg(long, value_name = "LSN", value_parser = |v: &str| walshm::parse_lsn(v).map_err(|e| e.to_string()))]
+    from: Option<Lsn>,
+    /// Exit 0 after N messages
+    #[arg(long, value_name = "N", default_value_t = u64::MAX, hide_default_value = true)]
+    count: u64,
+    /// Exit 0 after SECONDS without a message
+    #[arg(long = "idle-exit", value_name = "SECONDS", default_value = "3600")]
+    idle: f64,
+    /// Only messages with this prefix
+    #[arg(long, value_name = "P")]
+    prefix: Option<String>,
+}
+
 fn main() {
-    if let Err(e) = run() {
+    let a = <Args as clap::Parser>::parse();
+    if let Err(e) = run(a) {
         eprintln!("consumer: {e}");
         std::process::exit(1);
     }
 }
 
-fn run() -> Result<(), String> {
-    let mut dir = None;
-    let mut from: Lsn = 0;
-    let mut count = u64::MAX;
-    let mut idle = Duration::from_secs(3600);
-    let mut prefix = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "-D" | "--data-dir" => dir = Some(PathBuf::from(value()?)),
-            "--from" => from = walshm::parse_lsn(&value()?).map_err(|e| e.to_string())?,
-            "--count" => count = value()?.parse().map_err(|e| format!("--count: {e}"))?,
-            "--idle-exit" => {
-                let s: f64 = value()?.parse().map_err(|e| format!("--idle-exit: {e}"))?;
-                idle = Duration::from_secs_f64(s);
-            }
-            "--prefix" => prefix = Some(value()?),
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-    }
+fn run(a: Args) -> Result<(), String> {
+    let Args {
+        dir,
+        from,
+        count,
+        idle,
+        prefix,
+    } = a;
+    let (from, idle) = (from.unwrap_or(0), Duration::from_secs_f64(idle));
     let w = Worker::attach(dir.as_deref()).map_err(|e| e.to_string())?;
     let mut messages = w.reader(from).map_err(|e| e.to_string())?.committed();
     let mut out = std::io::stdout().lock();

@@ -11,15 +11,17 @@
 
 use std::time::Instant;
 
+/// Decodes every record of a data directory's WAL files.
+#[derive(clap::Parser)]
+#[command(name = "decode_bench")]
+struct Args {
+    /// The data directory whose WAL to read
+    #[arg(short = 'D', value_name = "DIR")]
+    dir: std::path::PathBuf,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let dir = match (args.next().as_deref(), args.next()) {
-        (Some("-D"), Some(d)) => std::path::PathBuf::from(d),
-        _ => {
-            eprintln!("usage: decode_bench -D DIR");
-            std::process::exit(2);
-        }
-    };
+    let dir = <Args as clap::Parser>::parse().dir;
     let mut r = match walshm::Reader::open(&dir, 0) {
         Ok(r) => r,
         Err(e) => {

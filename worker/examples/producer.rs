@@ -21,61 +21,41 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use walshm::{Error, Worker};
 
+/// Writes logical messages into a running walshm server.
+#[derive(clap::Parser)]
+#[command(name = "producer")]
 struct Args {
+    /// The data directory of the server to attach to [default: the server
+    /// that started this process]
+    #[arg(short = 'D', long = "data-dir", value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Payload bytes (`seq=N` padded with `x`)
+    #[arg(long, value_name = "N", default_value = "16")]
     size: usize,
+    /// Stop after N messages
+    #[arg(long, value_name = "N")]
     count: Option<u64>,
+    /// Stop after S seconds
+    #[arg(long, value_name = "S")]
     seconds: Option<f64>,
+    /// One transaction per message (begin, transactional message, commit)
+    #[arg(long)]
     tx: bool,
+    /// After each commit print `ack LSN` (the COMMIT record's start)
+    #[arg(long)]
     ack: bool,
+    /// Abort every K-th transaction instead (its message carries "abort")
+    #[arg(long, value_name = "K")]
     abort_every: Option<u64>,
+    /// The messages' prefix
+    #[arg(long, value_name = "P", default_value = "producer")]
     prefix: String,
+    /// After a server restart, attach again and go on
+    #[arg(long)]
     reattach: bool,
+    /// At the end print one JSON line {"walshm_producer":1,...}
+    #[arg(long)]
     summary: bool,
-}
-
-fn parse_args(args: Vec<String>) -> Result<Args, String> {
-    let mut a = Args {
-        dir: None,
-        size: 16,
-        count: None,
-        seconds: None,
-        tx: false,
-        ack: false,
-        abort_every: None,
-        prefix: "producer".into(),
-        reattach: false,
-        summary: false,
-    };
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "-D" | "--data-dir" => a.dir = Some(PathBuf::from(value(&arg)?)),
-            "--size" => a.size = value(&arg)?.parse().map_err(|e| format!("--size: {e}"))?,
-            "--count" => a.count = Some(value(&arg)?.parse().map_err(|e| format!("--count: {e}"))?),
-            "--seconds" => {
-                a.seconds = Some(
-                    value(&arg)?
-                        .parse()
-                        .map_err(|e| format!("--seconds: {e}"))?,
-                )
-            }
-            "--abort-every" => {
-                let k: u64 = value(&arg)?
-                    .parse()
-                    .map_err(|e| format!("--abort-every: {e}"))?;
-                a.abort_every = Some(k.max(1));
-            }
-            "--prefix" => a.prefix = value(&arg)?,
-            "--tx" => a.tx = true,
-            "--ack" => a.ack = true,
-            "--reattach" => a.reattach = true,
-            "--summary" => a.summary = true,
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-    }
-    Ok(a)
 }
 
 /// `seq=N` padded with `x` to `size` bytes (longer if N needs it).
@@ -128,7 +108,9 @@ fn produce(w: &mut Worker, a: &Args, t: &mut Totals, started: Instant) -> Result
             t.records += 1;
             continue;
         }
-        let abort = a.abort_every.is_some_and(|k| (seq + 1).is_multiple_of(k));
+        let abort = a
+            .abort_every
+            .is_some_and(|k| (seq + 1).is_multiple_of(k.max(1)));
         payload(&mut buf, seq, a.size, if abort { " abort" } else { "" });
         w.begin()?;
         w.emit_tx(&a.prefix, &buf)?;
@@ -208,11 +190,12 @@ fn main() {
 
 /// The whole program on `args`; returns the exit code.
 pub fn run_with(args: Vec<String>) -> i32 {
-    let a = match parse_args(args) {
+    let words = std::iter::once("producer".to_string()).chain(args);
+    let a = match <Args as clap::Parser>::try_parse_from(words) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("producer: {e}");
-            return 2;
+            let _ = e.print();
+            return e.exit_code();
         }
     };
     let started = Instant::now();

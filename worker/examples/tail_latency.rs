@@ -44,7 +44,7 @@ use std::time::Duration;
 use walshm::{Lsn, Worker};
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(<Args as clap::Parser>::parse()) {
         eprintln!("tail_latency: {e}");
         std::process::exit(1);
     }
@@ -56,13 +56,42 @@ enum Mode {
     Inserted,
 }
 
+/// `--mode`: which read paths to measure.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Modes {
+    /// Transactions read back through `Reader::committed`
+    Flushed,
+    /// Non-transactional messages read back by an inserted-mode reader
+    Inserted,
+    /// Flushed, then inserted
+    Both,
+}
+
+/// Producer-to-consumer latency of library readers on a running server.
+#[derive(clap::Parser)]
+#[command(name = "tail_latency")]
 struct Args {
+    /// The data directory of the server to attach to
+    #[arg(short = 'D', long = "data-dir", value_name = "DIR")]
     dir: PathBuf,
-    modes: Vec<Mode>,
+    #[arg(long, value_enum, default_value = "both")]
+    mode: Modes,
+    /// Comma-separated rates, messages/s
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1000,10000",
+          action = clap::ArgAction::Set)]
     rates: Vec<u64>,
+    /// Message bytes (at least the 20-byte header)
+    #[arg(long, value_name = "BYTES", default_value = "64",
+          value_parser = |v: &str| v.parse::<usize>().map(|n| n.max(HEADER)))]
     size: usize,
+    /// Seconds per run
+    #[arg(long, value_name = "S", default_value = "5")]
     seconds: f64,
+    /// Producer processes [default: 4 flushed, 1 inserted]
+    #[arg(long, value_name = "N")]
     producers: Option<usize>,
+    /// Write walbench's tail document
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
 
@@ -96,54 +125,14 @@ struct Doc {
 /// Message header: producer, sequence number, intended send time.
 const HEADER: usize = 4 + 8 + 8;
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        dir: PathBuf::new(),
-        modes: vec![Mode::Flushed, Mode::Inserted],
-        rates: vec![1000, 10_000],
-        size: 64,
-        seconds: 5.0,
-        producers: None,
-        json: None,
+fn run(args: Args) -> Result<(), String> {
+    let modes = match args.mode {
+        Modes::Flushed => &[Mode::Flushed][..],
+        Modes::Inserted => &[Mode::Inserted],
+        Modes::Both => &[Mode::Flushed, Mode::Inserted],
     };
-    let mut dir = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "-D" | "--data-dir" => dir = Some(PathBuf::from(value()?)),
-            "--mode" => {
-                a.modes = match value()?.as_str() {
-                    "flushed" => vec![Mode::Flushed],
-                    "inserted" => vec![Mode::Inserted],
-                    "both" => vec![Mode::Flushed, Mode::Inserted],
-                    m => return Err(format!("--mode: unknown mode {m:?}")),
-                }
-            }
-            "--rates" => {
-                a.rates = value()?
-                    .split(',')
-                    .map(|r| r.trim().parse().map_err(|e| format!("--rates: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--size" => a.size = value()?.parse().map_err(|e| format!("--size: {e}"))?,
-            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
-            "--producers" => {
-                a.producers = Some(value()?.parse().map_err(|e| format!("--producers: {e}"))?)
-            }
-            "--json" => a.json = Some(PathBuf::from(value()?)),
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-    }
-    a.dir = dir.ok_or("-D DIR is required")?;
-    a.size = a.size.max(HEADER);
-    Ok(a)
-}
-
-fn run() -> Result<(), String> {
-    let args = parse_args()?;
     let mut runs = Vec::new();
-    for &mode in &args.modes {
+    for &mode in modes {
         for &rate in &args.rates {
             let r = run_one(&args, mode, rate)?;
             println!(

@@ -17,7 +17,7 @@
 
 mod output;
 
-use crate::cli::{self, Opt};
+use crate::cli;
 use crate::experiments::{self, Experiment, FSYNC_OFF};
 use crate::machine::Machine;
 use crate::point::{self, Measured, PointSpec};
@@ -30,99 +30,70 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// `walbench reproduce`'s options: what the command line gives, and what
+/// `check` resolves from it for the experiment (`#[arg(skip)]` fields).
+#[derive(clap::Args)]
 pub struct Options {
+    /// The experiment to rerun (the list below)
+    #[arg(value_name = "NAME", value_parser = experiment)]
     pub experiment: &'static Experiment,
+    /// Client counts [default: the seed's grid, capped at 128 per core, at
+    /// least 256; 'seed' runs the seed's full grid]
+    #[arg(long = "clients", value_name = "LIST")]
+    clients_given: Option<String>,
+    #[arg(skip)]
     pub clients: Vec<u32>,
+    #[arg(skip)]
     pub clients_capped: bool,
+    /// Record payload sizes in bytes [default: the seed's]
+    #[arg(long = "sizes", value_name = "LIST", value_delimiter = ',', value_parser = size,
+          action = clap::ArgAction::Set)]
+    sizes_given: Option<Vec<usize>>,
+    #[arg(skip)]
     pub sizes: Vec<usize>,
+    /// Measured seconds per point
+    #[arg(long, value_name = "S", default_value = "2", value_parser = cli::seconds)]
     pub seconds: f64,
+    /// Runs per point; the table shows the median and min-max (1..=100)
+    #[arg(long, value_name = "N", default_value = "3",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
+    /// Run only these variants of the experiment (comma-separated)
+    #[arg(long = "variant", value_name = "LIST", value_delimiter = ',',
+          action = clap::ArgAction::Set)]
+    variants_given: Option<Vec<String>>,
+    #[arg(skip)]
     pub variants: Vec<&'static Variant>,
+    #[arg(long = "set", short = 'c', value_name = "NAME=VALUE", value_parser = cli::setting,
+          help = cli::SET_HELP)]
     pub sets: Vec<String>,
-    pub files: Files,
+    /// Write {"reproduce","repeat","machine","runs":[{variant,workload,clients,
+    /// seconds,transactions,tps,tps_min,tps_max,latency_us_p50,latency_us_p99,...}]}
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one line per variant, size and client count
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Draw TPS against clients (log axis), one line per variant, one panel
+    /// per size: .svg, or .png (the same chart rendered, with the system's
+    /// fonts)
+    #[arg(long, value_name = "FILE", value_parser = cli::chart)]
+    pub chart: Option<PathBuf>,
+    /// Where the temporary data directories go [default: /dev/shm for
+    /// fsync=off experiments when present, else the system temp dir]
+    #[arg(long, value_name = "DIR")]
     pub tmpdir: Option<PathBuf>,
+    /// Keep every point's data directory under DIR, with wal_keep_size=100GB
+    /// so its WAL can be checked with postmaster waldump
+    #[arg(long, value_name = "DIR")]
     pub keep_data: Option<PathBuf>,
 }
 
 /// The setting that keeps every point's WAL for `--keep-data`.
 const KEEP_ALL_WAL: &str = "wal_keep_size=100GB";
 
-#[derive(Clone, Copy)]
-enum Key {
-    Clients,
-    Sizes,
-    Seconds,
-    Repeat,
-    Variant,
-    Set,
-    Json,
-    Csv,
-    Chart,
-    TmpDir,
-    KeepData,
-}
-
-fn options() -> Vec<Opt<Key>> {
-    vec![
-        Opt::new(
-            Key::Clients,
-            "--clients LIST",
-            "client counts (default: the seed's grid, capped at 128 per core,\n\
-             at least 256; 'seed' runs the seed's full grid)",
-        ),
-        Opt::new(
-            Key::Sizes,
-            "--sizes LIST",
-            "record payload sizes in bytes (default: the seed's)",
-        ),
-        Opt::new(Key::Seconds, "--seconds S", cli::SECONDS_HELP),
-        Opt::new(
-            Key::Repeat,
-            "--repeat N",
-            "runs per point; the table shows the median and min-max (default 3)",
-        ),
-        Opt::new(
-            Key::Variant,
-            "--variant LIST",
-            "run only these variants of the experiment",
-        ),
-        Opt::new(Key::Set, "--set NAME=VALUE", cli::SET_HELP)
-            .alias("-c")
-            .many(),
-        Opt::new(
-            Key::Json,
-            "--json FILE",
-            "{\"reproduce\",\"repeat\",\"machine\",\"runs\":[{variant,workload,clients,\n\
-             seconds,transactions,tps,tps_min,tps_max,latency_us_p50,latency_us_p99,...}]}",
-        ),
-        Opt::new(
-            Key::Csv,
-            "--csv FILE",
-            "one line per variant, size and client count",
-        ),
-        Opt::new(
-            Key::Chart,
-            "--chart FILE",
-            "TPS against clients (log axis), one line per variant, one panel\n\
-             per size: .svg, or .png (the same chart rendered, with the system's fonts)",
-        ),
-        Opt::new(
-            Key::TmpDir,
-            "--tmpdir DIR",
-            "where the temporary data directories go (default /dev/shm for\n\
-             fsync=off experiments when present, else the system temp dir)",
-        ),
-        Opt::new(
-            Key::KeepData,
-            "--keep-data DIR",
-            "keep every point's data directory under DIR, with\n\
-             wal_keep_size=100GB so its WAL can be checked with\n\
-             postmaster waldump",
-        ),
-    ]
-}
-
-pub fn help() -> String {
+/// The list `--help` ends with: each experiment, its seed and variants.
+pub fn experiments_help() -> String {
     let mut list = String::from("Experiments:\n");
     for e in experiments::EXPERIMENTS {
         let _ = writeln!(list, "  {:<20} {} ({})", e.name, e.title, e.seed);
@@ -130,26 +101,15 @@ pub fn help() -> String {
             let _ = writeln!(list, "  {:<22} {:<20} {}", "", v.name, v.what);
         }
     }
-    cli::help(
-        "walbench reproduce: rerun a seed's benchmark table on this machine",
-        &[],
-        "walbench reproduce NAME",
-        &options(),
-        &list,
-    )
+    list
 }
 
-fn parse_sizes(e: &Experiment, v: &str) -> Result<Vec<usize>, String> {
-    if e.default_sizes().is_empty() {
+/// A `--sizes` item: at most a message's largest payload.
+fn size(v: &str) -> Result<usize, String> {
+    let s: usize = cli::item(v)?;
+    if s > MAX_PAYLOAD {
         return Err(format!(
-            "experiment {} runs txid, which has no record size: drop --sizes",
-            e.name
-        ));
-    }
-    let s: Vec<usize> = cli::list(v, "size")?;
-    if let Some(bad) = s.iter().find(|n| **n > MAX_PAYLOAD) {
-        return Err(format!(
-            "size {bad} is over the maximum record length: a message payload may be at most \
+            "over the maximum record length: a message payload may be at most \
              {MAX_PAYLOAD} bytes here (PostgreSQL's XLogRecordMaxSize is {} bytes)",
             walformat::MAX_RECORD_LEN
         ));
@@ -157,80 +117,45 @@ fn parse_sizes(e: &Experiment, v: &str) -> Result<Vec<usize>, String> {
     Ok(s)
 }
 
-fn parse_repeat(v: &str) -> Result<u32, String> {
-    v.parse::<u32>()
-        .ok()
-        .filter(|n| (1..=100).contains(n))
-        .ok_or_else(|| format!("invalid --repeat \"{v}\" (1..=100)"))
-}
-
 /// The experiment named on the command line.
-fn experiment(name: Option<&String>) -> Result<&'static Experiment, String> {
-    let name = name.ok_or_else(|| {
-        format!(
-            "reproduce needs an experiment name (one of: {})",
-            experiments::names()
-        )
-    })?;
-    experiments::find(name).ok_or_else(|| {
-        format!(
-            "unknown experiment \"{name}\" (valid: {})",
-            experiments::names()
-        )
-    })
+fn experiment(name: &str) -> Result<&'static Experiment, String> {
+    experiments::find(name)
+        .ok_or_else(|| format!("unknown experiment (valid: {})", experiments::names()))
 }
 
-/// The options that depend on the experiment, as given.
-#[derive(Default)]
-struct PerExperiment {
-    clients: Option<String>,
-    sizes: Option<String>,
-    variants: Option<String>,
-}
-
-impl Options {
-    fn apply(&mut self, key: Key, v: &str, later: &mut PerExperiment) -> Result<(), String> {
-        let path = || Some(PathBuf::from(v));
-        match key {
-            Key::Clients => later.clients = Some(v.to_string()),
-            Key::Sizes => later.sizes = Some(v.to_string()),
-            Key::Variant => later.variants = Some(v.to_string()),
-            Key::Seconds => self.seconds = cli::seconds(v)?,
-            Key::Repeat => self.repeat = parse_repeat(v)?,
-            Key::Set => self.sets.push(v.to_string()),
-            Key::Json => self.files.json = path(),
-            Key::Csv => self.files.csv = path(),
-            Key::Chart => self.files.chart = Some(cli::chart(v)?),
-            Key::TmpDir => self.tmpdir = path(),
-            Key::KeepData => self.keep_data = path(),
+/// Resolves client counts, sizes and variants for the experiment.
+pub fn check(mut o: Options) -> Result<Options, String> {
+    let e = o.experiment;
+    o.clients = match o.clients_given.as_deref() {
+        None => {
+            let d = e.default_clients(crate::machine::cores());
+            o.clients_capped = d.len() < e.grid.len();
+            d
         }
-        Ok(())
-    }
-
-    /// Client counts, sizes and variants for the experiment.
-    fn resolve(&mut self, given: PerExperiment) -> Result<(), String> {
-        let e = self.experiment;
-        self.clients = match given.clients.as_deref() {
-            None => {
-                let d = e.default_clients(crate::machine::cores());
-                self.clients_capped = d.len() < e.grid.len();
-                d
-            }
-            Some("seed") => e.grid.to_vec(),
-            Some(v) => cli::clients(v)?,
-        };
-        self.sizes = match given.sizes {
-            None => e.default_sizes(),
-            Some(v) => parse_sizes(e, &v)?,
-        };
-        self.variants = match given.variants {
-            None => e.variants.iter().collect(),
-            Some(v) => cli::names(&v)
-                .map(|n| experiment_variant(e, &n))
-                .collect::<Result<_, _>>()?,
-        };
-        Ok(())
-    }
+        Some("seed") => e.grid.to_vec(),
+        Some(v) => v
+            .split(',')
+            .map(cli::client_count)
+            .collect::<Result<_, _>>()?,
+    };
+    o.sizes = match o.sizes_given.take() {
+        None => e.default_sizes(),
+        Some(_) if e.default_sizes().is_empty() => {
+            return Err(format!(
+                "experiment {} runs txid, which has no record size: drop --sizes",
+                e.name
+            ))
+        }
+        Some(s) => s,
+    };
+    o.variants = match &o.variants_given {
+        None => e.variants.iter().collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| experiment_variant(e, n.trim()))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(o)
 }
 
 fn experiment_variant(e: &'static Experiment, name: &str) -> Result<&'static Variant, String> {
@@ -243,39 +168,22 @@ fn experiment_variant(e: &'static Experiment, name: &str) -> Result<&'static Var
     })
 }
 
-/// Parses `reproduce` arguments (after the word `reproduce`); Ok(None) is
-/// a request for help.
+/// Parses `reproduce` arguments (after the word `reproduce`) and resolves
+/// them for the experiment; Ok(None) is a request for help.
 pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        experiment: &experiments::EXPERIMENTS[0],
-        clients: vec![],
-        clients_capped: false,
-        sizes: vec![],
-        seconds: 2.0,
-        repeat: 3,
-        variants: vec![],
-        sets: vec![],
-        files: Files::default(),
-        tmpdir: None,
-        keep_data: None,
+    let pick = |m| match m {
+        cli::Mode::Reproduce(o) => Some(o),
+        _ => None,
     };
-    let mut given = PerExperiment::default();
-    let Some(name) = cli::parse_with(&options(), 1, args, |key, v| o.apply(key, v, &mut given))?
-    else {
-        return Ok(None);
-    };
-    o.experiment = experiment(name.first())?;
-    o.resolve(given)?;
-    cli::check_sets(&o.sets)?;
-    Ok(Some(o))
+    cli::parse_mode("reproduce", args, pick)?
+        .map(check)
+        .transpose()
 }
 
 /// `walbench reproduce`.
-pub const MODE: cli::Mode<Options> =
-    cli::Mode::new("walbench reproduce --help", parse, help, |o| {
-        run(o).map(drop)
-    })
-    .after_progress();
+pub fn run_mode(o: &Options) -> Result<(), String> {
+    run(o).map(drop)
+}
 
 /// One point of the grid with its runs.
 #[derive(Clone, Debug)]
@@ -472,7 +380,12 @@ pub fn run(o: &Options) -> Result<Vec<Summary>, String> {
     };
     bench.warm_up(summaries.first().ok_or("no point to measure")?)?;
     bench.measure_repeats(&mut summaries)?;
-    report::publish(&output::Reproduced::new(o, &machine, &summaries), &o.files)?;
+    let files = Files {
+        json: o.json.clone(),
+        csv: o.csv.clone(),
+        chart: o.chart.clone(),
+    };
+    report::publish(&output::Reproduced::new(o, &machine, &summaries), &files)?;
     Ok(summaries)
 }
 
@@ -621,12 +534,13 @@ impl Bench<'_> {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
+    pub(crate) fn parse(s: &str) -> Result<Options, String> {
+        let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        super::parse(&args).map(Option::unwrap)
     }
 
     fn err(s: &str) -> String {
-        match parse(&args(s)) {
+        match parse(s) {
             Err(e) => e,
             Ok(_) => panic!("{s} parsed"),
         }
@@ -634,20 +548,16 @@ mod tests {
 
     #[test]
     fn parses_and_rejects() {
-        let o = parse(&args(
-            "insert-locks --sizes 20 --clients 1,2 --seconds 0.2 --repeat 1",
-        ))
-        .unwrap()
-        .unwrap();
+        let o = parse("insert-locks --sizes 20 --clients 1,2 --seconds 0.2 --repeat 1").unwrap();
         assert_eq!(o.sizes, vec![20]);
         assert_eq!(o.clients, vec![1, 2]);
         assert_eq!(o.variants.len(), 4);
-        let o = parse(&args("lwlock-queue --clients seed"))
-            .unwrap()
-            .unwrap();
+        let o = parse("insert-locks --sizes 20 --sizes 30,40").unwrap();
+        assert_eq!(o.sizes, vec![30, 40]);
+        let o = parse("lwlock-queue --clients seed").unwrap();
         assert_eq!(o.clients.last(), Some(&4096));
-        assert!(err("nope").contains("unknown experiment \"nope\""));
-        assert!(err("").contains("needs an experiment name"));
+        assert!(err("nope").contains("unknown experiment"));
+        assert!(err("").contains("<NAME>"));
         assert!(err("lwlock-queue --clients 0").contains("1..=4096"));
         assert!(err("lwlock-queue --clients 1,x").contains("invalid client count"));
         assert!(err("atomic-insertingat --sizes 99999999999").contains("maximum record length"));
@@ -656,8 +566,8 @@ mod tests {
         assert!(err("group-xid-clear --chart x.jpg").contains(".svg"));
         assert!(err("group-xid-clear --repeat 0").contains("--repeat"));
         assert!(err("group-xid-clear --set nope=1").contains("nope"));
-        assert!(parse(&args("group-xid-clear --help")).unwrap().is_none());
-        assert!(help().contains("lockfree-reserve"));
+        assert!(super::parse(&["--help".into()]).unwrap().is_none());
+        assert!(experiments_help().contains("lockfree-reserve"));
     }
 
     fn measured(tps: u64) -> Measured {
@@ -673,11 +583,7 @@ mod tests {
 
     #[test]
     fn medians_tables_and_files() {
-        let o = parse(&args(
-            "atomic-insertingat --sizes 16 --clients 4 --repeat 3",
-        ))
-        .unwrap()
-        .unwrap();
+        let o = parse("atomic-insertingat --sizes 16 --clients 4 --repeat 3").unwrap();
         let mk = |v: &str, t: [u64; 3]| Summary {
             variant: v.into(),
             workload: "emit:16".into(),

@@ -446,9 +446,7 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let o = super::super::parse(&["lwlock-queue".to_string()])
-            .unwrap()
-            .unwrap();
+        let o = super::super::tests::parse("lwlock-queue").unwrap();
         let mut r = vec![("experiment", Value::str("e"))];
         r.extend(run_record(&o, &x));
         for c in CSV_HEADER.split(',') {

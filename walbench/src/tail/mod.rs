@@ -36,21 +36,9 @@ pub mod recvlogical;
 pub mod servers;
 pub mod wire;
 
-use crate::cli::{self, Mode, Opt};
+use crate::cli;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// `walbench tail`'s options.
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub rates: Vec<u64>,
-    pub size: usize,
-    pub seconds: f64,
-    pub json: Option<PathBuf>,
-    pub chart: Option<PathBuf>,
-    pub paths: Vec<String>,
-    pub sets: Vec<String>,
-}
 
 /// Every path, in the order they run.
 pub const PATHS: [&str; 4] = [
@@ -60,110 +48,59 @@ pub const PATHS: [&str; 4] = [
     "recvlogical-pg15",
 ];
 
-#[derive(Clone, Copy)]
-enum Key {
-    Rates,
-    Size,
-    Seconds,
-    Json,
-    Chart,
-    Paths,
-    Set,
-}
-
-fn options() -> Vec<Opt<Key>> {
-    vec![
-        Opt::new(
-            Key::Rates,
-            "--rates LIST",
-            "comma-separated producer rates, messages/s (default 1000,10000)",
-        ),
-        Opt::new(Key::Size, "--size B", "message bytes (default 64, at least 40)"),
-        Opt::new(Key::Seconds, "--seconds S", "measured seconds per run (default 3)"),
-        Opt::new(Key::Json, "--json FILE", "write the runs as JSON"),
-        Opt::new(
-            Key::Chart,
-            "--chart FILE",
-            "draw p99 latency against rate per path (.svg or .png;\nwhiskers: p50 to p99.9)",
-        ),
-        Opt::new(
-            Key::Paths,
-            "--paths LIST",
-            "read paths (default all: library, library-inserted, recvlogical-walshm,\nrecvlogical-pg15 when PostgreSQL 15 is installed)",
-        ),
-        Opt::new(Key::Set, "--set NAME=VALUE", "a setting for both servers (default fsync=off)")
-            .alias("-c")
-            .many(),
-    ]
-}
-
-pub fn help() -> String {
-    cli::help(
-        "walbench tail: latency from a message's due time to its delivery, per read path \
-         and producer rate, and the most each path delivers",
-        &[],
-        "walbench tail",
-        &options(),
-        "Latency counts from each message's due time (no coordinated omission).\n",
-    )
+/// `walbench tail`'s options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Options {
+    /// Comma-separated producer rates, messages/s
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1000,10000",
+          value_parser = rate, action = clap::ArgAction::Set)]
+    pub rates: Vec<u64>,
+    /// Message bytes
+    #[arg(long, value_name = "B", default_value = "64", value_parser = size)]
+    pub size: usize,
+    /// Measured seconds per run
+    #[arg(long, value_name = "S", default_value = "3", value_parser = cli::seconds)]
+    pub seconds: f64,
+    /// Write the runs as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw p99 latency against rate per path (.svg or .png; whiskers: p50
+    /// to p99.9)
+    #[arg(long, value_name = "FILE", value_parser = cli::chart)]
+    pub chart: Option<PathBuf>,
+    /// Read paths (recvlogical-pg15 runs only when PostgreSQL 15 is
+    /// installed)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_values_t = PATHS.map(String::from),
+          value_parser = PATHS, action = clap::ArgAction::Set)]
+    pub paths: Vec<String>,
+    /// A setting for both servers (repeatable)
+    #[arg(
+        long = "set",
+        short = 'c',
+        value_name = "NAME=VALUE",
+        default_value = "fsync=off"
+    )]
+    pub sets: Vec<String>,
 }
 
 /// The smallest message: "seq due_ns " and padding.
 const MIN_SIZE: usize = 40;
 
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        rates: vec![1000, 10000],
-        size: 64,
-        seconds: 3.0,
-        json: None,
-        chart: None,
-        paths: PATHS.iter().map(|p| p.to_string()).collect(),
-        sets: Vec::new(),
-    };
-    let spec = options();
-    let applied = cli::parse_with(&spec, 0, args, |k, v| {
-        match k {
-            Key::Rates => {
-                o.rates = cli::list(v, "rate")?;
-                if o.rates.iter().any(|&r| r == 0 || r > 1_000_000) {
-                    return Err(format!("invalid --rates \"{v}\" (each 1..=1000000)"));
-                }
-            }
-            Key::Size => {
-                o.size = v
-                    .parse()
-                    .ok()
-                    .filter(|&s| (MIN_SIZE..=1 << 20).contains(&s))
-                    .ok_or_else(|| format!("invalid --size \"{v}\" ({MIN_SIZE}..=1048576)"))?
-            }
-            Key::Seconds => o.seconds = cli::seconds(v)?,
-            Key::Json => o.json = Some(PathBuf::from(v)),
-            Key::Chart => o.chart = Some(cli::chart(v)?),
-            Key::Paths => {
-                o.paths = cli::names(v).collect();
-                if let Some(bad) = o.paths.iter().find(|p| !PATHS.contains(&p.as_str())) {
-                    return Err(format!(
-                        "unknown path \"{bad}\" (paths: {})",
-                        PATHS.join(", ")
-                    ));
-                }
-            }
-            Key::Set => o.sets.push(v.to_string()),
-        }
-        Ok(())
-    })?;
-    if applied.is_none() {
-        return Ok(None);
-    }
-    if o.sets.is_empty() {
-        o.sets.push("fsync=off".into());
-    }
-    Ok(Some(o))
+/// A `--rates` item: 1..=1000000 messages/s.
+fn rate(v: &str) -> Result<u64, String> {
+    cli::item::<u64>(v)
+        .ok()
+        .filter(|r| (1..=1_000_000).contains(r))
+        .ok_or_else(|| "each rate 1..=1000000".to_string())
 }
 
-pub const MODE: Mode<Options> =
-    Mode::new("walbench tail --help", parse, help, run_mode).after_progress();
+/// A `--size`: MIN_SIZE..=1 MiB.
+fn size(v: &str) -> Result<usize, String> {
+    v.parse()
+        .ok()
+        .filter(|s| (MIN_SIZE..=1 << 20).contains(s))
+        .ok_or_else(|| format!("{MIN_SIZE}..=1048576"))
+}
 
 /// Latency percentiles, microseconds.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -258,7 +195,7 @@ pub fn producers_for(rate: u64) -> u64 {
     rate.div_ceil(2500).clamp(1, 16)
 }
 
-fn run_mode(o: &Options) -> Result<(), String> {
+pub fn run_mode(o: &Options) -> Result<(), String> {
     let runs = run(o)?;
     println!();
     print!("{}", table(&runs));
@@ -434,14 +371,26 @@ mod tests {
 
     #[test]
     fn options_are_checked() {
-        let args = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-        let o = parse(&args("--rates 10,20 --paths recvlogical-walshm"))
-            .unwrap()
-            .unwrap();
+        use crate::cli::{parse_mode, Mode};
+        let parse = |s: &str| {
+            let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+            let pick = |m| match m {
+                Mode::Tail(o) => Some(o),
+                _ => None,
+            };
+            parse_mode("tail", &args, pick).map(Option::unwrap)
+        };
+        let o = parse("--rates 10,20 --paths recvlogical-walshm").unwrap();
         assert_eq!(o.rates, vec![10, 20]);
+        assert_eq!(o.paths, vec!["recvlogical-walshm".to_string()]);
         assert_eq!(o.sets, vec!["fsync=off".to_string()]);
-        assert!(parse(&args("--rates 0")).is_err());
-        assert!(parse(&args("--size 10")).is_err());
-        assert!(parse(&args("--paths nope")).is_err());
+        assert_eq!(parse("").unwrap().paths.len(), PATHS.len());
+        assert_eq!(
+            parse("--set fsync=on").unwrap().sets,
+            vec!["fsync=on".to_string()]
+        );
+        assert!(parse("--rates 0").is_err());
+        assert!(parse("--size 10").is_err());
+        assert!(parse("--paths nope").is_err());
     }
 }

@@ -34,7 +34,8 @@ pub mod server;
 pub mod victims;
 pub mod worker;
 
-use crate::cli::{self, Mode, Opt};
+use crate::cli;
+use crate::variants::Variant;
 use report::{Event, Summary};
 use server::{Server, StartSpec, START_TIMEOUT};
 use std::collections::HashSet;
@@ -69,157 +70,83 @@ impl Rng {
 }
 
 /// `walbench torture`'s options.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct Options {
+    /// Data directory (created with init if empty or missing)
+    #[arg(short = 'D', value_name = "DIR")]
     pub datadir: PathBuf,
+    /// Kills (or power losses) to run [default: 20; with --kill-attached 200]
+    #[arg(long, value_name = "N", value_parser = positive, conflicts_with = "minutes")]
     pub cycles: Option<u64>,
+    /// Run for M minutes instead of a number of cycles
+    #[arg(long, value_name = "M", value_parser = minutes)]
     pub minutes: Option<f64>,
+    /// Simulate power losses: kill everything, then drop, keep or tear
+    /// (512-byte sectors) every write not yet fdatasynced and undo directory
+    /// changes not yet fsynced
+    #[arg(long)]
     pub power_loss: bool,
+    /// Write the report as JSON (mode, cycles, acknowledged, lost, ...)
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Workload backends (1..=1024)
+    #[arg(long, value_name = "N", default_value = "4", value_parser = count::<1024>)]
     pub workers: u32,
+    /// emit-tx:SIZE or emit-tx+txid:SIZE (a workload whose commits are
+    /// acknowledged)
+    #[arg(long, value_name = "KIND", default_value = "emit-tx+txid:100", value_parser = acknowledged)]
     pub workload: String,
+    /// Seed of every random choice [default: from the clock]
+    #[arg(long, value_name = "S", default_value_t = clock_seed(), hide_default_value = true)]
     pub seed: u64,
+    #[arg(long = "set", value_name = "NAME=VALUE", value_parser = cli::setting, help = cli::SET_HELP)]
     pub sets: Vec<String>,
+    /// Run with one of walbench's variants (its settings come before --set's)
+    #[arg(long = "variant", value_name = "NAME", value_parser = variant, help = variant_help())]
+    pub variants: Vec<&'static Variant>,
+    /// Stop the server and check the history after every cycle
+    #[arg(long)]
     pub check_every_cycle: bool,
+    /// Keep the data directory even when the run passes
+    #[arg(long)]
     pub keep: bool,
-    /// A supervised library worker's command, run beside the backends
-    /// (`worker.rs`).
+    /// Also run CMD as a supervised worker that commits through the worker
+    /// library and prints `ack LSN` lines (e.g. the example producer with
+    /// --tx --ack); a victim too: "worker"
+    #[arg(long, value_name = "CMD", value_parser = worker_cmd)]
     pub worker_cmd: Option<String>,
-    /// Kill only attached processes (`attached.rs`).
+    /// Kill only attached processes: --library-workers supervised copies of
+    /// --worker-cmd and --clients connection backends (sessions walbench
+    /// runs), 50-400 ms apart (default 200 kills); each must be cleaned up
+    /// after without a restart unless it died inside a shared critical
+    /// section
+    #[arg(long, requires = "worker_cmd", conflicts_with = "power_loss")]
     pub kill_attached: bool,
+    /// With --kill-attached: supervised library workers (1..=64)
+    #[arg(long, value_name = "N", default_value = "2", value_parser = count::<64>)]
     pub library_workers: u32,
+    /// With --kill-attached: client sessions over the protocol (1..=64)
+    #[arg(long, value_name = "N", default_value = "2", value_parser = count::<64>)]
     pub clients: u32,
 }
 
-#[derive(Clone, Copy)]
-enum Key {
-    Dir,
-    Cycles,
-    Minutes,
-    PowerLoss,
-    Json,
-    Workers,
-    Workload,
-    Seed,
-    Set,
-    Variant,
-    CheckEvery,
-    Keep,
-    WorkerCmd,
-    KillAttached,
-    LibraryWorkers,
-    Clients,
-}
-
-fn spec() -> Vec<Opt<Key>> {
-    vec![
-        Opt::new(
-            Key::Dir,
-            "-D DIR",
-            "data directory (created with init if empty or missing)",
-        ),
-        Opt::new(
-            Key::Cycles,
-            "--cycles N",
-            "kills (or power losses) to run (default 20)",
-        ),
-        Opt::new(
-            Key::Minutes,
-            "--minutes M",
-            "run for M minutes instead of a number of cycles",
-        ),
-        Opt::new(
-            Key::PowerLoss,
-            "--power-loss",
-            "simulate power losses: kill everything, then drop, keep or tear\n\
-             (512-byte sectors) every write not yet fdatasynced and undo\n\
-             directory changes not yet fsynced",
-        ),
-        Opt::new(
-            Key::Json,
-            "--json FILE",
-            "write the report as JSON (mode, cycles, acknowledged, lost, ...)",
-        ),
-        Opt::new(Key::Workers, "--workers N", "workload backends (default 4)"),
-        Opt::new(
-            Key::Workload,
-            "--workload KIND",
-            "emit-tx:SIZE or emit-tx+txid:SIZE (default emit-tx+txid:100)",
-        ),
-        Opt::new(
-            Key::Seed,
-            "--seed S",
-            "seed of every random choice (default: from the clock)",
-        ),
-        Opt::new(Key::Set, "--set NAME=VALUE", cli::SET_HELP).many(),
-        Opt::new(
-            Key::Variant,
-            "--variant NAME",
-            format!(
-                "run one of walbench's variants: {}",
-                crate::variants::names(crate::VARIANTS)
-            ),
-        ),
-        Opt::new(
-            Key::CheckEvery,
-            "--check-every-cycle",
-            "stop the server and check the history after every cycle",
-        ),
-        Opt::new(
-            Key::Keep,
-            "--keep",
-            "keep the data directory even when the run passes",
-        ),
-        Opt::new(
-            Key::WorkerCmd,
-            "--worker-cmd CMD",
-            "also run CMD as a supervised worker that commits through the worker\n\
-             library and prints `ack LSN` lines (e.g. the example producer with\n\
-             --tx --ack); a victim too: \"worker\"",
-        ),
-        Opt::new(
-            Key::KillAttached,
-            "--kill-attached",
-            "kill only attached processes: --library-workers supervised copies of\n\
-             --worker-cmd and --clients connection backends (sessions walbench runs),\n\
-             50-400 ms apart (default 200 kills); each must be cleaned up after without\n\
-             a restart unless it died inside a shared critical section",
-        ),
-        Opt::new(
-            Key::LibraryWorkers,
-            "--library-workers N",
-            "with --kill-attached: supervised library workers (default 2)",
-        ),
-        Opt::new(
-            Key::Clients,
-            "--clients N",
-            "with --kill-attached: client sessions over the protocol (default 2)",
-        ),
-    ]
-}
-
-pub fn help() -> String {
+/// What `--help` says after the options: how a cycle goes, what is
+/// checked, the exit status.
+pub fn after_help() -> String {
     let victims: Vec<&str> = VICTIMS.iter().map(|v| v.name).collect();
-    cli::help(
-        "walbench torture: kill -9 any server process, or simulate power losses, in a loop,\n\
-         and check that no acknowledged commit is lost.",
-        &[],
-        "walbench torture",
-        &spec(),
-        &format!(
-            "Each cycle waits 200-1000 ms (seeded), then kills one of: {} (kill mode), or\n\
-             SIGKILLs the whole server and rewrites its files as a power loss could leave them\n\
-             (--power-loss; the I/O seam journals unsynced writes through\n\
-             WALSHM_POWERLOSS_JOURNAL, which walbench sets). At the end (and with\n\
-             --check-every-cycle after each cycle) the server is stopped and the history checked:\n\
-             every acknowledged LSN is a COMMIT record, no XID commits twice, the WAL ends\n\
-             cleanly with nothing valid after it, and pg_waldump (if installed) agrees.\n\
-             Progress on stderr, the report on stdout. Exit 0 only if nothing was lost and no\n\
-             check failed; otherwise 1, keeping DIR with torture-history.txt (acks, victims,\n\
-             times) and torture-server.log. A directory walbench created is removed after a\n\
-             passing run unless --keep.\n",
-            victims.join(", ")
-        ),
+    format!(
+        "Each cycle waits 200-1000 ms (seeded), then kills one of: {} (kill mode), or\n\
+         SIGKILLs the whole server and rewrites its files as a power loss could leave them\n\
+         (--power-loss; the I/O seam journals unsynced writes through\n\
+         WALSHM_POWERLOSS_JOURNAL, which walbench sets). At the end (and with\n\
+         --check-every-cycle after each cycle) the server is stopped and the history checked:\n\
+         every acknowledged LSN is a COMMIT record, no XID commits twice, the WAL ends\n\
+         cleanly with nothing valid after it, and pg_waldump (if installed) agrees.\n\
+         Progress on stderr, the report on stdout. Exit 0 only if nothing was lost and no\n\
+         check failed; otherwise 1, keeping DIR with torture-history.txt (acks, victims,\n\
+         times) and torture-server.log. A directory walbench created is removed after a\n\
+         passing run unless --keep.",
+        victims.join(", ")
     )
 }
 
@@ -230,113 +157,66 @@ fn clock_seed() -> u64 {
         .unwrap_or(1)
 }
 
-pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut o = Options {
-        datadir: PathBuf::new(),
-        cycles: None,
-        minutes: None,
-        power_loss: false,
-        json: None,
-        workers: 4,
-        workload: "emit-tx+txid:100".into(),
-        seed: clock_seed(),
-        sets: vec![],
-        check_every_cycle: false,
-        keep: false,
-        worker_cmd: None,
-        kill_attached: false,
-        library_workers: 2,
-        clients: 2,
-    };
-    let mut variant_sets = vec![];
-    let num = |v: &str, what: &str| -> Result<u64, String> {
-        v.parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("invalid {what} \"{v}\" (a positive integer)"))
-    };
-    let parsed = cli::parse_with(&spec(), 0, args, |k, v| {
-        match k {
-            Key::Dir => o.datadir = PathBuf::from(v),
-            Key::Cycles => o.cycles = Some(num(v, "--cycles")?),
-            Key::Minutes => {
-                o.minutes = Some(
-                    v.parse::<f64>()
-                        .ok()
-                        .filter(|m| *m > 0.0 && *m <= 100_000.0)
-                        .ok_or_else(|| format!("invalid --minutes \"{v}\""))?,
-                )
-            }
-            Key::PowerLoss => o.power_loss = true,
-            Key::Json => o.json = Some(PathBuf::from(v)),
-            Key::Workers => {
-                o.workers = num(v, "--workers")?
-                    .try_into()
-                    .ok()
-                    .filter(|n| *n <= 1024)
-                    .ok_or("--workers must be 1..=1024")?
-            }
-            Key::Workload => o.workload = v.to_string(),
-            Key::Seed => o.seed = v.parse().map_err(|_| format!("invalid --seed \"{v}\""))?,
-            Key::Set => o.sets.push(v.to_string()),
-            Key::Variant => {
-                let found = crate::variants::find(crate::VARIANTS, v).ok_or_else(|| {
-                    format!(
-                        "unknown variant \"{v}\" (valid: {})",
-                        crate::variants::names(crate::VARIANTS)
-                    )
-                })?;
-                variant_sets.extend(crate::variants::assignments(found.knobs));
-            }
-            Key::CheckEvery => o.check_every_cycle = true,
-            Key::Keep => o.keep = true,
-            Key::WorkerCmd => {
-                worker::comm_of(v).ok_or("--worker-cmd needs a program")?;
-                o.worker_cmd = Some(v.to_string())
-            }
-            Key::KillAttached => o.kill_attached = true,
-            Key::LibraryWorkers => {
-                o.library_workers = num(v, "--library-workers")?
-                    .try_into()
-                    .ok()
-                    .filter(|n| *n <= 64)
-                    .ok_or("--library-workers must be 1..=64")?
-            }
-            Key::Clients => {
-                o.clients = num(v, "--clients")?
-                    .try_into()
-                    .ok()
-                    .filter(|n| *n <= 64)
-                    .ok_or("--clients must be 1..=64")?
-            }
-        }
-        Ok(())
-    })?;
-    if parsed.is_none() {
-        return Ok(None);
+/// A positive integer.
+fn positive(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "a positive integer".to_string())
+}
+
+/// A count 1..=MAX.
+fn count<const MAX: u32>(v: &str) -> Result<u32, String> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX).contains(n))
+        .ok_or_else(|| format!("1..={MAX}"))
+}
+
+/// `--minutes`: 0 < M <= 100000.
+fn minutes(v: &str) -> Result<f64, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|m| *m > 0.0 && *m <= 100_000.0)
+        .ok_or_else(|| "0 < M <= 100000".to_string())
+}
+
+/// `--workload`: one whose commits are acknowledged.
+fn acknowledged(v: &str) -> Result<String, String> {
+    if !backend::workload::Workload::parse(v)?.waits_for_commit() {
+        return Err("it acknowledges nothing (use emit-tx:SIZE or emit-tx+txid:SIZE)".into());
     }
-    if o.datadir.as_os_str().is_empty() {
-        return Err("-D DIR is required".into());
-    }
-    if o.cycles.is_some() && o.minutes.is_some() {
-        return Err("give --cycles or --minutes, not both".into());
-    }
-    if o.kill_attached && (o.power_loss || o.worker_cmd.is_none()) {
-        return Err(
-            "--kill-attached needs --worker-cmd (the library worker to run) and no --power-loss"
-                .into(),
-        );
-    }
-    let w = backend::workload::Workload::parse(&o.workload)?;
-    if !w.waits_for_commit() {
-        return Err(format!(
-            "workload \"{}\" acknowledges nothing (use emit-tx:SIZE or emit-tx+txid:SIZE)",
-            o.workload
-        ));
-    }
-    variant_sets.append(&mut o.sets);
-    o.sets = variant_sets;
-    cli::check_sets(&o.sets)?;
+    Ok(v.to_string())
+}
+
+fn variant_help() -> String {
+    format!(
+        "Run one of walbench's variants: {}",
+        crate::variants::names(crate::VARIANTS)
+    )
+}
+
+fn variant(v: &str) -> Result<&'static Variant, String> {
+    crate::variants::find(crate::VARIANTS, v).ok_or_else(|| {
+        format!(
+            "unknown variant (valid: {})",
+            crate::variants::names(crate::VARIANTS)
+        )
+    })
+}
+
+fn worker_cmd(v: &str) -> Result<String, String> {
+    worker::comm_of(v).ok_or("--worker-cmd needs a program")?;
+    Ok(v.to_string())
+}
+
+/// The settings of a run (the variants', then --set's), which must keep
+/// fsync on.
+pub fn check(mut o: Options) -> Result<Options, String> {
+    let knobs = o.variants.iter().flat_map(|v| v.knobs);
+    let mut sets: Vec<String> = knobs.map(|k| k.assignment()).collect();
+    sets.append(&mut o.sets);
+    o.sets = sets;
     let mut s = shmem::Settings::default();
     s.set_assignment("fsync=on").map_err(|e| e.to_string())?;
     for a in &o.sets {
@@ -345,11 +225,8 @@ pub fn parse(args: &[String]) -> Result<Option<Options>, String> {
     if !s.fsync {
         return Err("torture needs fsync=on: without it nothing is promised to survive".into());
     }
-    Ok(Some(o))
+    Ok(o)
 }
-
-pub static MODE: Mode<Options> =
-    Mode::new("walbench torture --help", parse, help, run).after_progress();
 
 /// Files kept beside the WAL for a bug report.
 const HISTORY_FILE: &str = "torture-history.txt";
@@ -818,4 +695,44 @@ fn cleaned_up_after(s: &Server, pid: i32, restarts_before: usize) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{parse_mode, Mode};
+
+    fn parse(s: &str) -> Result<Options, String> {
+        let args: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        let pick = |m| match m {
+            Mode::Torture(o) => Some(o),
+            _ => None,
+        };
+        check(parse_mode("torture", &args, pick)?.expect("not a help request"))
+    }
+
+    #[test]
+    fn variants_settings_come_first_and_fsync_stays_on() {
+        let v = &crate::VARIANTS[1];
+        let o = parse(&format!(
+            "-D d --variant {} --set wal_insert_locks=2",
+            v.name
+        ))
+        .unwrap();
+        let mut want: Vec<String> = v.knobs.iter().map(|k| k.assignment()).collect();
+        want.push("wal_insert_locks=2".into());
+        assert_eq!(o.sets, want);
+        assert!(parse("-D d --set fsync=off")
+            .unwrap_err()
+            .contains("fsync=on"));
+        for bad in [
+            "--cycles 3",
+            "-D d --cycles 3 --minutes 1",
+            "-D d --kill-attached",
+            "-D d --workload emit:100",
+            "-D d --workers 0",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 }
