@@ -15,9 +15,8 @@
 //! The generator is a seeded xorshift: the seed is printed, and
 //! `WALSHM_FUZZ_SEED` / `WALSHM_FUZZ_SECONDS` replay or lengthen a run.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -24,10 +24,8 @@
 //!     pauses its accepts instead of spinning, then serves again when some
 //!     are free.
 
-mod common;
-
-use common::wire::{read_msg, socket_path, start_on_free_port};
-use common::*;
+use crate::common::wire::{read_msg, socket_path, start_on_free_port};
+use crate::common::*;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -21,9 +21,8 @@
 //! waldump`, never log wording. Every wait is bounded; the server's process
 //! group is SIGKILLed if a test fails.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

@@ -11,9 +11,8 @@
 //! by `stop_ok` (or killed with its process group by Server's Drop on a
 //! failed assertion), so no process or shared memory is left behind.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 
 use std::io::Write;
 use std::path::Path;

@@ -7,9 +7,8 @@
 //! Every server runs in its own process group, killed if a test fails;
 //! every wait is bounded.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 use serde_json::Value;
 use shmem::lwlock::LWLockMode;
 use shmem::segment::NamedLock;

@@ -11,9 +11,8 @@
 //! the data directory. Every server is killed with its process group if a
 //! test fails (`Cluster`'s drop), and every command has a timeout.
 
-mod common;
-use common::wire::{self, pg_client};
-use common::*;
+use crate::common::wire::{self, pg_client};
+use crate::common::*;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

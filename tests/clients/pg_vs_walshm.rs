@@ -13,11 +13,10 @@
 //! check that no process of the run is left behind. Without PostgreSQL 15's
 //! programs it skips loudly, unless WALSHM_REQUIRE_PG=1.
 
-mod common;
-use common::wire::pg_client;
-use common::*;
+use crate::common::wire::pg_client;
+use crate::common::*;
 
-use common::script::{processes_mentioning, signal_quietly};
+use crate::common::script::{processes_mentioning, signal_quietly};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, ExitStatus};
@@ -53,9 +52,9 @@ const NEW_KEYS: &[&str] = &[
 
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(90);
 
-/// Runs the script with `args` (bounded: see common::script).
+/// Runs the script with `args` (bounded: see crate::common::script).
 fn run_script(tmp: &Path, args: &[&str]) -> ExitStatus {
-    common::script::run_script("pg-vs-walshm.sh", args, &[], tmp, None, SCRIPT_DEADLINE)
+    crate::common::script::run_script("pg-vs-walshm.sh", args, &[], tmp, None, SCRIPT_DEADLINE)
 }
 
 fn number(row: &HashMap<&str, &str>, key: &str) -> f64 {

@@ -28,9 +28,8 @@
 //! Without psql/pgbench the client tests print "SKIPPED: psql/pgbench not
 //! found" unless WALSHM_REQUIRE_PG=1, which makes them fail instead.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -1089,16 +1088,14 @@ fn security_socket_modes_and_other_uid_refused() {
         );
     }
     // The SQLSTATE, with this test binary as a raw client running as nobody
-    // (libpq does not show SQLSTATEs of connection failures).
+    // (libpq does not show SQLSTATEs of connection failures). The helper's
+    // test name is its path inside the test binary (without the crate).
     let exe = std::env::current_exe().unwrap();
+    let helper = concat!(module_path!(), "::helper_startup_as_other_uid");
+    let helper = helper.split_once("::").map_or(helper, |(_, path)| path);
     let o = run_cmd(
         Command::new(&exe)
-            .args([
-                "--exact",
-                "helper_startup_as_other_uid",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", helper, "--nocapture", "--test-threads=1"])
             .env("WALSHM_PROTO_PEER_SOCKET", pg.socket())
             .uid(65534)
             .gid(65534),

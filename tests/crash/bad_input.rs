@@ -3,8 +3,7 @@
 //! directory made, no pid file or shared memory segment left). `--help`
 //! exits 0 and names every command.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs;
 
 /// Runs `postmaster ARGS`, asserts a clean failure whose stderr contains

@@ -15,8 +15,7 @@
 //! - every I/O fail point: the process PANICs, the runtime restarts;
 //! - a long `emit:1024` run with max_wal_size=8MB: checkpoints remove WAL.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use walformat::format_lsn;
@@ -105,13 +104,13 @@ fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64, wor
                 s.stderr()
             );
         }
-        std::thread::sleep(Duration::from_millis(300 + rng.next() % 300));
+        std::thread::sleep(Duration::from_millis(300 + rng.next_u64() % 300));
         let of_kind: Vec<i32> = kids
             .iter()
             .filter(|(_, c)| c == kind)
             .map(|(p, _)| *p)
             .collect();
-        let victim = of_kind[(rng.next() % of_kind.len() as u64) as usize];
+        let victim = of_kind[(rng.next_u64() % of_kind.len() as u64) as usize];
         kill(victim, libc::SIGKILL);
         victims.push((kind, victim));
         s.wait_ready_n(round + 1, TIMEOUT);

@@ -8,8 +8,7 @@
 //! memory (the segment is an unnamed memfd), after which a new start cleans
 //! up the stale pid file.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::time::Duration;
 

@@ -10,53 +10,22 @@
 //! (`WALSHM_TEST_STOP`, `backend::stoppoint`): the child stops itself
 //! there and the test kills it.
 //!
-//! Child mode: this binary re-run with `WALSHM_DEATH_CHILD=MODE:DIR` as
-//! a worker that attaches to the server in DIR, opens a transaction,
-//! writes one transactional message and waits to be killed.
+//! The victim is `walshm-child victim MODE DIR`: a worker that attaches
+//! to the server in DIR, opens a transaction, writes one transactional
+//! message and waits to be killed.
 
-mod common;
-
-use common::wire::{cstr, data_rows, exchange, handshake_retrying, msg, socket_path};
-use common::*;
+use crate::common::wire::{cstr, data_rows, exchange, handshake_retrying, msg, socket_path};
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 use walshm::{Error, RecordKind, Worker};
-
-const CHILD_ENV: &str = "WALSHM_DEATH_CHILD";
-
-#[test]
-fn death_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let (mode, dir) = spec.split_once(':').expect("MODE:DIR");
-    std::process::exit(child(mode, Path::new(dir)));
-}
-
-/// The victim: attach, begin, one transactional message (where a stop
-/// point may stop it), then say "ready" and wait to be killed.
-fn child(mode: &str, dir: &Path) -> i32 {
-    let mut w = Worker::attach(Some(dir)).expect("attach");
-    let size = match mode {
-        "mid-copy" => 20_000,
-        _ => 32,
-    };
-    w.begin().expect("begin");
-    w.emit_tx("victim", &vec![b'v'; size]).expect("emit_tx");
-    println!("ready");
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
 
 /// Starts the victim; `stop`: the stop point it stops itself at.
 fn spawn_victim(tmp: &TempDir, mode: &str, dir: &Path, stop: Option<&str>) -> (Child, PathBuf) {
-    let exe = std::env::current_exe().unwrap();
     let out = tmp.join(&format!("victim-{mode}.out"));
-    let mut cmd = Command::new(exe);
-    cmd.args(["death_child", "--exact", "--nocapture", "--quiet"])
-        .env(CHILD_ENV, format!("{mode}:{}", dir.display()))
+    let mut cmd = Command::new(child_bin());
+    cmd.args(["victim", mode])
+        .arg(dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(out.with_extension("err")).unwrap());

@@ -8,8 +8,7 @@
 //! admission queue is FIFO), SIGTERM ends the run promptly although most
 //! backends sleep in the queue, and every record is on disk.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const RUN: Duration = Duration::from_secs(2);

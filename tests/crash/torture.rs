@@ -8,14 +8,7 @@
 //! the evidence. Verdicts are read from the JSON report and exit codes,
 //! never from log text.
 
-mod common;
-
-/// The worker library's example producer, run by `child_worker`.
-#[allow(dead_code)]
-#[path = "../worker/examples/producer.rs"]
-mod producer_example;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 
@@ -67,22 +60,6 @@ fn kill_mode_default_variants_nothing_lost() {
     assert!(v["victims"].as_object().unwrap().len() >= 2, "{v}");
 }
 
-/// Child mode: this test binary run by the postmaster as the torture's
-/// supervised library worker (`--worker-cmd`), the library's example
-/// producer with the arguments in `WALSHM_TEST_ARGS_<worker name>`. In a
-/// normal test run that is not set and this test does nothing.
-#[test]
-fn child_worker() {
-    let Ok(name) = std::env::var("WALSHM_WORKER_NAME") else {
-        return;
-    };
-    let Ok(args) = std::env::var(format!("WALSHM_TEST_ARGS_{name}")) else {
-        return;
-    };
-    let args = args.split_whitespace().map(String::from).collect();
-    std::process::exit(producer_example::run_with(args));
-}
-
 /// The worker-library victim: a supervised worker committing acknowledged
 /// transactions through the library runs beside the backends; seed 2
 /// draws it twice in 6 cycles (a victim whose process is missing would be
@@ -90,11 +67,7 @@ fn child_worker() {
 #[test]
 fn kill_mode_with_a_library_worker_nothing_lost() {
     let tmp = TempDir::new("torture-worker");
-    let exe = std::env::current_exe().unwrap();
-    let cmd = format!(
-        "{} child_worker --exact --nocapture --quiet --test-threads=1",
-        exe.display()
-    );
+    let cmd = format!("{} producer", child_bin().display());
     let args = [
         "--cycles",
         "6",
@@ -121,11 +94,7 @@ fn kill_mode_with_a_library_worker_nothing_lost() {
 #[test]
 fn kill_attached_mode_cleans_up_and_loses_nothing() {
     let tmp = TempDir::new("torture-attached");
-    let exe = std::env::current_exe().unwrap();
-    let cmd = format!(
-        "{} child_worker --exact --nocapture --quiet --test-threads=1",
-        exe.display()
-    );
+    let cmd = format!("{} producer", child_bin().display());
     let args = [
         "--kill-attached",
         "--cycles",

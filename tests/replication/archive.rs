@@ -12,8 +12,7 @@
 //! Everything is judged from files (the archive, the command's call log,
 //! pg_wal, archive_status), never from log wording.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;

@@ -7,10 +7,8 @@
 //! Skipped loudly without PostgreSQL 15's binaries (unless
 //! WALSHM_REQUIRE_PG=1).
 
-mod common;
-
-use common::wire::{pg_client, start_on_free_port};
-use common::*;
+use crate::common::wire::{pg_client, start_on_free_port};
+use crate::common::*;
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -18,9 +18,8 @@
 //! drop; every wait has a deadline. Without PostgreSQL 15's programs (or
 //! psycopg2, for its part) the tests skip loudly unless WALSHM_REQUIRE_PG=1.
 
-mod common;
-use common::wire::{data_rows, exchange, handshake_retrying, msg, pg_client, PortServer};
-use common::*;
+use crate::common::wire::{data_rows, exchange, handshake_retrying, msg, pg_client, PortServer};
+use crate::common::*;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -41,7 +40,7 @@ fn clients_print_what_postgresql_15_prints() {
     let tmp = TempDir::new("logical-vs-pg");
     let out = tmp.join("out");
     let log = tmp.join("script.log");
-    let st = common::script::run_script(
+    let st = crate::common::script::run_script(
         "logical-vs-pg.sh",
         &["--out", out.to_str().unwrap()],
         &[("PYTHON", &python())],
@@ -65,9 +64,9 @@ fn clients_print_what_postgresql_15_prints() {
         assert!(pgoutput.contains("MESSAGE t other two b"), "{pgoutput}");
         assert_eq!(pgoutput, read("pgoutput.pg.txt"));
     }
-    let left = common::script::processes_mentioning(&tmp.path().to_string_lossy());
+    let left = crate::common::script::processes_mentioning(&tmp.path().to_string_lossy());
     for &pid in &left {
-        common::script::signal_quietly(pid, libc::SIGKILL);
+        crate::common::script::signal_quietly(pid, libc::SIGKILL);
     }
     assert!(
         left.is_empty(),
@@ -92,7 +91,7 @@ fn recvlogical(bin: &Path, socket_dir: &Path, port: u16, slot: &str, out: &Path)
 }
 
 fn query(s: &mut std::os::unix::net::UnixStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
-    exchange(s, &msg(b'Q', &common::wire::cstr(sql)))
+    exchange(s, &msg(b'Q', &crate::common::wire::cstr(sql)))
 }
 
 fn ok(msgs: &[(u8, Vec<u8>)]) -> bool {
@@ -196,7 +195,7 @@ fn one_value(s: &mut std::os::unix::net::UnixStream, sql: &str) -> Option<String
 }
 
 fn error_code(s: &mut std::os::unix::net::UnixStream, sql: &str) -> String {
-    common::wire::error_code(&query(s, sql)).unwrap_or_else(|| panic!("{sql} did not fail"))
+    crate::common::wire::error_code(&query(s, sql)).unwrap_or_else(|| panic!("{sql} did not fail"))
 }
 
 #[test]

@@ -29,10 +29,9 @@
 //! wording. PostgreSQL's tools are skipped loudly when missing, unless
 //! WALSHM_REQUIRE_PG=1.
 
-mod common;
-use common::wire::{cstr, data_rows, error_code, exchange, handshake, msg, socket_path};
-use common::wire::{pg_client, start_on_free_port};
-use common::*;
+use crate::common::wire::{cstr, data_rows, error_code, exchange, handshake, msg, socket_path};
+use crate::common::wire::{pg_client, start_on_free_port};
+use crate::common::*;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -14,14 +14,12 @@
 //! looked up in the received WAL with walformat's reader, errors are
 //! matched by SQLSTATE.
 
-mod common;
-
-use common::receiver::{pg_receivewal, Receiver};
-use common::wire::{
+use crate::common::receiver::{pg_receivewal, Receiver};
+use crate::common::wire::{
     cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
     read_to_close, silent_for, socket_path, start_on_free_port, startup_packet,
 };
-use common::*;
+use crate::common::*;
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
@@ -394,7 +392,7 @@ fn kill_9_of_the_postmaster_and_of_pg_receivewal_resume_without_gap() {
     let Some(bin) = pg_receivewal() else { return };
     let t = TempDir::new("rep-kill-pm");
     let d = init_keep(&t.join("data"), &["--wal-segment-size", "1"]);
-    let port = common::wire::free_port();
+    let port = crate::common::wire::free_port();
     // 2 kB per commit: even on a loaded machine the run crosses a 1 MB
     // segment, so a complete received segment is compared below.
     let args = ["--workers", "1", "--workload", "emit-tx:2048"];
@@ -685,7 +683,7 @@ fn slots_keep_wal_until_consumed_survive_a_crash_and_release_on_drop() {
     let Some(bin) = pg_receivewal() else { return };
     let t = TempDir::new("rep-slot");
     let d = init(&t.join("data"), &["--wal-segment-size", "1"]);
-    let port = common::wire::free_port();
+    let port = crate::common::wire::free_port();
     let srv = start_on(&d, t.path(), port, &UNSYNCED);
     let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
     let created = query(
@@ -1200,7 +1198,7 @@ fn timeline_zero_is_an_invalid_timeline() {
     let Some((_t, d, srv, port)) = start_1mb_segments("rep-tli0", &["fsync=off"]) else {
         return;
     };
-    let Some(psql) = common::wire::pg_client("psql") else {
+    let Some(psql) = crate::common::wire::pg_client("psql") else {
         return;
     };
     let conninfo = format!(
@@ -1232,7 +1230,7 @@ fn a_slot_option_given_twice_is_refused() {
     let Some((_t, d, srv, port)) = start_1mb_segments("rep-twice", &["fsync=off"]) else {
         return;
     };
-    let Some(psql) = common::wire::pg_client("psql") else {
+    let Some(psql) = crate::common::wire::pg_client("psql") else {
         return;
     };
     let conninfo = format!(
@@ -1403,7 +1401,7 @@ fn standby_reports_beyond_what_was_sent_release_nothing() {
 #[test]
 fn replication_over_tcp_needs_the_replication_password() {
     let Some(bin) = pg_receivewal() else { return };
-    let Some(psql) = common::wire::pg_client("psql") else {
+    let Some(psql) = crate::common::wire::pg_client("psql") else {
         return;
     };
     let t = TempDir::new("rep-role");
@@ -1548,7 +1546,7 @@ fn pg_receivewal_follows_a_timeline_switch() {
     let t = TempDir::new("rep-tli");
     let sockdir = t.join("sock");
     fs::create_dir_all(&sockdir).unwrap();
-    let port = common::wire::free_port();
+    let port = crate::common::wire::free_port();
     let sock = sockdir.join(format!(".s.PGSQL.{port}"));
     let p = init(&t.join("p"), &["--wal-segment-size", "1"]);
     let srv = start_in(&p, t.path(), &sockdir, port);

@@ -14,13 +14,11 @@
 //! group, SIGKILLed when the test ends (also on failure); the server is
 //! the tests' `Server` (its group is killed on drop).
 
-mod common;
-
-use common::receiver::{pg_receivewal, Receiver};
-use common::wire::{
+use crate::common::receiver::{pg_receivewal, Receiver};
+use crate::common::wire::{
     cstr, data_rows, error_code, exchange, handshake, msg, socket_path, start_on_free_port,
 };
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;

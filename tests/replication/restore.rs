@@ -30,8 +30,7 @@
 //! Judged from files, exit codes, `ack` lines and dumps, never from log
 //! wording.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::HashSet;
 use std::fs;
 use std::path::Path;

@@ -22,9 +22,8 @@
 //! `postgres` user (`setpriv`). Servers run in process groups of their
 //! own, killed on drop; every command has a time limit.
 
-mod common;
-use common::wire::{free_port, pg_client};
-use common::*;
+use crate::common::wire::{free_port, pg_client};
+use crate::common::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -222,61 +221,15 @@ impl Drop for Srv {
     }
 }
 
-/// Child mode: this test binary run as a library worker against the data
-/// directory in `WALSHM_STANDBY_WORKER`: with `WALSHM_STANDBY_READ=LSN`
-/// read up to 100 records from LSN on and print `read N`; else commit one
-/// transactional message and print `committed LSN`. Exit 0, or print the
-/// error and exit 1. In a normal test run the variable is unset and this
-/// does nothing.
-#[test]
-fn child_worker() {
-    let Ok(dir) = std::env::var("WALSHM_STANDBY_WORKER") else {
-        return;
-    };
-    let read_from = std::env::var("WALSHM_STANDBY_READ").ok();
-    let result = (|| -> Result<String, walshm::Error> {
-        let mut w = walshm::Worker::attach(Some(Path::new(&dir)))?;
-        let done = match &read_from {
-            Some(from) => {
-                let mut r = w.reader(walformat::parse_lsn(from).expect("LSN"))?;
-                let mut n = 0;
-                while n < 100 && r.next_wait(Duration::from_millis(500))?.is_some() {
-                    n += 1;
-                }
-                format!("read {n}")
-            }
-            None => {
-                w.begin()?;
-                w.emit_tx("standby-test", b"written by a worker")?;
-                format!("committed {}", walformat::format_lsn(w.commit()?))
-            }
-        };
-        w.detach()?;
-        Ok(done)
-    })();
-    match result {
-        Ok(done) => {
-            println!("{done}");
-            std::process::exit(0)
-        }
-        Err(e) => {
-            println!("worker error: {e}");
-            std::process::exit(1)
-        }
-    }
-}
-
-/// Runs `child_worker` against `dir` as the server's user; `read_from`:
-/// read from there instead of writing.
+/// Runs `walshm-child standby-worker` against `dir` as the server's user
+/// (a library worker that commits one message, printing `committed LSN`);
+/// `read_from`: read up to 100 records from there instead (`read N`).
 fn worker(pg: &Pg, dir: &Path, read_from: Option<u64>) -> Out {
-    let exe = std::env::current_exe().unwrap();
-    let args = ["--exact", "child_worker", "--nocapture", "--test-threads=1"];
-    let mut c = pg.command(&exe, &args);
-    c.env("WALSHM_STANDBY_WORKER", dir);
-    if let Some(lsn) = read_from {
-        c.env("WALSHM_STANDBY_READ", walformat::format_lsn(lsn));
-    }
-    run_cmd(&mut c, TIMEOUT)
+    let dir = dir.to_str().expect("UTF-8 data directory");
+    let lsn = read_from.map(walformat::format_lsn);
+    let mut args = vec!["standby-worker", dir];
+    args.extend(lsn.as_deref());
+    pg.run(&child_bin(), &args)
 }
 
 /// `pg_basebackup -R -X stream` of `pri` into `dir` (as the server's user).

@@ -18,9 +18,8 @@
 //!   connections;
 //! - the setting is refused when misspelt.
 
-mod common;
-use common::wire::*;
-use common::*;
+use crate::common::wire::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -7,8 +7,7 @@
 //! intact. A sequence of runs with different sizes on one data directory
 //! also checks that a restart continues the WAL exactly where it ended.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 const RUN: Duration = Duration::from_millis(600);

@@ -10,8 +10,7 @@
 //! starts; a torn tail (damage only after the last acknowledged commit)
 //! still recovers by itself, and the bytes after the end are zero on disk.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -261,7 +260,7 @@ fn apply(kind: Damage, dir: &Path, w: &Crashed, foreign: &Path, rng: &mut Rng) -
             let at = rng.range(lo, hi);
             let seg_end = (at | ((1 << 20) - 1)) + 1;
             let len = rng.range(16, 4096).min(seg_end - at);
-            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             write_at_lsn(dir, at, &bytes);
             format!("{len} garbage bytes at {}", format_lsn(at))
         }
@@ -540,7 +539,7 @@ fn torn_tail_recovers_by_itself_and_is_zeroed_on_disk() {
     }
     let page_end = (w.end | (BLCKSZ - 1)) + 1;
     let mut rng = Rng(end | 1);
-    let garbage: Vec<u8> = (w.end..page_end).map(|_| rng.next() as u8 | 1).collect();
+    let garbage: Vec<u8> = (w.end..page_end).map(|_| rng.next_u64() as u8 | 1).collect();
     write_at_lsn(dir, w.end, &garbage);
     let s = start_or_exit(dir, tmp.path(), &["--workers", "0"])
         .unwrap_or_else(|o| panic!("torn tail refused\n{}", o.describe()));

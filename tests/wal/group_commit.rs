@@ -23,8 +23,7 @@
 //! tests/sync_method.rs covers the other methods. Verdicts come from exit codes, the ack lines, the WAL and JSON, never
 //! from log wording.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 /// The variants under test (the first is PostgreSQL's algorithm).
@@ -232,7 +231,7 @@ fn baton_kill9_children_nothing_acked_lost() {
 /// fdatasyncs and keep committing (a committer that defers to a baton
 /// sleeps until a flush covers it; if nobody flushed it would wait out
 /// its 100 ms timeouts, a few hundred commits in all). The lost wake-ups
-/// themselves are the loom model's to find (loom_flushwaiters.rs).
+/// themselves are the loom model's to find (shmem/tests/loom/flushwaiters.rs).
 #[test]
 fn baton_shares_fdatasyncs_among_16_committers() {
     let tx = committers_per_fdatasync_with(

@@ -23,9 +23,8 @@
 //! Verdicts come from exit codes, ack lines, the WAL, pg_stat_wal rows and
 //! the JSON summary and report, never from log wording.
 
-mod common;
-use common::wire::{data_rows, exchange, handshake, msg, socket_path, start_on_free_port};
-use common::*;
+use crate::common::wire::{data_rows, exchange, handshake, msg, socket_path, start_on_free_port};
+use crate::common::*;
 use std::time::Duration;
 
 /// PostgreSQL 15's `wal_sync_method` values on Linux.

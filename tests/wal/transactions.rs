@@ -16,8 +16,7 @@
 //!   wait for their commit;
 //! - group flush: 64 emit-tx clients with fsync=on share fdatasyncs.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Result of one clean transactional run.

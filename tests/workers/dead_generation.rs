@@ -1,8 +1,8 @@
 //! An external worker waiting on a lock of a generation that ended
 //! (`shmem::lwlock`, "Ended generations"): process A (`walshm-probe
-//! --hold-insert-locks`) holds every WAL insertion lock, process B (this
-//! binary in child mode, a `walshm::Worker`) blocks in `emit` waiting for
-//! one; A is killed with SIGKILL, the postmaster crash-restarts, and B's
+//! --hold-insert-locks`) holds every WAL insertion lock, process B
+//! (`walshm-child blocked-emitter`, a `walshm::Worker`) blocks in `emit`
+//! waiting for one; A is killed with SIGKILL, the postmaster crash-restarts, and B's
 //! `emit` must return `ServerRestarted` within seconds (before the fix it
 //! slept forever), after which B attaches to the new generation and works.
 //!
@@ -12,82 +12,10 @@
 //! or 3 (the blocked emit succeeded), 4 (another error), 5 (re-attach
 //! failed).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use walshm::{Error, Worker};
-
-const CHILD_ENV: &str = "WALSHM_DEADGEN_CHILD";
-
-/// Child mode (process B): run only when `CHILD_ENV` names a data
-/// directory; in a normal test run it does nothing.
-#[test]
-fn child_blocked_emitter() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    std::process::exit(blocked_emitter(Path::new(&dir)));
-}
-
-fn blocked_emitter(dir: &Path) -> i32 {
-    let Some(mut w) = attach_retrying(dir) else {
-        return 5;
-    };
-    println!("attached procno={}", w.procno());
-    let t = Instant::now();
-    let r = w.emit("deadgen", b"blocked");
-    let ms = t.elapsed().as_millis();
-    match r {
-        Err(Error::ServerRestarted) => println!("emit=server_restarted ms={ms}"),
-        Ok(lsn) => {
-            println!("emit=ok lsn={lsn} ms={ms}");
-            return 3;
-        }
-        Err(e) => {
-            println!("emit=error {e}");
-            return 4;
-        }
-    }
-    // Every later call says so too, and detaching touches nothing.
-    if w.begin() != Err(Error::ServerRestarted) || w.detach().is_err() {
-        return 4;
-    }
-    let Some(mut again) = attach_retrying(dir) else {
-        return 5;
-    };
-    let r = again
-        .emit("deadgen", b"after")
-        .and_then(|lsn| again.flush(again.insert_lsn()).map(|_| lsn));
-    match r {
-        Ok(lsn) => println!("reattached lsn={lsn}"),
-        Err(e) => {
-            println!("reattached error {e}");
-            return 4;
-        }
-    }
-    if again.detach().is_err() {
-        return 4;
-    }
-    0
-}
-
-/// Attaches, retrying while the server (re)starts.
-fn attach_retrying(dir: &Path) -> Option<Worker> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match Worker::attach(Some(dir)) {
-            Ok(w) => return Some(w),
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => {
-                println!("attach error {e}");
-                return None;
-            }
-        }
-    }
-}
 
 /// A child process, killed and reaped however the test ends.
 struct Guard(Child);
@@ -136,17 +64,10 @@ fn a_waiter_on_a_killed_workers_lock_gets_server_restarted_and_reattaches() {
     };
     // B: blocks in emit on an insertion lock.
     let b_out = tmp.join("b.out");
-    let exe = std::env::current_exe().unwrap();
     let mut b = Guard(
-        Command::new(exe)
-            .args([
-                "child_blocked_emitter",
-                "--exact",
-                "--nocapture",
-                "--quiet",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &d.path)
+        Command::new(child_bin())
+            .arg("blocked-emitter")
+            .arg(&d.path)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&b_out).unwrap())
             .stderr(std::fs::File::create(tmp.join("b.err")).unwrap())

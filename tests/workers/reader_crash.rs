@@ -8,10 +8,8 @@
 //! file), never a log line. The server is stopped by `stop_ok`, or killed
 //! with its process group by Server's Drop on a failed assertion.
 
-mod common;
-
+use crate::common::*;
 use backend::control::{ControlFile, DbState};
-use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walshm::{Reader, RecordKind, Worker};

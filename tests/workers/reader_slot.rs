@@ -10,10 +10,8 @@
 //! rows over the wire), never a log line. Servers are stopped by
 //! `stop_ok`, or killed with their process group on a failed assertion.
 
-mod common;
-
-use common::wire::{data_rows, exchange, handshake_retrying, msg, PortServer};
-use common::*;
+use crate::common::wire::{data_rows, exchange, handshake_retrying, msg, PortServer};
+use crate::common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walshm::Worker;
@@ -70,7 +68,10 @@ fn read_until(
 
 fn query_rows(ps: &PortServer, sql: &str) -> Vec<Vec<Option<String>>> {
     let mut s = handshake_retrying(&ps.socket());
-    data_rows(&exchange(&mut s, &msg(b'Q', &common::wire::cstr(sql))))
+    data_rows(&exchange(
+        &mut s,
+        &msg(b'Q', &crate::common::wire::cstr(sql)),
+    ))
 }
 
 #[test]
@@ -96,10 +97,15 @@ fn a_library_slot_resumes_where_its_consumer_confirmed() {
         &mut s,
         &msg(
             b'Q',
-            &common::wire::cstr("SELECT * FROM pg_logical_slot_peek_changes('lib', NULL, NULL)"),
+            &crate::common::wire::cstr(
+                "SELECT * FROM pg_logical_slot_peek_changes('lib', NULL, NULL)",
+            ),
         ),
     );
-    assert_eq!(common::wire::error_code(&busy).as_deref(), Some("55006"));
+    assert_eq!(
+        crate::common::wire::error_code(&busy).as_deref(),
+        Some("55006")
+    );
     drop(s);
     drop(held);
     let rows = query_rows(
@@ -159,7 +165,7 @@ fn a_library_slot_resumes_where_its_consumer_confirmed() {
     for _ in 0..3 {
         commit(&mut w, "filler");
         for sql in ["SELECT pg_switch_wal()", "CHECKPOINT"] {
-            exchange(&mut s, &msg(b'Q', &common::wire::cstr(sql)));
+            exchange(&mut s, &msg(b'Q', &crate::common::wire::cstr(sql)));
         }
     }
     assert!(

@@ -4,15 +4,13 @@
 //! records before they are durable and reports `ServerRestarted` once the
 //! postmaster is killed.
 //!
-//! The writer is another process: this test binary re-run in child mode
-//! (`WALSHM_TEST_READER_CHILD`, see `child_writer`), in its own process
-//! group, killed with it if a check fails. The server runs with
+//! The writer is another process, `walshm-child writer` (`flush`: each
+//! message flushed after 100 ms; `insert`: never flushed), in its own
+//! process group, killed with it if a check fails. The server runs with
 //! `wal_writer_delay = 10s`, so that nothing is flushed unless the writer
 //! asks.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use shmem::walsnd::monotonic_ns;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -22,49 +20,14 @@ use walshm::{Error, RecordKind, Worker};
 
 const ROUNDS: usize = 20;
 
-/// Child mode: `flush DIR` emits a message, waits, flushes it, and prints
-/// `flushed I T` (CLOCK_MONOTONIC ns after the flush returned); `insert
-/// DIR` emits a message every 30 ms and prints `emitted I T` (after the
-/// emit returned), then waits to be killed (at most a minute). In a normal
-/// test run the variable is not set and this test does nothing.
-#[test]
-fn child_writer() {
-    let Ok(args) = std::env::var("WALSHM_TEST_READER_CHILD") else {
-        return;
-    };
-    let (mode, dir) = args.split_once(' ').unwrap();
-    let mut w = Worker::attach(Some(Path::new(dir))).expect("attach");
-    for i in 0..ROUNDS {
-        w.emit("wake", format!("m{i}").as_bytes()).unwrap();
-        if mode == "flush" {
-            let end = w.insert_lsn();
-            std::thread::sleep(Duration::from_millis(100));
-            w.flush(end).unwrap();
-            println!("flushed {i} {}", monotonic_ns());
-        } else {
-            println!("emitted {i} {}", monotonic_ns());
-        }
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    if mode == "insert" {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-    w.detach().unwrap();
-    std::process::exit(0);
-}
-
 /// The writer child, killed (its whole process group) when dropped.
 struct Writer(Child);
 
 impl Writer {
     fn spawn(mode: &str, dir: &Path, out: &Path) -> Writer {
-        let exe = std::env::current_exe().unwrap();
-        let child = Command::new(exe)
-            .args(["child_writer", "--exact", "--nocapture", "--quiet"])
-            .env(
-                "WALSHM_TEST_READER_CHILD",
-                format!("{mode} {}", dir.display()),
-            )
+        let child = Command::new(child_bin())
+            .args(["writer", mode, &ROUNDS.to_string()])
+            .arg(dir)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(out).unwrap())
             .stderr(std::fs::File::create(out.with_extension("err")).unwrap())

@@ -6,9 +6,8 @@
 //! docs/benchmarks.md.) Without pg_recvlogical it skips loudly unless
 //! WALSHM_REQUIRE_PG=1.
 
-mod common;
-use common::wire::pg_client;
-use common::*;
+use crate::common::wire::pg_client;
+use crate::common::*;
 use std::process::Command;
 use std::time::Duration;
 

@@ -4,109 +4,22 @@
 //! server's crash restarts; the C ABI is driven by C programs built here
 //! with the system compiler against `libwalshm.so`.
 //!
-//! Child processes: the C programs, and this test binary itself re-run in
-//! "child mode" (`WALSHM_TEST_CHILD`, see `child_main`) as a Rust worker,
-//! so that a worker can be killed with SIGKILL.
+//! Child processes: the C programs, and `walshm-child producer` (the
+//! library's example producer, tests/child/walshm_child.rs) as a Rust
+//! worker, so that a worker can be killed with SIGKILL.
 
-mod common;
-
-/// The Rust example worker, run by `child_worker` in child mode.
-#[allow(dead_code)]
-#[path = "../worker/examples/producer.rs"]
-mod producer_example;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use walshm::{Error, Record, RecordKind, Worker};
 
-/// Child mode: this test binary run as a worker. The producer's arguments
-/// come from `WALSHM_TEST_CHILD` (external children) or from
-/// `WALSHM_TEST_ARGS_<worker name>` (supervised ones, whose environment
-/// the postmaster passes on with `WALSHM_WORKER_NAME`). In a normal test
-/// run neither is set and this test does nothing.
-#[test]
-fn child_worker() {
-    if let Ok(dir) = std::env::var("WALSHM_TEST_FORK") {
-        std::process::exit(fork_then_drop_in_child(Path::new(&dir)));
-    }
-    let args = std::env::var("WALSHM_TEST_CHILD").ok().or_else(|| {
-        let name = std::env::var("WALSHM_WORKER_NAME").ok()?;
-        std::env::var(format!("WALSHM_TEST_ARGS_{name}")).ok()
-    });
-    let Some(args) = args else { return };
-    let code = producer_example::run_with(args.split_whitespace().map(String::from).collect());
-    std::process::exit(code);
-}
-
-/// Child mode `WALSHM_TEST_FORK=DIR`: attach, commit, fork; the child's
-/// commit must fail with `ForkedChild` and dropping its copy of the
-/// `Worker` must leave the parent's attachment working. Exit 0 when every
-/// check held (the parent prints what failed).
-fn fork_then_drop_in_child(dir: &Path) -> i32 {
-    let commit = |w: &mut Worker, what: &str| {
-        w.begin()?;
-        w.emit_tx("fork", what.as_bytes())?;
-        w.commit()
-    };
-    let mut w = Worker::attach(Some(dir)).expect("attach");
-    commit(&mut w, "before fork").expect("commit before fork");
-    // SAFETY: the child only calls the library, then `_exit`s (no
-    // destructor of the parent's other threads' state runs).
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let refused = matches!(
-            commit(&mut w, "in the child"),
-            Err(Error::ForkedChild { .. })
-        );
-        drop(w);
-        // SAFETY: ends the child without running the parent's atexit work.
-        unsafe { libc::_exit(if refused { 0 } else { 3 }) };
-    }
-    let mut status = 0;
-    // SAFETY: waits for our own child; `status` is a valid out pointer.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        println!("FAIL the child's commit was not refused ({status:#x})");
-        return 1;
-    }
-    match commit(&mut w, "after the child dropped its copy") {
-        Ok(_) => {}
-        Err(e) => {
-            println!("FAIL parent commit after the child's drop: {e}");
-            return 1;
-        }
-    }
-    match w.detach() {
-        Ok(()) => 0,
-        Err(e) => {
-            println!("FAIL parent detach: {e}");
-            1
-        }
-    }
-}
-
-/// The command line that runs this binary as `child_worker`.
-fn child_argv() -> Vec<String> {
-    let exe = std::env::current_exe().unwrap();
-    vec![
-        exe.to_str().unwrap().to_string(),
-        "child_worker".into(),
-        "--exact".into(),
-        "--nocapture".into(),
-        "--quiet".into(),
-        "--test-threads=1".into(),
-    ]
-}
-
 /// An external Rust worker process (stdout to `out`).
 fn spawn_external(args: &str, out: &Path) -> Child {
-    let argv = child_argv();
-    Command::new(&argv[0])
-        .args(&argv[1..])
-        .env("WALSHM_TEST_CHILD", args)
+    Command::new(child_bin())
+        .arg("producer")
+        .args(args.split_whitespace())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(out).unwrap())
         .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
@@ -396,7 +309,7 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
         "cw={} - 100 --tx --ack --prefix cworker",
         producer_c.display()
     );
-    let r_worker = format!("rw={}", child_argv().join(" "));
+    let r_worker = format!("rw={} producer", child_bin().display());
     let s = start_with_env(
         &d.path,
         tmp.path(),
@@ -420,7 +333,7 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
     wait_for("the workers to exit", TIMEOUT, || {
         !s.children()
             .iter()
-            .any(|(_, c)| c == "producer_c" || c.starts_with("workers-"))
+            .any(|(_, c)| c == "producer_c" || c == CHILD_COMM)
     });
     let acked = acks(&s.stdout());
     assert_eq!(
@@ -464,11 +377,11 @@ fn supervised_c_and_rust_workers_write_what_pg_waldump_decodes() {
     }
 }
 
-/// The supervised worker process (this binary in child mode).
+/// The supervised worker process (`walshm-child`).
 fn rust_worker_pid(s: &Server) -> Option<i32> {
     s.children()
         .into_iter()
-        .find(|(_, c)| c.starts_with("workers-"))
+        .find(|(_, c)| c == CHILD_COMM)
         .map(|(p, _)| p)
 }
 
@@ -494,7 +407,7 @@ fn cleaned_up(log: &str) -> bool {
 fn kill9_of_a_supervised_worker_restarts_it_and_loses_no_ack() {
     let tmp = TempDir::new("wk-kill-supervised");
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let r_worker = format!("rw={}", child_argv().join(" "));
+    let r_worker = format!("rw={} producer", child_bin().display());
     // fsync = on: an ack promises the commit is on disk.
     let s = start_with_env(
         &d.path,
@@ -685,14 +598,15 @@ fn a_forked_child_cannot_end_its_parents_attachment() {
         .expect("a new process attaches at once after the C child's detach")
         .detach()
         .unwrap();
-    let argv = child_argv();
     let o = run_cmd(
-        Command::new(&argv[0])
-            .args(&argv[1..])
-            .env("WALSHM_TEST_FORK", &d.path),
+        Command::new(child_bin()).arg("fork-check").arg(&d.path),
         TIMEOUT,
     );
-    assert!(o.status.success(), "Rust fork child mode\n{}", o.describe());
+    assert!(
+        o.status.success(),
+        "walshm-child fork-check\n{}",
+        o.describe()
+    );
     Worker::attach(Some(&d.path))
         .expect("a new process attaches at once after the Rust child's drop")
         .detach()

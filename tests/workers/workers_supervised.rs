@@ -10,8 +10,7 @@
 //! Every wait is bounded; every probe is killed and reaped by its guard and
 //! every server's process group by `Server`'s drop.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! - at most one process holds the token at a time;
 //! - the queue ends empty and the token free.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_admission`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom admission::`.
 #![cfg(loom)]
 
 use loom::sync::Arc;

@@ -19,7 +19,7 @@
 //!   covered too, including when the baton's holder finds itself covered
 //!   without leading.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_flushwaiters`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom flushwaiters::`.
 #![cfg(loom)]
 
 use loom::sync::Arc;

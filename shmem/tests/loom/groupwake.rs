@@ -11,7 +11,7 @@
 //! - a waiter returns only after it saw RELEASED, and a waiter that was
 //!   not released is never returned by a pass that woke other bits.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_groupwake`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom groupwake::`.
 #![cfg(loom)]
 
 use loom::sync::{Arc, Mutex};

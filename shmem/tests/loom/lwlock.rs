@@ -26,7 +26,7 @@
 //! After every execution the lock must be free with only RELEASE_OK set, and
 //! every proc must be NOT_WAITING with no unconsumed semaphore post.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom lwlock::`.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;

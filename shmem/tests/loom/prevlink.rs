@@ -19,7 +19,7 @@
 //! same home slot and the probing (an entry found past slots freed since it
 //! was published) is exercised on every run.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_prevlink`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom prevlink::`.
 #![cfg(loom)]
 
 use loom::sync::atomic::AtomicU64;

@@ -14,7 +14,7 @@
 //! - the flusher never claims a reply whose commit its flush does not
 //!   cover.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom_reply`.
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom reply::`.
 #![cfg(loom)]
 
 use loom::sync::Arc;

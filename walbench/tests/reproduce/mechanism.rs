@@ -9,7 +9,7 @@
 //! `per_tx`, and its wait-event shares lie in 0..1 and sum to at most 1.
 //!
 //! Without the postmaster binary the tests print a loud SKIPPED message and
-//! pass (as walbench/tests/reproduce.rs).
+//! pass (as the `reproduce` module beside it).
 
 use std::collections::HashMap;
 use walbench::observe::PER_TX_CONTRACT;

@@ -1,8 +1,6 @@
 //! Every kind of corruption yields its typed error, never a panic.
 
-mod common;
-
-use common::TempDir;
+use crate::common::TempDir;
 use std::path::PathBuf;
 use walformat::{
     decode_record_bytes, logical_message, Geometry, Lsn, SegmentWriter, WalError, WalReader,

@@ -1,8 +1,6 @@
 //! Decodes a real PostgreSQL 15 segment and matches pg_waldump's output.
 
-mod common;
-
-use common::{parse_dump_line, TempDir};
+use crate::common::{parse_dump_line, TempDir};
 use std::io::Read;
 use walformat::{Geometry, WalReader};
 
@@ -26,8 +24,8 @@ fn unpack_fixture() -> TempDir {
     dir
 }
 
-fn expected_lines() -> Vec<common::DumpLine> {
-    include_str!("fixtures/pg15-segment.pg_waldump.txt")
+fn expected_lines() -> Vec<crate::common::DumpLine> {
+    include_str!("../fixtures/pg15-segment.pg_waldump.txt")
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| parse_dump_line(l).expect("parse pg_waldump line"))

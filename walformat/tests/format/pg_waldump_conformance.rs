@@ -1,9 +1,7 @@
 //! Writes segments with SegmentWriter and checks them with PostgreSQL 15's
 //! own pg_waldump (skipped loudly when it is not installed).
 
-mod common;
-
-use common::{normal_end_message, pg_waldump_or_skip, run_pg_waldump, DumpRun, TempDir};
+use crate::common::{normal_end_message, pg_waldump_or_skip, run_pg_waldump, DumpRun, TempDir};
 use std::path::Path;
 use walformat::{
     checkpoint_record, commit_record, logical_message, switch_record, CheckPoint, DecodedRecord,

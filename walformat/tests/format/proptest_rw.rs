@@ -1,9 +1,7 @@
 //! Property tests: SegmentWriter output reads back identically with
 //! WalReader; byte-position conversions round-trip.
 
-mod common;
-
-use common::TempDir;
+use crate::common::TempDir;
 use proptest::prelude::*;
 use walformat::{
     checkpoint_record, commit_record, logical_message, switch_record, CheckPoint, DecodedRecord,
