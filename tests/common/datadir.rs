@@ -94,7 +94,12 @@ pub fn history_line(dir: &Path) -> (u32, u64, String) {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "history of timeline 2: {text:?}");
     let f: Vec<&str> = lines[0].split('\t').collect();
-    assert_eq!(f.len(), 3, "parentTLI<TAB>switchpoint<TAB>reason: {:?}", lines[0]);
+    assert_eq!(
+        f.len(),
+        3,
+        "parentTLI<TAB>switchpoint<TAB>reason: {:?}",
+        lines[0]
+    );
     (
         f[0].parse().unwrap(),
         walformat::parse_lsn(f[1]).unwrap(),

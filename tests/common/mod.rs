@@ -1,48 +1,58 @@
-//! Shared harness for the integration tests, one module per concern:
+//! Shared harness of the integration tests, one module per concern:
 //! temporary directories, commands run with a timeout, data directories,
 //! a `postmaster start` child that is always cleaned up (its whole process
 //! group is SIGKILLed on drop), `/proc` and shared-memory inspection, the
 //! shutdown summary, WAL verification with the project's own reader,
 //! `postmaster waldump` and PostgreSQL 15's `pg_waldump`, acknowledged
-//! commits, `walbench torture`, and attaching a library worker. Everything but `wire` and `receiver` is
-//! re-exported here, so a test says `use common::*;`.
+//! commits, `walbench torture`, and attaching a library worker. Everything
+//! but `wire`, `receiver` and `script` is re-exported here, so a test says
+//! `use crate::common::*;`.
 //!
-//! Dead code: every file in tests/ is a crate of its own that compiles
-//! this whole module and uses only part of it, so an item another test
-//! uses is dead in this one. `dead_code` is therefore allowed on the module
-//! declarations below, and only there (with `unused_imports` on the
-//! re-exports). A helper that no test uses at all is deleted instead: it
-//! is reported dead in every test crate (counted once per file in tests/)
-//! when the allows are overridden:
+//! Each group of tests (`tests/GROUP/main.rs`) compiles this module once,
+//! as a public module: each group uses only part of it, and public items
+//! are not reported as dead code. A helper that no group uses is deleted;
+//! it is the one reported in all five groups when the module is private:
 //!
 //! ```text
-//! for t in tests/*.rs; do
-//!     cargo rustc -q --profile check --test "$(basename "$t" .rs)" \
-//!         --message-format short -- --force-warn dead_code
-//! done 2>&1 | grep '^tests/common/' | sort | uniq -c | sort -rn
+//! sed -i 's/^pub mod common;/mod common;/' tests/*/main.rs
+//! for g in wal crash clients replication workers; do
+//!     cargo rustc -q --profile test --test $g --message-format short
+//! done 2>&1 | grep -o 'common/.*never.*' | sort | uniq -c | grep '^ *5 '
+//! git checkout tests/*/main.rs
 //! ```
 
-/// Declares each concern's module, with `dead_code` allowed (see above),
-/// and re-exports its items.
-macro_rules! helper_modules {
-    ($($module:ident),* $(,)?) => {
-        $(
-            #[allow(dead_code)]
-            mod $module;
-            #[allow(unused_imports)]
-            pub use $module::*;
-        )*
-    };
-}
+mod acks;
+mod attach;
+mod datadir;
+mod procfs;
+mod redo;
+mod rng;
+mod run;
+mod server;
+mod serveruser;
+mod shm;
+mod summary;
+mod tempdir;
+mod torture;
+mod walcheck;
+mod waldump;
 
-helper_modules!(
-    acks, attach, datadir, procfs, redo, rng, run, server, serveruser, shm, summary, tempdir,
-    torture, walcheck, waldump,
-);
+pub use acks::*;
+pub use attach::*;
+pub use datadir::*;
+pub use procfs::*;
+pub use redo::*;
+pub use rng::*;
+pub use run::*;
+pub use server::*;
+pub use serveruser::*;
+pub use shm::*;
+pub use summary::*;
+pub use tempdir::*;
+pub use torture::*;
+pub use walcheck::*;
+pub use waldump::*;
 
-#[allow(dead_code)]
 pub mod receiver;
-#[allow(dead_code)]
 pub mod script;
-#[allow(dead_code)]
 pub mod wire;

@@ -6,7 +6,7 @@
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -16,6 +16,6 @@ impl Rng {
     /// Uniform in [lo, hi).
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         assert!(hi > lo, "empty range {lo}..{hi}");
-        lo + self.next() % (hi - lo)
+        lo + self.next_u64() % (hi - lo)
     }
 }

@@ -1,8 +1,10 @@
 //! Running commands with a timeout (a watchdog SIGKILLs them), the
-//! postmaster binary, signals, and polling for a condition.
+//! postmaster and `walshm-child` binaries, signals, and polling for a
+//! condition.
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,6 +15,29 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub fn postmaster_bin() -> &'static str {
     env!("CARGO_BIN_EXE_postmaster")
 }
+
+/// `walshm-child` (tests/child/walshm_child.rs): the library-worker
+/// processes the tests start, killed, stopped or supervised. An example of
+/// the root package, which `cargo test` builds with the tests (but `cargo
+/// test --test GROUP` alone does not: then run `cargo test --no-run` once).
+pub fn child_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/PROFILE/deps/GROUP-HASH -> target/PROFILE/examples/walshm-child
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in target/PROFILE/deps")
+        .join("examples/walshm-child");
+    assert!(
+        bin.is_file(),
+        "{} is missing: `cargo test` builds it, `cargo test --test GROUP` does not",
+        bin.display()
+    );
+    bin
+}
+
+/// The process name (/proc comm) of a `walshm-child`.
+pub const CHILD_COMM: &str = "walshm-child";
 
 /// Output of a finished command.
 #[derive(Debug)]

@@ -37,7 +37,13 @@ impl ServerUser {
             );
             return None;
         }
-        let prefix = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"];
+        let prefix = [
+            "setpriv",
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ];
         Some(ServerUser {
             prefix: prefix.map(String::from).to_vec(),
         })

@@ -1,5 +1,4 @@
-//! Shared helpers for the walformat integration tests.
-#![allow(dead_code)]
+//! Shared helpers for the walformat integration tests (tests/format/).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
