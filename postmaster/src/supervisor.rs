@@ -73,9 +73,11 @@ use backend::abandoned::Job;
 use backend::control::ControlFile;
 use backend::workload::Workload;
 use shmem::sync::Ordering;
+use shmem::sys::Signal;
 use shmem::{Settings, Shmem};
+use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 mod standby;
@@ -94,29 +96,6 @@ static GOT_SIGHUP: AtomicBool = AtomicBool::new(false);
 /// SIGUSR1: the startup process entered standby mode, or a promotion was
 /// asked for (`pg_ctl promote`, `pg_promote()`); see `standby`.
 static GOT_SIGUSR1: AtomicBool = AtomicBool::new(false);
-/// SIGTERM means a smart shutdown (set once, before the handlers).
-static SIGTERM_IS_SMART: AtomicBool = AtomicBool::new(false);
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    match sig {
-        libc::SIGTERM if SIGTERM_IS_SMART.load(Ordering::Relaxed) => {
-            GOT_SMART.store(true, Ordering::Relaxed)
-        }
-        libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
-        libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
-        libc::SIGHUP => GOT_SIGHUP.store(true, Ordering::Relaxed),
-        libc::SIGUSR1 => GOT_SIGUSR1.store(true, Ordering::Relaxed),
-        _ => {}
-    }
-    let fd = WAKE_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; `b` lives for the call.
-        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Startup,
@@ -219,8 +198,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     standby::remove_stale_promote_file(&datadir);
     let args: Vec<String> = std::env::args().skip(1).collect();
     datadir::write_opts_file(&datadir, &args)?;
-    SIGTERM_IS_SMART.store(opts.postgres_cli, Ordering::Relaxed);
-    let wake_rd = install_signal_handlers()?;
+    let wake_rd = install_signal_handlers(opts.postgres_cli)?;
     let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
     pm.pidfile = Some(pidfile);
     pm.supervised = workers.into_iter().map(Supervised::new).collect();
@@ -250,28 +228,33 @@ fn supervised_workers(
     Ok(workers)
 }
 
-fn install_signal_handlers() -> Result<i32, String> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(format!(
-            "could not create self-pipe: {}",
-            std::io::Error::last_os_error()
-        ));
+/// signal-hook's flags and self-pipe: each signal sets its flag, then
+/// writes a byte to the pipe (actions run in the order registered); the
+/// main loop polls the read end, which is returned. SIGTERM means a smart
+/// shutdown under the postgres command line (`smart`), a fast one
+/// otherwise. Children reset these handlers right after `fork`
+/// (`children::fork_process`).
+fn install_signal_handlers(smart: bool) -> Result<i32, String> {
+    use signal_hook::consts::*;
+    let err = |e: std::io::Error| format!("could not create self-pipe: {e}");
+    let (rd, wr) = shmem::sys::fd::pipe(true).map_err(err)?;
+    let sigterm_flag = if smart { &GOT_SMART } else { &GOT_SIGTERM };
+    let flags: [(i32, Option<&'static AtomicBool>); 6] = [
+        (SIGTERM, Some(sigterm_flag)),
+        (SIGINT, Some(&GOT_SIGTERM)),
+        (SIGQUIT, Some(&GOT_SIGQUIT)),
+        (SIGHUP, Some(&GOT_SIGHUP)),
+        (SIGCHLD, None),
+        (SIGUSR1, Some(&GOT_SIGUSR1)),
+    ];
+    for (sig, flag) in flags {
+        if let Some(flag) = flag {
+            signal_hook::flag::register(sig, flag).map_err(err)?;
+        }
+        signal_hook::low_level::pipe::register(sig, wr.try_clone().map_err(err)?).map_err(err)?;
     }
-    WAKE_FD.store(fds[1], Ordering::Relaxed);
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGHUP,
-        libc::SIGCHLD,
-        libc::SIGUSR1,
-    ] {
-        backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
-    }
-    backend::process::set_handler(libc::SIGPIPE, libc::SIG_IGN);
-    Ok(fds[0])
+    shmem::sys::signals::ignore(Signal::SIGPIPE);
+    Ok(rd.into_raw_fd())
 }
 
 impl Postmaster {
@@ -420,7 +403,7 @@ impl Postmaster {
             log("LOG", "received immediate shutdown request");
             self.set_status(datadir::PmStatus::Stopping);
             self.shutting_down = true;
-            self.signal_all(libc::SIGQUIT);
+            self.signal_all(Signal::SIGQUIT);
             self.enter_crash_wait();
         }
         if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
@@ -583,32 +566,8 @@ impl Postmaster {
         if let Some(r) = &self.registry {
             fds.extend(r.fds());
         }
-        let mut pfds: Vec<libc::pollfd> = fds
-            .iter()
-            .map(|&fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: `pfds` is a valid array of pollfd of the given length.
-        unsafe {
-            libc::poll(
-                pfds.as_mut_ptr(),
-                pfds.len() as libc::nfds_t,
-                timeout.as_millis() as libc::c_int,
-            )
-        };
-        let mut buf = [0u8; 64];
-        // SAFETY: reading into a local buffer from our non-blocking pipe.
-        while unsafe {
-            libc::read(
-                self.wake_rd,
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-            )
-        } > 0
-        {}
+        shmem::sys::fd::poll_readable(&fds, timeout);
+        shmem::sys::fd::drain(self.wake_rd);
     }
 
     /// Forks a child of `kind` that runs `body` (see `children` for the
@@ -691,14 +650,13 @@ impl Postmaster {
         self.children.iter().filter(|c| c.kind == kind).count()
     }
 
-    fn signal_all(&self, sig: libc::c_int) {
+    fn signal_all(&self, sig: Signal) {
         self.signal_kind(|_| true, sig);
     }
 
-    fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: libc::c_int) {
+    fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: Signal) {
         for c in self.children.iter().filter(|c| pred(c.kind)) {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(c.pid, sig) };
+            shmem::sys::kill(c.pid, sig);
         }
     }
 
@@ -709,15 +667,14 @@ impl Postmaster {
                 // Crash recovery runs to its end; archive recovery stops
                 // between two restore_command fetches (exit EXIT_SHUTDOWN).
                 // advance_state moves on from either.
-                self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGTERM);
+                self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), Signal::SIGTERM);
             }
             State::Standby => self.stop_standby(),
             State::Run => {
                 let walsenders = self.walsender_pids();
                 for c in &self.children {
                     if c.kind.is_backend() && !walsenders.contains(&c.pid) {
-                        // SAFETY: kill has no memory effects.
-                        unsafe { libc::kill(c.pid, libc::SIGTERM) };
+                        shmem::sys::kill(c.pid, Signal::SIGTERM);
                     }
                 }
                 self.state = State::StopBackends;
@@ -751,13 +708,7 @@ impl Postmaster {
     }
 
     fn reap_children(&mut self) {
-        loop {
-            let mut status = 0;
-            // SAFETY: `status` is a valid out-pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                return;
-            }
+        while let Some((pid, status)) = shmem::sys::reap_any() {
             let Some(pos) = self.children.iter().position(|c| c.pid == pid) else {
                 continue;
             };
@@ -896,7 +847,7 @@ impl Postmaster {
             );
         }
         log("LOG", "terminating any other active server processes");
-        self.signal_all(libc::SIGQUIT);
+        self.signal_all(Signal::SIGQUIT);
         self.enter_crash_wait();
     }
 
@@ -1053,7 +1004,10 @@ impl Postmaster {
                 self.stop_step(checkpointer, next, overdue, "checkpointer");
                 if self.state == State::StopWalsenders {
                     // After the shutdown checkpoint, as PostgreSQL's archiver.
-                    self.signal_kind(|k| k == Kind::Server(ServerChild::Archiver), libc::SIGTERM);
+                    self.signal_kind(
+                        |k| k == Kind::Server(ServerChild::Archiver),
+                        Signal::SIGTERM,
+                    );
                 }
                 None
             }
@@ -1087,8 +1041,7 @@ impl Postmaster {
                 self.abandon_generation();
             }
             for c in self.children.iter().filter(|c| next_children(c)) {
-                // SAFETY: kill has no memory effects.
-                unsafe { libc::kill(c.pid, libc::SIGTERM) };
+                shmem::sys::kill(c.pid, Signal::SIGTERM);
             }
             self.state = next_state;
         } else if overdue {
@@ -1096,7 +1049,7 @@ impl Postmaster {
                 "LOG",
                 &format!("{what} did not stop in time; sending SIGKILL"),
             );
-            self.signal_all(libc::SIGKILL);
+            self.signal_all(Signal::SIGKILL);
         }
     }
 
@@ -1105,7 +1058,7 @@ impl Postmaster {
     fn crash_wait_step(&mut self, overdue: bool) -> Option<i32> {
         if !self.children.is_empty() {
             if overdue {
-                self.signal_all(libc::SIGKILL);
+                self.signal_all(Signal::SIGKILL);
             }
             return None;
         }

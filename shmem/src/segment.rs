@@ -331,6 +331,12 @@ impl Shmem {
         self.fd.as_ref().map(|fd| fd.as_raw_fd())
     }
 
+    /// The segment's descriptor, borrowed, in the process that created it
+    /// (to pass to a registering worker).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|fd| fd.as_fd())
+    }
+
     /// Marks this generation as abandoned (the postmaster, just before a
     /// crash restart or at shutdown). Release: pairs with the Acquire in
     /// `has_ended`, so a process that sees the flag also sees every store
