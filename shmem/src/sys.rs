@@ -255,21 +255,20 @@ pub fn live_process_identity(pid: i32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
-/// Writes all of `bytes` through `call` (a `write(2)`-like call given the
-/// rest of the buffer, returning the byte count or -1 with errno set),
-/// retrying after EINTR and short writes.
-pub fn write_all_with(bytes: &[u8], mut call: impl FnMut(&[u8]) -> isize) -> io::Result<()> {
+/// Writes all of `bytes` through `call` (one `write(2)`-like call given
+/// the rest of the buffer, returning the byte count), retrying after
+/// EINTR and short writes.
+pub fn write_all_with(
+    bytes: &[u8],
+    mut call: impl FnMut(&[u8]) -> io::Result<usize>,
+) -> io::Result<()> {
     let mut off = 0;
     while off < bytes.len() {
-        let n = call(&bytes[off..]);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match call(&bytes[off..]) {
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        off += n as usize;
     }
     Ok(())
 }
@@ -291,10 +290,13 @@ mod tests {
         let mut calls = 0;
         let r = write_all_with(b"abcdef", |rest| {
             calls += 1;
+            if calls == 2 {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
             got.push(rest[0]);
-            1
+            Ok(1)
         });
         assert!(r.is_ok());
-        assert_eq!((calls, got), (6, b"abcdef".to_vec()));
+        assert_eq!((calls, got), (7, b"abcdef".to_vec()));
     }
 }

@@ -91,15 +91,16 @@ pub fn write(fd: RawFd, bytes: &[u8]) -> io::Result<usize> {
 /// Writes all of `bytes` to `fd`, with one `write` when possible (log
 /// lines must not interleave), retrying after EINTR and short writes.
 pub fn write_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
-    let mut off = 0;
-    while off < bytes.len() {
-        match write(fd, &bytes[off..]) {
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    super::write_all_with(bytes, |rest| write(fd, rest))
+}
+
+/// Whether `fd` is an open socket.
+pub fn is_socket(fd: RawFd) -> bool {
+    use nix::sys::stat::SFlag;
+    fd >= 0
+        && nix::sys::stat::fstat(borrow(fd)).is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFSOCK
+        })
 }
 
 /// Reads `fd` (non-blocking) until it is empty: a self-pipe's wake-ups.

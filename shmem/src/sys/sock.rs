@@ -2,9 +2,11 @@
 //! SIGPIPE, no blocking) on a descriptor number. The streams themselves
 //! are std's (`TcpStream`, `UnixStream`); these are the calls std lacks.
 
-use nix::sys::socket::{self, sockopt, MsgFlags, SockaddrLike, SockaddrStorage};
+use nix::sys::socket::{
+    self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrLike, SockaddrStorage,
+};
 use std::io;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 fn borrow<'a>(fd: RawFd) -> BorrowedFd<'a> {
@@ -85,6 +87,66 @@ pub fn send(fd: RawFd, bytes: &[u8], nonblocking: bool) -> io::Result<usize> {
         flags |= MsgFlags::MSG_DONTWAIT;
     }
     socket::send(fd, bytes, flags).map_err(io::Error::from)
+}
+
+/// Sends all of `bytes` (send(2) without SIGPIPE, blocking), retrying
+/// after EINTR and short sends.
+pub fn send_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
+    super::write_all_with(bytes, |rest| send(fd, rest, false))
+}
+
+/// The peer's uid and pid (SO_PEERCRED) of a connected Unix socket.
+pub fn peer_credentials(s: &impl AsFd) -> io::Result<(u32, i32)> {
+    let c = socket::getsockopt(s, sockopt::PeerCredentials)?;
+    Ok((c.uid(), c.pid()))
+}
+
+/// Sends `bytes` in one message (sendmsg(2), no SIGPIPE), with `fd`
+/// attached (SCM_RIGHTS) when given: the byte count.
+pub fn send_with_fd(s: RawFd, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<usize> {
+    let raw = fd.map(|fd| [fd.as_raw_fd()]);
+    let cmsgs: Vec<ControlMessage> = raw
+        .iter()
+        .map(|r| ControlMessage::ScmRights(&r[..]))
+        .collect();
+    let iov = [std::io::IoSlice::new(bytes)];
+    Ok(socket::sendmsg::<()>(
+        s,
+        &iov,
+        &cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?)
+}
+
+/// One recvmsg(2) into `buf`, collecting a passed descriptor
+/// (close-on-exec); any further descriptor is closed. Retries after
+/// EINTR.
+pub fn recv_with_fd(s: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut cbuf = nix::cmsg_space!(RawFd);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = loop {
+        match socket::recvmsg::<()>(s, &mut iov, Some(&mut cbuf), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => break r?,
+        }
+    };
+    let mut fd = None;
+    for c in msg.cmsgs().into_iter().flatten() {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for raw in fds {
+                // SAFETY: an SCM_RIGHTS message's descriptors are new ones
+                // the kernel just installed in this process; nobody else
+                // owns them.
+                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                // Keep the first; any extra is closed here.
+                if fd.is_none() {
+                    fd = Some(owned);
+                }
+            }
+        }
+    }
+    Ok((msg.bytes, fd))
 }
 
 /// One recv(2), without blocking if `nonblocking`: the byte count (0 at
