@@ -26,10 +26,6 @@ use std::time::{Duration, Instant};
 
 static GOT_SIGTERM: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigterm(_: libc::c_int) {
-    GOT_SIGTERM.store(true, Ordering::Relaxed);
-}
-
 /// Stays attached as the options say, then detaches (or not) and exits.
 #[derive(clap::Args)]
 struct Options {
@@ -171,18 +167,12 @@ fn attach(o: &Options) -> Result<Registration, RegisterError> {
 
 /// Is stdin closed (EOF or error) now?
 fn stdin_closed() -> bool {
-    let mut pfd = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd; a zero timeout does not block.
-    if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
+    if shmem::sys::fd::poll_readable(&[0], Duration::ZERO) == 0 {
         return false;
     }
     let mut b = [0u8; 64];
-    // SAFETY: reading into a local buffer; stdin is readable (poll said so).
-    unsafe { libc::read(0, b.as_mut_ptr() as *mut libc::c_void, b.len()) <= 0 }
+    // Stdin is readable (poll said so).
+    !matches!(shmem::sys::fd::read(0, &mut b), Ok(n) if n > 0)
 }
 
 /// Waits as the options say; true if the generation ended meanwhile.
@@ -278,8 +268,11 @@ fn main() {
             std::process::exit(if e.use_stderr() { 5 } else { 0 });
         }
     };
-    // SAFETY: the handler only stores to an atomic flag.
-    unsafe { libc::signal(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t) };
+    // signal-hook's flag (SA_RESTART, as signal(3) installs).
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, &GOT_SIGTERM) {
+        eprintln!("walshm-probe: {e}");
+        std::process::exit(5);
+    }
     let code = match run(&o) {
         Ok(code) => code,
         Err(e) => {

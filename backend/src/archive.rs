@@ -281,9 +281,9 @@ pub fn run_shell_until(command: &str, dir: &Path, stop: &dyn Fn() -> bool) -> Ou
         match child.try_wait() {
             Ok(Some(st)) => return outcome_of(st),
             Ok(None) if stop() => {
-                // SAFETY: signals the process group the shell leads (its
-                // pid is the group's id, `process_group(0)`).
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGTERM) };
+                // The process group the shell leads (its pid is the
+                // group's id, `process_group(0)`).
+                shmem::sys::kill(-(child.id() as i32), shmem::sys::Signal::SIGTERM);
                 let _ = child.wait();
                 return Outcome::Interrupted;
             }

@@ -144,20 +144,10 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
 
     /// One non-blocking read: None when nothing is there yet.
     fn try_recv(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
-        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-        let n = unsafe {
-            libc::recv(
-                self.inner.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Some(Ok(n as usize));
+        match shmem::sys::sock::recv(self.inner.as_raw_fd(), buf, true) {
+            Ok(n) => Some(Ok(n)),
+            Err(e) => (e.kind() != io::ErrorKind::WouldBlock).then_some(Err(e)),
         }
-        let e = io::Error::last_os_error();
-        (e.kind() != io::ErrorKind::WouldBlock).then_some(Err(e))
     }
 
     /// Non-blocking reads until data, an error, or the budget is spent.
@@ -183,16 +173,7 @@ impl<'a, S: Read + AsRawFd> PollingStream<'a, S> {
 /// where `std::thread::available_parallelism` also opens and reads three
 /// cgroup files, on every connection. 1 if the mask cannot be read.
 pub(crate) fn cpus_allowed() -> u32 {
-    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 is
-    // this thread.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return 1;
-    }
-    // SAFETY: `set` was filled by sched_getaffinity.
-    (unsafe { libc::CPU_COUNT(&set) } as u32).max(1)
+    shmem::sys::cpus_allowed()
 }
 
 impl<S: Read + AsRawFd> Read for PollingStream<'_, S> {

@@ -350,10 +350,7 @@ pub fn after_write(file: &File, offset: u64, len: usize) {
 
 #[cold]
 fn record_sync_write(file: &File, offset: u64, len: usize) {
-    // SAFETY: F_GETFL only reads the flags of a descriptor `file` owns and
-    // keeps open for the call; it touches no memory of ours.
-    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-    if flags == -1 || flags & libc::O_DSYNC == 0 {
+    if !shmem::sys::fd::is_dsync(file).unwrap_or(false) {
         return;
     }
     if let Some(path) = path_of(file) {

@@ -21,7 +21,8 @@
 //! the process reported (FATAL), 2 = quit on request; anything else or a
 //! signal = crash.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use shmem::sys::{self, signals, Signal};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by SIGTERM: finish the current unit of work and exit cleanly.
 pub static SHUTDOWN_REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -31,82 +32,34 @@ pub const EXIT_QUIT: i32 = 2;
 /// Exit status of a process that reported a fatal error.
 pub const EXIT_FATAL: i32 = 1;
 
-extern "C" fn on_sigterm(_: libc::c_int) {
-    SHUTDOWN_REQUESTED.store(true, Ordering::Relaxed);
-}
-
 /// Set by SIGINT in a connection backend: cancel the running statement.
 pub static CANCEL_REQUESTED: AtomicBool = AtomicBool::new(false);
 
-/// A connection backend's client socket and the bytes to send it if the
-/// postmaster orders an immediate quit (prepared before any signal).
-static CLIENT_FD: AtomicI32 = AtomicI32::new(-1);
-static QUIT_MSG: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
-static QUIT_MSG_LEN: AtomicUsize = AtomicUsize::new(0);
-
-/// Registers the client socket and the message SIGQUIT sends it.
+/// Registers a connection backend's client socket and the bytes SIGQUIT
+/// sends it (prepared before any signal).
 pub fn set_quit_message(fd: i32, msg: Vec<u8>) {
-    let msg: &'static mut [u8] = Box::leak(msg.into_boxed_slice());
-    // Relaxed: both are published by the Release store of CLIENT_FD below,
-    // which the handler loads first.
-    QUIT_MSG_LEN.store(msg.len(), Ordering::Relaxed);
-    QUIT_MSG.store(msg.as_mut_ptr(), Ordering::Relaxed);
-    // Release pairs with the Acquire load of CLIENT_FD in `on_sigquit`.
-    CLIENT_FD.store(fd, Ordering::Release);
-}
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    CANCEL_REQUESTED.store(true, Ordering::Relaxed);
+    signals::set_exit_message(fd, msg);
 }
 
 /// Makes SIGINT request a cancel (connection backends).
 pub fn enable_cancel_signal() {
-    set_handler(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-}
-
-extern "C" fn on_sigquit(_: libc::c_int) {
-    // Acquire pairs with the Release store in `set_quit_message`; the loads
-    // after it are ordered by it, so they are Relaxed.
-    let fd = CLIENT_FD.load(Ordering::Acquire);
-    let msg = QUIT_MSG.load(Ordering::Relaxed);
-    if fd >= 0 && !msg.is_null() {
-        // SAFETY: write(2) is async-signal-safe; `msg` points to a leaked
-        // buffer of QUIT_MSG_LEN bytes that is never freed.
-        unsafe {
-            libc::write(
-                fd,
-                msg as *const libc::c_void,
-                QUIT_MSG_LEN.load(Ordering::Relaxed),
-            )
-        };
-    }
-    // SAFETY: _exit is async-signal-safe.
-    unsafe { libc::_exit(EXIT_QUIT) };
-}
-
-extern "C" fn on_startup_timeout(_: libc::c_int) {
-    // SAFETY: _exit is async-signal-safe; nothing in shared memory is held
-    // before authentication ends (the alarm is disarmed first).
-    unsafe { libc::_exit(EXIT_FATAL) };
+    signals::set_flag(Signal::SIGINT, &CANCEL_REQUESTED);
 }
 
 /// Ends this process with EXIT_FATAL unless [`disarm_startup_timeout`] is
 /// called within `seconds` (the whole start-up and authentication
-/// exchange, however slowly the client sends it).
+/// exchange, however slowly the client sends it). Nothing in shared
+/// memory is held before authentication ends (the alarm is disarmed
+/// first), so the handler may `_exit`.
 pub fn arm_startup_timeout(seconds: u32) {
-    set_handler(
-        libc::SIGALRM,
-        on_startup_timeout as *const () as libc::sighandler_t,
-    );
-    // SAFETY: alarm has no memory effects.
-    unsafe { libc::alarm(seconds.max(1)) };
+    signals::exit_on(Signal::SIGALRM, EXIT_FATAL, false);
+    sys::alarm(seconds.max(1));
 }
 
 /// Cancels the start-up deadline (before the proc slot is allocated).
 pub fn disarm_startup_timeout() {
-    // SAFETY: alarm has no memory effects.
-    unsafe { libc::alarm(0) };
-    set_handler(libc::SIGALRM, libc::SIG_IGN);
+    sys::alarm(0);
+    signals::ignore(Signal::SIGALRM);
 }
 
 /// Closes every descriptor but 0, 1, 2 and `keep` (a child's own client
@@ -114,93 +67,29 @@ pub fn disarm_startup_timeout() {
 /// fd is closed right after mmap) and the pid and lock files are not held
 /// open.
 pub fn close_inherited_fds(keep: Option<i32>) {
-    close_fds_except(&[keep.unwrap_or(-1), -1]);
+    sys::fd::close_fds_except(&[keep.unwrap_or(-1), -1]);
 }
 
-/// Closes every descriptor above 2 but those in `keep` (negative entries
-/// are ignored): close_range(2) over the gaps, or, where the kernel lacks
-/// it, a plain close of every number below the descriptor limit. The one
-/// way a child of the postmaster sheds what it inherited, also between
-/// fork and exec: it allocates nothing.
-pub fn close_fds_except(keep: &[i32; 2]) {
-    let mut keep = keep.map(|fd| fd.max(2) as u32);
-    keep.sort_unstable();
-    let mut first = 3u32;
-    let mut ok = true;
-    for k in keep.into_iter().chain([u32::MAX]) {
-        if k > first {
-            let last = if k == u32::MAX { u32::MAX } else { k - 1 };
-            // SAFETY: close_range only closes descriptors of this process;
-            // none of them is used by anything we keep.
-            ok &= unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0;
-        }
-        first = first.max(k.saturating_add(1));
-    }
-    if !ok {
-        close_each_fd_except(&keep);
-    }
-}
-
-/// The fallback of [`close_fds_except`]: every number from 3 up to the
-/// descriptor limit (at most 65,536), but `keep`.
-fn close_each_fd_except(keep: &[u32; 2]) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes `lim`.
-    let limit = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
-        0 => lim.rlim_cur.min(65_536) as u32,
-        _ => 1024,
-    };
-    for fd in 3..limit {
-        if !keep.contains(&fd) {
-            // SAFETY: closing descriptors of our own; failures are harmless.
-            unsafe { libc::close(fd as i32) };
-        }
-    }
-}
-
-/// Installs `handler` for `sig` (no SA_RESTART: interrupted waits return).
-pub fn set_handler(sig: libc::c_int, handler: libc::sighandler_t) {
-    // SAFETY: a zeroed sigaction is a valid value; we fill the handler and
-    // an empty mask before passing it to the kernel.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = handler;
-        libc::sigemptyset(&mut sa.sa_mask);
-        sa.sa_flags = 0;
-        libc::sigaction(sig, &sa, std::ptr::null_mut());
-    }
-}
-
-/// Everything a freshly forked child does before its own work.
+/// Everything a freshly forked child does before its own work (the fork
+/// itself already reset the inherited handlers, `signals::reset_inherited`).
 pub fn become_child(name: &str, postmaster_pid: i32) {
-    set_comm(name);
-    // SAFETY: prctl with PR_SET_PDEATHSIG and a signal number has no memory
-    // effects.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != postmaster_pid {
-        // The postmaster died before PDEATHSIG was armed.
-        // SAFETY: _exit has no preconditions.
-        unsafe { libc::_exit(EXIT_QUIT) };
-    }
-    for sig in [
-        libc::SIGINT,
-        libc::SIGCHLD,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        libc::SIGHUP,
-        libc::SIGPIPE,
-    ] {
-        set_handler(sig, libc::SIG_DFL);
-    }
-    set_handler(libc::SIGPIPE, libc::SIG_IGN);
-    set_handler(libc::SIGINT, libc::SIG_IGN);
-    set_handler(libc::SIGTERM, on_sigterm as *const () as libc::sighandler_t);
-    set_handler(libc::SIGQUIT, on_sigquit as *const () as libc::sighandler_t);
-    unblock_all_signals();
+    sys::set_comm(name);
+    // The postmaster may have died before PDEATHSIG was armed.
+    sys::die_with_parent(postmaster_pid, EXIT_QUIT);
+    signals::set_default(&[
+        Signal::SIGINT,
+        Signal::SIGCHLD,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGHUP,
+        Signal::SIGPIPE,
+    ]);
+    signals::ignore(Signal::SIGPIPE);
+    signals::ignore(Signal::SIGINT);
+    signals::set_flag(Signal::SIGTERM, &SHUTDOWN_REQUESTED);
+    // As PostgreSQL's quickdie: tell the client (if any), exit at once.
+    signals::exit_on(Signal::SIGQUIT, EXIT_QUIT, true);
+    signals::unblock_all();
     // A panic in a child is PostgreSQL's PANIC: log it in one line, then
     // abort (the postmaster sees a crash and restarts everything).
     std::panic::set_hook(Box::new(|info| {
@@ -218,36 +107,14 @@ pub fn become_child(name: &str, postmaster_pid: i32) {
     }));
 }
 
-fn unblock_all_signals() {
-    // SAFETY: a zeroed sigset is filled by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    }
-}
-
-/// Sets the Linux `comm` name (what `ps -o comm` and /proc/PID/comm show).
-pub fn set_comm(name: &str) {
-    let mut buf = [0u8; 16];
-    let n = name.len().min(15);
-    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
-    // SAFETY: `buf` is a NUL-terminated buffer of 16 bytes, as PR_SET_NAME
-    // requires.
-    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong) };
-}
-
 pub fn shutdown_requested() -> bool {
     SHUTDOWN_REQUESTED.load(Ordering::Relaxed)
 }
 
 /// Writes a whole buffer to a file descriptor with one `write` when
 /// possible (the `ack` lines must not interleave).
-pub fn write_all_fd(fd: libc::c_int, bytes: &[u8]) -> std::io::Result<()> {
-    shmem::sys::write_all_with(bytes, |rest| {
-        // SAFETY: the pointer and length describe a live slice.
-        unsafe { libc::write(fd, rest.as_ptr() as *const libc::c_void, rest.len()) }
-    })
+pub fn write_all_fd(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
+    sys::fd::write_all(fd, bytes)
 }
 
 /// A log line on stderr, prefixed like PostgreSQL's: `name[pid] LEVEL: msg`.

@@ -85,13 +85,12 @@
 
 use crate::context::ProcContext;
 use crate::procarray::ProcArray;
-use crate::process;
 use shmem::proc::{Proc, ReplySlot, Settled, REPLY_MAX, REPLY_PREPARED};
 use shmem::sync::Ordering;
 use shmem::variants::CommitReply;
 use shmem::Shmem;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// First sleep of a backend waiting for the walwriter to send its reply;
@@ -109,14 +108,6 @@ pub fn enabled(ctx: &ProcContext) -> bool {
         && matches!(ctx.io, crate::context::IoMode::Direct)
 }
 
-extern "C" fn on_reply_returned(_: libc::c_int) {
-    // Nothing to do: the signal only interrupts `recv` (no SA_RESTART).
-}
-
-/// Does nothing: a connection backend keeps the walwriter's priority.
-/// Kept only while `connection` still calls it; remove it with that call.
-pub fn lower_own_priority(_: &ProcContext) {}
-
 /// Connection start: publishes the socket `fd` for the walwriter and arms
 /// the signal that interrupts our `recv` when a reply is returned.
 pub fn register_connection(me: &Proc, fd: RawFd) {
@@ -128,18 +119,15 @@ pub fn register_connection(me: &Proc, fd: RawFd) {
     // Release: pairs with the walwriter's Acquire load of `conn` (it then
     // sees `fd` and our pid).
     r.conn.store(seq, Ordering::Release);
-    process::set_handler(
-        libc::SIGUSR2,
-        on_reply_returned as *const () as libc::sighandler_t,
-    );
+    // The signal only interrupts `recv` (no SA_RESTART).
+    shmem::sys::signals::interrupt_only(shmem::sys::Signal::SIGUSR2);
 }
 
 /// Connection end: shuts the socket down (the client sees EOF although the
 /// walwriter may hold a duplicate) and tells the walwriter to close its
 /// copy. The reply must have been settled.
 pub fn end_connection(me: &Proc, fd: RawFd) {
-    // SAFETY: shutdown(2) on our own socket fd; no memory is involved.
-    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    shmem::sys::sock::shutdown(fd);
     me.reply.conn.store(0, Ordering::Release);
     me.reply.fd.store(-1, Ordering::Relaxed);
 }
@@ -235,11 +223,7 @@ impl<'a, S: Read + Write + AsRawFd> ReplyStream<'a, S> {
 
     /// Unsent bytes in the socket leave room for a reply (TIOCOUTQ).
     fn socket_has_room(&self) -> bool {
-        let mut queued: libc::c_int = 0;
-        // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer,
-        // which points to `queued`.
-        let rc = unsafe { libc::ioctl(self.fd, libc::TIOCOUTQ, &mut queued) };
-        rc == 0 && (queued.max(0) as usize) < self.room
+        shmem::sys::sock::unsent_bytes(self.fd).is_some_and(|queued| queued < self.room)
     }
 }
 
@@ -251,23 +235,7 @@ fn ends_with_ready_for_query(buf: &[u8]) -> bool {
 }
 
 fn send_buffer_size(fd: RawFd) -> usize {
-    let mut size: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_SNDBUF writes one int into `size`, `len` holds its size.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            &mut size as *mut libc::c_int as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        size.max(0) as usize
-    } else {
-        0
-    }
+    shmem::sys::sock::send_buffer_size(fd)
 }
 
 impl<S: Read + Write + AsRawFd> Read for ReplyStream<'_, S> {
@@ -384,7 +352,8 @@ impl<'a> Flusher<'a> {
         };
         // A short send: pin the owner before `finish` lets it settle, end
         // its connection and exit (its pid may then be reused).
-        let owner = (sent < self.bytes.len()).then(|| open_pidfd(p.pid.load(Ordering::Relaxed)));
+        let owner = (sent < self.bytes.len())
+            .then(|| shmem::sys::fd::pidfd_open(p.pid.load(Ordering::Relaxed)));
         if p.reply.finish(sent) {
             p.sem.post();
         }
@@ -431,20 +400,14 @@ impl<'a> Flusher<'a> {
 fn send_nonblocking(fd: RawFd, bytes: &[u8]) -> usize {
     let mut off = 0;
     while off < bytes.len() {
-        // SAFETY: the pointer and length describe the live slice `bytes[off..]`.
-        let n = unsafe {
-            libc::send(
-                fd,
-                bytes[off..].as_ptr() as *const libc::c_void,
-                bytes.len() - off,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
+        let e = match shmem::sys::sock::send(fd, &bytes[off..], true) {
+            Ok(n) if n > 0 => {
+                off += n;
+                continue;
+            }
+            Ok(_) => io::Error::from(io::ErrorKind::WriteZero),
+            Err(e) => e,
         };
-        if n > 0 {
-            off += n as usize;
-            continue;
-        }
-        let e = io::Error::last_os_error();
         match e.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => return off,
@@ -454,38 +417,12 @@ fn send_nonblocking(fd: RawFd, bytes: &[u8]) -> usize {
     off
 }
 
-/// A pidfd for process `pid`: it names that process even after the pid
-/// is reused (signals to it fail once it exited).
-fn open_pidfd(pid: i32) -> Option<OwnedFd> {
-    if pid <= 0 {
-        return None;
-    }
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return None;
-    }
-    // SAFETY: `pidfd` is a new fd we own from now on.
-    Some(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
-}
-
 /// Interrupts the owner's `recv` (SIGUSR2, see `register_connection`): its
 /// reply was returned. Through a pidfd taken while the owner still waited
 /// for us, so an owner that exited meanwhile gets nothing (ESRCH) and no
 /// process that reused its pid is signalled. True if the signal went.
 fn signal_returned(owner: &OwnedFd) -> bool {
-    // SAFETY: pidfd_send_signal takes a pidfd, a signal number, a null
-    // siginfo (as kill(2) would fill it) and flags; it touches no memory.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            owner.as_raw_fd(),
-            libc::SIGUSR2,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    rc == 0
+    shmem::sys::fd::pidfd_send_signal(owner, shmem::sys::Signal::SIGUSR2)
 }
 
 /// A duplicate of file descriptor `fd` of process `pid` (pidfd_open +
@@ -494,15 +431,7 @@ fn duplicate_socket(pid: i32, fd: RawFd) -> Option<OwnedFd> {
     if fd < 0 {
         return None;
     }
-    let pidfd = open_pidfd(pid)?;
-    // SAFETY: pidfd_getfd takes a pidfd, a target fd number and flags and
-    // returns a new fd or -1.
-    let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if dup < 0 {
-        return None;
-    }
-    // SAFETY: `dup` is a new fd that nobody else owns.
-    Some(unsafe { OwnedFd::from_raw_fd(dup as RawFd) })
+    shmem::sys::fd::pidfd_getfd(&shmem::sys::fd::pidfd_open(pid)?, fd)
 }
 
 #[cfg(test)]
@@ -539,7 +468,7 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let owner = open_pidfd(child.id() as i32).unwrap();
+        let owner = shmem::sys::fd::pidfd_open(child.id() as i32).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
         // The pid may be reused from here on; the pidfd still names the
@@ -549,7 +478,7 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let live_owner = open_pidfd(live.id() as i32).unwrap();
+        let live_owner = shmem::sys::fd::pidfd_open(live.id() as i32).unwrap();
         assert!(signal_returned(&live_owner), "a live owner is signalled");
         // SIGUSR2's default action ends `sleep`: the signal arrived.
         let status = live.wait().unwrap();

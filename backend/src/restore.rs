@@ -531,9 +531,7 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        // SAFETY: `c` is a NUL-terminated path that lives for the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        shmem::sys::fd::make_fifo(path).unwrap();
     }
 
     #[test]

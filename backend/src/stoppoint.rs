@@ -30,9 +30,8 @@ pub fn reached(point: &str) {
         return;
     }
     eprintln!("STOPPOINT {point} reached (PID {})", std::process::id());
-    // SAFETY: raise has no memory effects; the process stops here until
-    // the test kills it.
-    unsafe { libc::raise(libc::SIGSTOP) };
+    // The process stops here until the test kills it.
+    shmem::sys::raise(shmem::sys::Signal::SIGSTOP);
 }
 
 #[cfg(not(feature = "failpoints"))]

@@ -171,10 +171,10 @@ pub fn wait_for(ctx: &ProcContext, lsn: u64) {
                 "WARNING",
                 "canceling the wait for synchronous replication and terminating connection due to administrator command",
             );
-            // SAFETY: _exit ends this process without acknowledging the
-            // commit; nothing in shared memory is held here (the queue
-            // entry was removed under its lock, which is released).
-            unsafe { libc::_exit(EXIT_FATAL) };
+            // _exit ends this process without acknowledging the commit;
+            // nothing in shared memory is held here (the queue entry was
+            // removed under its lock, which is released).
+            shmem::sys::exit_now(EXIT_FATAL);
         }
         if CANCEL_REQUESTED.swap(false, Ordering::Relaxed) {
             leave_queue(ctx.shm, ctx.procno);

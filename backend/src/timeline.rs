@@ -601,9 +601,7 @@ mod tests {
         }
         // A FIFO is refused before it is opened (opening it would block).
         let fifo = dir.join("00000004.history");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: `c` is a NUL-terminated path that lives for the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        shmem::sys::fd::make_fifo(&fifo).unwrap();
         let e = newest_timeline(&dir, 1).unwrap_err().to_string();
         assert!(e.contains("00000004.history") && e.contains("FIFO"), "{e}");
         std::fs::remove_file(&fifo).unwrap();

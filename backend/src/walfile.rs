@@ -711,7 +711,6 @@ mod tests {
     /// O_DSYNC (what the power-loss journal reads back with F_GETFL).
     #[test]
     fn open_methods_open_segments_with_a_sync_flag() {
-        use std::os::unix::io::AsRawFd;
         for (m, flag) in [
             (WalSyncMethod::Fdatasync, 0),
             (WalSyncMethod::Fsync, 0),
@@ -728,9 +727,8 @@ mod tests {
         let seg = dir.join("000000010000000000000001");
         for (flag, dsync) in [(0, false), (libc::O_DSYNC, true), (libc::O_SYNC, true)] {
             let f = open_or_create_segment(&seg, 1 << 16, true, flag, &[1; 8]).unwrap();
-            // SAFETY: F_GETFL only reads the flags of `f`'s open descriptor.
-            let got = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-            assert_eq!(got & libc::O_DSYNC != 0, dsync, "flag {flag:#x}: {got:#x}");
+            let got = shmem::sys::fd::is_dsync(&f).unwrap();
+            assert_eq!(got, dsync, "flag {flag:#x}");
             write_at(Op::WalWrite, &f, &[2; 512], 8192).unwrap();
             sync_wal(Op::WalFsync, &f, WalSyncMethod::Fsync).unwrap();
         }

@@ -466,16 +466,11 @@ impl<'a> WalRead<'a> {
             return false;
         }
         let len = (want - page) as usize;
-        // SAFETY: `wal_page(idx)` is an 8 kB page inside the mapping, which
-        // lives as long as `shm`; `len <= XLOG_BLCKSZ` and `self.page` is
-        // XLOG_BLCKSZ bytes of local memory, so the ranges are valid and
-        // disjoint. The bytes below `want` are final (every insertion below
-        // the caller's bound finished); if the buffer is recycled during
-        // the copy, the bytes copied are garbage and the check below
-        // discards them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(shm.wal_page(idx), self.page.as_mut_ptr(), len);
-        }
+        // The bytes below `want` are final (every insertion below the
+        // caller's bound finished); if the buffer is recycled during the
+        // copy, the bytes copied are garbage and the check below discards
+        // them.
+        shm.copy_wal_page(idx, &mut self.page[..len]);
         #[cfg(test)]
         tests::after_copy_hook(shm, idx);
         // Pairs with the Release fence after the invalidating store in
@@ -632,10 +627,8 @@ mod tests {
             let seg = w.segment(geo.seg_no(page)).unwrap();
             let off = geo.seg_offset(page) as usize;
             let idx = ((page / BLCKSZ) % n) as usize;
-            // SAFETY: the test owns the segment; the page is 8 kB inside it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(seg[off..].as_ptr(), shm.wal_page(idx), XLOG_BLCKSZ)
-            };
+            // The test owns the segment.
+            shm.wal_page_mut(idx).write(0, &seg[off..off + XLOG_BLCKSZ]);
             shm.xlblocks()[idx].store(page + BLCKSZ, Ordering::Release);
             page += BLCKSZ;
         }
@@ -714,8 +707,7 @@ mod tests {
                     let x = &shm.xlblocks()[idx];
                     let old = x.load(Ordering::Relaxed);
                     x.store(0, Ordering::Relaxed);
-                    // SAFETY: the test's own segment; one 8 kB page.
-                    unsafe { std::ptr::write_bytes(shm.wal_page(idx), 0xEE, XLOG_BLCKSZ) };
+                    shm.wal_page_mut(idx).fill(0, XLOG_BLCKSZ, 0xEE);
                     x.store(old + 64 * BLCKSZ, Ordering::Release);
                 }
             }));

@@ -51,10 +51,12 @@ use replication::walsender;
 use shmem::settings::{Context, Kind, Setting, Settings, Unit, SETTINGS};
 use shmem::stats::{self, ActivityState, ActivityWriter};
 use shmem::sync::Ordering;
+use shmem::sys::sock::Timeout;
 use shmem::Shmem;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub struct WalSession<'a> {
     shm: &'a Shmem,
@@ -588,15 +590,11 @@ impl Session for WalSession<'_> {
 fn request_promotion(datadir: &Path) -> Result<(), SqlError> {
     let file = datadir.join(backend::standby::PROMOTE_FILE);
     std::fs::write(&file, b"").map_err(|e| io_error(&file, &e))?;
-    // SAFETY: getppid and kill have no memory effects; a connection
-    // backend's parent is the postmaster.
-    if unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) } != 0 {
+    // A connection backend's parent is the postmaster.
+    if let Err(e) = shmem::sys::signal_parent(shmem::sys::Signal::SIGUSR1) {
         return Err(SqlError::error(
             sqlstate::OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "failed to send signal to postmaster: {}",
-                std::io::Error::last_os_error()
-            ),
+            format!("failed to send signal to postmaster: {e}"),
         ));
     }
     Ok(())
@@ -724,57 +722,6 @@ pub enum Peer {
     Tcp,
 }
 
-/// Credentials of a Unix-socket peer (SO_PEERCRED).
-fn peer_uid(fd: i32) -> Option<u32> {
-    // SAFETY: an all-zero ucred is a valid value for getsockopt to fill.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid out-pointers of the right size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    (r == 0).then_some(cred.uid)
-}
-
-/// The IP address of a TCP peer (None for a Unix socket or on error).
-fn peer_addr(fd: i32) -> Option<String> {
-    // SAFETY: an all-zero sockaddr_storage is a valid value for getpeername to fill.
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: `addr` and `len` are valid out-pointers of the right size.
-    let r = unsafe {
-        libc::getpeername(
-            fd,
-            &mut addr as *mut libc::sockaddr_storage as *mut libc::sockaddr,
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    match i32::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let v4 =
-                unsafe { &*(&addr as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
-            Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).to_string())
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let v6 =
-                unsafe { &*(&addr as *const libc::sockaddr_storage as *const libc::sockaddr_in6) };
-            Some(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr).to_string())
-        }
-        _ => None,
-    }
-}
-
 /// A nonzero random cancel key; None when the kernel cannot give random
 /// bytes (the connection is then refused rather than given a guessable key).
 fn random_key() -> Option<u32> {
@@ -800,8 +747,8 @@ fn cancel_matches(p: &shmem::proc::Proc, pid: i32, key: u32) -> bool {
 fn forward_cancel(shm: &Shmem, pid: i32, key: i32) {
     let backends = &shm.procs()[..shm.layout().max_backends as usize];
     if backends.iter().any(|p| cancel_matches(p, pid, key as u32)) {
-        // SAFETY: kill has no memory effects; pid > 0 names one process.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        // pid > 0 names one process.
+        shmem::sys::kill(pid, shmem::sys::Signal::SIGINT);
     }
 }
 
@@ -809,9 +756,8 @@ fn forward_cancel(shm: &Shmem, pid: i32, key: i32) {
 fn transport_of(peer: Peer, fd: i32) -> protocol::Transport {
     match peer {
         Peer::Unix => protocol::Transport::Unix {
-            peer_uid: peer_uid(fd),
-            // SAFETY: geteuid has no preconditions.
-            server_uid: unsafe { libc::geteuid() },
+            peer_uid: shmem::sys::sock::peer_uid(fd),
+            server_uid: shmem::sys::euid(),
         },
         Peer::Tcp => protocol::Transport::Tcp,
     }
@@ -830,8 +776,9 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let fd = stream.as_raw_fd();
     // Reads and writes return every 200 ms so that a blocked one notices
     // a fast shutdown (protocol::serve polls termination on each timeout).
-    set_socket_timeout(fd, libc::SO_RCVTIMEO, 200);
-    set_socket_timeout(fd, libc::SO_SNDTIMEO, 200);
+    for which in [Timeout::Receive, Timeout::Send] {
+        shmem::sys::sock::set_timeout(fd, which, Duration::from_millis(200));
+    }
     process::set_quit_message(fd, protocol::crash_notice_bytes());
     let pid = std::process::id() as i32;
     let Some(key) = random_key() else {
@@ -894,7 +841,7 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let ctx = ProcContext::new(shm, procno, datadir);
     let writer = stats::activity_writer(shm, procno);
     writer.set_application_name(&info.application_name);
-    if let Some(addr) = peer_addr(fd) {
+    if let Some(addr) = shmem::sys::sock::peer_ip(fd).map(|ip| ip.to_string()) {
         writer.set_client_addr(&addr);
     }
     let mut session = WalSession::new(&ctx);
@@ -908,7 +855,6 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
         // Durable commits' replies go out through the walwriter
         // (`commit_reply = flusher`).
         backend::reply::register_connection(me, fd);
-        backend::reply::lower_own_priority(&ctx);
         session.xact.defer_replies(true);
         let mut stream = backend::reply::ReplyStream::new(stream, shm, me);
         let served = protocol::serve(&mut stream, &mut session);
@@ -932,21 +878,4 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     me.cancel_key.store(0, Ordering::Relaxed);
     shm.free_backend_proc(procno);
     0
-}
-
-fn set_socket_timeout(fd: i32, option: libc::c_int, ms: i64) {
-    let tv = libc::timeval {
-        tv_sec: ms / 1000,
-        tv_usec: (ms % 1000) * 1000,
-    };
-    // SAFETY: `tv` is a valid timeval for SO_RCVTIMEO / SO_SNDTIMEO.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            option,
-            &tv as *const libc::timeval as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
 }

@@ -109,16 +109,8 @@ fn refusal_error(msg: &str) -> protocol::SqlError {
 /// non-blocking send of the FATAL; the socket closes when `conn` drops.
 pub(crate) fn refuse_here(conn: Accepted, why: &str) {
     let bytes = protocol::error_response_bytes(&refusal_error(why));
-    // SAFETY: a non-blocking send of a live buffer on the accepted socket,
-    // which stays open until `conn` drops at the end of this function.
-    unsafe {
-        libc::send(
-            conn.raw_fd(),
-            bytes.as_ptr() as *const libc::c_void,
-            bytes.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
+    // The socket stays open until `conn` drops at the end of this function.
+    let _ = shmem::sys::sock::send(conn.raw_fd(), &bytes, true);
 }
 
 /// The body of a forked client child: a connection backend, or (with

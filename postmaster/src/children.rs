@@ -38,11 +38,13 @@ use backend::workload::Workload;
 use shmem::register::{ENV_DATA_DIR, ENV_WORKER_FD, ENV_WORKER_NAME};
 use shmem::segment::AuxProc;
 use shmem::sync::Ordering;
+use shmem::sys::{self, signals};
 use shmem::Shmem;
 use std::ffi::CString;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use sys::fd::PollFlags;
 
 /// A server process with a proc slot fixed before the fork.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,20 +187,20 @@ pub(crate) fn fork_process(
     own_fd: Option<i32>,
     body: impl FnOnce() -> i32,
 ) -> std::io::Result<i32> {
-    let saved = block_all_signals();
+    let saved = signals::block_all();
     // SAFETY: the postmaster is single-threaded, so the child gets a
     // consistent copy of its memory; the child only runs `body` and
     // leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        // The postmaster's handlers (signal-hook's) must not run here.
+        signals::reset_inherited();
         backend::process::close_inherited_fds(own_fd);
-        let code = body();
-        // SAFETY: leaving the child without running the parent's
-        // destructors (which would unmap or unlink shared state and
-        // remove the listening sockets).
-        unsafe { libc::_exit(code) };
+        // _exit: the parent's destructors (which would unmap or unlink
+        // shared state and remove the listening sockets) never run here.
+        sys::exit_now(body());
     }
-    restore_signal_mask(&saved);
+    signals::restore(&saved);
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -301,41 +303,31 @@ pub(crate) fn spawn_worker(plan: &ExecPlan, postmaster_pid: i32) -> Result<i32, 
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let mut pipe = [0i32; 2];
-    // SAFETY: `pipe` has room for the two descriptors.
-    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SpawnError::Fork(std::io::Error::last_os_error()));
-    }
-    let [err_rd, err_wr] = pipe;
-    let saved = block_all_signals();
+    let (err_rd, err_wr) = sys::fd::pipe(false).map_err(SpawnError::Fork)?;
+    let saved = signals::block_all();
     // SAFETY: the postmaster is single-threaded; the child only makes
     // async-signal-safe calls on memory prepared before the fork, then
     // execs or _exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         // SAFETY: see `exec_child`'s contract: called once, in the child.
-        unsafe { exec_child(plan, &argv, &envp, err_wr, postmaster_pid) };
+        unsafe { exec_child(plan, &argv, &envp, err_wr.as_raw_fd(), postmaster_pid) };
     }
     let fork_err = std::io::Error::last_os_error();
-    restore_signal_mask(&saved);
-    // SAFETY: closing our copy of the write end (the child has its own).
-    unsafe { libc::close(err_wr) };
-    let result = if pid < 0 {
-        Err(SpawnError::Fork(fork_err))
-    } else {
-        match read_exec_errno(err_rd) {
-            None => Ok(pid),
-            Some(errno) => {
-                let mut st = 0;
-                // SAFETY: reaping our own child, which _exits right away.
-                unsafe { libc::waitpid(pid, &mut st, 0) };
-                Err(SpawnError::Exec(std::io::Error::from_raw_os_error(errno)))
-            }
+    signals::restore(&saved);
+    // Our copy of the write end (the child has its own).
+    drop(err_wr);
+    if pid < 0 {
+        return Err(SpawnError::Fork(fork_err));
+    }
+    match read_exec_errno(err_rd.as_raw_fd()) {
+        None => Ok(pid),
+        Some(errno) => {
+            // Reaping our own child, which _exits right away.
+            sys::wait_child(pid);
+            Err(SpawnError::Exec(std::io::Error::from_raw_os_error(errno)))
         }
-    };
-    // SAFETY: closing the read end we own.
-    unsafe { libc::close(err_rd) };
-    result
+    }
 }
 
 /// The child side of `spawn_worker`: never returns.
@@ -350,34 +342,18 @@ unsafe fn exec_child(
     err_wr: RawFd,
     postmaster_pid: i32,
 ) -> ! {
-    backend::process::close_fds_except(&[plan.channel_fd, err_wr]);
-    // SAFETY: fcntl, prctl, getppid, signal, sigprocmask, execve, write
-    // and _exit are async-signal-safe; every pointer refers to memory
-    // built before the fork.
-    unsafe {
-        libc::fcntl(plan.channel_fd, libc::F_SETFD, 0);
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != postmaster_pid {
-            libc::_exit(EXIT_QUIT);
-        }
-        for sig in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGCHLD,
-            libc::SIGPIPE,
-        ] {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::execve(plan.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        let errno = *libc::__errno_location();
-        let b = errno.to_le_bytes();
-        libc::write(err_wr, b.as_ptr() as *const libc::c_void, b.len());
-        libc::_exit(127)
-    }
+    sys::fd::close_fds_except(&[plan.channel_fd, err_wr]);
+    let _ = sys::fd::set_cloexec(plan.channel_fd, false);
+    sys::die_with_parent(postmaster_pid, EXIT_QUIT);
+    signals::reset_inherited();
+    signals::unblock_all();
+    // SAFETY: execve is async-signal-safe; `argv` and `envp` are
+    // NULL-terminated arrays of pointers into `plan`, built before the
+    // fork (nix's execve would allocate them here, after the fork).
+    unsafe { libc::execve(plan.program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let _ = sys::fd::write(err_wr, &errno.to_le_bytes());
+    sys::exit_now(127)
 }
 
 /// The errno a failed exec wrote to the pipe; None once the pipe closed
@@ -389,50 +365,19 @@ fn read_exec_errno(fd: RawFd) -> Option<i32> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while got < buf.len() {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
-        if r == 0 {
+        // A timeout ends the wait; a signal (EINTR) goes on to the read.
+        if matches!(sys::fd::poll_one(fd, PollFlags::POLLIN, left), Ok(r) if r.is_empty()) {
             return None;
         }
-        // SAFETY: reading into the unfilled part of a local buffer.
-        let n = unsafe {
-            libc::read(
-                fd,
-                buf[got..].as_mut_ptr() as *mut libc::c_void,
-                buf.len() - got,
-            )
-        };
+        let n = sys::fd::read(fd, &mut buf[got..]);
         match n {
-            0 => return None,
-            n if n > 0 => got += n as usize,
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return None,
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
         }
     }
     Some(i32::from_le_bytes(buf))
-}
-
-/// Blocks every signal; returns the previous mask.
-fn block_all_signals() -> libc::sigset_t {
-    // SAFETY: zeroed sigsets are filled by sigfillset / sigprocmask before
-    // use; both pointers are valid.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    }
-}
-
-fn restore_signal_mask(mask: &libc::sigset_t) {
-    // SAFETY: `mask` is a valid sigset obtained from sigprocmask.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 /// How a child ended, from its `waitpid` status.

@@ -36,8 +36,7 @@ pub fn main() -> i32 {
     // As PostgreSQL: whatever the caller's umask, nothing this program
     // creates (data directory files, sockets, lock files) is readable by
     // group or others; files are also created 0600 explicitly.
-    // SAFETY: umask only changes this process's file mode creation mask.
-    unsafe { libc::umask(0o077) };
+    shmem::sys::umask(0o077);
     let args: Vec<String> = std::env::args().skip(1).collect();
     match cli::parse(&args) {
         Ok(cli::Command::Version) => {

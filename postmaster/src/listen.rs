@@ -268,9 +268,10 @@ fn take_socket_lock(lock_path: &Path) -> Result<(), String> {
     Err(format!("could not create \"{}\"", lock_path.display()))
 }
 
+/// Signal 0 sends nothing; it only checks existence (and that we may
+/// signal it).
 fn process_exists(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 sends nothing; it only checks existence.
-    unsafe { libc::kill(pid, 0) == 0 }
+    shmem::sys::kill(pid, None)
 }
 
 impl Drop for Listeners {

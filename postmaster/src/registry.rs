@@ -63,7 +63,7 @@ use crate::log;
 use shmem::register::{self, Kind, Reply, Request, Status, REQUEST_LEN};
 use shmem::Shmem;
 use std::io::Read;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -187,8 +187,7 @@ impl Registry {
         Registry {
             listener,
             path,
-            // SAFETY: geteuid has no preconditions.
-            euid: unsafe { libc::geteuid() },
+            euid: shmem::sys::euid(),
             slots: vec![false; max_workers as usize],
             reserved,
             channels: Vec::new(),
@@ -507,12 +506,9 @@ impl Registry {
         if let Some(p) = procno {
             shm.reset_worker_slot(p);
         }
-        let Some(raw) = shm.raw_fd() else {
+        let Some(fd) = shm.fd() else {
             return self.refuse(i, Status::StartingUp, generation);
         };
-        // SAFETY: the creator's descriptor stays open while `shm` lives,
-        // which outlasts this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
         let reply = self.reply(Status::Ok, procno, generation);
         let c = &mut self.channels[i];
         if let Err(e) = register::send_reply(&c.stream, &reply, Some(fd)) {
@@ -678,16 +674,7 @@ struct Caps {
 }
 
 fn caps() -> Caps {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes `lim`, a valid rlimit.
-    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur
-    } else {
-        1024
-    };
+    let nofile = shmem::sys::nofile_limit().unwrap_or(1024);
     let left = nofile.saturating_sub(FD_RESERVE).max(1);
     let quarter = (left / 4).max(1) as usize;
     Caps {

@@ -54,31 +54,38 @@
 //! channel closed ([`Postmaster::abandon_generation`]), so an external
 //! process learns it must attach again and cannot reach the next one.
 //!
-//! This module only supervises. Elsewhere: the kinds of children, the fork
-//! and the server processes' bodies (`children`); whether a client gets a
-//! backend (`admission`); registrations and worker slots (`registry`); the
+//! This module runs the loop and the state machine; its children take
+//! the rest of the supervision: how a child's end is handled, crashes
+//! included (`exits`), the registry's events and the supervised workers'
+//! starts (`workers`), the standby (`standby`). Elsewhere: the kinds of
+//! children, the fork and the server processes' bodies (`children`);
+//! whether a client gets a backend (`admission`); registrations and worker slots (`registry`); the
 //! supervised workers' rules (`supervised`); the workload summary and its
 //! checks (`report`, which reads each generation's counters before its
 //! segment goes).
 
 use crate::admission::{self, Phase, Verdict};
-use crate::children::{self, ChildExit, ClientChild, Kind, ServerChild};
+use crate::children::{self, ClientChild, Kind, ServerChild};
 use crate::cli::StartOptions;
 use crate::datadir::{self, PidFile};
 use crate::log;
-use crate::registry::{self, Event, Origin, Registry};
+use crate::registry::Registry;
 use crate::report::{Report, RunFacts};
-use crate::supervised::{self, Supervised, WorkerSpec};
+use crate::supervised::{Supervised, WorkerSpec};
 use backend::abandoned::Job;
 use backend::control::ControlFile;
 use backend::workload::Workload;
 use shmem::sync::Ordering;
+use shmem::sys::Signal;
 use shmem::{Settings, Shmem};
+use std::os::fd::IntoRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+mod exits;
 mod standby;
+mod workers;
 
 const CRASH_KILL_AFTER: Duration = Duration::from_secs(5);
 const SHUTDOWN_KILL_AFTER: Duration = Duration::from_secs(60);
@@ -94,29 +101,6 @@ static GOT_SIGHUP: AtomicBool = AtomicBool::new(false);
 /// SIGUSR1: the startup process entered standby mode, or a promotion was
 /// asked for (`pg_ctl promote`, `pg_promote()`); see `standby`.
 static GOT_SIGUSR1: AtomicBool = AtomicBool::new(false);
-/// SIGTERM means a smart shutdown (set once, before the handlers).
-static SIGTERM_IS_SMART: AtomicBool = AtomicBool::new(false);
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    match sig {
-        libc::SIGTERM if SIGTERM_IS_SMART.load(Ordering::Relaxed) => {
-            GOT_SMART.store(true, Ordering::Relaxed)
-        }
-        libc::SIGTERM | libc::SIGINT => GOT_SIGTERM.store(true, Ordering::Relaxed),
-        libc::SIGQUIT => GOT_SIGQUIT.store(true, Ordering::Relaxed),
-        libc::SIGHUP => GOT_SIGHUP.store(true, Ordering::Relaxed),
-        libc::SIGUSR1 => GOT_SIGUSR1.store(true, Ordering::Relaxed),
-        _ => {}
-    }
-    let fd = WAKE_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; `b` lives for the call.
-        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Startup,
@@ -219,8 +203,7 @@ pub fn start(opts: StartOptions) -> Result<i32, String> {
     standby::remove_stale_promote_file(&datadir);
     let args: Vec<String> = std::env::args().skip(1).collect();
     datadir::write_opts_file(&datadir, &args)?;
-    SIGTERM_IS_SMART.store(opts.postgres_cli, Ordering::Relaxed);
-    let wake_rd = install_signal_handlers()?;
+    let wake_rd = install_signal_handlers(opts.postgres_cli)?;
     let mut pm = Postmaster::new(opts, datadir, settings, control, wake_rd);
     pm.pidfile = Some(pidfile);
     pm.supervised = workers.into_iter().map(Supervised::new).collect();
@@ -250,28 +233,33 @@ fn supervised_workers(
     Ok(workers)
 }
 
-fn install_signal_handlers() -> Result<i32, String> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 returns.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(format!(
-            "could not create self-pipe: {}",
-            std::io::Error::last_os_error()
-        ));
+/// signal-hook's flags and self-pipe: each signal sets its flag, then
+/// writes a byte to the pipe (actions run in the order registered); the
+/// main loop polls the read end, which is returned. SIGTERM means a smart
+/// shutdown under the postgres command line (`smart`), a fast one
+/// otherwise. Children reset these handlers right after `fork`
+/// (`children::fork_process`).
+fn install_signal_handlers(smart: bool) -> Result<i32, String> {
+    use signal_hook::consts::*;
+    let err = |e: std::io::Error| format!("could not create self-pipe: {e}");
+    let (rd, wr) = shmem::sys::fd::pipe(true).map_err(err)?;
+    let sigterm_flag = if smart { &GOT_SMART } else { &GOT_SIGTERM };
+    let flags: [(i32, Option<&'static AtomicBool>); 6] = [
+        (SIGTERM, Some(sigterm_flag)),
+        (SIGINT, Some(&GOT_SIGTERM)),
+        (SIGQUIT, Some(&GOT_SIGQUIT)),
+        (SIGHUP, Some(&GOT_SIGHUP)),
+        (SIGCHLD, None),
+        (SIGUSR1, Some(&GOT_SIGUSR1)),
+    ];
+    for (sig, flag) in flags {
+        if let Some(flag) = flag {
+            signal_hook::flag::register(sig, flag).map_err(err)?;
+        }
+        signal_hook::low_level::pipe::register(sig, wr.try_clone().map_err(err)?).map_err(err)?;
     }
-    WAKE_FD.store(fds[1], Ordering::Relaxed);
-    for sig in [
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGHUP,
-        libc::SIGCHLD,
-        libc::SIGUSR1,
-    ] {
-        backend::process::set_handler(sig, on_signal as *const () as libc::sighandler_t);
-    }
-    backend::process::set_handler(libc::SIGPIPE, libc::SIG_IGN);
-    Ok(fds[0])
+    shmem::sys::signals::ignore(Signal::SIGPIPE);
+    Ok(rd.into_raw_fd())
 }
 
 impl Postmaster {
@@ -420,7 +408,7 @@ impl Postmaster {
             log("LOG", "received immediate shutdown request");
             self.set_status(datadir::PmStatus::Stopping);
             self.shutting_down = true;
-            self.signal_all(libc::SIGQUIT);
+            self.signal_all(Signal::SIGQUIT);
             self.enter_crash_wait();
         }
         if GOT_SIGTERM.swap(false, Ordering::Relaxed) && !self.shutting_down {
@@ -583,32 +571,8 @@ impl Postmaster {
         if let Some(r) = &self.registry {
             fds.extend(r.fds());
         }
-        let mut pfds: Vec<libc::pollfd> = fds
-            .iter()
-            .map(|&fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: `pfds` is a valid array of pollfd of the given length.
-        unsafe {
-            libc::poll(
-                pfds.as_mut_ptr(),
-                pfds.len() as libc::nfds_t,
-                timeout.as_millis() as libc::c_int,
-            )
-        };
-        let mut buf = [0u8; 64];
-        // SAFETY: reading into a local buffer from our non-blocking pipe.
-        while unsafe {
-            libc::read(
-                self.wake_rd,
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-            )
-        } > 0
-        {}
+        shmem::sys::fd::poll_readable(&fds, timeout);
+        shmem::sys::fd::drain(self.wake_rd);
     }
 
     /// Forks a child of `kind` that runs `body` (see `children` for the
@@ -691,14 +655,13 @@ impl Postmaster {
         self.children.iter().filter(|c| c.kind == kind).count()
     }
 
-    fn signal_all(&self, sig: libc::c_int) {
+    fn signal_all(&self, sig: Signal) {
         self.signal_kind(|_| true, sig);
     }
 
-    fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: libc::c_int) {
+    fn signal_kind(&self, pred: impl Fn(Kind) -> bool, sig: Signal) {
         for c in self.children.iter().filter(|c| pred(c.kind)) {
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(c.pid, sig) };
+            shmem::sys::kill(c.pid, sig);
         }
     }
 
@@ -709,15 +672,14 @@ impl Postmaster {
                 // Crash recovery runs to its end; archive recovery stops
                 // between two restore_command fetches (exit EXIT_SHUTDOWN).
                 // advance_state moves on from either.
-                self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGTERM);
+                self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), Signal::SIGTERM);
             }
             State::Standby => self.stop_standby(),
             State::Run => {
                 let walsenders = self.walsender_pids();
                 for c in &self.children {
                     if c.kind.is_backend() && !walsenders.contains(&c.pid) {
-                        // SAFETY: kill has no memory effects.
-                        unsafe { libc::kill(c.pid, libc::SIGTERM) };
+                        shmem::sys::kill(c.pid, Signal::SIGTERM);
                     }
                 }
                 self.state = State::StopBackends;
@@ -739,271 +701,6 @@ impl Postmaster {
             .map(|s| s.pid.load(Ordering::Relaxed))
             .filter(|&pid| pid > 0)
             .collect()
-    }
-
-    fn enter_crash_wait(&mut self) {
-        // The registry frees every worker slot with the generation.
-        self.cleanup_queue.clear();
-        self.cleaning.clear();
-        self.abandon_generation();
-        self.state = State::CrashWait;
-        self.crash_deadline = Some(Instant::now() + CRASH_KILL_AFTER);
-    }
-
-    fn reap_children(&mut self) {
-        loop {
-            let mut status = 0;
-            // SAFETY: `status` is a valid out-pointer.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                return;
-            }
-            let Some(pos) = self.children.iter().position(|c| c.pid == pid) else {
-                continue;
-            };
-            let child = self.children.remove(pos);
-            self.child_exited(child, ChildExit::from_wait_status(status));
-        }
-    }
-
-    fn child_exited(&mut self, child: Child, exit: ChildExit) {
-        if self.state == State::CrashWait {
-            if let Kind::Supervised(id) = child.kind {
-                self.supervised[id].stopped_with_everyone();
-            }
-            return; // expected: we told everybody to quit
-        }
-        match child.kind {
-            Kind::Supervised(id) => self.supervised_exited(id, child.pid, &exit),
-            Kind::Server(ServerChild::Startup) => self.startup_exited(child.pid, &exit),
-            Kind::Server(ServerChild::Walreceiver) => self.walreceiver_exited(child.pid, &exit),
-            Kind::Server(ServerChild::Walwriter)
-                if exit.is_clean() && self.state == State::StopWalwriter => {}
-            Kind::Server(ServerChild::Checkpointer)
-                if exit.is_clean() && self.state == State::StopCheckpointer => {}
-            Kind::Server(ServerChild::Archiver) if exit.is_clean_or_fatal() => {
-                // As PostgreSQL's: an archiver that exits is started again.
-                if self.state == State::Run {
-                    self.fork_server_child(ServerChild::Archiver);
-                }
-            }
-            Kind::Client(ClientChild::Rejecter) => {}
-            Kind::Client(ClientChild::Connection) => self.session_ended(child.pid, &exit),
-            Kind::Server(ServerChild::Cleaner) if exit.is_clean() => self.cleaner_done(),
-            Kind::Server(ServerChild::Backend(_)) if exit.is_clean_or_fatal() => {
-                if !exit.is_clean() {
-                    log(
-                        "LOG",
-                        &format!("{} (PID {}) {}", child.kind.describe(), child.pid, exit.why),
-                    );
-                }
-            }
-            kind => self.handle_crash(kind, child.pid, &exit.why),
-        }
-    }
-
-    /// Startup done: run; stopped at our shutdown request: finish the
-    /// shutdown; damaged WAL: stop for good; any other failure: retry
-    /// after a crash restart, up to MAX_STARTUP_FAILURES (the very first
-    /// startup is not retried).
-    fn startup_exited(&mut self, pid: i32, exit: &ChildExit) {
-        if self.shutting_down && exit.exited_with(backend::startup::EXIT_SHUTDOWN) {
-            log("LOG", "startup process stopped at the shutdown request");
-            self.state = State::StopWalwriter;
-            return;
-        }
-        if exit.exited_with(backend::startup::EXIT_TARGET_SHUTDOWN) {
-            log("LOG", "shutdown at recovery target");
-            self.shutting_down = true;
-            self.state = State::StopWalwriter;
-            return;
-        }
-        if exit.is_clean() {
-            self.startup_failures = 0;
-            self.discard_damaged_wal = false;
-            self.adopt_new_timeline();
-            self.enter_run();
-            return;
-        }
-        if exit.exited_with(backend::startup::EXIT_WAL_DAMAGED) {
-            log(
-                "FATAL",
-                "WAL is damaged before its end (see the message above); not starting",
-            );
-            self.give_up(backend::startup::EXIT_WAL_DAMAGED);
-            return;
-        }
-        self.startup_failures += 1;
-        log("LOG", &format!("startup process (PID {pid}) {}", exit.why));
-        if self.crashes == 0 || self.startup_failures >= MAX_STARTUP_FAILURES {
-            let times = match self.startup_failures {
-                1 => String::new(),
-                n => format!(" {n} times"),
-            };
-            log(
-                "FATAL",
-                &format!("startup process failed{times}; giving up (see the messages above)"),
-            );
-            self.give_up(1);
-        } else {
-            self.enter_crash_wait();
-        }
-    }
-
-    /// After a startup that ended archive recovery on a new timeline (the
-    /// control file says so), the WAL facts of this and later generations
-    /// name it, before any process that writes WAL is forked.
-    fn adopt_new_timeline(&mut self) {
-        let Ok(c) = ControlFile::read(&self.datadir) else {
-            return;
-        };
-        if c.timeline == self.control.timeline {
-            return;
-        }
-        self.control = c;
-        if let Some(shm) = self.shm.as_ref() {
-            // An atomic store: a standby's sessions may be reading it (the
-            // promoting startup process stored the same value already).
-            shm.xlog().facts.set_timeline(c.timeline);
-        }
-    }
-
-    /// Stops every child and exits with `code` once they are gone.
-    fn give_up(&mut self, code: i32) {
-        self.shutting_down = true;
-        self.exit_code_override = Some(code);
-        self.enter_crash_wait();
-    }
-
-    fn handle_crash(&mut self, kind: Kind, pid: i32, why: &str) {
-        let who = match kind {
-            Kind::Supervised(id) => self.supervised[id].describe(),
-            other => other.describe(),
-        };
-        self.crash(&format!("{who} (PID {pid}) {why}"));
-    }
-
-    /// A process that used shared memory ended abnormally (`what`): stop
-    /// everybody, then start a new generation (or, during a shutdown, stop
-    /// without a shutdown checkpoint).
-    fn crash(&mut self, what: &str) {
-        self.crashes += 1;
-        log("LOG", what);
-        if self.shutting_down {
-            log(
-                "LOG",
-                "the shutdown is not clean: no shutdown checkpoint is written; the next start runs crash recovery",
-            );
-        }
-        log("LOG", "terminating any other active server processes");
-        self.signal_all(libc::SIGQUIT);
-        self.enter_crash_wait();
-    }
-
-    /// A supervised worker's process ended (outside a crash wait).
-    fn supervised_exited(&mut self, id: usize, pid: i32, exit: &ChildExit) {
-        let delay = Duration::from_millis(self.settings.worker_restart_delay_ms as u64);
-        let w = &mut self.supervised[id];
-        match w.exited(exit, delay, Instant::now()) {
-            supervised::Verdict::Done => log(
-                "LOG",
-                &format!("{} (PID {pid}) detached and exited 0: done", w.describe()),
-            ),
-            supervised::Verdict::RestartAt(_) if self.shutting_down => {}
-            supervised::Verdict::RestartAt(_) => log(
-                "LOG",
-                &format!(
-                    "{} (PID {pid}) detached and exited 1: restarting it in {:.1} s",
-                    w.describe(),
-                    delay.as_secs_f64()
-                ),
-            ),
-            supervised::Verdict::Died(_) if self.shutting_down => {}
-            supervised::Verdict::Died(why) => log(
-                "LOG",
-                &format!(
-                    "{} (PID {pid}) {why}: restarting it in {:.1} s",
-                    w.describe(),
-                    delay.as_secs_f64()
-                ),
-            ),
-        }
-    }
-
-    /// A connection backend ended. One that died without freeing its proc
-    /// slot is cleaned up after, unless what it held needs a crash restart
-    /// (`backend::abandoned`); a walsender, or one that died before it had
-    /// a proc slot (where what it held is not recorded), is a crash.
-    fn session_ended(&mut self, pid: i32, exit: &ChildExit) {
-        let kind = Kind::Client(ClientChild::Connection);
-        let Some(shm) = self.shm.as_ref() else { return };
-        let max_backends = shm.layout().max_backends as usize;
-        let slot = shm.procs()[..max_backends]
-            .iter()
-            .position(|p| p.pid.load(Ordering::Relaxed) == pid);
-        match slot {
-            _ if !exit.is_clean_or_fatal() && self.walsender_pids().contains(&pid) => {
-                self.crash(&format!("walsender (PID {pid}) {}", exit.why));
-            }
-            Some(procno) => self.dead_process(
-                Job {
-                    procno: procno as u32,
-                    pid,
-                    who: kind.describe(),
-                    why: exit.why.clone(),
-                },
-                None,
-            ),
-            None if exit.is_clean_or_fatal() => {}
-            None => self.crash(&format!(
-                "{} (PID {pid}) {} before it had a proc slot (what it held in shared memory then is not recorded)",
-                kind.describe(),
-                exit.why
-            )),
-        }
-    }
-
-    /// Proc `job.procno`'s process died: the cleaner finishes what it
-    /// left, or, if its slot says it died inside shared state that only a
-    /// restart makes whole, the server restarts.
-    fn dead_process(&mut self, job: Job, worker_slot: Option<u32>) {
-        let Some(shm) = self.shm.as_ref() else { return };
-        match backend::abandoned::assess(shm, job.procno) {
-            Ok(_) => {
-                self.cleanup_queue.push((job, worker_slot));
-                self.start_cleaner();
-            }
-            Err(why) => self.crash(&format!("{} (PID {}) {}: {why}", job.who, job.pid, job.why)),
-        }
-    }
-
-    /// Forks the cleaner for everything queued, unless one runs.
-    fn start_cleaner(&mut self) {
-        if !self.cleaning.is_empty()
-            || self.cleanup_queue.is_empty()
-            || self.state == State::CrashWait
-        {
-            return;
-        }
-        self.cleaning = std::mem::take(&mut self.cleanup_queue);
-        self.fork_server_child(ServerChild::Cleaner);
-    }
-
-    /// The cleaner exited 0: the slots it cleaned are free (a worker
-    /// slot here, a backend slot it freed itself); the next batch starts.
-    fn cleaner_done(&mut self) {
-        for (_, slot) in std::mem::take(&mut self.cleaning) {
-            if let (Some(s), Some(r)) = (slot, self.registry.as_mut()) {
-                r.free_worker_slot(s);
-            }
-            self.cleaned += 1;
-        }
-        if let Some(shm) = &self.shm {
-            shm.header()
-                .processes_cleaned
-                .store(self.cleaned, Ordering::Relaxed);
-        }
-        self.start_cleaner();
     }
 
     fn enter_run(&mut self) {
@@ -1053,7 +750,10 @@ impl Postmaster {
                 self.stop_step(checkpointer, next, overdue, "checkpointer");
                 if self.state == State::StopWalsenders {
                     // After the shutdown checkpoint, as PostgreSQL's archiver.
-                    self.signal_kind(|k| k == Kind::Server(ServerChild::Archiver), libc::SIGTERM);
+                    self.signal_kind(
+                        |k| k == Kind::Server(ServerChild::Archiver),
+                        Signal::SIGTERM,
+                    );
                 }
                 None
             }
@@ -1087,8 +787,7 @@ impl Postmaster {
                 self.abandon_generation();
             }
             for c in self.children.iter().filter(|c| next_children(c)) {
-                // SAFETY: kill has no memory effects.
-                unsafe { libc::kill(c.pid, libc::SIGTERM) };
+                shmem::sys::kill(c.pid, Signal::SIGTERM);
             }
             self.state = next_state;
         } else if overdue {
@@ -1096,7 +795,7 @@ impl Postmaster {
                 "LOG",
                 &format!("{what} did not stop in time; sending SIGKILL"),
             );
-            self.signal_all(libc::SIGKILL);
+            self.signal_all(Signal::SIGKILL);
         }
     }
 
@@ -1105,7 +804,7 @@ impl Postmaster {
     fn crash_wait_step(&mut self, overdue: bool) -> Option<i32> {
         if !self.children.is_empty() {
             if overdue {
-                self.signal_all(libc::SIGKILL);
+                self.signal_all(Signal::SIGKILL);
             }
             return None;
         }
@@ -1145,160 +844,5 @@ impl Postmaster {
         log("LOG", "database system is shut down");
         self.exit_code_override
             .unwrap_or_else(|| self.report.lwlock_exit_code())
-    }
-
-    /// Accepts registrations and reads every worker channel; acts on what
-    /// happened (attach, detach, a lost channel: a crash).
-    fn service_registry(&mut self) {
-        let phase = match self.state {
-            _ if self.shutting_down => registry::Phase::ShuttingDown,
-            // A standby's workers attach read-only (the worker library
-            // refuses their writes).
-            State::Run | State::Standby => registry::Phase::Running,
-            _ => registry::Phase::StartingUp,
-        };
-        // An abandoned generation (crash wait, end of a shutdown) is
-        // handed to nobody.
-        let shm = self.shm.as_ref().filter(|shm| !shm.has_ended());
-        let Some(r) = &mut self.registry else { return };
-        let events = r.service(shm, phase);
-        for ev in events {
-            self.registry_event(ev);
-        }
-    }
-
-    fn registry_event(&mut self, ev: Event) {
-        match ev {
-            Event::Attached {
-                origin: Origin::Supervised(id),
-                ..
-            } => self.supervised[id].attached_now(),
-            Event::Detached {
-                origin: Origin::Supervised(id),
-            } => self.supervised[id].detached = true,
-            Event::Attached { .. } | Event::Detached { .. } => {}
-            Event::Lost { .. } if self.state == State::CrashWait => {}
-            Event::Lost {
-                origin: Origin::Supervised(id),
-                ..
-            } if self.reap_first(id) => {}
-            Event::Lost {
-                origin,
-                why,
-                slot: Some(slot),
-                pid,
-                dead,
-            } => self.worker_lost(origin, why, slot, pid, dead),
-            Event::Lost { origin, why, .. } => {
-                let who = origin.describe(|id| {
-                    let w = &self.supervised[id];
-                    match w.pid {
-                        Some(pid) => format!("{} (PID {pid})", w.describe()),
-                        None => w.describe(),
-                    }
-                });
-                self.crash(&format!(
-                    "{who} lost its registration without detaching ({why})"
-                ));
-            }
-        }
-    }
-
-    /// An attached worker's registration ended without a detach: once its
-    /// process is known to have ended, it is cleaned up after like a
-    /// session (`dead_process`); one still running (it closed its channel
-    /// but may still use its slot) is a crash restart.
-    fn worker_lost(
-        &mut self,
-        origin: Origin,
-        why: String,
-        slot: u32,
-        pid: i32,
-        dead: Option<bool>,
-    ) {
-        let (who, ended, why) = match origin {
-            Origin::Supervised(id) => {
-                let w = &mut self.supervised[id];
-                let exit = w.last_exit.take();
-                let why = exit.unwrap_or_else(|| format!("lost its registration ({why})"));
-                (w.describe(), w.pid.is_none(), why)
-            }
-            Origin::External { .. } => (
-                "worker".to_string(),
-                dead == Some(true),
-                format!("lost its registration without detaching ({why}) and exited"),
-            ),
-        };
-        if !ended {
-            self.crash(&format!(
-                "{who} (PID {pid}) lost its registration without detaching ({why}) but is still running"
-            ));
-            return;
-        }
-        let Some(shm) = self.shm.as_ref() else { return };
-        let procno = shm.worker_procno(slot);
-        self.dead_process(
-            Job {
-                procno,
-                pid,
-                who,
-                why,
-            },
-            Some(slot),
-        );
-    }
-
-    /// A supervised worker's channel usually closes because the worker is
-    /// exiting: its exit status names the crash better than the closed
-    /// channel, so reap for a moment (bounded: the crash handling waits
-    /// anyway); true if that started a crash wait.
-    fn reap_first(&mut self, id: usize) -> bool {
-        let deadline = Instant::now() + Duration::from_millis(200);
-        loop {
-            self.reap_children();
-            if self.state == State::CrashWait || self.supervised[id].pid.is_none() {
-                return self.state == State::CrashWait;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Starts every supervised worker whose time has come, while the
-    /// server runs normally.
-    fn start_due_workers(&mut self) {
-        if self.state != State::Run || self.shutting_down {
-            return;
-        }
-        let now = Instant::now();
-        for id in 0..self.supervised.len() {
-            // Its reserved slot may still wait for the cleaner.
-            let slot_busy = self
-                .registry
-                .as_ref()
-                .is_some_and(|r| r.slot_in_use(id as u32));
-            if self.supervised[id].is_due(now) && !slot_busy {
-                self.start_worker(id);
-            }
-        }
-    }
-
-    /// Forks and execs supervised worker `id`; its channel joins the
-    /// registry.
-    fn start_worker(&mut self, id: usize) {
-        let Some((pid, channel)) = self.supervised[id].launch(&self.datadir) else {
-            return;
-        };
-        self.children.push(Child {
-            pid,
-            kind: Kind::Supervised(id),
-        });
-        if let Some(r) = &mut self.registry {
-            if let Err(e) = r.add_supervised(channel, id) {
-                log("LOG", &format!("worker channel: {e}"));
-            }
-        }
     }
 }

@@ -361,12 +361,7 @@ pub fn from_environment(kind: Kind) -> Result<Registration, RegisterError> {
 }
 
 fn is_socket(fd: RawFd) -> bool {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat only writes `st`; an invalid fd gives an error.
-    fd >= 0
-        && unsafe { libc::fstat(fd, &mut st) } == 0
-        && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+    crate::sys::fd::is_socket(fd)
 }
 
 /// The hello exchange on a connected channel.
@@ -423,25 +418,13 @@ fn hello(
 /// left the signal at its default.
 fn send_request(channel: &UnixStream, req: Request) -> std::io::Result<()> {
     let bytes = req.encode(std::process::id() as i32);
-    crate::sys::write_all_with(&bytes, |rest| {
-        // SAFETY: `rest` is a live buffer of `rest.len()` bytes; the
-        // descriptor is the channel's own.
-        unsafe {
-            libc::send(
-                channel.as_raw_fd(),
-                rest.as_ptr() as *const libc::c_void,
-                rest.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        }
-    })
+    crate::sys::sock::send_all(channel.as_raw_fd(), &bytes)
 }
 
 /// Refuses a socket whose server runs as another user.
 fn check_server_uid(channel: &UnixStream) -> Result<(), RegisterError> {
     let (uid, _) = peer_credentials(channel).map_err(|e| RegisterError::Io(e.to_string()))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::euid();
     if uid != me {
         return Err(RegisterError::BadReply(format!(
             "the socket's server runs as uid {uid}, not as this user ({me})"
@@ -487,37 +470,7 @@ impl Registration {
 
 /// The server's uid and pid (SO_PEERCRED) of a connected Unix socket.
 pub fn peer_credentials(s: &UnixStream) -> std::io::Result<(u32, i32)> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid for writes of the sizes given.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((cred.uid, cred.pid))
-}
-
-/// Control-message room for one descriptor (as `CMSG_SPACE(sizeof(int))`).
-#[repr(C, align(8))]
-struct FdCmsgBuf([u8; 32]);
-
-fn fd_cmsg_space() -> usize {
-    // SAFETY: CMSG_SPACE only computes a size.
-    let n = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    debug_assert!(n <= std::mem::size_of::<FdCmsgBuf>());
-    n
+    crate::sys::sock::peer_credentials(s)
 }
 
 /// Sends `reply`, with `fd` attached (SCM_RIGHTS) when given, in one
@@ -528,34 +481,7 @@ pub fn send_reply(
     fd: Option<BorrowedFd<'_>>,
 ) -> std::io::Result<()> {
     let bytes = reply.encode();
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    let mut cbuf = FdCmsgBuf([0u8; 32]);
-    // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        msg.msg_control = cbuf.0.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = fd_cmsg_space() as _;
-        // SAFETY: `msg` has a control buffer of CMSG_SPACE(int) bytes,
-        // aligned for cmsghdr, so CMSG_FIRSTHDR is non-null and its data
-        // has room for one int.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd.as_raw_fd());
-        }
-    }
-    // SAFETY: `msg` points at live buffers (`bytes`, `cbuf`) for the call.
-    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let n = crate::sys::sock::send_with_fd(s.as_raw_fd(), &bytes, fd)?;
     if n as usize != bytes.len() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::WriteZero,
@@ -593,52 +519,7 @@ pub fn recv_reply(s: &UnixStream) -> Result<(Reply, Option<OwnedFd>), RegisterEr
 
 /// One recvmsg into `buf`, collecting a passed descriptor (close-on-exec).
 fn recv_with_fd(s: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut cbuf = FdCmsgBuf([0u8; 32]);
-    // SAFETY: an all-zero msghdr is a valid empty header, filled below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.0.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = std::mem::size_of::<FdCmsgBuf>() as _;
-    let n = loop {
-        // SAFETY: `msg` points at live, writable buffers for the call.
-        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
-    let mut fd = None;
-    // SAFETY: the kernel filled `msg_controllen` bytes of `cbuf`; the CMSG
-    // macros walk only inside it, and an SCM_RIGHTS message's data holds
-    // descriptors now owned by this process.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c) as *const RawFd;
-                let header = libc::CMSG_LEN(0) as usize;
-                let count = ((*c).cmsg_len as usize - header) / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    let raw = std::ptr::read_unaligned(data.add(i));
-                    let owned = OwnedFd::from_raw_fd(raw);
-                    // Keep the first; any extra is closed here.
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((n, fd))
+    crate::sys::sock::recv_with_fd(s.as_raw_fd(), buf)
 }
 
 #[cfg(test)]

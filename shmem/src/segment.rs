@@ -52,7 +52,7 @@ use crate::spin::SpinLock;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::xlogctl::{WalInsertLock, XLogCtl};
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 /// This process's settings after a reload (see [`Shmem::settings`]):
@@ -194,28 +194,15 @@ fn os_err(what: &'static str) -> ShmemError {
 
 /// A new anonymous memory file of `size` zero bytes (close-on-exec).
 fn create_memfd(size: usize) -> Result<OwnedFd, ShmemError> {
-    // SAFETY: the name is a NUL-terminated literal; the flags are valid.
-    let fd = unsafe { libc::memfd_create(c"walshm".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(os_err("create"));
-    }
-    // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `fd` is a valid memfd; ftruncate has no memory effects.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
-        return Err(os_err("size"));
-    }
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(c"walshm", MFdFlags::MFD_CLOEXEC).map_err(|_| os_err("create"))?;
+    nix::unistd::ftruncate(&fd, size as libc::off_t).map_err(|_| os_err("size"))?;
     Ok(fd)
 }
 
 /// The size of the file behind `fd`.
 fn file_size(fd: BorrowedFd<'_>) -> Result<usize, ShmemError> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is valid and `st` is writable.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(os_err("stat"));
-    }
+    let st = nix::sys::stat::fstat(fd).map_err(|_| os_err("stat"))?;
     Ok(st.st_size as usize)
 }
 
@@ -329,6 +316,12 @@ impl Shmem {
     /// The segment's descriptor, in the process that created it.
     pub fn raw_fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
+    /// The segment's descriptor, borrowed, in the process that created it
+    /// (to pass to a registering worker).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|fd| fd.as_fd())
     }
 
     /// Marks this generation as abandoned (the postmaster, just before a

@@ -539,7 +539,9 @@ fn torn_tail_recovers_by_itself_and_is_zeroed_on_disk() {
     }
     let page_end = (w.end | (BLCKSZ - 1)) + 1;
     let mut rng = Rng(end | 1);
-    let garbage: Vec<u8> = (w.end..page_end).map(|_| rng.next_u64() as u8 | 1).collect();
+    let garbage: Vec<u8> = (w.end..page_end)
+        .map(|_| rng.next_u64() as u8 | 1)
+        .collect();
     write_at_lsn(dir, w.end, &garbage);
     let s = start_or_exit(dir, tmp.path(), &["--workers", "0"])
         .unwrap_or_else(|o| panic!("torn tail refused\n{}", o.describe()));

@@ -70,16 +70,10 @@ pub fn fs_name(magic: u64) -> String {
 
 /// File system type of `path` via statfs.
 pub fn fs_type(path: &Path) -> String {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return "unknown".into();
-    };
-    // SAFETY: statfs is plain data; zeroed is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid NUL-terminated path and st a valid out pointer.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
+    match shmem::sys::fs_magic(path) {
+        Some(magic) => fs_name(magic),
+        None => "unknown".into(),
     }
-    fs_name(st.f_type as u64)
 }
 
 impl Machine {

@@ -97,8 +97,8 @@ struct ServerGuard(Option<Child>);
 impl Drop for ServerGuard {
     fn drop(&mut self) {
         if let Some(c) = &mut self.0 {
-            // SAFETY: kill has no memory effects; the group is the server's.
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            // The group is the server's.
+            shmem::sys::kill(-(c.id() as i32), shmem::sys::Signal::SIGKILL);
             let _ = c.wait();
         }
     }
@@ -324,8 +324,7 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
     let c1 = procstat::sample_group(pgid);
 
     let child = guard.0.take().expect("server running");
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(pgid, libc::SIGTERM) };
+    shmem::sys::kill(pgid, shmem::sys::Signal::SIGTERM);
     let mut child = child;
     let status = child.wait().map_err(|e| e.to_string())?;
     // The segment has no name and stays mapped here after the server is

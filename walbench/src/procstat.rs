@@ -8,6 +8,7 @@
 //! each process plus the largest shared resident set (the shared memory
 //! segment counted once). On systems without /proc both read as zero.
 
+use shmem::sys::SysconfVar;
 use std::collections::HashMap;
 
 /// Per-process CPU ticks and memory pages of one process group.
@@ -28,23 +29,12 @@ impl TreeSample {
     }
 }
 
-/// `sysconf(name)`, or `default` where the system does not say.
-fn sysconf_or(name: libc::c_int, default: i64) -> i64 {
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(name) };
-    if n > 0 {
-        n
-    } else {
-        default
-    }
-}
-
 fn page_size() -> u64 {
-    sysconf_or(libc::_SC_PAGESIZE, 4096) as u64
+    shmem::sys::sysconf_or(SysconfVar::PAGE_SIZE, 4096) as u64
 }
 
 fn clock_ticks() -> f64 {
-    sysconf_or(libc::_SC_CLK_TCK, 100) as f64
+    shmem::sys::sysconf_or(SysconfVar::CLK_TCK, 100) as f64
 }
 
 /// Parses `/proc/PID/stat`: (pgrp, utime + stime).
@@ -122,10 +112,7 @@ mod tests {
         assert_eq!(parse_stat(stat), Some((123, 12)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_statm("100 40 10 1 0 20 0"), Some((40, 10)));
-        let me = sample_group(
-            // SAFETY: getpgrp has no memory effects.
-            unsafe { libc::getpgrp() },
-        );
+        let me = sample_group(shmem::sys::process_group());
         assert!(me.ticks.contains_key(&(std::process::id() as i32)) || me.ticks.is_empty());
     }
 }

@@ -191,17 +191,15 @@ fn run_one(args: &Args, mode: Mode, rate: u64) -> Result<RunResult, String> {
                     1
                 }
             };
-            // SAFETY: ends the child without the parent's exit work.
-            unsafe { libc::_exit(code) };
+            // Ends the child without the parent's exit work.
+            shmem::sys::exit_now(code);
         }
         pids.push(pid);
     }
     let consumed = consume(args, mode, producers, count, start);
     let mut failed = false;
     for pid in pids {
-        let mut status = 0;
-        // SAFETY: waits for our own child; `status` is a valid pointer.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let status = shmem::sys::wait_child(pid).unwrap_or(-1);
         failed |= !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0;
     }
     let delivered = consumed?;

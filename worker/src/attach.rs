@@ -35,34 +35,11 @@ use backend::context::ServerWatch;
 use shmem::register::{self, Kind, Registration};
 use shmem::Shmem;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const WORKER_FD_ENV: &str = register::ENV_WORKER_FD;
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
-
-/// How many `fork`s separate this process from the first process that
-/// loaded the library: bumped in every child by [`on_fork_child`].
-static FORK_EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// The fork handler: runs in the child right after `fork` (only an atomic
-/// add: async-signal-safe, as a child handler of a multi-threaded parent
-/// must be).
-extern "C" fn on_fork_child() {
-    FORK_EPOCH.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Installs [`on_fork_child`] once per process (children inherit it).
-fn install_fork_handler() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registers a child handler that only does an atomic add;
-        // no prepare or parent handler. The library is never unloaded
-        // while attached (the handler's code stays mapped).
-        unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
-    });
-}
 
 /// Which process owns a link: the one that attached it.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +52,7 @@ impl Owner {
     fn current() -> Owner {
         Owner {
             pid: std::process::id(),
-            epoch: FORK_EPOCH.load(Ordering::Relaxed),
+            epoch: shmem::sys::fork_generation(),
         }
     }
 }
@@ -85,31 +62,12 @@ pub fn shutdown_requested() -> bool {
     SHUTDOWN.load(Ordering::Relaxed)
 }
 
-extern "C" fn on_sigterm(_sig: libc::c_int) {
-    SHUTDOWN.store(true, Ordering::Relaxed);
-}
-
-/// Installs `on_sigterm` if SIGTERM is at its default disposition.
+/// Installs a flag handler (signal-hook's: SA_RESTART keeps the host
+/// program's interrupted calls going) if SIGTERM is at its default
+/// disposition: a program that handles SIGTERM itself keeps its handler.
 fn install_sigterm_handler() {
-    // SAFETY: sigaction with a NULL new action only reads the current one
-    // into `old`, a zeroed plain struct.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut old) } != 0 {
-        return;
-    }
-    if old.sa_sigaction != libc::SIG_DFL {
-        return;
-    }
-    // SAFETY: a zeroed sigaction with our handler, which only stores to an
-    // atomic (async-signal-safe); SA_RESTART keeps interrupted syscalls
-    // going.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigterm as *const () as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    if shmem::sys::signals::is_default(shmem::sys::Signal::SIGTERM) {
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, &SHUTDOWN);
     }
 }
 
@@ -128,7 +86,7 @@ impl Link {
     /// Registers with the server of `data_dir` (None: the one that started
     /// us, through `WALSHM_WORKER_FD`).
     pub fn connect(data_dir: Option<&Path>) -> Result<Link> {
-        install_fork_handler();
+        shmem::sys::count_forks();
         let owner = Owner::current();
         let registration = match data_dir {
             Some(dir) => register::connect(dir, Kind::Worker),
@@ -156,7 +114,7 @@ impl Link {
     /// one that did): a relaxed load of the process's fork epoch.
     #[inline]
     pub fn owned_here(&self) -> bool {
-        FORK_EPOCH.load(Ordering::Relaxed) == self.owner.epoch
+        shmem::sys::fork_generation() == self.owner.epoch
     }
 
     /// `owned_here`, and the pid too (for rare calls: detach; a child
@@ -282,13 +240,5 @@ fn process_alive(pid: i32) -> bool {
 /// Whether the peer of `channel` has closed it.
 fn channel_hung_up(channel: &std::os::unix::net::UnixStream) -> bool {
     use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: channel.as_raw_fd(),
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for an open descriptor we own; a zero
-    // timeout never blocks.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n > 0 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+    shmem::sys::fd::peer_hung_up(channel.as_raw_fd())
 }

@@ -166,7 +166,10 @@ fn enter_standby(
         &w.startup_latch as *const Latch as *mut Latch,
         Ordering::Relaxed,
     );
-    crate::process::set_handler(libc::SIGUSR2, on_sigusr2 as *const () as libc::sighandler_t);
+    // SAFETY: `on_sigusr2` only stores to an atomic and sets a latch
+    // (an atomic swap and a futex wake: async-signal-safe) in the
+    // segment, which stays mapped for the life of this process.
+    unsafe { shmem::sys::signals::set_handler(shmem::sys::Signal::SIGUSR2, on_sigusr2) };
     w.start_lsn
         .store(geo.seg_start(geo.seg_no(r.end_of_wal)), Ordering::Relaxed);
     w.start_tli.store(tli, Ordering::Relaxed);
@@ -179,9 +182,8 @@ fn enter_standby(
     // Release: pairs with the Acquire in `in_recovery`; the postmaster
     // forks the walreceiver only after this signal.
     w.recovery.store(RECOVERY_STANDBY, Ordering::Release);
-    // SAFETY: getppid and kill have no memory effects; the parent is the
-    // postmaster (become_child checked it).
-    unsafe { libc::kill(libc::getppid(), libc::SIGUSR1) };
+    // The parent is the postmaster (become_child checked it).
+    let _ = shmem::sys::signal_parent(shmem::sys::Signal::SIGUSR1);
     log(
         "LOG",
         &format!(
@@ -371,8 +373,7 @@ fn publish_replay(shm: &Shmem, end: Lsn) {
     // its wait; ignored by default, so a stale pid is harmless).
     let pid = w.pid.load(Ordering::Relaxed);
     if pid > 0 {
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(pid, libc::SIGURG) };
+        shmem::sys::kill(pid, shmem::sys::Signal::SIGURG);
     }
 }
 

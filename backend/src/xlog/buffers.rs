@@ -34,12 +34,13 @@ use shmem::lwlock::LWLockMode;
 use shmem::segment::NamedLock;
 use shmem::stats::bump;
 use shmem::sync::Ordering;
+use shmem::walpage::WalPage;
 use walformat::{Lsn, XLOG_BLCKSZ};
 
 impl Xlog<'_> {
     /// Buffer page address for `ptr`, initializing the page first if the
     /// buffer does not hold it yet (GetXLogBuffer).
-    pub(super) fn get_buffer(&mut self, ptr: Lsn) -> *mut u8 {
+    pub(super) fn get_buffer(&mut self, ptr: Lsn) -> WalPage {
         let page_start = ptr - ptr % BLCKSZ;
         let expected_end = page_start + BLCKSZ;
         let idx = ((ptr / BLCKSZ) % self.n_buffers) as usize;
@@ -66,16 +67,16 @@ impl Xlog<'_> {
                 );
             }
         }
-        self.shm.wal_page(idx)
+        self.shm.wal_page_mut(idx)
     }
 
     /// No-I/O mode, generation ended: the rest of the insertion goes to a
     /// local page, and the handle is stale (see `via_walwriter`).
     #[cold]
-    fn scratch_page(&mut self) -> *mut u8 {
+    fn scratch_page(&mut self) -> WalPage {
         self.stale = true;
         self.scratch.resize(XLOG_BLCKSZ, 0);
-        self.scratch.as_mut_ptr()
+        WalPage::local(&mut self.scratch[..])
     }
 
     /// Initializes buffer pages up to the one holding `upto`
@@ -177,9 +178,9 @@ impl Xlog<'_> {
         // any of them sees `xlblocks[idx]` changed after its Acquire fence.
         xlblocks[idx].store(0, Ordering::Relaxed);
         shmem::sync::fence(Ordering::Release);
-        // SAFETY: we hold WALBufMappingLock and the old page is written, so
-        // nobody writes this buffer; the page is 8 KiB inside the mapping.
-        let page = unsafe { std::slice::from_raw_parts_mut(self.shm.wal_page(idx), XLOG_BLCKSZ) };
+        // We hold WALBufMappingLock and the old page is written, so nobody
+        // writes this buffer.
+        let page = self.shm.wal_page_mut(idx).bytes_mut(0, XLOG_BLCKSZ);
         if !self.writer_behind() {
             page.fill(0);
         }

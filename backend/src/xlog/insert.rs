@@ -53,20 +53,19 @@ use shmem::prevlink;
 use shmem::stats::bump;
 use shmem::sync::Ordering;
 use shmem::variants::Reservation;
+use shmem::walpage::WalPage;
 use walformat::{Lsn, RecordBuf, XLOG_BLCKSZ};
 
 /// Zeroes the MAXALIGN padding after a record that ends at `end`: the
-/// buffer page is not zeroed when initialized (`Xlog::init_page`).
-///
-/// # Safety
-/// `page` is the buffer page holding `end` (if `end` is not a page
-/// boundary), and the bytes up to `maxalign(end)` are the caller's to write.
-unsafe fn zero_padding(page: *mut u8, end: Lsn) {
+/// buffer page is not zeroed when initialized (`Xlog::init_page`). `page`
+/// is the buffer page holding `end` (if `end` is not a page boundary), and
+/// the bytes up to `maxalign(end)` are the caller's to write (they end at
+/// or before the page's end, which is MAXALIGNed).
+#[inline]
+fn zero_padding(page: WalPage, end: Lsn) {
     let pad = (walformat::maxalign(end) - end) as usize;
     if pad > 0 {
-        // SAFETY: the caller's contract; the padding ends at or before
-        // the page's end, which is MAXALIGNed.
-        unsafe { std::ptr::write_bytes(page.add((end % BLCKSZ) as usize), 0, pad) };
+        page.fill((end % BLCKSZ) as usize, pad, 0);
     }
 }
 
@@ -100,14 +99,13 @@ impl Xlog<'_> {
                 return;
             }
             let page = xlog.get_buffer(start);
-            // SAFETY: `page` is the buffer page holding `start`, and the
-            // record's `len` bytes from there lie in this page and in our
+            // `page` is the buffer page holding `start`, and the record's
+            // `len` bytes from there lie in this page and in our
             // reservation: no other process writes them, and the page
             // cannot be recycled before our insertion lock is released.
-            let dst = unsafe { std::slice::from_raw_parts_mut(page.add(off), len as usize) };
-            msg.write_into(dst, prev);
-            // SAFETY: as above; the padding lies in our reservation too.
-            unsafe { zero_padding(page, start + len as u64) };
+            msg.write_into(page.bytes_mut(off, len as usize), prev);
+            // The padding lies in our reservation too.
+            zero_padding(page, start + len as u64);
         })
     }
 
@@ -311,10 +309,10 @@ impl Xlog<'_> {
         loop {
             let off = (ptr % BLCKSZ) as usize;
             let n = rest.len().min(XLOG_BLCKSZ - off);
-            // SAFETY: `page` is the buffer page holding `ptr`, which lies in
-            // our reservation: no other process writes these bytes, and the
+            // `page` is the buffer page holding `ptr`, which lies in our
+            // reservation: no other process writes these bytes, and the
             // page cannot be recycled before our insertion lock is released.
-            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), page.add(off), n) };
+            page.write(off, &rest[..n]);
             rest = &rest[n..];
             ptr += n as u64;
             if rest.is_empty() {
@@ -323,11 +321,10 @@ impl Xlog<'_> {
             crate::stoppoint::reached("insert_copy");
             // Continue on the next page: mark it as a continuation.
             page = self.get_buffer(ptr);
-            // SAFETY: the first bytes of this page (its header) belong to
-            // the record that continues onto it — ours.
-            let header = unsafe { std::slice::from_raw_parts_mut(page, XLOG_BLCKSZ) };
+            // The first bytes of this page (its header) belong to the
+            // record that continues onto it — ours.
             let hdr = walformat::write_page_header(
-                header,
+                page.bytes_mut(0, XLOG_BLCKSZ),
                 &self.geo,
                 ptr,
                 self.tli,
@@ -336,9 +333,9 @@ impl Xlog<'_> {
             );
             ptr += hdr as u64;
         }
-        // SAFETY: `page` holds `ptr` (unless `ptr` is its end, when there
-        // is no padding), and the padding lies in our reservation.
-        unsafe { zero_padding(page, ptr) };
+        // `page` holds `ptr` (unless `ptr` is its end, when there is no
+        // padding), and the padding lies in our reservation.
+        zero_padding(page, ptr);
         if is_switch {
             self.fill_switch_pages(walformat::maxalign(ptr), end);
         }
@@ -351,15 +348,15 @@ impl Xlog<'_> {
         let tail = (from % BLCKSZ) as usize;
         if tail != 0 {
             let page = self.get_buffer(from);
-            // SAFETY: the rest of the page from `from` is inside our
-            // reservation (it runs to the end of the segment).
-            unsafe { std::ptr::write_bytes(page.add(tail), 0, XLOG_BLCKSZ - tail) };
+            // The rest of the page from `from` is inside our reservation
+            // (it runs to the end of the segment).
+            page.fill(tail, XLOG_BLCKSZ - tail, 0);
         }
         let mut ptr = from.div_ceil(BLCKSZ) * BLCKSZ;
         while ptr < end {
             let page = self.get_buffer(ptr);
-            // SAFETY: the whole page is inside our reservation.
-            unsafe { std::ptr::write_bytes(page, 0, XLOG_BLCKSZ) };
+            // The whole page is inside our reservation.
+            page.fill(0, XLOG_BLCKSZ, 0);
             ptr += BLCKSZ;
         }
     }

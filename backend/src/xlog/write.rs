@@ -201,10 +201,9 @@ impl Xlog<'_> {
         let idx = (first + n - 1) % self.n_buffers as usize;
         let valid = (valid_end - last_start) as usize;
         let mut copy = self.zero_tail_page.take().unwrap_or_default();
-        // SAFETY: buffer `idx` holds the page at `last_start`; its bytes
-        // below `valid_end` are finished insertions (our caller waited), so
-        // they are stable while we read them.
-        let src = unsafe { std::slice::from_raw_parts(self.shm.wal_page(idx), valid) };
+        // Buffer `idx` holds the page at `last_start`; its bytes below
+        // `valid_end` are finished insertions (our caller waited).
+        let src = self.shm.wal_bytes(idx, valid);
         copy.0[..valid].copy_from_slice(src);
         copy.0[valid..].fill(0);
         self.write_bytes(&copy.0, last_start, 1);
@@ -214,11 +213,8 @@ impl Xlog<'_> {
     /// Writes `n` buffer pages starting at buffer `first` (WAL at `lsn`)
     /// with one pwrite.
     fn write_run(&mut self, first: usize, lsn: Lsn, n: usize) {
-        // SAFETY: pages first..first+n are contiguous in the mapping (the
-        // run never wraps the ring), and every insertion into them has
-        // finished (our caller waited), so they are stable while we read.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(self.shm.wal_page(first), n * XLOG_BLCKSZ) };
+        // Every insertion into the pages has finished (our caller waited).
+        let bytes = self.shm.wal_bytes(first, n * XLOG_BLCKSZ);
         self.write_bytes(bytes, lsn, n);
     }
 

@@ -25,6 +25,7 @@ use super::{Postmaster, State, SHUTDOWN_KILL_AFTER};
 use crate::children::{ChildExit, Kind, ServerChild};
 use crate::datadir::PmStatus;
 use crate::log;
+use shmem::sys::Signal;
 use std::time::Instant;
 
 /// Where a promotion is.
@@ -81,7 +82,7 @@ impl Postmaster {
 
     /// The walreceiver is gone: the startup process may end recovery.
     fn tell_startup_to_promote(&mut self) {
-        self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), libc::SIGUSR2);
+        self.signal_kind(|k| k == Kind::Server(ServerChild::Startup), Signal::SIGUSR2);
         self.promotion = Promotion::Told;
     }
 
@@ -116,7 +117,7 @@ impl Postmaster {
             );
         }
         log("LOG", "received promote request");
-        self.signal_kind(|k| k == WALRECEIVER, libc::SIGTERM);
+        self.signal_kind(|k| k == WALRECEIVER, Signal::SIGTERM);
         self.promotion = Promotion::StoppingWalreceiver;
     }
 
@@ -144,7 +145,7 @@ impl Postmaster {
 
     /// A fast shutdown while a standby: every child gets SIGTERM.
     pub(super) fn stop_standby(&mut self) {
-        self.signal_all(libc::SIGTERM);
+        self.signal_all(Signal::SIGTERM);
         self.crash_deadline = Some(Instant::now() + SHUTDOWN_KILL_AFTER);
     }
 }

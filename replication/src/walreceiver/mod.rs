@@ -656,15 +656,6 @@ fn password_for(
 
 /// libpq's default user: the operating system user's name.
 fn os_user() -> String {
-    // SAFETY: getpwuid returns a pointer to static storage or NULL; this
-    // process is single-threaded, and the name is copied at once.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() || (*pw).pw_name.is_null() {
-            return std::env::var("USER").unwrap_or_else(|_| "postgres".into());
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name)
-            .to_string_lossy()
-            .into_owned()
-    }
+    shmem::sys::user_name()
+        .unwrap_or_else(|| std::env::var("USER").unwrap_or_else(|_| "postgres".into()))
 }

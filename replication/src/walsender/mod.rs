@@ -80,7 +80,7 @@ mod sql;
 
 use crate::lagtracker::{self, LagTracker};
 use crate::roundstats::RoundStats;
-use backend::process::{self, log, shutdown_requested, EXIT_FATAL};
+use backend::process::{log, shutdown_requested, EXIT_FATAL};
 use backend::walfile::{self, Op};
 use backend::{slots, syncrep, throttle};
 use protocol::replication::{self as repl, ColumnType, Command, StreamMessage};
@@ -104,7 +104,7 @@ const MAX_BATCH: usize = 8 * MAX_SEND as usize;
 /// kernel's net.core.wmem_max): a receiver that gets the CPU finds up to
 /// this much queued and need not wait for the walsender to be scheduled
 /// again after each 208 kB (the default for a Unix socket).
-const STREAM_SNDBUF: libc::c_int = 4 << 20;
+const STREAM_SNDBUF: usize = 4 << 20;
 /// TIMELINE_HISTORY reads and sends the history file in pieces this large.
 const HISTORY_CHUNK: usize = 64 << 10;
 /// How long the shutdown drain waits for the receiver's last report.
@@ -274,7 +274,7 @@ pub fn run<S: Read + Write + AsRawFd>(
     me: usize,
 ) -> i32 {
     let mode = info.replication.unwrap_or(ReplicationMode::Physical);
-    process::set_comm("walsender");
+    shmem::sys::set_comm("walsender");
     crate::wakeup::block_sigurg();
     let geo = match Geometry::new(shm.xlog().facts.seg_size) {
         Ok(g) => g,
@@ -399,25 +399,15 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     fn read_available(&mut self) -> bool {
         let mut buf = [0u8; 16384];
         loop {
-            // SAFETY: `buf` is a writable buffer of the given length.
-            let n = unsafe {
-                libc::recv(
-                    self.stream.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            match n {
-                0 => return false,
-                n if n > 0 => {
-                    self.inbuf.extend_from_slice(&buf[..n as usize]);
+            match shmem::sys::sock::recv(self.stream.as_raw_fd(), &mut buf, true) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&buf[..n]);
                     if self.inbuf.len() > 4 * repl::MAX_CLIENT_MESSAGE {
                         return true;
                     }
                 }
-                _ => {
-                    let e = std::io::Error::last_os_error();
+                Err(e) => {
                     return matches!(
                         e.kind(),
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted

@@ -246,18 +246,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     /// Asks for a larger socket send buffer for the stream (see
     /// STREAM_SNDBUF); a refusal only leaves the default.
     pub(super) fn enlarge_send_buffer(&self) {
-        let size = STREAM_SNDBUF;
-        // SAFETY: setsockopt reads one c_int from a valid pointer; a
-        // descriptor that is not a socket only makes it fail.
-        unsafe {
-            libc::setsockopt(
-                self.stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                &size as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        shmem::sys::sock::set_send_buffer_size(self.stream.as_raw_fd(), STREAM_SNDBUF);
     }
 
     /// The CopyBoth phase; `sent` is where streaming starts.

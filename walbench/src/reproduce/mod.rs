@@ -311,8 +311,7 @@ impl Progress {
         Progress {
             started: Instant::now(),
             total,
-            // SAFETY: isatty has no memory effects.
-            tty: unsafe { libc::isatty(2) } == 1,
+            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             name: o.experiment.name,
             per_point_guess: o.seconds + 0.8,
         }

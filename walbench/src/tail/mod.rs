@@ -163,13 +163,7 @@ pub struct Window {
 
 /// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    shmem::walsnd::monotonic_ns()
 }
 
 /// A message's content: "SEQ DUE_NS " padded with 'x' to `size` bytes.

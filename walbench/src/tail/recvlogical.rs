@@ -64,7 +64,7 @@ impl Reader {
     /// pg_recvlogical streaming from existing slot `slot`.
     fn start(server: &Server, slot: &str) -> Result<Reader, String> {
         let mut cmd = recvlogical(server);
-        super::servers::die_with_walbench(&mut cmd, libc::SIGKILL);
+        super::servers::die_with_walbench(&mut cmd, shmem::sys::Signal::SIGKILL);
         let mut child = cmd
             .args(["-S", slot, "--start", "--no-loop", "-f", "-"])
             .args(["-o", "include-xids=0", "-o", "skip-empty-xacts=1"])
@@ -116,8 +116,8 @@ impl Reader {
     }
 
     fn stop(&mut self) {
-        // SAFETY: kill has no memory effects; the group is pg_recvlogical's.
-        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        // The group is pg_recvlogical's.
+        shmem::sys::kill(-(self.child.id() as i32), shmem::sys::Signal::SIGKILL);
         let _ = self.child.wait();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

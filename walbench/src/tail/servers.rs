@@ -6,6 +6,7 @@
 //! removed) on drop, or get SIGINT (fast shutdown) from the kernel when
 //! walbench dies first.
 
+use shmem::sys::Signal;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,17 +28,10 @@ pub struct Server {
 
 /// Makes `cmd`'s process get `sig` when walbench dies (killed, Ctrl-C,
 /// `timeout`): a server never outlives the benchmark that started it.
-pub fn die_with_walbench(cmd: &mut Command, sig: libc::c_int) {
-    // SAFETY: prctl is async-signal-safe and touches no memory of ours;
-    // it runs in the child between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+pub fn die_with_walbench(cmd: &mut Command, sig: Signal) {
+    // SAFETY: the closure only makes prctl (async-signal-safe, allocates
+    // nothing) in the child between fork and exec.
+    unsafe { cmd.pre_exec(move || shmem::sys::set_parent_death_signal(sig)) };
 }
 
 /// A TCP port free on 127.0.0.1 now (the servers walbench starts listen
@@ -48,8 +42,7 @@ pub(crate) fn port() -> u16 {
 }
 
 fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
+    shmem::sys::uid() == 0
 }
 
 fn wait_socket(dir: &Path, port: u16, child: &mut Child, log: &Path) -> Result<(), String> {
@@ -182,7 +175,7 @@ fn launch(
     log: &Path,
     pid_file: &Path,
 ) -> Result<Server, String> {
-    die_with_walbench(cmd, libc::SIGINT);
+    die_with_walbench(cmd, Signal::SIGINT);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -219,16 +212,15 @@ pub fn work_dir(tag: &str) -> Result<PathBuf, String> {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SAFETY: kill has no memory effects; SIGINT is a fast shutdown for
-        // both servers.
-        unsafe { libc::kill(self.pid, libc::SIGINT) };
+        // SIGINT is a fast shutdown for both servers.
+        shmem::sys::kill(self.pid, Signal::SIGINT);
         if let Some(mut child) = self.child.take() {
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            // SAFETY: as above; the group of a server that did not stop.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            // The group of a server that did not stop.
+            shmem::sys::kill(-(child.id() as i32), Signal::SIGKILL);
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);

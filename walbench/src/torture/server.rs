@@ -173,8 +173,7 @@ impl Server {
 
     /// Fast shutdown (SIGTERM) and wait; the exit code.
     pub fn stop(&mut self, timeout: Duration) -> Result<Option<i32>, String> {
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        shmem::sys::kill(self.pid, shmem::sys::Signal::SIGTERM);
         self.wait_gone(timeout)
     }
 }

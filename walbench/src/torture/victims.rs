@@ -126,8 +126,7 @@ pub fn wait_child(parent: i32, comm: &str, timeout: Duration) -> Option<i32> {
 
 /// SIGKILL `pid` (negative: a process group); false if it was gone.
 pub fn sigkill(pid: i32) -> bool {
-    // SAFETY: kill has no memory effects.
-    unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+    shmem::sys::kill(pid, shmem::sys::Signal::SIGKILL)
 }
 
 #[cfg(test)]
