@@ -1,8 +1,8 @@
 //! `walshm-probe`: a minimal process that attaches to a running server
 //! through `shmem::register`, for checking a server's registration by hand
-//! and for the tests of worker attach (tests/workers_supervised.rs). It
+//! and for the tests of worker attach (tests/workers/workers_supervised.rs). It
 //! does nothing in shared memory but write its PID into its proc slot —
-//! except with the test-only `--hold-insert-locks` (tests/dead_generation.rs),
+//! except with the test-only `--hold-insert-locks` (tests/workers/dead_generation.rs),
 //! which takes every WAL insertion lock exclusively and holds them.
 //!
 //! `walshm-probe attach -D DIR [OPTIONS]` or `walshm-probe supervised

@@ -6,7 +6,7 @@ and the pgoutput plugin (proto_version 1, messages true) and appends the
 content of every message it receives to OUTFILE, one line each (written and
 fsynced before the message is confirmed with send_feedback, so a message is
 confirmed only once it is on disk here). Runs until the connection ends
-(exit 3) or it is killed; tests/logical.rs runs it across a kill -9 of the
+(exit 3) or it is killed; tests/replication/logical.rs runs it across a kill -9 of the
 server and starts it again, which resumes from the slot.
 """
 import os

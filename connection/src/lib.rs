@@ -788,34 +788,9 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     let transport = transport_of(peer, fd);
     let params = protocol::ServerParams::new(pid, key as i32, password)
         .with_replication_password(replication_password);
-    // A replication connection takes its walsender entry before the
-    // greeting (FATAL 53300 beyond max_wal_senders, as PostgreSQL).
-    let mut walsender = None;
-    let mut admit = |info: &protocol::StartupInfo| {
-        if info.replication.is_some() && shm.repl().walrcv.in_recovery() {
-            return Err(SqlError::fatal(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                "this server is a standby: walshm does not stream WAL from a standby (no cascading replication); connect to the primary",
-            ));
-        }
-        if info.replication.is_some() {
-            walsender = Some(walsender::claim(shm, &info.application_name)?);
-        }
-        Ok(())
-    };
-    let started = protocol::startup_with(&mut stream, &transport, &params, &mut admit);
-    let info = match started {
-        Ok(protocol::Startup::Ready(info)) => info,
-        Ok(protocol::Startup::Cancel { pid, key }) => {
-            forward_cancel(shm, pid, key);
-            return 0;
-        }
-        Ok(protocol::Startup::Rejected) | Err(_) => {
-            if let Some(me) = walsender {
-                walsender::release(shm, me);
-            }
-            return 0;
-        }
+    let (info, walsender) = match start_up(shm, &mut stream, &transport, &params) {
+        Greeted::Client(info, walsender) => (info, walsender),
+        Greeted::Done => return 0,
     };
     // Authenticated: from here on the session counts against
     // max_connections (its proc slot), not against the start-up deadline.
@@ -838,6 +813,72 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
     // reads pid and key with no order between them, and a slot seen with
     // its pid but not yet its key has the key it had when freed, 0, which
     // never matches.
+    serve_session(shm, datadir, stream, &info, procno, fd);
+    me.cancel_key.store(0, Ordering::Relaxed);
+    shm.free_backend_proc(procno);
+    0
+}
+
+/// How the start-up phase ended.
+enum Greeted {
+    /// Authenticated; with the walsender entry a replication connection
+    /// took before the greeting.
+    Client(protocol::StartupInfo, Option<usize>),
+    /// A cancel request (forwarded), a rejected or failed start-up: the
+    /// process exits 0.
+    Done,
+}
+
+/// The start-up phase: authentication and parameters. A replication
+/// connection takes its walsender entry before the greeting (FATAL 53300
+/// beyond max_wal_senders, as PostgreSQL), and gives it back if the
+/// start-up then fails.
+fn start_up<S: Read + Write>(
+    shm: &Shmem,
+    stream: &mut S,
+    transport: &protocol::Transport,
+    params: &protocol::ServerParams,
+) -> Greeted {
+    let mut walsender = None;
+    let mut admit = |info: &protocol::StartupInfo| {
+        if info.replication.is_some() && shm.repl().walrcv.in_recovery() {
+            return Err(SqlError::fatal(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "this server is a standby: walshm does not stream WAL from a standby (no cascading replication); connect to the primary",
+            ));
+        }
+        if info.replication.is_some() {
+            walsender = Some(walsender::claim(shm, &info.application_name)?);
+        }
+        Ok(())
+    };
+    match protocol::startup_with(stream, transport, params, &mut admit) {
+        Ok(protocol::Startup::Ready(info)) => Greeted::Client(info, walsender),
+        Ok(protocol::Startup::Cancel { pid, key }) => {
+            forward_cancel(shm, pid, key);
+            Greeted::Done
+        }
+        Ok(protocol::Startup::Rejected) | Err(_) => {
+            if let Some(me) = walsender {
+                walsender::release(shm, me);
+            }
+            Greeted::Done
+        }
+    }
+}
+
+/// Serves an authenticated session in proc slot `procno` until the client
+/// leaves or the server shuts down; its transaction is closed on the way
+/// out.
+fn serve_session<S: Read + Write + AsRawFd>(
+    shm: &Shmem,
+    datadir: &Path,
+    stream: S,
+    info: &protocol::StartupInfo,
+    procno: u32,
+    fd: i32,
+) {
+    let me = &shm.procs()[procno as usize];
     let ctx = ProcContext::new(shm, procno, datadir);
     let writer = stats::activity_writer(shm, procno);
     writer.set_application_name(&info.application_name);
@@ -875,7 +916,4 @@ pub fn run_connection<S: Read + Write + AsRawFd>(
             log("LOG", &format!("connection ended: {e}"));
         }
     }
-    me.cancel_key.store(0, Ordering::Relaxed);
-    shm.free_backend_proc(procno);
-    0
 }

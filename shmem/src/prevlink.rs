@@ -59,7 +59,7 @@
 //!   the CPU the predecessor needs), and panics after about a minute
 //!   ([`TAKE_WAIT_LIMIT`]), when the predecessor cannot be merely slow.
 //!
-//! Model-checked by `tests/loom_prevlink.rs`.
+//! Model-checked by `tests/loom/prevlink.rs`.
 
 use crate::sync::{spin_hint, yield_now, AtomicU64, Ordering};
 

@@ -14,7 +14,7 @@
 //! The futex has its own module (`futex`), the shared mapping its own
 //! (`segment`). What stays `unsafe` here is inherent: `_exit`, installing
 //! a handler, the syscalls nix does not wrap (close_range, pidfd_*,
-//! nice, TIOCOUTQ), and viewing a raw descriptor number as a `BorrowedFd`
+//! TIOCOUTQ), and viewing a raw descriptor number as a `BorrowedFd`
 //! for the length of one call (the caller holds it open; a stale number
 //! only makes the call fail with EBADF).
 //!
@@ -97,14 +97,6 @@ pub fn set_comm(name: &str) {
     if let Ok(c) = std::ffi::CStr::from_bytes_with_nul(&buf[..=end]) {
         let _ = nix::sys::prctl::set_name(c);
     }
-}
-
-/// Raises this process's nice value by `by` (an unprivileged process may
-/// always lower its own priority); an error leaves it unchanged.
-pub fn nice(by: i32) {
-    // SAFETY: nice(2) changes only this process's priority and touches
-    // no memory of ours (nix has no wrapper).
-    unsafe { libc::nice(by) };
 }
 
 /// Arms SIGALRM in `seconds` (0: cancels a pending one).

@@ -20,7 +20,7 @@
 //!   are refused with an error naming the setting, and no server starts.
 //!
 //! Every test here runs with `wal_sync_method = fdatasync` (the default);
-//! tests/sync_method.rs covers the other methods. Verdicts come from exit codes, the ack lines, the WAL and JSON, never
+//! tests/wal/sync_method.rs covers the other methods. Verdicts come from exit codes, the ack lines, the WAL and JSON, never
 //! from log wording.
 
 use crate::common::*;

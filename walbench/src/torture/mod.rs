@@ -255,19 +255,10 @@ struct Run<'a> {
     cycle: u64,
 }
 
-pub fn run(o: &Options) -> Result<(), String> {
-    let postmaster = crate::postmaster_path()?;
-    let created =
-        !o.datadir.exists() || std::fs::read_dir(&o.datadir).is_ok_and(|mut d| d.next().is_none());
-    std::fs::create_dir_all(&o.datadir)
-        .map_err(|e| format!("could not create \"{}\": {e}", o.datadir.display()))?;
-    server::init_if_needed(
-        &postmaster,
-        &o.datadir,
-        &["--wal-segment-size", "1", "--set", "wal_keep_size=1000000"],
-    )?;
-    let datadir = o.datadir.canonicalize().map_err(|e| e.to_string())?;
-    let journal = o.power_loss.then(|| datadir.join(JOURNAL_FILE));
+/// The server's command line in the kill and power-loss modes: the
+/// workload with acks, a checkpoint every second, fsync on, then the
+/// user's settings and worker command.
+fn server_args(o: &Options) -> Vec<String> {
     let mut args: Vec<String> = [
         "--workers",
         &o.workers.to_string(),
@@ -288,6 +279,23 @@ pub fn run(o: &Options) -> Result<(), String> {
     if let Some(cmd) = &o.worker_cmd {
         args.extend(["--worker".to_string(), worker::worker_arg(cmd)]);
     }
+    args
+}
+
+pub fn run(o: &Options) -> Result<(), String> {
+    let postmaster = crate::postmaster_path()?;
+    let created =
+        !o.datadir.exists() || std::fs::read_dir(&o.datadir).is_ok_and(|mut d| d.next().is_none());
+    std::fs::create_dir_all(&o.datadir)
+        .map_err(|e| format!("could not create \"{}\": {e}", o.datadir.display()))?;
+    server::init_if_needed(
+        &postmaster,
+        &o.datadir,
+        &["--wal-segment-size", "1", "--set", "wal_keep_size=1000000"],
+    )?;
+    let datadir = o.datadir.canonicalize().map_err(|e| e.to_string())?;
+    let journal = o.power_loss.then(|| datadir.join(JOURNAL_FILE));
+    let args = server_args(o);
     let env = journal
         .iter()
         .map(|j| (backend::powerloss::ENV.to_string(), j.display().to_string()))
@@ -331,25 +339,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         cycle: 0,
     };
     r.torture();
-    r.sum.cycles = r.cycle;
-    r.sum.seconds = r.t0.elapsed().as_secs_f64();
-    r.sum.acknowledged = (r.acks.len() as u64).saturating_sub(r.sum.unverifiable);
-    r.sum.pg_waldump_installed = history::pg_waldump_installed();
-    eprintln!();
-    let evidence = report::history(&r.sum.events, &r.acks);
-    let _ = std::fs::write(datadir.join(HISTORY_FILE), evidence);
-    print!("{}", r.sum.text());
-    if let Some(j) = &o.json {
-        crate::report::write_file(j, r.sum.json().as_bytes())?;
-    }
-    if !r.sum.passed() {
-        return Err(format!(
-            "{} acknowledged commits lost, {} violations; evidence kept in \"{}\" ({HISTORY_FILE}, {LOG_FILE})",
-            r.sum.lost.len(),
-            r.sum.violations.len(),
-            datadir.display()
-        ));
-    }
+    r.report(&datadir)?;
     if created && !o.keep {
         let _ = std::fs::remove_dir_all(&datadir);
     }
@@ -357,6 +347,32 @@ pub fn run(o: &Options) -> Result<(), String> {
 }
 
 impl Run<'_> {
+    /// The summary after the last cycle: printed, written as JSON when
+    /// asked, the evidence kept beside the WAL; an error if any
+    /// acknowledged commit was lost or a rule was broken.
+    fn report(&mut self, datadir: &Path) -> Result<(), String> {
+        self.sum.cycles = self.cycle;
+        self.sum.seconds = self.t0.elapsed().as_secs_f64();
+        self.sum.acknowledged = (self.acks.len() as u64).saturating_sub(self.sum.unverifiable);
+        self.sum.pg_waldump_installed = history::pg_waldump_installed();
+        eprintln!();
+        let evidence = report::history(&self.sum.events, &self.acks);
+        let _ = std::fs::write(datadir.join(HISTORY_FILE), evidence);
+        print!("{}", self.sum.text());
+        if let Some(j) = &self.o.json {
+            crate::report::write_file(j, self.sum.json().as_bytes())?;
+        }
+        if !self.sum.passed() {
+            return Err(format!(
+                "{} acknowledged commits lost, {} violations; evidence kept in \"{}\" ({HISTORY_FILE}, {LOG_FILE})",
+                self.sum.lost.len(),
+                self.sum.violations.len(),
+                datadir.display()
+            ));
+        }
+        Ok(())
+    }
+
     fn now(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
     }
