@@ -34,6 +34,7 @@ pub mod sync;
 pub mod sys;
 pub mod variants;
 pub mod waitevent;
+#[cfg(not(loom))]
 pub mod walpage;
 pub mod walrcv;
 pub mod walsnd;

@@ -67,28 +67,17 @@ pub struct Measured {
     pub observed: Observed,
 }
 
-/// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new_in(base: &Path) -> Result<TempDir, String> {
-        for n in 0..1000 {
-            let p = base.join(format!("walbench.{}.{n}", std::process::id()));
-            if std::fs::create_dir(&p).is_ok() {
-                return Ok(TempDir(p));
-            }
-        }
-        Err(format!(
-            "could not create a temporary directory in \"{}\"",
-            base.display()
-        ))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A throwaway directory under `base`, removed on drop.
+pub fn temp_dir_in(base: &Path) -> Result<tempfile::TempDir, String> {
+    tempfile::Builder::new()
+        .prefix("walbench.")
+        .tempdir_in(base)
+        .map_err(|e| {
+            format!(
+                "could not create a temporary directory in \"{}\": {e}",
+                base.display()
+            )
+        })
 }
 
 /// Kills the server's process group if a point fails half-way.
@@ -287,8 +276,8 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
         }
         (None, Some(d)) => d.clone(),
         (None, None) => {
-            tmp = TempDir::new_in(&p.temp_base)?;
-            tmp.0.join("data")
+            tmp = temp_dir_in(&p.temp_base)?;
+            tmp.path().join("data")
         }
     };
     init_datadir(postmaster, &dir)?;

@@ -210,7 +210,9 @@ impl Xlog<'_> {
     }
 
     /// Reserves `size` bytes (MAXALIGNed here); returns (start, end, prev)
-    /// in usable-byte space.
+    /// in usable-byte space. Inlined into the insertion: once per record,
+    /// between two atomics whose latency it should not add a call to.
+    #[inline]
     fn reserve(&self, size: u64) -> (u64, u64, u64) {
         let size = walformat::maxalign(size);
         let ins = &self.shm.xlog().insert;

@@ -269,7 +269,7 @@ fn temp_base(o: &Options) -> PathBuf {
     }
     let shm = Path::new("/dev/shm");
     if o.experiment.ram_disk && shm.is_dir() {
-        if let Ok(t) = point::TempDir::new_in(shm) {
+        if let Ok(t) = point::temp_dir_in(shm) {
             drop(t);
             return shm.to_path_buf();
         }
