@@ -27,9 +27,9 @@
 use crate::context::ProcContext;
 use crate::process::shutdown_requested;
 use shmem::admission::{Admission, AdmissionWaiter, Entry};
+use shmem::clock::monotonic_ns;
 use shmem::proc::Proc;
 use shmem::waitevent;
-use shmem::walsnd::monotonic_ns;
 use std::time::Duration;
 
 /// Calls between two looks at the clock by a holder (a clock read costs

@@ -32,7 +32,7 @@ pub enum Wait {
 
 /// Sleeps while `*word == expected`, until a [`wake`] whose bits meet
 /// `bits`, or until `deadline_ns` (CLOCK_MONOTONIC,
-/// [`crate::walsnd::monotonic_ns`]; None:
+/// [`crate::clock::monotonic_ns`]; None:
 /// no deadline).
 pub fn wait(word: &AtomicU32, expected: u32, deadline_ns: Option<u64>, bits: u32) -> Wait {
     let ts = deadline_ns.map(|d| libc::timespec {
@@ -89,7 +89,7 @@ pub fn wake(word: &AtomicU32, n: i32, bits: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walsnd::monotonic_ns;
+    use crate::clock::monotonic_ns;
     use std::time::Duration;
 
     #[test]

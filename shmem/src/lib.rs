@@ -11,6 +11,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod admission;
+pub mod clock;
 pub mod crit;
 #[cfg(not(loom))]
 pub mod futex;

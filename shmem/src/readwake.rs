@@ -120,7 +120,7 @@ impl WakeWord {
     }
 
     /// Step 3: sleeps while `seq` holds `seen`, until `deadline_ns`
-    /// (CLOCK_MONOTONIC, `walsnd::monotonic_ns`).
+    /// (CLOCK_MONOTONIC, `clock::monotonic_ns`).
     #[cfg(not(loom))]
     pub fn sleep(&self, seen: u32, deadline_ns: u64) -> crate::futex::Wait {
         crate::futex::wait(&self.seq, seen, Some(deadline_ns), crate::futex::ANY)
@@ -130,7 +130,7 @@ impl WakeWord {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::walsnd::monotonic_ns;
+    use crate::clock::monotonic_ns;
 
     #[test]
     fn a_wake_without_waiters_changes_nothing_and_a_prepared_sleep_sees_a_wake() {

@@ -220,7 +220,7 @@ impl Latch {
 /// Sleeps while `*word == expected`; false on timeout.
 #[cfg(not(loom))]
 fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<Duration>) -> bool {
-    let deadline = timeout.map(|d| crate::walsnd::monotonic_ns() + d.as_nanos() as u64);
+    let deadline = timeout.map(|d| crate::clock::monotonic_ns() + d.as_nanos() as u64);
     crate::futex::wait(word, expected, deadline, crate::futex::ANY) != crate::futex::Wait::TimedOut
 }
 

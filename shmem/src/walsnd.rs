@@ -53,6 +53,7 @@
 //! again: either the sleeper's re-check sees the positions or the
 //! publisher sees its target).
 
+use crate::clock::monotonic_ns;
 use crate::spin::SpinLock;
 use crate::sync::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
@@ -227,7 +228,7 @@ pub struct ReplCtl {
     /// (commits released per status update = their ratio).
     pub released_commits: AtomicU64,
     pub release_passes: AtomicU64,
-    /// CLOCK_MONOTONIC time (ns, [`monotonic_ns`]) of the last advance of
+    /// CLOCK_MONOTONIC time (ns, [`crate::clock::monotonic_ns`]) of the last advance of
     /// the flush position, stored by the flusher after its flush_result
     /// store: the walsenders' round timings (`replication::roundstats`) only.
     pub flushed_at_ns: AtomicU64,
@@ -407,18 +408,6 @@ impl ReplCtl {
     pub fn cancel_sleep(&self, i: usize) {
         self.sleeping.fetch_and(!(1 << i), Ordering::Relaxed);
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the
-/// server (for `ReplCtl::flushed_at_ns`).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// After the flush position advanced: wakes every walsender that announced

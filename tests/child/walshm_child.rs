@@ -30,7 +30,7 @@
 #[path = "../../worker/examples/producer.rs"]
 mod producer;
 
-use shmem::walsnd::monotonic_ns;
+use shmem::clock::monotonic_ns;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use walshm::{Error, Worker};

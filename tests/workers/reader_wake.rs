@@ -11,7 +11,7 @@
 //! asks.
 
 use crate::common::*;
-use shmem::walsnd::monotonic_ns;
+use shmem::clock::monotonic_ns;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -38,7 +38,7 @@
 //! reach the rate with fsync on), 1 in inserted mode.
 
 use serde::Serialize;
-use shmem::walsnd::monotonic_ns as now_ns;
+use shmem::clock::monotonic_ns as now_ns;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use walshm::{Lsn, Worker};

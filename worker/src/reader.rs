@@ -39,7 +39,7 @@ use backend::context::ServerWatch;
 use backend::control::ControlFile;
 use backend::reorder::{Change, Reorder};
 use backend::walread::{self, WalRead};
-use shmem::walsnd::monotonic_ns;
+use shmem::clock::monotonic_ns;
 use shmem::Shmem;
 use std::collections::VecDeque;
 use std::path::Path;

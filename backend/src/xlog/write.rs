@@ -172,7 +172,7 @@ impl Xlog<'_> {
             self.shm
                 .repl()
                 .flushed_at_ns
-                .store(shmem::walsnd::monotonic_ns(), Ordering::Relaxed);
+                .store(shmem::clock::monotonic_ns(), Ordering::Relaxed);
             self.walsenders_to_wake = true;
         }
     }

@@ -754,9 +754,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
                 .load(Ordering::Relaxed)
                 > 0
         {
-            let started = shmem::walsnd::monotonic_ns();
+            let started = shmem::clock::monotonic_ns();
             let n = syncrep::release_waiters(self.shm);
-            let ns = shmem::walsnd::monotonic_ns().saturating_sub(started);
+            let ns = shmem::clock::monotonic_ns().saturating_sub(started);
             self.rounds.released(n, ns);
         }
         end

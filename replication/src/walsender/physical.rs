@@ -231,9 +231,9 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             sent = self.append_wal(sent, upto, wal_end)?;
         }
         let batch = std::mem::take(&mut self.outbuf);
-        let started = shmem::walsnd::monotonic_ns();
+        let started = shmem::clock::monotonic_ns();
         let ok = self.send(&batch);
-        let ended = shmem::walsnd::monotonic_ns();
+        let ended = shmem::clock::monotonic_ns();
         self.rounds
             .sent(flushed_at, started, ended, sent.saturating_sub(from));
         self.outbuf = batch;

@@ -163,7 +163,7 @@ pub struct Window {
 
 /// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
 pub fn now_ns() -> u64 {
-    shmem::walsnd::monotonic_ns()
+    shmem::clock::monotonic_ns()
 }
 
 /// A message's content: "SEQ DUE_NS " padded with 'x' to `size` bytes.
