@@ -66,6 +66,15 @@ pub const XACT_COMMIT_INSERTED: u32 = 2;
 pub const XACT_ABORTING: u32 = 3;
 /// The ABORT record is in the WAL.
 pub const XACT_ABORT_INSERTED: u32 = 4;
+// `give_back_insert_lock` relies on this numbering: an "about to insert"
+// phase is odd and its "inserted" phase the next number.
+const _: () = assert!(
+    XACT_COMMITTING & 1 == 1
+        && XACT_ABORTING & 1 == 1
+        && XACT_COMMIT_INSERTED == XACT_COMMITTING + 1
+        && XACT_ABORT_INSERTED == XACT_ABORTING + 1
+        && XACT_NONE & 1 == 0
+);
 
 /// A process's critical-section state (see the module header), on a line
 /// of its own after the proc slot's hot fields.
@@ -203,10 +212,11 @@ impl CritSlot {
         self.enter(LWLOCK);
         self.range_set.store(0, Ordering::Relaxed);
         self.insert_lock.store(0, Ordering::Relaxed);
-        match self.xact_phase.load(Ordering::Relaxed) {
-            XACT_COMMITTING => self.set_phase(XACT_COMMIT_INSERTED),
-            XACT_ABORTING => self.set_phase(XACT_ABORT_INSERTED),
-            _ => {}
+        // The two "about to insert" phases are the odd ones, each followed
+        // by its "inserted" phase (one test on the insert path).
+        let phase = self.xact_phase.load(Ordering::Relaxed);
+        if phase & 1 == 1 {
+            self.set_phase(phase + 1);
         }
     }
 

@@ -190,6 +190,10 @@ pub struct LockEnv<'a> {
     pub me: u32,
     pub queue: WaitQueue,
     pub var_access: VarAccess,
+    /// `procs[me].crit`, looked up once: every LWLock call counts itself
+    /// there, so the insert path would otherwise index the proc table
+    /// (with its bounds check) at each one.
+    crit: &'a CritSlot,
     held: RefCell<Vec<Held>>,
     /// Where this process counts its lock work (`stats`), if anywhere.
     counters: Option<&'a MechanismCounters>,
@@ -225,6 +229,7 @@ impl<'a> LockEnv<'a> {
             me,
             queue,
             var_access,
+            crit: &procs[me as usize].crit,
             held: RefCell::new(Vec::with_capacity(16)),
             counters: None,
             ended: None,
@@ -314,7 +319,7 @@ impl<'a> LockEnv<'a> {
     /// until its release.
     #[inline]
     pub fn crit(&self) -> &CritSlot {
-        &self.my_proc().crit
+        self.crit
     }
 
     /// Takes over `lock`, held in `mode` by a process that died (its
