@@ -10,37 +10,31 @@ fn an(sql: &str, declared: &[u32], extendable: bool) -> Result<Analyzed, SqlErro
     analyze(&parse_statements(sql).unwrap()[0], declared, extendable)
 }
 
+/// The analyzed query of `sql`, one SELECT sent as a simple query.
+fn query(sql: &str) -> Box<Query> {
+    let Kind::Select(q) = an(sql, &[], false).unwrap().kind else {
+        panic!("not a query: {sql}")
+    };
+    q
+}
+
 #[test]
 fn emit_message_resolves_text_for_literals_and_bytea_for_casts() {
-    let a = an(
-        "SELECT pg_logical_emit_message(false, 'p', 'x')",
-        &[],
-        false,
-    )
-    .unwrap();
-    let Kind::Select(q) = &a.kind else { panic!() };
-    let (columns, exprs) = (&q.columns, &q.targets);
+    let q = query("SELECT pg_logical_emit_message(false, 'p', 'x')");
     assert_eq!(
-        columns,
-        &vec![Column {
+        q.columns,
+        vec![Column {
             name: "pg_logical_emit_message".into(),
             ty: Lsn
         }]
     );
     assert!(matches!(
-        &exprs[0],
+        &q.targets[0],
         TExpr::Call(Func::EmitMessageText, _, Lsn)
     ));
-    let a = an(
-        "SELECT pg_logical_emit_message(true, 'p', '\\x00'::bytea)",
-        &[],
-        false,
-    )
-    .unwrap();
-    let Kind::Select(q) = &a.kind else { panic!() };
-    let exprs = &q.targets;
+    let q = query("SELECT pg_logical_emit_message(true, 'p', '\\x00'::bytea)");
     assert!(matches!(
-        &exprs[0],
+        &q.targets[0],
         TExpr::Call(Func::EmitMessageBytea, _, Lsn)
     ));
 }

@@ -214,13 +214,16 @@ fn parses_casts_and_typed_literals() {
 
 #[test]
 fn errors_have_the_right_sqlstate() {
-    let code = |sql: &str| parse_statements(sql).unwrap_err().code;
-    assert_eq!(code("SELEC 1"), "42601");
-    assert_eq!(code("SELECT (1"), "42601");
-    assert_eq!(code("SELECT foo("), "42601");
-    assert_eq!(code("SELECT 1 2"), "42601");
-    assert_eq!(code("SELECT 1 ~ 1"), "0A000");
-    assert_eq!(code("SELECT 1 = 1 = 1"), "42601");
+    for (sql, code) in [
+        ("SELEC 1", "42601"),
+        ("SELECT (1", "42601"),
+        ("SELECT foo(", "42601"),
+        ("SELECT 1 2", "42601"),
+        ("SELECT 1 ~ 1", "0A000"),
+        ("SELECT 1 = 1 = 1", "42601"),
+    ] {
+        assert_eq!(parse_statements(sql).unwrap_err().code, code, "{sql}");
+    }
     assert!(
         matches!(one("CREATE TABLE t (a int)"), Statement::Unsupported(s) if s == "CREATE TABLE")
     );
@@ -237,45 +240,31 @@ fn errors_have_the_right_sqlstate() {
 /// Positions as PostgreSQL 15 reports them (checked with psql against it).
 #[test]
 fn syntax_errors_carry_postgres_positions() {
-    let at = |sql: &str| {
-        let e = parse_statements(sql).unwrap_err();
-        (e.message, e.position)
-    };
-    assert_eq!(
-        at("SELECT 1 2"),
-        ("syntax error at or near \"2\"".into(), Some(10))
-    );
-    assert_eq!(
-        at("SELECT ("),
-        ("syntax error at end of input".into(), Some(9))
-    );
-    assert_eq!(
-        at("SELECT (   "),
-        ("syntax error at end of input".into(), Some(12))
-    );
-    assert_eq!(
-        at("SELECT (; SELECT 1"),
-        ("syntax error at or near \";\"".into(), Some(9))
-    );
-    assert_eq!(
-        at("SELEC 1"),
-        ("syntax error at or near \"SELEC\"".into(), Some(1))
-    );
-    assert_eq!(
-        at("SELECT 1 FROM"),
-        ("syntax error at end of input".into(), Some(14))
-    );
-    assert_eq!(
-        at("SELECT 1; SELECT 'é' 2"),
-        ("syntax error at or near \"2\"".into(), Some(22))
-    );
-    assert_eq!(
-        at("SELECT 'abc"),
+    for (sql, message, position) in [
+        ("SELECT 1 2", "syntax error at or near \"2\"", 10),
+        ("SELECT (", "syntax error at end of input", 9),
+        ("SELECT (   ", "syntax error at end of input", 12),
+        ("SELECT (; SELECT 1", "syntax error at or near \";\"", 9),
+        ("SELEC 1", "syntax error at or near \"SELEC\"", 1),
+        ("SELECT 1 FROM", "syntax error at end of input", 14),
         (
-            "unterminated quoted string at or near \"'abc\"".into(),
-            Some(8)
-        )
-    );
+            "SELECT 1; SELECT 'é' 2",
+            "syntax error at or near \"2\"",
+            22,
+        ),
+        (
+            "SELECT 'abc",
+            "unterminated quoted string at or near \"'abc\"",
+            8,
+        ),
+    ] {
+        let e = parse_statements(sql).unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.position),
+            (message, Some(position)),
+            "{sql}"
+        );
+    }
 }
 
 #[test]
