@@ -468,25 +468,25 @@ mod tests {
         );
     }
 
+    /// An exchange (client nonce "abc") against `stored`, the client
+    /// proving `password`: what the server's last step returns.
+    fn finish_with(stored: Option<&Verifier>, password: &str) -> Result<String, ScramError> {
+        let (ex, server_first) = Exchange::start(b"n,,n=,r=abc", stored, &[1; 34]).unwrap();
+        let (final_msg, _) = client_final(&server_first, "n=,r=abc", password);
+        ex.finish(final_msg.as_bytes())
+    }
+
     #[test]
     fn wrong_password_fails() {
-        let (ex, server_first) =
-            Exchange::start(b"n,,n=,r=abc", Some(&verifier("secret")), &[1; 34]).unwrap();
-        let (final_msg, _) = client_final(&server_first, "n=,r=abc", "nope");
         assert_eq!(
-            ex.finish(final_msg.as_bytes()),
+            finish_with(Some(&verifier("secret")), "nope"),
             Err(ScramError::WrongPassword)
         );
     }
 
     #[test]
     fn no_password_configured_always_fails() {
-        let (ex, server_first) = Exchange::start(b"n,,n=,r=abc", None, &[1; 34]).unwrap();
-        let (final_msg, _) = client_final(&server_first, "n=,r=abc", "");
-        assert_eq!(
-            ex.finish(final_msg.as_bytes()),
-            Err(ScramError::WrongPassword)
-        );
+        assert_eq!(finish_with(None, ""), Err(ScramError::WrongPassword));
     }
 
     #[test]

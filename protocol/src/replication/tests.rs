@@ -97,22 +97,17 @@ fn slot_commands_in_both_syntaxes() {
         temporary: false,
         reserve_wal: r,
     };
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL").unwrap(),
-        reserve(true)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)").unwrap(),
-        reserve(true)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)").unwrap(),
-        reserve(false)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL").unwrap(),
-        reserve(false)
-    );
+    for (sql, reserve_wal) in [
+        ("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL", true),
+        ("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)", true),
+        (
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)",
+            false,
+        ),
+        ("CREATE_REPLICATION_SLOT s PHYSICAL", false),
+    ] {
+        assert_eq!(parse_command(sql).unwrap(), reserve(reserve_wal), "{sql}");
+    }
     assert_eq!(
         parse_command("DROP_REPLICATION_SLOT \"S\" WAIT").unwrap(),
         Command::DropSlot {
