@@ -713,6 +713,16 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         }
     }
 
+    /// The client's side of a streaming round: reads what it sent and
+    /// handles it. Some: the stream ends (the client went away, ended the
+    /// copy or broke the protocol).
+    fn serve_client(&mut self) -> Option<StreamEnd> {
+        if !self.read_available() {
+            return Some(StreamEnd::Ended(End::ClientGone));
+        }
+        self.handle_client_messages()
+    }
+
     /// Handles every complete client message in the buffer; then, if
     /// status updates came, releases the synchronous commits they cover
     /// in one pass (several updates read in one wake-up cost one pass).
