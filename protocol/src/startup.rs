@@ -724,6 +724,22 @@ mod tests {
         (r, s.output)
     }
 
+    /// The startup packet of user "u" with this `options` parameter.
+    fn with_options(options: &str) -> Vec<u8> {
+        packet(
+            PROTOCOL_3_0,
+            format!("user\0u\0options\0{options}\0\0").as_bytes(),
+        )
+    }
+
+    /// What the server made of a start-up with this `options` parameter.
+    fn ready_with_options(options: &str) -> StartupInfo {
+        match unix_startup(with_options(options)).0 {
+            Startup::Ready(info) => info,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn ssl_refused_then_startup_greets() {
         let mut input = packet(SSL_REQUEST_CODE, b"");
@@ -800,34 +816,21 @@ mod tests {
 
     #[test]
     fn options_carry_synchronous_commit() {
-        let (Startup::Ready(info), _) = unix_startup(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=off\0\0",
-        )) else {
-            panic!()
-        };
+        let info = ready_with_options("-c synchronous_commit=off");
         assert_eq!(info.synchronous_commit, Some(false));
         assert_eq!(info.synchronous_commit_level, Some("off"));
     }
 
     #[test]
     fn options_carry_the_synchronous_commit_level() {
-        let (Startup::Ready(info), _) = unix_startup(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=Remote_Write\0\0",
-        )) else {
-            panic!()
-        };
+        let info = ready_with_options("-c synchronous_commit=Remote_Write");
         assert_eq!(info.synchronous_commit, Some(true));
         assert_eq!(info.synchronous_commit_level, Some("remote_write"));
     }
 
     #[test]
     fn a_bad_synchronous_commit_option_is_fatal_22023() {
-        let (r, output) = unix_startup(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=sometimes\0\0",
-        ));
+        let (r, output) = unix_startup(with_options("-c synchronous_commit=sometimes"));
         assert_eq!(r, Startup::Rejected);
         let reply = String::from_utf8_lossy(&output);
         assert!(

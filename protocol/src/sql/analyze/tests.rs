@@ -10,6 +10,13 @@ fn an(sql: &str, declared: &[u32], extendable: bool) -> Result<Analyzed, SqlErro
     analyze(&parse_statements(sql).unwrap()[0], declared, extendable)
 }
 
+/// Analyzing `sql` (a simple query) fails with this SQLSTATE and message.
+#[track_caller]
+fn assert_refused(sql: &str, code: &str, message: &str) {
+    let e = an(sql, &[], false).unwrap_err();
+    assert_eq!((e.code, e.message.as_str()), (code, message), "{sql}");
+}
+
 /// The analyzed query of `sql`, one SELECT sent as a simple query.
 fn query(sql: &str) -> Box<Query> {
     let Kind::Select(q) = an(sql, &[], false).unwrap().kind else {
@@ -64,11 +71,7 @@ fn simple_query_has_no_parameters() {
 
 #[test]
 fn undefined_function_message() {
-    let e = an("SELECT foo()", &[], false).unwrap_err();
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        ("42883", "function foo() does not exist")
-    );
+    assert_refused("SELECT foo()", "42883", "function foo() does not exist");
     let e = an("SELECT txid_current(1)", &[], false).unwrap_err();
     assert_eq!(e.message, "function txid_current(integer) does not exist");
     let e = an("SELECT pg_logical_emit_message(1, 'a', 'b')", &[], false).unwrap_err();
@@ -121,9 +124,9 @@ fn column_names_and_types() {
 
 #[test]
 fn unsupported_statement_is_0a000() {
-    let e = an("CREATE TABLE t (a int)", &[], false).unwrap_err();
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        ("0A000", "CREATE TABLE is not supported by walshm")
+    assert_refused(
+        "CREATE TABLE t (a int)",
+        "0A000",
+        "CREATE TABLE is not supported by walshm",
     );
 }

@@ -436,6 +436,16 @@ impl<'a> Parser<'a> {
         hit
     }
 
+    /// `kw BY` (GROUP BY, ORDER BY): true once both are eaten; 42601 if
+    /// `kw` is not followed by BY.
+    fn eat_kw_by(&mut self, kw: &str) -> Result<bool, SqlError> {
+        if !self.eat_kw(kw) {
+            return Ok(false);
+        }
+        self.expect_kw("by")?;
+        Ok(true)
+    }
+
     fn eat(&mut self, tok: &Tok) -> bool {
         let hit = self.peek().is_some_and(|t| &t.tok == tok);
         if hit {
@@ -778,17 +788,13 @@ impl<'a> Parser<'a> {
         if self.eat_kw("where") {
             select.filter = Some(self.expr()?.expr);
         }
-        if self.at_kw("group") {
-            self.pos += 1;
-            self.expect_kw("by")?;
+        if self.eat_kw_by("group")? {
             select.group_by = self.expr_list()?;
         }
         if self.eat_kw("having") {
             select.having = Some(self.expr()?.expr);
         }
-        if self.at_kw("order") {
-            self.pos += 1;
-            self.expect_kw("by")?;
+        if self.eat_kw_by("order")? {
             select.order_by = self.order_list()?;
         }
         self.limit_and_offset(&mut select)?;
