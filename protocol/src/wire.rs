@@ -49,7 +49,9 @@ enum Fill {
     Stopped,
 }
 
-fn is_retryable(e: &io::Error) -> bool {
+/// A socket read or write that was interrupted by a signal or ran into its
+/// timeout (or a non-blocking socket that had nothing): try again.
+pub fn is_retryable(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

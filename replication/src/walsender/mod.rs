@@ -365,14 +365,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             match self.stream.write(&bytes[off..]) {
                 Ok(0) => return false,
                 Ok(n) => off += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted
-                            | std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if protocol::is_retryable(&e) => {
                     if started.elapsed() > limit {
                         log(
                             "LOG",
