@@ -410,13 +410,9 @@ impl Registry {
                 log("LOG", &format!("registration connection dropped: {why}"));
                 Step::Drop(None)
             }
-            Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
-                origin: c.origin,
-                why: format!("registration channel: {why}"),
-                slot: None,
-                pid: 0,
-                dead: None,
-            })),
+            Origin::Supervised(_) => {
+                lost_before_attaching(c.origin, format!("registration channel: {why}"))
+            }
         }
     }
 
@@ -534,13 +530,10 @@ impl Registry {
         let _ = register::send_reply(&c.stream, &self.reply(status, None, generation), None);
         match c.origin {
             Origin::External { .. } => Step::Drop(None),
-            Origin::Supervised(_) => Step::Drop(Some(Event::Lost {
-                origin: c.origin,
-                why: format!("its registration was refused ({status:?})"),
-                slot: None,
-                pid: 0,
-                dead: None,
-            })),
+            Origin::Supervised(_) => lost_before_attaching(
+                c.origin,
+                format!("its registration was refused ({status:?})"),
+            ),
         }
     }
 
@@ -610,6 +603,18 @@ fn ended(pid: i32, identity: Option<u64>) -> bool {
 enum Step {
     Keep(Option<Event>),
     Drop(Option<Event>),
+}
+
+/// A supervised worker's channel dropped before it attached: the worker is
+/// lost, with no slot to hand over and no PID it stated.
+fn lost_before_attaching(origin: Origin, why: String) -> Step {
+    Step::Drop(Some(Event::Lost {
+        origin,
+        why,
+        slot: None,
+        pid: 0,
+        dead: None,
+    }))
 }
 
 impl Channel {

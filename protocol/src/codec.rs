@@ -568,6 +568,12 @@ mod tests {
         parts.concat()
     }
 
+    #[track_caller]
+    fn assert_malformed(tag: u8, body: &[u8]) {
+        let r = decode_frontend(tag, body);
+        assert!(matches!(r, Err(CodecError::Malformed(_))), "{r:?}");
+    }
+
     #[test]
     fn decodes_query() {
         let m = decode_frontend(b'Q', b"SELECT 1\0").unwrap();
@@ -576,18 +582,12 @@ mod tests {
 
     #[test]
     fn rejects_query_without_terminator() {
-        assert!(matches!(
-            decode_frontend(b'Q', b"SELECT 1"),
-            Err(CodecError::Malformed(_))
-        ));
+        assert_malformed(b'Q', b"SELECT 1");
     }
 
     #[test]
     fn rejects_trailing_garbage() {
-        assert!(matches!(
-            decode_frontend(b'S', b"x"),
-            Err(CodecError::Malformed(_))
-        ));
+        assert_malformed(b'S', b"x");
     }
 
     #[test]
@@ -651,23 +651,14 @@ mod tests {
             &100i32.to_be_bytes(),
             b"ab",
         ]);
-        assert!(matches!(
-            decode_frontend(b'B', &b),
-            Err(CodecError::Malformed(_))
-        ));
+        assert_malformed(b'B', &b);
         let b = body(&[b"\0\0", &0i16.to_be_bytes(), &(-5i16).to_be_bytes()]);
-        assert!(matches!(
-            decode_frontend(b'B', &b),
-            Err(CodecError::Malformed(_))
-        ));
+        assert_malformed(b'B', &b);
     }
 
     #[test]
     fn unknown_type_is_malformed() {
-        assert!(matches!(
-            decode_frontend(b'z', b""),
-            Err(CodecError::Malformed(_))
-        ));
+        assert_malformed(b'z', b"");
     }
 
     #[test]

@@ -140,6 +140,12 @@ fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
+/// Byte-wise XOR: ClientProof = ClientKey XOR ClientSignature, and the
+/// server recovers ClientKey the same way (RFC 5802).
+fn xor(a: &[u8], b: &[u8]) -> Vec<u8> {
+    a.iter().zip(b).map(|(x, y)| x ^ y).collect()
+}
+
 /// PBKDF2-HMAC-SHA256 with a 32-byte output: SCRAM's `Hi()`.
 pub fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
     let mut out = [0u8; 32];
@@ -279,11 +285,7 @@ impl Exchange {
             self.client_first_bare, self.server_first, without_proof
         );
         let client_signature = hmac(&stored_key, auth_message.as_bytes());
-        let client_key: Vec<u8> = proof
-            .iter()
-            .zip(client_signature.iter())
-            .map(|(a, b)| a ^ b)
-            .collect();
+        let client_key = xor(&proof, &client_signature);
         if !constant_time_eq(&sha256(&client_key), &stored_key) {
             return Err(ScramError::WrongPassword);
         }
@@ -342,11 +344,7 @@ impl ClientExchange {
         let without_proof = format!("c={},r={nonce}", B64.encode("n,,"));
         let auth_message = format!("{},{msg},{without_proof}", self.client_first_bare);
         let signature = hmac(&stored_key, auth_message.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(signature.iter())
-            .map(|(a, b)| a ^ b)
-            .collect();
+        let proof = xor(&client_key, &signature);
         let server_key = hmac(&salted, b"Server Key");
         self.expected_server_signature = Some(hmac(&server_key, auth_message.as_bytes()));
         Ok(format!("{without_proof},p={}", B64.encode(proof)))
@@ -468,25 +466,25 @@ mod tests {
         );
     }
 
+    /// An exchange (client nonce "abc") against `stored`, the client
+    /// proving `password`: what the server's last step returns.
+    fn finish_with(stored: Option<&Verifier>, password: &str) -> Result<String, ScramError> {
+        let (ex, server_first) = Exchange::start(b"n,,n=,r=abc", stored, &[1; 34]).unwrap();
+        let (final_msg, _) = client_final(&server_first, "n=,r=abc", password);
+        ex.finish(final_msg.as_bytes())
+    }
+
     #[test]
     fn wrong_password_fails() {
-        let (ex, server_first) =
-            Exchange::start(b"n,,n=,r=abc", Some(&verifier("secret")), &[1; 34]).unwrap();
-        let (final_msg, _) = client_final(&server_first, "n=,r=abc", "nope");
         assert_eq!(
-            ex.finish(final_msg.as_bytes()),
+            finish_with(Some(&verifier("secret")), "nope"),
             Err(ScramError::WrongPassword)
         );
     }
 
     #[test]
     fn no_password_configured_always_fails() {
-        let (ex, server_first) = Exchange::start(b"n,,n=,r=abc", None, &[1; 34]).unwrap();
-        let (final_msg, _) = client_final(&server_first, "n=,r=abc", "");
-        assert_eq!(
-            ex.finish(final_msg.as_bytes()),
-            Err(ScramError::WrongPassword)
-        );
+        assert_eq!(finish_with(None, ""), Err(ScramError::WrongPassword));
     }
 
     #[test]

@@ -691,8 +691,7 @@ mod tests {
         info.replication = None;
         assert!(replication_permitted(&info).is_ok());
         // The Unix socket's peer is the server's own user: it may.
-        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0anyone\0replication\0true\0\0"));
-        match startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap() {
+        match unix_startup(packet(PROTOCOL_3_0, b"user\0anyone\0replication\0true\0\0")).0 {
             Startup::Ready(info) => assert!(info.may_replicate),
             other => panic!("{other:?}"),
         }
@@ -716,6 +715,30 @@ mod tests {
         peer_uid: Some(7),
         server_uid: 7,
     };
+
+    /// Runs the startup of a Unix-socket client whose peer is the server's
+    /// own user on `input`: the outcome and what the server wrote.
+    fn unix_startup(input: Vec<u8>) -> (Startup, Vec<u8>) {
+        let mut s = duplex(input);
+        let r = startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap();
+        (r, s.output)
+    }
+
+    /// The startup packet of user "u" with this `options` parameter.
+    fn with_options(options: &str) -> Vec<u8> {
+        packet(
+            PROTOCOL_3_0,
+            format!("user\0u\0options\0{options}\0\0").as_bytes(),
+        )
+    }
+
+    /// What the server made of a start-up with this `options` parameter.
+    fn ready_with_options(options: &str) -> StartupInfo {
+        match unix_startup(with_options(options)).0 {
+            Startup::Ready(info) => info,
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn ssl_refused_then_startup_greets() {
@@ -751,9 +774,8 @@ mod tests {
     fn cancel_request_is_returned() {
         let mut rest = 5i32.to_be_bytes().to_vec();
         rest.extend(6i32.to_be_bytes());
-        let mut s = duplex(packet(CANCEL_REQUEST_CODE, &rest));
         assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
+            unix_startup(packet(CANCEL_REQUEST_CODE, &rest)).0,
             Startup::Cancel { pid: 5, key: 6 }
         );
     }
@@ -779,72 +801,38 @@ mod tests {
 
     #[test]
     fn malformed_packets_are_refused() {
-        let mut s = duplex(packet(PROTOCOL_3_0, b"user\0bob"));
-        assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Rejected
-        );
-        assert!(String::from_utf8_lossy(&s.output).contains("C08P01\0"));
-        let mut s = duplex(packet(2 << 16, b"user\0bob\0\0"));
-        assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Rejected
-        );
-        assert!(String::from_utf8_lossy(&s.output).contains("C0A000\0"));
-        let mut s = duplex(vec![0, 0, 0, 3]);
-        assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Rejected
-        );
-        let mut s = duplex(packet(PROTOCOL_3_0, b"database\0x\0\0"));
-        assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Rejected
-        );
-        assert!(String::from_utf8_lossy(&s.output).contains("C28000\0"));
+        let (r, output) = unix_startup(packet(PROTOCOL_3_0, b"user\0bob"));
+        assert_eq!(r, Startup::Rejected);
+        assert!(String::from_utf8_lossy(&output).contains("C08P01\0"));
+        let (r, output) = unix_startup(packet(2 << 16, b"user\0bob\0\0"));
+        assert_eq!(r, Startup::Rejected);
+        assert!(String::from_utf8_lossy(&output).contains("C0A000\0"));
+        let (r, _) = unix_startup(vec![0, 0, 0, 3]);
+        assert_eq!(r, Startup::Rejected);
+        let (r, output) = unix_startup(packet(PROTOCOL_3_0, b"database\0x\0\0"));
+        assert_eq!(r, Startup::Rejected);
+        assert!(String::from_utf8_lossy(&output).contains("C28000\0"));
     }
 
     #[test]
     fn options_carry_synchronous_commit() {
-        let mut s = duplex(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=off\0\0",
-        ));
-        let Startup::Ready(info) =
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap()
-        else {
-            panic!()
-        };
+        let info = ready_with_options("-c synchronous_commit=off");
         assert_eq!(info.synchronous_commit, Some(false));
         assert_eq!(info.synchronous_commit_level, Some("off"));
     }
 
     #[test]
     fn options_carry_the_synchronous_commit_level() {
-        let mut s = duplex(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=Remote_Write\0\0",
-        ));
-        let Startup::Ready(info) =
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap()
-        else {
-            panic!()
-        };
+        let info = ready_with_options("-c synchronous_commit=Remote_Write");
         assert_eq!(info.synchronous_commit, Some(true));
         assert_eq!(info.synchronous_commit_level, Some("remote_write"));
     }
 
     #[test]
     fn a_bad_synchronous_commit_option_is_fatal_22023() {
-        let mut s = duplex(packet(
-            PROTOCOL_3_0,
-            b"user\0u\0options\0-c synchronous_commit=sometimes\0\0",
-        ));
-        assert_eq!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Rejected
-        );
-        let reply = String::from_utf8_lossy(&s.output);
+        let (r, output) = unix_startup(with_options("-c synchronous_commit=sometimes"));
+        assert_eq!(r, Startup::Rejected);
+        let reply = String::from_utf8_lossy(&output);
         assert!(
             reply.contains("SFATAL\0") && reply.contains("C22023\0"),
             "{reply}"
@@ -857,13 +845,10 @@ mod tests {
 
     #[test]
     fn minor_version_gets_negotiation() {
-        let mut s = duplex(packet(PROTOCOL_3_0 | 2, b"user\0u\0_pq_.x\0y\0\0"));
-        assert!(matches!(
-            startup(&mut s, &UNIX_OK, &ServerParams::new(1, 2, None)).unwrap(),
-            Startup::Ready(_)
-        ));
-        assert_eq!(s.output[0], b'v');
-        assert!(String::from_utf8_lossy(&s.output).contains("_pq_.x\0"));
+        let (r, output) = unix_startup(packet(PROTOCOL_3_0 | 2, b"user\0u\0_pq_.x\0y\0\0"));
+        assert!(matches!(r, Startup::Ready(_)));
+        assert_eq!(output[0], b'v');
+        assert!(String::from_utf8_lossy(&output).contains("_pq_.x\0"));
     }
 
     #[test]

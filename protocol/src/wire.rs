@@ -49,7 +49,9 @@ enum Fill {
     Stopped,
 }
 
-fn is_retryable(e: &io::Error) -> bool {
+/// A socket read or write that was interrupted by a signal or ran into its
+/// timeout (or a non-blocking socket that had nothing): try again.
+pub fn is_retryable(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -287,6 +289,19 @@ mod tests {
         interrupt_next: bool,
     }
 
+    impl Choppy {
+        /// `messages` back to back, `chunk` bytes a read; `interrupt_first`:
+        /// the first read is interrupted too (else only the ones after it).
+        fn new(messages: &[Vec<u8>], chunk: usize, interrupt_first: bool) -> Choppy {
+            Choppy {
+                data: messages.concat(),
+                pos: 0,
+                chunk,
+                interrupt_next: interrupt_first,
+            }
+        }
+    }
+
     impl Read for Choppy {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             if self.interrupt_next {
@@ -311,15 +326,12 @@ mod tests {
     #[test]
     fn reassembles_messages_across_chunks_and_interrupts() {
         let big = vec![7u8; 100_000];
-        let mut data = framed(b'Q', b"SELECT 1\0");
-        data.extend(framed(b'd', &big));
-        data.extend(framed(b'S', b""));
-        let mut s = Choppy {
-            data,
-            pos: 0,
-            chunk: 3,
-            interrupt_next: true,
-        };
+        let messages = [
+            framed(b'Q', b"SELECT 1\0"),
+            framed(b'd', &big),
+            framed(b'S', b""),
+        ];
+        let mut s = Choppy::new(&messages, 3, true);
         let mut r = MessageReader::new();
         let mut polls = 0;
         let mut poll = || {
@@ -353,12 +365,7 @@ mod tests {
 
     #[test]
     fn poll_can_stop_a_blocked_read() {
-        let mut s = Choppy {
-            data: vec![],
-            pos: 0,
-            chunk: 1,
-            interrupt_next: true,
-        };
+        let mut s = Choppy::new(&[], 1, true);
         let mut r = MessageReader::new();
         assert_eq!(
             r.read_message(&mut s, &mut || true).unwrap(),
@@ -384,14 +391,8 @@ mod tests {
 
     #[test]
     fn a_message_above_the_limit_is_discarded_and_the_next_one_read() {
-        let mut data = framed(b'Q', &vec![b'x'; 100_000]);
-        data.extend(framed(b'S', b""));
-        let mut s = Choppy {
-            data,
-            pos: 0,
-            chunk: 5000,
-            interrupt_next: false,
-        };
+        let messages = [framed(b'Q', &vec![b'x'; 100_000]), framed(b'S', b"")];
+        let mut s = Choppy::new(&messages, 5000, false);
         let mut r = MessageReader::new();
         assert_eq!(
             r.read_message_within(&mut s, &mut || false, 50_000)

@@ -143,11 +143,18 @@ impl LagTracker {
 mod tests {
     use super::*;
 
+    /// A tracker that recorded `samples` (LSN, time) in order.
+    fn tracker(samples: &[(u64, i64)]) -> LagTracker {
+        let mut t = LagTracker::default();
+        for &(lsn, now) in samples {
+            t.record(lsn, now);
+        }
+        t
+    }
+
     #[test]
     fn a_report_crossing_a_sample_measures_from_its_time() {
-        let mut t = LagTracker::default();
-        t.record(100, 1_000);
-        t.record(200, 2_000);
+        let mut t = tracker(&[(100, 1_000), (200, 2_000)]);
         assert_eq!(t.read(Kind::Write, 150, 2_500), Some(1_500));
         assert_eq!(t.read(Kind::Write, 200, 3_000), Some(1_000));
         // Caught up, nothing new: no measurement.
@@ -159,16 +166,13 @@ mod tests {
 
     #[test]
     fn a_stuck_position_shows_a_growing_interpolated_lag() {
-        let mut t = LagTracker::default();
-        t.record(100, 1_000);
-        t.record(300, 3_000);
+        let mut t = tracker(&[(100, 1_000), (300, 3_000)]);
         assert_eq!(t.read(Kind::Flush, 100, 1_500), Some(500));
         // Half way to the next sample: flushed locally around 2_000.
         assert_eq!(t.read(Kind::Flush, 200, 5_000), Some(3_000));
         assert_eq!(t.read(Kind::Flush, 200, 8_000), Some(6_000));
         // A new burst after catching up: the first future sample's time.
-        let mut u = LagTracker::default();
-        u.record(100, 1_000);
+        let mut u = tracker(&[(100, 1_000)]);
         assert_eq!(u.read(Kind::Write, 50, 1_200), Some(200));
     }
 
@@ -180,8 +184,7 @@ mod tests {
         }
         let lag = t.read(Kind::Write, 10, 10_000_000).unwrap();
         assert!(lag > 0 && lag < 10_000_000, "{lag}");
-        let mut u = LagTracker::default();
-        u.record(10, 5_000);
+        let mut u = tracker(&[(10, 5_000)]);
         assert_eq!(u.read(Kind::Write, 10, 4_000), None);
         u.record(5, 6_000);
         assert_eq!(u.last_lsn, 10, "samples only move forward");

@@ -176,30 +176,25 @@ impl Postmaster {
     pub(super) fn supervised_exited(&mut self, id: usize, pid: i32, exit: &ChildExit) {
         let delay = Duration::from_millis(self.settings.worker_restart_delay_ms as u64);
         let w = &mut self.supervised[id];
-        match w.exited(exit, delay, Instant::now()) {
-            supervised::Verdict::Done => log(
-                "LOG",
-                &format!("{} (PID {pid}) detached and exited 0: done", w.describe()),
+        let why = match w.exited(exit, delay, Instant::now()) {
+            supervised::Verdict::Done => {
+                let done = format!("{} (PID {pid}) detached and exited 0: done", w.describe());
+                log("LOG", &done);
+                return;
+            }
+            // A restart is not logged while the server shuts down.
+            _ if self.shutting_down => return,
+            supervised::Verdict::RestartAt(_) => "detached and exited 1".to_string(),
+            supervised::Verdict::Died(why) => why,
+        };
+        log(
+            "LOG",
+            &format!(
+                "{} (PID {pid}) {why}: restarting it in {:.1} s",
+                w.describe(),
+                delay.as_secs_f64()
             ),
-            supervised::Verdict::RestartAt(_) if self.shutting_down => {}
-            supervised::Verdict::RestartAt(_) => log(
-                "LOG",
-                &format!(
-                    "{} (PID {pid}) detached and exited 1: restarting it in {:.1} s",
-                    w.describe(),
-                    delay.as_secs_f64()
-                ),
-            ),
-            supervised::Verdict::Died(_) if self.shutting_down => {}
-            supervised::Verdict::Died(why) => log(
-                "LOG",
-                &format!(
-                    "{} (PID {pid}) {why}: restarting it in {:.1} s",
-                    w.describe(),
-                    delay.as_secs_f64()
-                ),
-            ),
-        }
+        );
     }
 
     /// A connection backend ended. One that died without freeing its proc

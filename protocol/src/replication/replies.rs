@@ -12,13 +12,7 @@
 use super::format_lsn;
 use crate::codec::{FieldDescription, Out};
 use crate::error::SqlError;
-
-/// Type OIDs of the result columns replication commands send.
-const TEXT_OID: u32 = 25;
-const INT4_OID: u32 = 23;
-const INT8_OID: u32 = 20;
-const BYTEA_OID: u32 = 17;
-const OID_OID: u32 = 26;
+use crate::sql::value::SqlType;
 
 /// The type of a result column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,13 +25,14 @@ pub enum ColumnType {
 }
 
 impl ColumnType {
-    fn oid_len(self) -> (u32, i16) {
+    /// The SQL type whose OID and length the RowDescription names.
+    fn sql_type(self) -> SqlType {
         match self {
-            ColumnType::Text => (TEXT_OID, -1),
-            ColumnType::Int4 => (INT4_OID, 4),
-            ColumnType::Int8 => (INT8_OID, 8),
-            ColumnType::Bytea => (BYTEA_OID, -1),
-            ColumnType::Oid => (OID_OID, 4),
+            ColumnType::Text => SqlType::Text,
+            ColumnType::Int4 => SqlType::Int4,
+            ColumnType::Int8 => SqlType::Int8,
+            ColumnType::Bytea => SqlType::Bytea,
+            ColumnType::Oid => SqlType::Oid,
         }
     }
 }
@@ -68,14 +63,11 @@ pub fn result_set(
 fn field_descriptions(columns: &[(&str, ColumnType)]) -> Vec<FieldDescription> {
     columns
         .iter()
-        .map(|(name, ty)| {
-            let (type_oid, type_len) = ty.oid_len();
-            FieldDescription {
-                name: name.to_string(),
-                type_oid,
-                type_len,
-                format: 0,
-            }
+        .map(|(name, ty)| FieldDescription {
+            name: name.to_string(),
+            type_oid: ty.sql_type().oid(),
+            type_len: ty.sql_type().typlen(),
+            format: 0,
         })
         .collect()
 }

@@ -97,22 +97,17 @@ fn slot_commands_in_both_syntaxes() {
         temporary: false,
         reserve_wal: r,
     };
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL").unwrap(),
-        reserve(true)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)").unwrap(),
-        reserve(true)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)").unwrap(),
-        reserve(false)
-    );
-    assert_eq!(
-        parse_command("CREATE_REPLICATION_SLOT s PHYSICAL").unwrap(),
-        reserve(false)
-    );
+    for (sql, reserve_wal) in [
+        ("CREATE_REPLICATION_SLOT \"s\" PHYSICAL RESERVE_WAL", true),
+        ("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL)", true),
+        (
+            "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL false)",
+            false,
+        ),
+        ("CREATE_REPLICATION_SLOT s PHYSICAL", false),
+    ] {
+        assert_eq!(parse_command(sql).unwrap(), reserve(reserve_wal), "{sql}");
+    }
     assert_eq!(
         parse_command("DROP_REPLICATION_SLOT \"S\" WAIT").unwrap(),
         Command::DropSlot {
@@ -205,18 +200,20 @@ fn sql_is_told_apart_from_replication_commands() {
     assert!(!is_replication_command("showx"));
 }
 
+/// Parsing `cmd` fails with this SQLSTATE and message.
+#[track_caller]
+fn assert_refused(cmd: &str, code: &str, message: &str) {
+    let e = parse_command(cmd).unwrap_err();
+    assert_eq!((e.code, e.message.as_str()), (code, message), "{cmd}");
+}
+
 #[test]
 fn timeline_zero_is_invalid_as_postgresql_says() {
     for cmd in [
         "TIMELINE_HISTORY 0",
         "START_REPLICATION 0/1000000 TIMELINE 0",
     ] {
-        let e = parse_command(cmd).unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            ("42601", "invalid timeline 0"),
-            "{cmd}"
-        );
+        assert_refused(cmd, "42601", "invalid timeline 0");
     }
     assert_eq!(
         parse_command("TIMELINE_HISTORY 2").unwrap(),
@@ -234,17 +231,12 @@ fn redundant_or_logical_only_slot_options_conflict() {
         "CREATE_REPLICATION_SLOT s PHYSICAL (TWO_PHASE)",
         "CREATE_REPLICATION_SLOT s PHYSICAL EXPORT_SNAPSHOT",
     ] {
-        let e = parse_command(cmd).unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            ("42601", "conflicting or redundant options"),
-            "{cmd}"
-        );
+        assert_refused(cmd, "42601", "conflicting or redundant options");
     }
-    let e = parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (WAIT)").unwrap_err();
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        ("XX000", "unrecognized option: wait")
+    assert_refused(
+        "CREATE_REPLICATION_SLOT s PHYSICAL (WAIT)",
+        "XX000",
+        "unrecognized option: wait",
     );
     let e = parse_command("CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL maybe)").unwrap_err();
     assert_eq!(e.code, "42601");

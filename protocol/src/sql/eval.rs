@@ -622,56 +622,53 @@ pub(crate) mod tests {
 
     #[test]
     fn functions_match_postgres_outputs() {
-        assert_eq!(
-            one("SELECT pg_walfile_name('0/16B6C50')"),
-            "000000010000000000000001"
-        );
-        assert_eq!(
-            one("SELECT pg_walfile_name('0/1000000')"),
-            "000000010000000000000000"
-        );
-        assert_eq!(
-            one("SELECT pg_walfile_name_offset('0/16B6C50')"),
-            "(000000010000000000000001,7040080)"
-        );
-        assert_eq!(one("SELECT pg_size_pretty(10485760)"), "10 MB");
-        assert_eq!(one("SELECT pg_size_pretty(10485760::bigint)"), "10 MB");
-        assert_eq!(one("SELECT pg_size_pretty(1535999::numeric)"), "1500 kB");
-        assert_eq!(
-            one("SELECT pg_wal_lsn_diff('0/2000000','0/1000000')"),
-            "16777216"
-        );
-        assert_eq!(one("SELECT '0/2000000'::pg_lsn - '0/1000000'"), "16777216");
-        assert_eq!(
-            one("SELECT '0/1000000'::pg_lsn - '0/2000000'::pg_lsn"),
-            "-16777216"
-        );
-        assert_eq!(
-            one("SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'))"),
-            "48 MB"
-        );
-        assert_eq!(one("SELECT pg_is_in_recovery()"), "f");
-        assert_eq!(one("SELECT pg_backend_pid()"), "4242");
-        assert_eq!(one("SELECT current_setting('wal_buffers')"), "2048");
-        assert_eq!(one("SELECT current_setting('nope', true)"), "NULL");
-        assert_eq!(
-            rows("SELECT current_setting('nope')").unwrap_err().code,
-            "42704"
-        );
-        assert_eq!(one("SELECT now()"), "1970-01-01 00:00:00+00");
-        assert_eq!(one("SELECT current_timestamp"), "1970-01-01 00:00:00+00");
-        assert_eq!(one("SELECT 7 / 2, 7 % 2"), "3");
-        assert_eq!(one("SELECT 7::numeric / 2"), "3.5000000000000000");
-        assert_eq!(one("SELECT 1.5 + 1"), "2.5");
-        assert_eq!(one("SELECT 'a' || 'b' || 1"), "ab1");
-        assert_eq!(rows("SELECT 2147483647 + 1").unwrap_err().code, "22003");
-        assert_eq!(rows("SELECT 1 / 0").unwrap_err().code, "22012");
-        assert_eq!(
-            rows("SELECT pg_stat_reset_shared('nope')")
-                .unwrap_err()
-                .code,
-            "22023"
-        );
+        for (sql, want) in [
+            (
+                "SELECT pg_walfile_name('0/16B6C50')",
+                "000000010000000000000001",
+            ),
+            (
+                "SELECT pg_walfile_name('0/1000000')",
+                "000000010000000000000000",
+            ),
+            (
+                "SELECT pg_walfile_name_offset('0/16B6C50')",
+                "(000000010000000000000001,7040080)",
+            ),
+            ("SELECT pg_size_pretty(10485760)", "10 MB"),
+            ("SELECT pg_size_pretty(10485760::bigint)", "10 MB"),
+            ("SELECT pg_size_pretty(1535999::numeric)", "1500 kB"),
+            (
+                "SELECT pg_wal_lsn_diff('0/2000000','0/1000000')",
+                "16777216",
+            ),
+            ("SELECT '0/2000000'::pg_lsn - '0/1000000'", "16777216"),
+            (
+                "SELECT '0/1000000'::pg_lsn - '0/2000000'::pg_lsn",
+                "-16777216",
+            ),
+            (
+                "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'))",
+                "48 MB",
+            ),
+            ("SELECT pg_is_in_recovery()", "f"),
+            ("SELECT pg_backend_pid()", "4242"),
+            ("SELECT current_setting('wal_buffers')", "2048"),
+            ("SELECT current_setting('nope', true)", "NULL"),
+            ("SELECT now()", "1970-01-01 00:00:00+00"),
+            ("SELECT current_timestamp", "1970-01-01 00:00:00+00"),
+            ("SELECT 7 / 2, 7 % 2", "3"),
+            ("SELECT 7::numeric / 2", "3.5000000000000000"),
+            ("SELECT 1.5 + 1", "2.5"),
+            ("SELECT 'a' || 'b' || 1", "ab1"),
+        ] {
+            assert_eq!(one(sql), want, "{sql}");
+        }
+        let code = |sql| rows(sql).unwrap_err().code;
+        assert_eq!(code("SELECT current_setting('nope')"), "42704");
+        assert_eq!(code("SELECT 2147483647 + 1"), "22003");
+        assert_eq!(code("SELECT 1 / 0"), "22012");
+        assert_eq!(code("SELECT pg_stat_reset_shared('nope')"), "22023");
     }
 
     #[test]

@@ -146,26 +146,15 @@ mod tests {
     fn walfile_names_match_postgres() {
         let mb16 = 16 << 20;
         // SELECT pg_walfile_name('0/16B6C50'), pg_walfile_name('0/1000000') on PostgreSQL 15.
-        assert_eq!(
-            walfile_name(0x16B_6C50, 1, mb16),
-            "000000010000000000000001"
-        );
-        assert_eq!(
-            walfile_name(0x100_0000, 1, mb16),
-            "000000010000000000000000"
-        );
-        assert_eq!(
-            walfile_name(0x1_0000_0028, 1, mb16),
-            "000000010000000100000000"
-        );
-        assert_eq!(
-            walfile_name(0x1_0100_0028, 2, mb16),
-            "000000020000000100000001"
-        );
-        assert_eq!(
-            walfile_name(0x400_0000, 1, 1 << 20),
-            "00000001000000000000003F"
-        );
+        for (lsn, tli, segment_size, want) in [
+            (0x16B_6C50, 1, mb16, "000000010000000000000001"),
+            (0x100_0000, 1, mb16, "000000010000000000000000"),
+            (0x1_0000_0028, 1, mb16, "000000010000000100000000"),
+            (0x1_0100_0028, 2, mb16, "000000020000000100000001"),
+            (0x400_0000, 1, 1 << 20, "00000001000000000000003F"),
+        ] {
+            assert_eq!(walfile_name(lsn, tli, segment_size), want, "{lsn:#x}");
+        }
     }
 
     #[test]

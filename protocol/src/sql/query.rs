@@ -383,25 +383,23 @@ mod tests {
 
     #[test]
     fn errors_like_postgres() {
-        assert_eq!(code("SELECT pid, count(*) FROM pg_stat_activity"), "42803");
-        assert_eq!(
-            code("SELECT count(*) FROM pg_stat_activity WHERE count(*) > 1"),
-            "42803"
-        );
-        assert_eq!(code("SELECT max(count(*)) FROM pg_stat_activity"), "42803");
-        assert_eq!(code("SELECT nosuch FROM pg_stat_activity"), "42703");
-        assert_eq!(code("SELECT * FROM nosuch"), "42P01");
-        assert_eq!(code("SELECT x.pid FROM pg_stat_activity"), "42P01");
-        assert_eq!(code("SELECT pid FROM pg_stat_activity ORDER BY 5"), "42P10");
-        assert_eq!(code("SELECT pid FROM pg_stat_activity WHERE pid"), "42804");
-        assert_eq!(
-            code("SELECT pid FROM pg_stat_activity WHERE pid = 'x'"),
-            "22P02"
-        );
-        assert_eq!(
-            code("SELECT * FROM pg_stat_activity WHERE state = 1"),
-            "42883"
-        );
+        for (sql, want) in [
+            ("SELECT pid, count(*) FROM pg_stat_activity", "42803"),
+            (
+                "SELECT count(*) FROM pg_stat_activity WHERE count(*) > 1",
+                "42803",
+            ),
+            ("SELECT max(count(*)) FROM pg_stat_activity", "42803"),
+            ("SELECT nosuch FROM pg_stat_activity", "42703"),
+            ("SELECT * FROM nosuch", "42P01"),
+            ("SELECT x.pid FROM pg_stat_activity", "42P01"),
+            ("SELECT pid FROM pg_stat_activity ORDER BY 5", "42P10"),
+            ("SELECT pid FROM pg_stat_activity WHERE pid", "42804"),
+            ("SELECT pid FROM pg_stat_activity WHERE pid = 'x'", "22P02"),
+            ("SELECT * FROM pg_stat_activity WHERE state = 1", "42883"),
+        ] {
+            assert_eq!(code(sql), want, "{sql}");
+        }
     }
 
     #[test]

@@ -211,31 +211,28 @@ impl PgOutput {
         let Some(first) = t.messages.first() else {
             return;
         };
-        let mut begin = vec![b'B'];
-        begin.extend_from_slice(&t.commit_lsn.to_be_bytes());
-        begin.extend_from_slice(&t.commit_time.to_be_bytes());
-        begin.extend_from_slice(&t.xid.to_be_bytes());
-        out.push(Output {
-            lsn: first.lsn,
-            xid: t.xid,
-            data: begin,
-        });
-        for m in &t.messages {
+        let mut emit = |lsn, data| {
             out.push(Output {
-                lsn: m.lsn,
+                lsn,
                 xid: t.xid,
-                data: message(m),
-            });
+                data,
+            })
+        };
+        let lsn = t.commit_lsn.to_be_bytes();
+        let time = t.commit_time.to_be_bytes();
+        // Begin: final LSN, commit time, xid.
+        emit(
+            first.lsn,
+            [&b"B"[..], &lsn, &time, &t.xid.to_be_bytes()].concat(),
+        );
+        for m in &t.messages {
+            emit(m.lsn, message(m));
         }
-        let mut commit = vec![b'C', 0];
-        commit.extend_from_slice(&t.commit_lsn.to_be_bytes());
-        commit.extend_from_slice(&t.end_lsn.to_be_bytes());
-        commit.extend_from_slice(&t.commit_time.to_be_bytes());
-        out.push(Output {
-            lsn: t.end_lsn,
-            xid: t.xid,
-            data: commit,
-        });
+        // Commit: flags (none), commit LSN, end LSN, commit time.
+        emit(
+            t.end_lsn,
+            [&b"C\0"[..], &lsn, &t.end_lsn.to_be_bytes(), &time].concat(),
+        );
     }
 }
 

@@ -144,16 +144,7 @@ impl Conn {
                 self.buf.extend_from_slice(&chunk[..n]);
                 Ok(true)
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(false)
-            }
+            Err(e) if protocol::is_retryable(&e) => Ok(false),
             Err(e) => Err(format!("could not receive data from the primary: {e}")),
         }
     }
@@ -203,8 +194,8 @@ impl Conn {
             match (m.tag, be_i32(&m.body, 0)) {
                 (b'R', Some(0)) => {}
                 (b'R', Some(3)) => {
-                    let mut body = need_password(password)?.as_bytes().to_vec();
-                    body.push(0);
+                    let mut body = Vec::new();
+                    put_cstr(&mut body, need_password(password)?);
                     self.send(&message(b'p', &body))?;
                 }
                 (b'R', Some(10)) => {
@@ -338,9 +329,21 @@ fn connect_tcp(host: &str, port: u16) -> Result<TcpStream, String> {
 pub fn message(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + body.len());
     out.push(tag);
+    put_length_prefixed(&mut out, body);
+    out
+}
+
+/// Appends the length word (which counts itself) and `body`: a message
+/// after its type byte, or the whole startup packet (which has none).
+fn put_length_prefixed(out: &mut Vec<u8>, body: &[u8]) {
     out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
     out.extend_from_slice(body);
-    out
+}
+
+/// Appends `s` as the protocol's String: its bytes, then a NUL.
+fn put_cstr(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
 }
 
 fn set_timeouts(read: io::Result<()>, write: io::Result<()>) -> Result<(), String> {
@@ -363,8 +366,8 @@ fn sasl_initial_response(client_first: &str) -> Vec<u8> {
 }
 
 fn query_message(sql: &str) -> Vec<u8> {
-    let mut body = sql.as_bytes().to_vec();
-    body.push(0);
+    let mut body = Vec::with_capacity(sql.len() + 1);
+    put_cstr(&mut body, sql);
     message(b'Q', &body)
 }
 
@@ -375,14 +378,12 @@ fn startup_packet(user: &str, application_name: &str) -> Vec<u8> {
         ("replication", "true"),
         ("application_name", application_name),
     ] {
-        body.extend_from_slice(k.as_bytes());
-        body.push(0);
-        body.extend_from_slice(v.as_bytes());
-        body.push(0);
+        put_cstr(&mut body, k);
+        put_cstr(&mut body, v);
     }
-    body.push(0);
-    let mut out = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    out.extend_from_slice(&body);
+    body.push(0); // the end of the parameters
+    let mut out = Vec::with_capacity(4 + body.len());
+    put_length_prefixed(&mut out, &body);
     out
 }
 

@@ -217,22 +217,15 @@ mod tests {
         assert_eq!(c.application_name.as_deref(), Some("a b'c"));
         assert_eq!(c.password.as_deref(), Some("x y"));
         assert!(!c.display_without_password().contains("x y"));
-        assert!(ConnInfo::parse("host")
-            .unwrap_err()
-            .0
-            .contains("missing \"=\""));
-        assert!(ConnInfo::parse("bogus=1")
-            .unwrap_err()
-            .0
-            .contains("invalid connection option"));
-        assert!(ConnInfo::parse("port=x")
-            .unwrap_err()
-            .0
-            .contains("invalid port"));
-        assert!(ConnInfo::parse("host='x")
-            .unwrap_err()
-            .0
-            .contains("unterminated"));
+        for (text, error) in [
+            ("host", "missing \"=\""),
+            ("bogus=1", "invalid connection option"),
+            ("port=x", "invalid port"),
+            ("host='x", "unterminated"),
+        ] {
+            let e = ConnInfo::parse(text).unwrap_err().0;
+            assert!(e.contains(error), "{text}: {e}");
+        }
         assert!(ConnInfo::parse("postgresql://h/").is_err());
         assert_eq!(ConnInfo::parse("").unwrap(), ConnInfo::default());
     }

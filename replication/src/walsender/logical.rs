@@ -149,10 +149,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
         let mut last_output: Lsn = 0;
         let mut drain_started: Option<Instant> = None;
         loop {
-            if !self.read_available() {
-                return StreamEnd::Ended(End::ClientGone);
-            }
-            if let Some(end) = self.handle_client_messages() {
+            if let Some(end) = self.serve_client() {
                 return end;
             }
             self.apply_confirm(decoder);

@@ -365,14 +365,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             match self.stream.write(&bytes[off..]) {
                 Ok(0) => return false,
                 Ok(n) => off += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted
-                            | std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if protocol::is_retryable(&e) => {
                     if started.elapsed() > limit {
                         log(
                             "LOG",
@@ -711,6 +704,16 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             0 => None,
             ms => Some(Duration::from_millis(ms as u64)),
         }
+    }
+
+    /// The client's side of a streaming round: reads what it sent and
+    /// handles it. Some: the stream ends (the client went away, ended the
+    /// copy or broke the protocol).
+    fn serve_client(&mut self) -> Option<StreamEnd> {
+        if !self.read_available() {
+            return Some(StreamEnd::Ended(End::ClientGone));
+        }
+        self.handle_client_messages()
     }
 
     /// Handles every complete client message in the buffer; then, if

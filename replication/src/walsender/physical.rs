@@ -253,10 +253,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
     pub(super) fn stream_wal(&mut self, mut sent: Lsn) -> StreamEnd {
         let mut drain_started: Option<Instant> = None;
         loop {
-            if !self.read_available() {
-                return StreamEnd::Ended(End::ClientGone);
-            }
-            if let Some(end) = self.handle_client_messages() {
+            if let Some(end) = self.serve_client() {
                 return end;
             }
             let upto = self.send_upto();

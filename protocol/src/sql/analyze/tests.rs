@@ -10,37 +10,38 @@ fn an(sql: &str, declared: &[u32], extendable: bool) -> Result<Analyzed, SqlErro
     analyze(&parse_statements(sql).unwrap()[0], declared, extendable)
 }
 
+/// Analyzing `sql` (a simple query) fails with this SQLSTATE and message.
+#[track_caller]
+fn assert_refused(sql: &str, code: &str, message: &str) {
+    let e = an(sql, &[], false).unwrap_err();
+    assert_eq!((e.code, e.message.as_str()), (code, message), "{sql}");
+}
+
+/// The analyzed query of `sql`, one SELECT sent as a simple query.
+fn query(sql: &str) -> Box<Query> {
+    let Kind::Select(q) = an(sql, &[], false).unwrap().kind else {
+        panic!("not a query: {sql}")
+    };
+    q
+}
+
 #[test]
 fn emit_message_resolves_text_for_literals_and_bytea_for_casts() {
-    let a = an(
-        "SELECT pg_logical_emit_message(false, 'p', 'x')",
-        &[],
-        false,
-    )
-    .unwrap();
-    let Kind::Select(q) = &a.kind else { panic!() };
-    let (columns, exprs) = (&q.columns, &q.targets);
+    let q = query("SELECT pg_logical_emit_message(false, 'p', 'x')");
     assert_eq!(
-        columns,
-        &vec![Column {
+        q.columns,
+        vec![Column {
             name: "pg_logical_emit_message".into(),
             ty: Lsn
         }]
     );
     assert!(matches!(
-        &exprs[0],
+        &q.targets[0],
         TExpr::Call(Func::EmitMessageText, _, Lsn)
     ));
-    let a = an(
-        "SELECT pg_logical_emit_message(true, 'p', '\\x00'::bytea)",
-        &[],
-        false,
-    )
-    .unwrap();
-    let Kind::Select(q) = &a.kind else { panic!() };
-    let exprs = &q.targets;
+    let q = query("SELECT pg_logical_emit_message(true, 'p', '\\x00'::bytea)");
     assert!(matches!(
-        &exprs[0],
+        &q.targets[0],
         TExpr::Call(Func::EmitMessageBytea, _, Lsn)
     ));
 }
@@ -70,11 +71,7 @@ fn simple_query_has_no_parameters() {
 
 #[test]
 fn undefined_function_message() {
-    let e = an("SELECT foo()", &[], false).unwrap_err();
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        ("42883", "function foo() does not exist")
-    );
+    assert_refused("SELECT foo()", "42883", "function foo() does not exist");
     let e = an("SELECT txid_current(1)", &[], false).unwrap_err();
     assert_eq!(e.message, "function txid_current(integer) does not exist");
     let e = an("SELECT pg_logical_emit_message(1, 'a', 'b')", &[], false).unwrap_err();
@@ -127,9 +124,9 @@ fn column_names_and_types() {
 
 #[test]
 fn unsupported_statement_is_0a000() {
-    let e = an("CREATE TABLE t (a int)", &[], false).unwrap_err();
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        ("0A000", "CREATE TABLE is not supported by walshm")
+    assert_refused(
+        "CREATE TABLE t (a int)",
+        "0A000",
+        "CREATE TABLE is not supported by walshm",
     );
 }

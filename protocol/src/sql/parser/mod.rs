@@ -304,23 +304,8 @@ const PREC_CONCAT: u8 = 7;
 const PREC_ADD: u8 = 8;
 const PREC_MUL: u8 = 9;
 
-/// Keywords that end a target-list item (never a bare alias).
-const SELECT_CLAUSES: &[&str] = &[
-    "from",
-    "where",
-    "group",
-    "having",
-    "order",
-    "limit",
-    "offset",
-    "union",
-    "intersect",
-    "except",
-    "into",
-    "for",
-    "window",
-    "fetch",
-];
+/// The SELECT clauses walshm implements after FROM, in their order.
+const CLAUSES_AFTER_FROM: &[&str] = &["where", "group", "having", "order", "limit", "offset"];
 
 /// SELECT clauses walshm does not implement.
 const UNSUPPORTED_CLAUSES: &[&str] = &[
@@ -333,31 +318,25 @@ const UNSUPPORTED_CLAUSES: &[&str] = &[
     "fetch",
 ];
 
-/// Keywords that cannot be a bare alias of a FROM item.
-const FROM_ALIAS_STOP: &[&str] = &[
-    "where",
-    "group",
-    "having",
-    "order",
-    "limit",
-    "offset",
-    "union",
-    "intersect",
-    "except",
-    "into",
-    "for",
-    "window",
-    "fetch",
-    "join",
-    "inner",
-    "left",
-    "right",
-    "full",
-    "cross",
-    "natural",
-    "on",
-    "using",
-];
+/// Keywords that start a join.
+const JOIN_KEYWORDS: &[&str] = &["join", "inner", "left", "right", "full", "cross", "natural"];
+
+/// A clause that may follow FROM (implemented or not).
+fn is_clause_after_from(kw: &str) -> bool {
+    CLAUSES_AFTER_FROM.contains(&kw) || UNSUPPORTED_CLAUSES.contains(&kw)
+}
+
+/// Keywords that end a target-list item (never a bare alias): FROM and
+/// every clause after it.
+fn ends_select_item(kw: &str) -> bool {
+    kw == "from" || is_clause_after_from(kw)
+}
+
+/// Keywords that cannot be a bare alias of a FROM item: the clauses after
+/// FROM, a join's keywords and its ON / USING.
+fn ends_from_item(kw: &str) -> bool {
+    is_clause_after_from(kw) || JOIN_KEYWORDS.contains(&kw) || kw == "on" || kw == "using"
+}
 
 /// Parses a query string into statements.
 pub fn parse_statements(src: &str) -> Result<Vec<Statement>, SqlError> {
@@ -455,6 +434,16 @@ impl<'a> Parser<'a> {
             self.pos += 1;
         }
         hit
+    }
+
+    /// `kw BY` (GROUP BY, ORDER BY): true once both are eaten; 42601 if
+    /// `kw` is not followed by BY.
+    fn eat_kw_by(&mut self, kw: &str) -> Result<bool, SqlError> {
+        if !self.eat_kw(kw) {
+            return Ok(false);
+        }
+        self.expect_kw("by")?;
+        Ok(true)
     }
 
     fn eat(&mut self, tok: &Tok) -> bool {
@@ -799,17 +788,13 @@ impl<'a> Parser<'a> {
         if self.eat_kw("where") {
             select.filter = Some(self.expr()?.expr);
         }
-        if self.at_kw("group") {
-            self.pos += 1;
-            self.expect_kw("by")?;
+        if self.eat_kw_by("group")? {
             select.group_by = self.expr_list()?;
         }
         if self.eat_kw("having") {
             select.having = Some(self.expr()?.expr);
         }
-        if self.at_kw("order") {
-            self.pos += 1;
-            self.expect_kw("by")?;
+        if self.eat_kw_by("order")? {
             select.order_by = self.order_list()?;
         }
         self.limit_and_offset(&mut select)?;
@@ -830,9 +815,7 @@ impl<'a> Parser<'a> {
     }
 
     fn at_join(&self) -> bool {
-        ["join", "inner", "left", "right", "full", "cross", "natural"]
-            .iter()
-            .any(|kw| self.at_kw(kw))
+        JOIN_KEYWORDS.iter().any(|kw| self.at_kw(kw))
     }
 
     fn expect_kw(&mut self, kw: &str) -> Result<(), SqlError> {
@@ -844,7 +827,7 @@ impl<'a> Parser<'a> {
     }
 
     fn at_select_clause(&self) -> bool {
-        matches!(self.peek().map(|t| &t.tok), Some(Tok::Ident(kw)) if SELECT_CLAUSES.contains(&kw.as_str()))
+        matches!(self.peek().map(|t| &t.tok), Some(Tok::Ident(kw)) if ends_select_item(kw))
     }
 
     fn expr_list(&mut self) -> Result<Vec<Expr>, SqlError> {
@@ -928,21 +911,7 @@ impl<'a> Parser<'a> {
         } else {
             None
         };
-        let alias = if self.eat_kw("as") {
-            Some(self.name()?)
-        } else {
-            match self.peek().map(|t| &t.tok) {
-                Some(Tok::QuotedIdent(s)) => {
-                    self.pos += 1;
-                    Some(s.clone())
-                }
-                Some(Tok::Ident(s)) if !FROM_ALIAS_STOP.contains(&s.as_str()) => {
-                    self.pos += 1;
-                    Some(s.clone())
-                }
-                _ => None,
-            }
-        };
+        let alias = self.alias(ends_from_item)?;
         Ok(FromItem {
             name,
             args,
@@ -961,22 +930,23 @@ impl<'a> Parser<'a> {
             });
         }
         let expr = self.expr()?.expr;
-        let alias = if self.eat_kw("as") {
-            Some(self.name()?)
-        } else {
-            match self.peek().map(|t| &t.tok) {
-                Some(Tok::QuotedIdent(s)) => {
-                    self.pos += 1;
-                    Some(s.clone())
-                }
-                Some(Tok::Ident(s)) if !SELECT_CLAUSES.contains(&s.as_str()) => {
-                    self.pos += 1;
-                    Some(s.clone())
-                }
-                _ => None,
-            }
-        };
+        let alias = self.alias(ends_select_item)?;
         Ok(SelectItem { expr, alias })
+    }
+
+    /// An optional alias: `AS name`, a quoted name, or a bare name that
+    /// `ends_item` does not claim as the keyword after the item.
+    fn alias(&mut self, ends_item: fn(&str) -> bool) -> Result<Option<String>, SqlError> {
+        if self.eat_kw("as") {
+            return Ok(Some(self.name()?));
+        }
+        let alias = match self.peek().map(|t| &t.tok) {
+            Some(Tok::QuotedIdent(s)) => s.clone(),
+            Some(Tok::Ident(s)) if !ends_item(s) => s.clone(),
+            _ => return Ok(None),
+        };
+        self.pos += 1;
+        Ok(Some(alias))
     }
 }
 #[cfg(test)]
