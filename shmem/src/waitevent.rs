@@ -277,27 +277,14 @@ mod tests {
 
     #[test]
     fn encoding_keeps_postgres_type_bytes_and_names() {
-        let cases = [
-            (
-                WaitEvent::lwlock(NamedLock::WalWrite as u32),
-                "LWLock",
-                "WALWrite",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::ProcArray as u32),
-                "LWLock",
-                "ProcArray",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::XidGen as u32),
-                "LWLock",
-                "XidGen",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::WalBufMapping as u32),
-                "LWLock",
-                "WALBufMapping",
-            ),
+        let named_locks = [
+            (NamedLock::WalWrite, "WALWrite"),
+            (NamedLock::ProcArray, "ProcArray"),
+            (NamedLock::XidGen, "XidGen"),
+            (NamedLock::WalBufMapping, "WALBufMapping"),
+        ]
+        .map(|(lock, name)| (WaitEvent::lwlock(lock as u32), "LWLock", name));
+        let others = [
             (WaitEvent::lwlock(TRANCHE_WAL_INSERT), "LWLock", "WALInsert"),
             (WAL_SYNC, "IO", "WALSync"),
             (WAL_WRITE, "IO", "WALWrite"),
@@ -306,7 +293,7 @@ mod tests {
             (SPIN_DELAY, "Timeout", "SpinDelay"),
             (WALWRITER_MAIN, "Activity", "WalWriterMain"),
         ];
-        for (ev, ty, name) in cases {
+        for (ev, ty, name) in named_locks.into_iter().chain(others) {
             assert_eq!(ev.type_name(), Some(ty), "{ev:?}");
             assert_eq!(ev.name(), Some(name), "{ev:?}");
             assert_eq!(ev.label().unwrap(), format!("{ty}:{name}"));
