@@ -105,15 +105,16 @@ mod legacy {
 }
 
 shmem::code_enum! {
-    /// Cluster state, PostgreSQL's DBState (same numbers).
+    /// Cluster state, PostgreSQL's DBState (same numbers), named as
+    /// `pg_controldata` prints it.
     pub enum DbState: u32 {
-        Startup = 0,
-        ShutDown = 1,
-        ShutDownInRecovery = 2,
-        ShuttingDown = 3,
-        InCrashRecovery = 4,
-        InArchiveRecovery = 5,
-        InProduction = 6,
+        Startup = 0 => "starting up",
+        ShutDown = 1 => "shut down",
+        ShutDownInRecovery = 2 => "shut down in recovery",
+        ShuttingDown = 3 => "shutting down",
+        InCrashRecovery = 4 => "in crash recovery",
+        InArchiveRecovery = 5 => "in archive recovery",
+        InProduction = 6 => "in production",
     }
 }
 
@@ -126,19 +127,6 @@ impl DbState {
             2 => Some(DbState::InProduction),
             3 => Some(DbState::InCrashRecovery),
             _ => None,
-        }
-    }
-
-    /// As `pg_controldata` prints it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DbState::Startup => "starting up",
-            DbState::ShutDown => "shut down",
-            DbState::ShutDownInRecovery => "shut down in recovery",
-            DbState::ShuttingDown => "shutting down",
-            DbState::InCrashRecovery => "in crash recovery",
-            DbState::InArchiveRecovery => "in archive recovery",
-            DbState::InProduction => "in production",
         }
     }
 }

@@ -9,7 +9,8 @@
 
 /// Declares a `#[repr($repr)]` enum with `Clone, Copy, Debug, PartialEq,
 /// Eq`, its `ALL` variants in declaration order and `from_code`, the
-/// variant whose discriminant is a code (`None` for an unknown one).
+/// variant whose discriminant is a code (`None` for an unknown one). With
+/// `=> "text"` after every code, also `name`, each variant's text.
 ///
 /// ```
 /// shmem::code_enum! {
@@ -22,9 +23,36 @@
 /// assert_eq!(Colour::from_code(2), Some(Colour::Green));
 /// assert_eq!(Colour::from_code(3), None);
 /// assert_eq!(Colour::ALL, &[Colour::Red, Colour::Green]);
+///
+/// shmem::code_enum! {
+///     /// A shape, as stored, with its name.
+///     pub enum Shape: u32 {
+///         Round = 0 => "round",
+///         Square = 1 => "square",
+///     }
+/// }
+/// assert_eq!(Shape::from_code(1).map(Shape::name), Some("square"));
 /// ```
 #[macro_export]
 macro_rules! code_enum {
+    (
+        $(#[$m:meta])*
+        $vis:vis enum $name:ident : $repr:ident {
+            $( $(#[$vm:meta])* $v:ident = $code:literal => $text:literal, )+
+        }
+    ) => {
+        $crate::code_enum! {
+            $(#[$m])*
+            $vis enum $name: $repr { $( $(#[$vm])* $v = $code, )+ }
+        }
+
+        impl $name {
+            /// The variant's name, as declared.
+            pub fn name(self) -> &'static str {
+                match self { $( $name::$v => $text, )+ }
+            }
+        }
+    };
     (
         $(#[$m:meta])*
         $vis:vis enum $name:ident : $repr:ident {

@@ -65,29 +65,21 @@ pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 pub const LAYOUT_VERSION: u32 = 43;
 
 crate::code_enum! {
-    /// Individually named LWLocks.
+    /// Individually named LWLocks, with their tranche names (the tranche
+    /// id of each is its code).
     pub enum NamedLock: u32 {
-        XidGen = 0,
-        ProcArray = 1,
-        WalWrite = 2,
-        WalBufMapping = 3,
-        ControlFile = 4,
-        Checkpoint = 5,
+        XidGen = 0 => "XidGen",
+        ProcArray = 1 => "ProcArray",
+        WalWrite = 2 => "WALWrite",
+        WalBufMapping = 3 => "WALBufMapping",
+        ControlFile = 4 => "ControlFile",
+        Checkpoint = 5 => "Checkpoint",
         /// Used by the `lwlock` workload.
-        Test = 6,
+        Test = 6 => "Test",
     }
 }
 
 pub const NUM_NAMED_LOCKS: usize = NamedLock::ALL.len();
-pub const NAMED_LOCK_NAMES: [&str; NUM_NAMED_LOCKS] = [
-    "XidGen",
-    "ProcArray",
-    "WALWrite",
-    "WALBufMapping",
-    "ControlFile",
-    "Checkpoint",
-    "Test",
-];
 /// Tranche id of the WAL insertion locks (named locks use their index).
 pub const TRANCHE_WAL_INSERT: u32 = 100;
 

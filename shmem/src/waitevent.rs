@@ -105,10 +105,10 @@ impl WaitEvent {
 /// The name of LWLock tranche `tranche` (PostgreSQL's tranche names).
 #[cfg(not(loom))]
 pub fn tranche_name(tranche: u32) -> &'static str {
-    use crate::segment::{NAMED_LOCK_NAMES, TRANCHE_WAL_INSERT};
+    use crate::segment::{NamedLock, TRANCHE_WAL_INSERT};
     match tranche {
         TRANCHE_WAL_INSERT => "WALInsert",
-        t => NAMED_LOCK_NAMES.get(t as usize).copied().unwrap_or("???"),
+        t => NamedLock::from_code(t).map_or("???", NamedLock::name),
     }
 }
 
