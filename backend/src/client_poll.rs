@@ -217,17 +217,34 @@ mod tests {
         Segment(Shmem::create(&settings, 4, 1).unwrap())
     }
 
+    /// A polling stream over one end of a socket pair, as on two CPUs, and
+    /// the peer's end.
+    fn stream(seg: &Segment) -> (PollingStream<'_, UnixStream>, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut s = PollingStream::new(a, &seg.0);
+        s.cpus = 2;
+        (s, b)
+    }
+
+    /// The peer writes `bytes` after `ms` milliseconds, from a thread that
+    /// hands the peer's end back.
+    fn write_later(
+        mut b: UnixStream,
+        ms: u64,
+        bytes: &'static [u8],
+    ) -> std::thread::JoinHandle<UnixStream> {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            b.write_all(bytes).unwrap();
+            b
+        })
+    }
+
     #[test]
     fn reads_what_arrives_during_the_poll_then_eof() {
         let seg = segment("poll-data", 10_000);
-        let (a, mut b) = UnixStream::pair().unwrap();
-        let mut s = PollingStream::new(a, &seg.0);
-        s.cpus = 2;
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(2));
-            b.write_all(b"hello").unwrap();
-            b
-        });
+        let (mut s, b) = stream(&seg);
+        let writer = write_later(b, 2, b"hello");
         let mut buf = [0u8; 16];
         assert_eq!(s.read(&mut buf).unwrap(), 5);
         assert_eq!(&buf[..5], b"hello");
@@ -248,9 +265,7 @@ mod tests {
     #[test]
     fn polls_only_while_sessions_leave_cpus_to_spare() {
         let seg = segment("poll-cpus", 100);
-        let (a, _b) = UnixStream::pair().unwrap();
-        let mut s = PollingStream::new(a, &seg.0);
-        s.cpus = 2;
+        let (s, _b) = stream(&seg);
         assert!(s.cpus_to_spare(), "no session yet");
         let first = seg.0.alloc_backend_proc(1).unwrap();
         assert!(s.cpus_to_spare(), "one session on two CPUs");
@@ -263,19 +278,13 @@ mod tests {
     #[test]
     fn an_exhausted_poll_falls_back_to_the_blocking_read() {
         let seg = segment("poll-block", 50);
-        let (a, mut b) = UnixStream::pair().unwrap();
-        let mut s = PollingStream::new(a, &seg.0);
-        s.cpus = 2;
+        let (mut s, b) = stream(&seg);
         let mut buf = [0u8; 4];
         assert!(
             matches!(s.poll_read(&mut buf), Polled::Nothing),
             "nothing to read yet"
         );
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            b.write_all(b"late").unwrap();
-            b
-        });
+        let writer = write_later(b, 20, b"late");
         let t = Instant::now();
         assert_eq!(s.read(&mut buf).unwrap(), 4);
         assert!(
@@ -310,14 +319,8 @@ mod tests {
     #[test]
     fn a_slow_client_stops_the_polling_and_data_already_there_does_not_restart_it() {
         let seg = segment("poll-adapt", 200);
-        let (a, mut b) = UnixStream::pair().unwrap();
-        let mut s = PollingStream::new(a, &seg.0);
-        s.cpus = 2;
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
-            b.write_all(b"late").unwrap();
-            b
-        });
+        let (mut s, b) = stream(&seg);
+        let writer = write_later(b, 5, b"late");
         let mut buf = [0u8; 4];
         assert_eq!(s.read(&mut buf).unwrap(), 4);
         assert_eq!(s.backoff.skip, 1, "the poll ran out: the next read blocks");

@@ -104,33 +104,21 @@ mod legacy {
     pub const LEN: usize = 76;
 }
 
-/// Cluster state, PostgreSQL's DBState (same numbers).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DbState {
-    Startup = 0,
-    ShutDown = 1,
-    ShutDownInRecovery = 2,
-    ShuttingDown = 3,
-    InCrashRecovery = 4,
-    InArchiveRecovery = 5,
-    InProduction = 6,
+shmem::code_enum! {
+    /// Cluster state, PostgreSQL's DBState (same numbers), named as
+    /// `pg_controldata` prints it.
+    pub enum DbState: u32 {
+        Startup = 0 => "starting up",
+        ShutDown = 1 => "shut down",
+        ShutDownInRecovery = 2 => "shut down in recovery",
+        ShuttingDown = 3 => "shutting down",
+        InCrashRecovery = 4 => "in crash recovery",
+        InArchiveRecovery = 5 => "in archive recovery",
+        InProduction = 6 => "in production",
+    }
 }
 
 impl DbState {
-    fn from_u32(v: u32) -> Option<DbState> {
-        Some(match v {
-            0 => DbState::Startup,
-            1 => DbState::ShutDown,
-            2 => DbState::ShutDownInRecovery,
-            3 => DbState::ShuttingDown,
-            4 => DbState::InCrashRecovery,
-            5 => DbState::InArchiveRecovery,
-            6 => DbState::InProduction,
-            _ => return None,
-        })
-    }
-
     /// The state of walshm's previous format (1 shut down, 2 in
     /// production, 3 in crash recovery).
     fn from_legacy(v: u32) -> Option<DbState> {
@@ -139,19 +127,6 @@ impl DbState {
             2 => Some(DbState::InProduction),
             3 => Some(DbState::InCrashRecovery),
             _ => None,
-        }
-    }
-
-    /// As `pg_controldata` prints it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DbState::Startup => "starting up",
-            DbState::ShutDown => "shut down",
-            DbState::ShutDownInRecovery => "shut down in recovery",
-            DbState::ShuttingDown => "shutting down",
-            DbState::InCrashRecovery => "in crash recovery",
-            DbState::InArchiveRecovery => "in archive recovery",
-            DbState::InProduction => "in production",
         }
     }
 }
@@ -311,7 +286,7 @@ impl ControlFile {
         }
         let state = u32_at(b, at::STATE);
         let state =
-            DbState::from_u32(state).ok_or_else(|| bad(format!("unknown state {state}")))?;
+            DbState::from_code(state).ok_or_else(|| bad(format!("unknown state {state}")))?;
         let page = u32_at(b, at::XLOG_BLCKSZ);
         if page as usize != walformat::XLOG_BLCKSZ {
             return Err(bad(format!(
@@ -445,7 +420,7 @@ mod tests {
     fn round_trip_in_every_state() {
         for state in 0..7 {
             let c = ControlFile {
-                state: DbState::from_u32(state).unwrap(),
+                state: DbState::from_code(state).unwrap(),
                 ..sample()
             };
             let b = c.encode();

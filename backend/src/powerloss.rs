@@ -80,26 +80,14 @@ pub const NO_IMAGE: u32 = 2;
 /// (a write through an O_DSYNC descriptor), not the whole file.
 pub const SYNC_RANGE: u32 = 4;
 
-/// What a record says happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Write = 1,
-    Sync = 2,
-    Create = 3,
-    Rename = 4,
-    DirSync = 5,
-}
-
-impl Kind {
-    fn from_u16(v: u16) -> Option<Kind> {
-        Some(match v {
-            1 => Kind::Write,
-            2 => Kind::Sync,
-            3 => Kind::Create,
-            4 => Kind::Rename,
-            5 => Kind::DirSync,
-            _ => return None,
-        })
+shmem::code_enum! {
+    /// What a record says happened.
+    pub enum Kind: u16 {
+        Write = 1,
+        Sync = 2,
+        Create = 3,
+        Rename = 4,
+        DirSync = 5,
     }
 }
 
@@ -156,7 +144,7 @@ impl Record {
         if b.len() < HEADER || u32_at(b, 0) != MAGIC {
             return None;
         }
-        let kind = Kind::from_u16(u16::from_le_bytes([b[4], b[5]]))?;
+        let kind = Kind::from_code(u16::from_le_bytes([b[4], b[5]]))?;
         let path_len = u16::from_le_bytes([b[6], b[7]]) as usize;
         let data_len = u32_at(b, 32) as usize;
         let total = HEADER + path_len + data_len;

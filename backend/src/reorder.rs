@@ -263,6 +263,15 @@ mod tests {
         }
     }
 
+    /// The texts of what `r` delivers as `recs` are added, one list a
+    /// delivery.
+    fn delivered(r: &mut Reorder, recs: &[DecodedRecord]) -> Vec<Vec<String>> {
+        recs.iter()
+            .filter_map(|x| r.add(x))
+            .map(|c| texts(&c))
+            .collect()
+    }
+
     #[test]
     fn commits_deliver_in_commit_order_and_aborts_vanish() {
         let mut r = Reorder::new(0, 0x100);
@@ -276,11 +285,7 @@ mod tests {
             abort(12, 0x280),
             commit(10, 0x2c0),
         ];
-        let out: Vec<Vec<String>> = recs
-            .iter()
-            .filter_map(|x| r.add(x))
-            .map(|c| texts(&c))
-            .collect();
+        let out = delivered(&mut r, &recs);
         assert_eq!(out, vec![vec!["n"], vec!["b1"], vec!["a1", "a2"]]);
         assert_eq!(r.pending(), 0);
     }
@@ -296,11 +301,7 @@ mod tests {
             msg(0, false, "late", 0x200),
             commit(11, 0x240),
         ];
-        let out: Vec<Vec<String>> = recs
-            .iter()
-            .filter_map(|x| r.add(x))
-            .map(|c| texts(&c))
-            .collect();
+        let out = delivered(&mut r, &recs);
         assert_eq!(out, vec![vec!["late"], vec!["b"]]);
     }
 

@@ -50,7 +50,7 @@
 
 use crate::context::ProcContext;
 use crate::process::{log, shutdown_requested, CANCEL_REQUESTED, EXIT_FATAL};
-use shmem::sync::Ordering;
+use shmem::sync::{AtomicU32, Ordering};
 use shmem::walsnd::standby_names::{self, Method, StandbyNames};
 use shmem::walsnd::{sync_state, wait_mode, wait_state, ReplCtl, SyncCommit, SyncRepWaiter};
 use shmem::Shmem;
@@ -221,25 +221,33 @@ fn enqueue(shm: &Shmem, procno: u32, lsn: u64, mode: u32) -> bool {
     true
 }
 
+/// The forward link out of entry `at` (procno + 1): its `next`, or for 0
+/// (before the first entry) the queue's head.
+fn next_link<'a>(ctl: &'a ReplCtl, waiters: &'a [SyncRepWaiter], at: u32) -> &'a AtomicU32 {
+    match at {
+        0 => &ctl.queue_head,
+        a => &waiters[a as usize - 1].next,
+    }
+}
+
+/// The backward link out of entry `at` (procno + 1): its `prev`, or for 0
+/// (after the last entry) the queue's tail.
+fn prev_link<'a>(ctl: &'a ReplCtl, waiters: &'a [SyncRepWaiter], at: u32) -> &'a AtomicU32 {
+    match at {
+        0 => &ctl.queue_tail,
+        n => &waiters[n as usize - 1].prev,
+    }
+}
+
 /// Links entry `me` (procno + 1) after `after` (0: at the head). Caller
 /// holds the lock.
 fn link_after(ctl: &ReplCtl, waiters: &[SyncRepWaiter], me: u32, after: u32) {
-    let next = if after == 0 {
-        ctl.queue_head.load(Ordering::Relaxed)
-    } else {
-        waiters[after as usize - 1].next.load(Ordering::Relaxed)
-    };
+    let next = next_link(ctl, waiters, after).load(Ordering::Relaxed);
     let w = &waiters[me as usize - 1];
     w.prev.store(after, Ordering::Relaxed);
     w.next.store(next, Ordering::Relaxed);
-    match after {
-        0 => ctl.queue_head.store(me, Ordering::Relaxed),
-        a => waiters[a as usize - 1].next.store(me, Ordering::Relaxed),
-    }
-    match next {
-        0 => ctl.queue_tail.store(me, Ordering::Relaxed),
-        n => waiters[n as usize - 1].prev.store(me, Ordering::Relaxed),
-    }
+    next_link(ctl, waiters, after).store(me, Ordering::Relaxed);
+    prev_link(ctl, waiters, next).store(me, Ordering::Relaxed);
 }
 
 /// Unlinks entry `me` (procno + 1). Caller holds the lock.
@@ -249,14 +257,8 @@ fn unlink(ctl: &ReplCtl, waiters: &[SyncRepWaiter], me: u32) {
         w.prev.load(Ordering::Relaxed),
         w.next.load(Ordering::Relaxed),
     );
-    match prev {
-        0 => ctl.queue_head.store(next, Ordering::Relaxed),
-        p => waiters[p as usize - 1].next.store(next, Ordering::Relaxed),
-    }
-    match next {
-        0 => ctl.queue_tail.store(prev, Ordering::Relaxed),
-        n => waiters[n as usize - 1].prev.store(prev, Ordering::Relaxed),
-    }
+    next_link(ctl, waiters, prev).store(next, Ordering::Relaxed);
+    prev_link(ctl, waiters, next).store(prev, Ordering::Relaxed);
     w.prev.store(0, Ordering::Relaxed);
     w.next.store(0, Ordering::Relaxed);
 }

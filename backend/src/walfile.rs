@@ -347,28 +347,20 @@ pub fn copy_file(op: Op, from: &Path, to: &Path) -> std::io::Result<()> {
 /// with `fsync`, fsyncs it and its directory (archive status files).
 pub fn create_marker_file(path: &Path, fsync: bool) -> std::io::Result<()> {
     fail(Op::ArchiveStatus)?;
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)?;
-    if fsync {
-        f.sync_all()?;
-        sync_dir(path.parent().expect("marker file has a directory"))?;
-    }
-    Ok(())
+    create_empty(OpenOptions::new().create(true).truncate(false), path, fsync)
 }
 
 /// Creates the empty file `path`, failing with AlreadyExists if it exists
 /// (one creator wins); with `fsync`, fsyncs it and its directory.
 pub fn create_new_file(op: Op, path: &Path, fsync: bool) -> std::io::Result<()> {
     fail(op)?;
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
+    create_empty(OpenOptions::new().create_new(true), path, fsync)
+}
+
+/// Opens `path` for writing as `how` says, mode 0600 if it creates it,
+/// and with `fsync` fsyncs the file and its directory.
+fn create_empty(how: &mut OpenOptions, path: &Path, fsync: bool) -> std::io::Result<()> {
+    let f = how.write(true).mode(0o600).open(path)?;
     if fsync {
         f.sync_all()?;
         sync_dir(path.parent().expect("file has a directory"))?;

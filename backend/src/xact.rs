@@ -138,13 +138,7 @@ impl<'a> Xact<'a> {
     /// Aborts: an ABORT record if an XID was assigned (never flushed: an
     /// abort needs no durability), then the XID is cleared.
     pub fn abort(&mut self) -> Option<Inserted> {
-        if self.xid == 0 {
-            return None;
-        }
-        let xid = self.xid;
-        walformat::abort_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
-        self.me.crit.set_phase(XACT_ABORTING);
-        let at = self.xlog.insert(&mut self.commit_buf);
+        let (xid, at) = self.insert_end_record(walformat::abort_record_into, XACT_ABORTING)?;
         self.procarray.end_transaction(xid);
         self.me.crit.set_phase(XACT_NONE);
         self.xid = 0;
@@ -177,13 +171,7 @@ impl<'a> Xact<'a> {
     /// transaction had no XID and so wrote no commit record). When this
     /// returns with a synchronous commit, the commit is durable.
     pub fn commit(&mut self) -> Option<Inserted> {
-        if self.xid == 0 {
-            return None;
-        }
-        let xid = self.xid;
-        walformat::commit_record_into(&mut self.commit_buf, xid, walformat::pg_now_us());
-        self.me.crit.set_phase(XACT_COMMITTING);
-        let at = self.xlog.insert(&mut self.commit_buf);
+        let (xid, at) = self.insert_end_record(walformat::commit_record_into, XACT_COMMITTING)?;
         let durable = self.commit_waits();
         if durable && self.may_defer() {
             // Steps 2-3 are the walwriter's, or `finish_prepared`'s.
@@ -204,6 +192,25 @@ impl<'a> Xact<'a> {
         self.xid = 0;
         ProcCounters::bump(&self.me.counters.transactions, 1);
         Some(at)
+    }
+
+    /// Inserts the transaction's end record (COMMIT or ABORT, built by
+    /// `build` at the current time) after announcing `phase` (see
+    /// `shmem::crit`); returns the XID and where the record went, or None
+    /// if no XID was assigned (no record then).
+    #[inline]
+    fn insert_end_record(
+        &mut self,
+        build: fn(&mut RecordBuf, u32, i64),
+        phase: u32,
+    ) -> Option<(u32, Inserted)> {
+        if self.xid == 0 {
+            return None;
+        }
+        let xid = self.xid;
+        build(&mut self.commit_buf, xid, walformat::pg_now_us());
+        self.me.crit.set_phase(phase);
+        Some((xid, self.xlog.insert(&mut self.commit_buf)))
     }
 
     /// Whether this durable commit may leave its flush to the walwriter:

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod clock;
+pub mod code_enum;
 pub mod crit;
 #[cfg(not(loom))]
 pub mod futex;

@@ -84,33 +84,18 @@ pub enum Request {
     Detach,
 }
 
-/// The server's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u16)]
-pub enum Status {
-    Ok = 0,
-    Full = 1,
-    StartingUp = 2,
-    ShuttingDown = 3,
-    Refused = 4,
-    Detached = 5,
-    /// Too many registrations in progress, or observers attached; `limit`
-    /// is the cap that was hit.
-    Busy = 6,
-}
-
-impl Status {
-    fn from_wire(v: u16) -> Option<Status> {
-        Some(match v {
-            0 => Status::Ok,
-            1 => Status::Full,
-            2 => Status::StartingUp,
-            3 => Status::ShuttingDown,
-            4 => Status::Refused,
-            5 => Status::Detached,
-            6 => Status::Busy,
-            _ => return None,
-        })
+crate::code_enum! {
+    /// The server's answer.
+    pub enum Status: u16 {
+        Ok = 0,
+        Full = 1,
+        StartingUp = 2,
+        ShuttingDown = 3,
+        Refused = 4,
+        Detached = 5,
+        /// Too many registrations in progress, or observers attached; `limit`
+        /// is the cap that was hit.
+        Busy = 6,
     }
 }
 
@@ -174,7 +159,7 @@ impl Reply {
         check_magic_and_version(magic, version)?;
         let raw_status = u16::from_le_bytes([b[6], b[7]]);
         let status =
-            Status::from_wire(raw_status).ok_or_else(|| format!("unknown status {raw_status}"))?;
+            Status::from_code(raw_status).ok_or_else(|| format!("unknown status {raw_status}"))?;
         let procno = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
         let mut generation = [0u8; 8];
         generation.copy_from_slice(&b[16..24]);

@@ -64,45 +64,37 @@ pub const SHMEM_MAGIC: u64 = u64::from_le_bytes(*b"WALSHM\0\x01");
 /// changes.
 pub const LAYOUT_VERSION: u32 = 43;
 
-/// Individually named LWLocks.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NamedLock {
-    XidGen = 0,
-    ProcArray = 1,
-    WalWrite = 2,
-    WalBufMapping = 3,
-    ControlFile = 4,
-    Checkpoint = 5,
-    /// Used by the `lwlock` workload.
-    Test = 6,
+crate::code_enum! {
+    /// Individually named LWLocks, with their tranche names (the tranche
+    /// id of each is its code).
+    pub enum NamedLock: u32 {
+        XidGen = 0 => "XidGen",
+        ProcArray = 1 => "ProcArray",
+        WalWrite = 2 => "WALWrite",
+        WalBufMapping = 3 => "WALBufMapping",
+        ControlFile = 4 => "ControlFile",
+        Checkpoint = 5 => "Checkpoint",
+        /// Used by the `lwlock` workload.
+        Test = 6 => "Test",
+    }
 }
 
-pub const NUM_NAMED_LOCKS: usize = 7;
-pub const NAMED_LOCK_NAMES: [&str; NUM_NAMED_LOCKS] = [
-    "XidGen",
-    "ProcArray",
-    "WALWrite",
-    "WALBufMapping",
-    "ControlFile",
-    "Checkpoint",
-    "Test",
-];
+pub const NUM_NAMED_LOCKS: usize = NamedLock::ALL.len();
 /// Tranche id of the WAL insertion locks (named locks use their index).
 pub const TRANCHE_WAL_INSERT: u32 = 100;
 
-/// Auxiliary processes have fixed proc slots after the backends'.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuxProc {
-    Startup = 0,
-    Walwriter = 1,
-    Checkpointer = 2,
-    /// Finishes what a dead attached process or session left
-    /// (`backend::abandoned`), one at a time.
-    Cleaner = 3,
+crate::code_enum! {
+    /// Auxiliary processes have fixed proc slots after the backends'.
+    pub enum AuxProc: u32 {
+        Startup = 0,
+        Walwriter = 1,
+        Checkpointer = 2,
+        /// Finishes what a dead attached process or session left
+        /// (`backend::abandoned`), one at a time.
+        Cleaner = 3,
+    }
 }
-pub const NUM_AUX_PROCS: u32 = 4;
+pub const NUM_AUX_PROCS: u32 = AuxProc::ALL.len() as u32;
 
 /// A named LWLock alone on its line.
 #[repr(C, align(128))]

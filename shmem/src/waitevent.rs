@@ -105,10 +105,10 @@ impl WaitEvent {
 /// The name of LWLock tranche `tranche` (PostgreSQL's tranche names).
 #[cfg(not(loom))]
 pub fn tranche_name(tranche: u32) -> &'static str {
-    use crate::segment::{NAMED_LOCK_NAMES, TRANCHE_WAL_INSERT};
+    use crate::segment::{NamedLock, TRANCHE_WAL_INSERT};
     match tranche {
         TRANCHE_WAL_INSERT => "WALInsert",
-        t => NAMED_LOCK_NAMES.get(t as usize).copied().unwrap_or("???"),
+        t => NamedLock::from_code(t).map_or("???", NamedLock::name),
     }
 }
 
@@ -277,27 +277,14 @@ mod tests {
 
     #[test]
     fn encoding_keeps_postgres_type_bytes_and_names() {
-        let cases = [
-            (
-                WaitEvent::lwlock(NamedLock::WalWrite as u32),
-                "LWLock",
-                "WALWrite",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::ProcArray as u32),
-                "LWLock",
-                "ProcArray",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::XidGen as u32),
-                "LWLock",
-                "XidGen",
-            ),
-            (
-                WaitEvent::lwlock(NamedLock::WalBufMapping as u32),
-                "LWLock",
-                "WALBufMapping",
-            ),
+        let named_locks = [
+            (NamedLock::WalWrite, "WALWrite"),
+            (NamedLock::ProcArray, "ProcArray"),
+            (NamedLock::XidGen, "XidGen"),
+            (NamedLock::WalBufMapping, "WALBufMapping"),
+        ]
+        .map(|(lock, name)| (WaitEvent::lwlock(lock as u32), "LWLock", name));
+        let others = [
             (WaitEvent::lwlock(TRANCHE_WAL_INSERT), "LWLock", "WALInsert"),
             (WAL_SYNC, "IO", "WALSync"),
             (WAL_WRITE, "IO", "WALWrite"),
@@ -306,7 +293,7 @@ mod tests {
             (SPIN_DELAY, "Timeout", "SpinDelay"),
             (WALWRITER_MAIN, "Activity", "WalWriterMain"),
         ];
-        for (ev, ty, name) in cases {
+        for (ev, ty, name) in named_locks.into_iter().chain(others) {
             assert_eq!(ev.type_name(), Some(ty), "{ev:?}");
             assert_eq!(ev.name(), Some(name), "{ev:?}");
             assert_eq!(ev.label().unwrap(), format!("{ty}:{name}"));

@@ -37,6 +37,7 @@
 
 pub mod chart;
 pub mod cli;
+pub mod command;
 pub mod experiments;
 pub mod machine;
 pub mod observe;

@@ -222,25 +222,6 @@ fn sample(shm: &Shmem, procnos: &[u32]) -> Sample {
     s
 }
 
-fn init_datadir(postmaster: &Path, dir: &Path) -> Result<(), String> {
-    if dir.join("global").join("pg_control").exists() {
-        return Ok(());
-    }
-    let out = Command::new(postmaster)
-        .args(["init", "-D"])
-        .arg(dir)
-        .output()
-        .map_err(|e| format!("could not run postmaster init: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "postmaster init failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
 /// Starts the server for point `p` on `dir`, in a process group of its own,
 /// its log in `log_path`.
 fn start_server(
@@ -280,7 +261,7 @@ pub fn measure(postmaster: &Path, p: &PointSpec) -> Result<Measured, String> {
             tmp.path().join("data")
         }
     };
-    init_datadir(postmaster, &dir)?;
+    crate::command::init_if_needed(postmaster, &dir, &[])?;
     let log_path = dir.with_file_name(format!(
         "walbench-{}-{}.log",
         std::process::id(),

@@ -378,26 +378,34 @@ impl DecodedRecord {
 
     /// Whether this is a Transaction COMMIT record.
     pub fn is_commit(&self) -> bool {
-        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_COMMIT
+        self.is_xact(XLOG_XACT_COMMIT)
     }
 
     /// `xact_time` of a COMMIT record.
     pub fn commit_time(&self) -> Option<i64> {
-        if !self.is_commit() || self.main_data.len() < SIZE_OF_XACT_COMMIT {
-            return None;
-        }
-        Some(get_u64(&self.main_data, 0) as i64)
+        self.xact_time(XLOG_XACT_COMMIT)
     }
 
     /// Whether this is a Transaction ABORT record.
     pub fn is_abort(&self) -> bool {
-        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == XLOG_XACT_ABORT
+        self.is_xact(XLOG_XACT_ABORT)
     }
 
     /// `xact_time` of an ABORT record (`xl_xact_abort` has the same leading
     /// field as `xl_xact_commit`).
     pub fn abort_time(&self) -> Option<i64> {
-        if !self.is_abort() || self.main_data.len() < SIZE_OF_XACT_COMMIT {
+        self.xact_time(XLOG_XACT_ABORT)
+    }
+
+    /// Whether this is a Transaction record of kind `op` (`XLOG_XACT_*`).
+    fn is_xact(&self, op: u8) -> bool {
+        self.rmid == RM_XACT_ID && self.info & XLOG_XACT_OPMASK == op
+    }
+
+    /// `xact_time` of a Transaction record of kind `op` whose main data
+    /// starts as `xl_xact_commit` does.
+    fn xact_time(&self, op: u8) -> Option<i64> {
+        if !self.is_xact(op) || self.main_data.len() < SIZE_OF_XACT_COMMIT {
             return None;
         }
         Some(get_u64(&self.main_data, 0) as i64)

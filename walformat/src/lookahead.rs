@@ -509,8 +509,22 @@ mod tests {
         lsns
     }
 
+    /// A fresh directory holding [`write_wal`]'s segments, and their LSNs.
+    fn wal_dir(tag: &str) -> (Dir, Vec<Lsn>) {
+        let d = Dir::new(tag);
+        let lsns = write_wal(&d.0);
+        (d, lsns)
+    }
+
     fn seg_path(dir: &Path, segno: u64) -> PathBuf {
         dir.join(geo().file_name(1, segno))
+    }
+
+    /// Rewrites segment `segno` in `dir` as `edit` changes its bytes.
+    fn edit_segment(dir: &Path, segno: u64, edit: impl FnOnce(&mut Vec<u8>)) {
+        let mut data = std::fs::read(seg_path(dir, segno)).unwrap();
+        edit(&mut data);
+        std::fs::write(seg_path(dir, segno), &data).unwrap();
     }
 
     /// Offset, in its segment, of the page after the one holding `lsn`.
@@ -520,8 +534,7 @@ mod tests {
 
     #[test]
     fn valid_page_after_stop_counts() {
-        let d = Dir::new("valid");
-        let lsns = write_wal(&d.0);
+        let (d, lsns) = wal_dir("valid");
         // Pretend reading stopped at record 10 (say a flipped byte there).
         let stop = lsns[10];
         let la = look_ahead(&d.0, geo(), 1, SYSID, stop).unwrap();
@@ -554,9 +567,8 @@ mod tests {
 
     #[test]
     fn valid_wal_only_inside_the_window_is_a_power_loss_tail() {
-        let d = Dir::new("window");
+        let (d, lsns) = wal_dir("window");
         let g = geo();
-        let lsns = write_wal(&d.0);
         // Reading stopped in segment 2 (the last), valid pages follow in it.
         let i = lsns
             .iter()
@@ -573,9 +585,8 @@ mod tests {
 
     #[test]
     fn record_crossing_out_of_the_window_is_damage() {
-        let d = Dir::new("crossing");
+        let (d, lsns) = wal_dir("crossing");
         let g = geo();
-        let lsns = write_wal(&d.0);
         // The record that continues from segment 1 into segment 2.
         let k = lsns.iter().rposition(|l| *l < g.seg_start(2)).unwrap();
         let crossing = lsns[k];
@@ -588,12 +599,10 @@ mod tests {
             .rposition(|l| *l + 4 * BLCKSZ < crossing)
             .unwrap();
         let stop = lsns[stop_i];
-        let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
         let from = next_page_offset(&g, stop);
         let to = (g.seg_offset(crossing) - g.seg_offset(crossing) % BLCKSZ) as usize;
         assert!(from < to);
-        data[from..to].fill(0);
-        std::fs::write(seg_path(&d.0, 1), &data).unwrap();
+        edit_segment(&d.0, 1, |data| data[from..to].fill(0));
         let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
         let found = la.found.clone().expect("valid WAL after the stop");
         assert!(found.first_record < crossing, "{found:?}");
@@ -608,8 +617,7 @@ mod tests {
 
     #[test]
     fn nothing_after_the_end_counts_nothing() {
-        let d = Dir::new("end");
-        let lsns = write_wal(&d.0);
+        let (d, lsns) = wal_dir("end");
         let end = {
             let mut r = WalReader::open(&d.0, geo(), 1, Some(SYSID), lsns[0]).unwrap();
             while r.next_record().unwrap().is_some() {}
@@ -623,8 +631,7 @@ mod tests {
 
     #[test]
     fn recycled_page_with_an_old_address_does_not_count() {
-        let d = Dir::new("recycled");
-        let lsns = write_wal(&d.0);
+        let (d, lsns) = wal_dir("recycled");
         let g = geo();
         // Segment 1 renamed to segment 5, as the checkpointer recycles it:
         // valid pages and records, but the addresses of segment 1.
@@ -637,53 +644,45 @@ mod tests {
         assert_eq!(la.pages, g.seg_size / BLCKSZ);
         // A lone page with a wrong (older) address inside segment 1.
         let stop = lsns[4];
-        let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
         let page_off = next_page_offset(&g, stop);
-        data[page_off + BLCKSZ as usize..].fill(0);
-        let old_addr = g.seg_start(1) + page_off as u64 - 2 * BLCKSZ;
-        let hdr = read_page_header(&data[page_off..]).unwrap();
-        write_page_header(&mut data[page_off..], &g, old_addr, 1, SYSID, hdr.rem_len);
-        std::fs::write(seg_path(&d.0, 1), &data).unwrap();
+        edit_segment(&d.0, 1, |data| {
+            data[page_off + BLCKSZ as usize..].fill(0);
+            let old_addr = g.seg_start(1) + page_off as u64 - 2 * BLCKSZ;
+            let hdr = read_page_header(&data[page_off..]).unwrap();
+            write_page_header(&mut data[page_off..], &g, old_addr, 1, SYSID, hdr.rem_len);
+        });
         let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
         assert_eq!(la.found, None, "page with an older address counted: {la:?}");
     }
 
     #[test]
     fn pre_initialized_and_foreign_pages_do_not_count() {
-        let d = Dir::new("preinit");
+        let (d, lsns) = wal_dir("preinit");
         let g = geo();
-        let lsns = write_wal(&d.0);
         let stop = lsns[4];
-        let mut data = std::fs::read(seg_path(&d.0, 1)).unwrap();
         let page_off = next_page_offset(&g, stop);
         // Pages after the stop: headers with their own addresses, no record.
-        data[page_off..].fill(0);
-        for off in (page_off..data.len()).step_by(XLOG_BLCKSZ) {
-            write_page_header(
-                &mut data[off..],
-                &g,
-                g.seg_start(1) + off as u64,
-                1,
-                SYSID,
-                0,
-            );
-        }
-        std::fs::write(seg_path(&d.0, 1), &data).unwrap();
+        edit_segment(&d.0, 1, |data| {
+            data[page_off..].fill(0);
+            for off in (page_off..data.len()).step_by(XLOG_BLCKSZ) {
+                let addr = g.seg_start(1) + off as u64;
+                write_page_header(&mut data[off..], &g, addr, 1, SYSID, 0);
+            }
+        });
         // Segment 2 from another system (its short pages carry our
         // addresses too, but the long header says foreign).
-        let mut seg2 = std::fs::read(seg_path(&d.0, 2)).unwrap();
-        seg2[BLCKSZ as usize..].fill(0);
-        write_page_header(&mut seg2, &g, g.seg_start(2), 1, SYSID + 1, 0);
-        std::fs::write(seg_path(&d.0, 2), &seg2).unwrap();
+        edit_segment(&d.0, 2, |seg2| {
+            seg2[BLCKSZ as usize..].fill(0);
+            write_page_header(seg2, &g, g.seg_start(2), 1, SYSID + 1, 0);
+        });
         let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
         assert_eq!(la.found, None, "{la:?}");
     }
 
     #[test]
     fn misplaced_segment_with_a_later_address_counts() {
-        let d = Dir::new("swap");
+        let (d, _) = wal_dir("swap");
         let g = geo();
-        write_wal(&d.0);
         // Segment 2's content under segment 1's name... and nothing else.
         std::fs::rename(seg_path(&d.0, 2), seg_path(&d.0, 1)).unwrap();
         let la = look_ahead(&d.0, g, 1, SYSID, g.seg_start(1)).unwrap();
@@ -697,9 +696,8 @@ mod tests {
 
     #[test]
     fn truncated_segment_is_examined_as_far_as_it_goes() {
-        let d = Dir::new("trunc");
+        let (d, _) = wal_dir("trunc");
         let g = geo();
-        write_wal(&d.0);
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(seg_path(&d.0, 2))

@@ -261,20 +261,19 @@ impl MechanismTotals {
     }
 }
 
-/// A `#[repr(u32)]` enum stored in shared memory, with its text.
+/// A `#[repr(u32)]` enum stored in shared memory (`code_enum!`), with its
+/// text.
 macro_rules! coded_enum {
     ($(#[$m:meta])* $name:ident { $( $(#[$vm:meta])* $v:ident = $code:literal => $text:expr, )+ }) => {
-        $(#[$m])*
-        #[repr(u32)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum $name { $( $(#[$vm])* $v = $code, )+ }
+        $crate::code_enum! {
+            $(#[$m])*
+            pub enum $name: u32 { $( $(#[$vm])* $v = $code, )+ }
+        }
 
         impl $name {
-            pub const ALL: &'static [$name] = &[$( $name::$v, )+];
-
             /// The variant coded `v` (the first one for an unknown code).
             pub fn from_u32(v: u32) -> $name {
-                Self::ALL.iter().copied().find(|x| *x as u32 == v).unwrap_or(Self::ALL[0])
+                Self::from_code(v).unwrap_or(Self::ALL[0])
             }
 
             /// PostgreSQL's text for it (None: NULL).

@@ -32,6 +32,16 @@ pub fn peer_ip(fd: RawFd) -> Option<std::net::IpAddr> {
     }
 }
 
+/// Whether a read's error only says that it was cut short: a signal
+/// interrupted it, the receive timeout ([`set_timeout`]) expired, or a
+/// non-blocking socket had nothing. The connection itself is fine.
+pub fn read_cut_short(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 /// Which timeout [`set_timeout`] sets.
 #[derive(Clone, Copy, Debug)]
 pub enum Timeout {

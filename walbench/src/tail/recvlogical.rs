@@ -9,6 +9,7 @@
 use super::servers::{work_dir, Server, PG_BINDIR};
 use super::wire::Conn;
 use super::{content, now_ns, parse_content, producers_for, Options, Window, DRAIN};
+use crate::command::output_checked;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -47,17 +48,12 @@ fn recvlogical(server: &Server) -> Command {
 }
 
 fn create_slot(server: &Server, slot: &str) -> Result<(), String> {
-    let out = recvlogical(server)
-        .args(["-S", slot, "--create-slot", "-P", "test_decoding"])
-        .output()
-        .map_err(|e| format!("pg_recvlogical: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pg_recvlogical --create-slot: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
+    output_checked(
+        recvlogical(server).args(["-S", slot, "--create-slot", "-P", "test_decoding"]),
+        "pg_recvlogical",
+        "pg_recvlogical --create-slot",
+    )
+    .map(drop)
 }
 
 impl Reader {

@@ -6,6 +6,7 @@
 //! removed) on drop, or get SIGINT (fast shutdown) from the kernel when
 //! walbench dies first.
 
+use crate::command::output_checked;
 use shmem::sys::Signal;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -73,14 +74,7 @@ pub fn current_user() -> String {
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
+    output_checked(cmd, what, &format!("{what} failed")).map(drop)
 }
 
 impl Server {

@@ -288,7 +288,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         !o.datadir.exists() || std::fs::read_dir(&o.datadir).is_ok_and(|mut d| d.next().is_none());
     std::fs::create_dir_all(&o.datadir)
         .map_err(|e| format!("could not create \"{}\": {e}", o.datadir.display()))?;
-    server::init_if_needed(
+    crate::command::init_if_needed(
         &postmaster,
         &o.datadir,
         &["--wal-segment-size", "1", "--set", "wal_keep_size=1000000"],

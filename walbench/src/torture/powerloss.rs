@@ -408,28 +408,36 @@ mod tests {
         }
     }
 
+    /// A file of `size` bytes of 1 after two unsynced writes at its start,
+    /// `older` then `newer`, met the fates `fates` (0 kept, 1 dropped).
+    fn after_two_writes(
+        tag: &str,
+        size: usize,
+        older: &[u8],
+        newer: &[u8],
+        fates: [u64; 2],
+    ) -> Vec<u8> {
+        let d = dir(tag);
+        let f = d.0.join("seg");
+        std::fs::write(&f, vec![1u8; size]).unwrap();
+        let recs = vec![write(&f, 0, older), write(&f, 0, newer)];
+        let seed = seed_drawing(&[(3, fates[0]), (3, fates[1])]);
+        rewrite(&recs, &mut Rng::new(seed)).unwrap();
+        std::fs::read(&f).unwrap()
+    }
+
     #[test]
     fn dropped_overlapping_writes_restore_the_oldest_image() {
-        let d = dir("overlap");
-        let f = d.0.join("seg");
-        std::fs::write(&f, vec![1u8; 1024]).unwrap();
         // Two unsynced writes of the same sector: dropping both (newest
         // first) leaves the content before the first.
-        let recs = vec![write(&f, 0, &[2; 100]), write(&f, 0, &[3; 200])];
-        let seed = seed_drawing(&[(3, 1), (3, 1)]);
-        rewrite(&recs, &mut Rng::new(seed)).unwrap();
-        assert!(std::fs::read(&f).unwrap().iter().all(|&b| b == 1));
+        let now = after_two_writes("overlap", 1024, &[2; 100], &[3; 200], [1, 1]);
+        assert!(now.iter().all(|&b| b == 1));
     }
 
     #[test]
     fn a_kept_sector_is_not_reverted_by_an_older_write() {
-        let d = dir("prefix");
-        let f = d.0.join("seg");
-        std::fs::write(&f, vec![1u8; 512]).unwrap();
-        let recs = vec![write(&f, 0, &[2; 512]), write(&f, 0, &[3; 512])];
-        let seed = seed_drawing(&[(3, 0), (3, 1)]);
-        rewrite(&recs, &mut Rng::new(seed)).unwrap();
-        assert!(std::fs::read(&f).unwrap().iter().all(|&b| b == 3));
+        let now = after_two_writes("prefix", 512, &[2; 512], &[3; 512], [0, 1]);
+        assert!(now.iter().all(|&b| b == 3));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! process outlives walbench on an error path.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -215,24 +215,4 @@ fn read_stderr(err: std::process::ChildStderr, mut log: std::fs::File, seen: &Mu
         }
         let _ = writeln!(log, "{line}");
     }
-}
-
-/// `postmaster init -D DIR ARGS` unless DIR already holds a data directory.
-pub fn init_if_needed(postmaster: &Path, dir: &Path, args: &[&str]) -> Result<bool, String> {
-    if dir.join("global").join("pg_control").exists() {
-        return Ok(false);
-    }
-    let out = Command::new(postmaster)
-        .args(["init", "-D"])
-        .arg(dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("could not run postmaster init: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "postmaster init failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(true)
 }

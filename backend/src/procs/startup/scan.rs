@@ -290,18 +290,13 @@ pub(super) fn damaged_wal_message(
     let (file, offset) = file_and_offset(geo, tli, r.end_of_wal);
     format!(
         "WAL is damaged before its end: reading stopped at {} (WAL segment {file}, offset {offset}): {}; \
-         but valid WAL of this system follows: {} record(s), {} of them COMMIT, from {} (WAL segment {}, offset {}) up to {}. \
+         but valid WAL of this system follows: {}. \
          Starting would overwrite it, so the server does not start and has changed nothing. \
          HINT: restore the damaged or missing segment from a copy (a backup, pg_receivewal's output) and start again; \
          or accept losing the WAL after {} with \"postmaster start -D {} --discard-damaged-wal\", which moves it to {}/{DISCARDED_DIR}/ (never deleted)",
         format_lsn(r.end_of_wal),
         r.stop_reason,
-        found.records,
-        found.commits,
-        format_lsn(found.first_record),
-        found.first_file,
-        found.first_offset,
-        format_lsn(found.last_end),
+        valid_wal_text(found, "from", ""),
         format_lsn(r.end_of_wal),
         datadir.display(),
         datadir.display()
@@ -320,19 +315,29 @@ pub(super) fn power_loss_tail_message(
     let (file, offset) = file_and_offset(geo, tli, r.end_of_wal);
     format!(
         "WAL ends at {} (WAL segment {file}, offset {offset}): {}; valid WAL follows only inside the unsynced window {}..{} (the rest of that segment): \
-         {} record(s), {} of them COMMIT, the first at {} (WAL segment {}, offset {}), up to {}. \
+         {}. \
          Taken for a power-loss tail (written, never fdatasynced, so never acknowledged): recovery ends at {} and the tail is zeroed. \
          Media damage inside the last segment of WAL looks the same",
         format_lsn(r.end_of_wal),
         r.stop_reason,
         format_lsn(r.end_of_wal),
         format_lsn(ahead.window_end),
+        valid_wal_text(found, "the first at", ","),
+        format_lsn(r.end_of_wal),
+    )
+}
+
+/// The valid WAL a look-ahead found, as both reports above word it:
+/// `N record(s), M of them COMMIT, <first> LSN (WAL segment F, offset
+/// O)<then> up to END`.
+fn valid_wal_text(found: &ValidWalAfter, first: &str, then: &str) -> String {
+    format!(
+        "{} record(s), {} of them COMMIT, {first} {} (WAL segment {}, offset {}){then} up to {}",
         found.records,
         found.commits,
         format_lsn(found.first_record),
         found.first_file,
         found.first_offset,
         format_lsn(found.last_end),
-        format_lsn(r.end_of_wal),
     )
 }
