@@ -621,6 +621,16 @@ impl Raw {
     }
 
     /// Messages up to and including ReadyForQuery (or EOF).
+    /// Execute (the unnamed portal, all rows) and Sync; the replies up to
+    /// ReadyForQuery.
+    fn execute_and_sync(&mut self) -> Vec<(u8, Vec<u8>)> {
+        let mut execute = cstr("");
+        execute.extend(0i32.to_be_bytes());
+        self.send(b'E', &execute);
+        self.send(b'S', &[]);
+        self.until_ready()
+    }
+
     fn until_ready(&mut self) -> Vec<(u8, Vec<u8>)> {
         let mut v = Vec::new();
         while let Some(m) = self.recv() {
@@ -667,11 +677,7 @@ fn extended_protocol_with_binary_parameters_and_results() {
     let mut describe = vec![b'P'];
     describe.extend(cstr(""));
     raw.send(b'D', &describe);
-    let mut execute = cstr("");
-    execute.extend(0i32.to_be_bytes());
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
     assert_eq!(tags, b"12TDCZ", "{msgs:?}");
     let row_desc = &msgs[2].1;
@@ -699,9 +705,7 @@ fn extended_protocol_with_binary_parameters_and_results() {
     bad_bind.extend(cstr("nosuch"));
     bad_bind.extend([0, 0, 0, 0, 0, 0]);
     raw.send(b'B', &bad_bind);
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
     assert_eq!(tags, b"EZ", "{msgs:?}");
     assert!(String::from_utf8_lossy(&msgs[0].1).contains("C26000\0"));
@@ -790,11 +794,7 @@ fn extended_reply(
     }
     bind.extend(0i16.to_be_bytes());
     raw.send(b'B', &bind);
-    let mut execute = cstr("");
-    execute.extend(0i32.to_be_bytes());
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     msgs.iter()
         .map(|m| match sqlstate_of(m) {
             Some(code) => (m.0, code),

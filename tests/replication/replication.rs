@@ -1097,6 +1097,23 @@ fn psql_cmd(psql: &Path, conninfo: &str, cmd: &str, env: &[(&str, &str)]) -> Out
     run_cmd(&mut c, Duration::from_secs(20))
 }
 
+/// A server named after `name` (`start_1mb_segments`, fsync off), psql,
+/// and the connection string of a `replication=database` session on the
+/// server's socket (`extra` appended); None (the test skipped) without
+/// the clients.
+fn psql_replication(
+    name: &str,
+    extra: &str,
+) -> Option<(TempDir, DataDir, Server, u16, PathBuf, String)> {
+    let (t, d, srv, port) = start_1mb_segments(name, &["fsync=off"])?;
+    let psql = crate::common::wire::pg_client("psql")?;
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database{extra}",
+        d.path.display()
+    );
+    Some((t, d, srv, port, psql, conninfo))
+}
+
 /// Each of `cmds`, run by `psql_cmd`, fails with `error` on stderr.
 fn assert_psql_refuses(psql: &Path, conninfo: &str, cmds: &[&str], error: &str) {
     for cmd in cmds {
@@ -1151,16 +1168,11 @@ fn timeline_history_streams_a_large_file_in_bounded_memory() {
 /// connection).
 #[test]
 fn timeline_zero_is_an_invalid_timeline() {
-    let Some((_t, d, srv, port)) = start_1mb_segments("rep-tli0", &["fsync=off"]) else {
+    let Some((_t, d, srv, port, psql, conninfo)) =
+        psql_replication("rep-tli0", " application_name=t")
+    else {
         return;
     };
-    let Some(psql) = crate::common::wire::pg_client("psql") else {
-        return;
-    };
-    let conninfo = format!(
-        "host={} port={port} user=x dbname=x replication=database application_name=t",
-        d.path.display()
-    );
     let cmds = [
         "TIMELINE_HISTORY 0",
         "START_REPLICATION 0/1000000 TIMELINE 0",
@@ -1177,16 +1189,9 @@ fn timeline_zero_is_an_invalid_timeline() {
 /// redundant options" (42601) and creates no slot.
 #[test]
 fn a_slot_option_given_twice_is_refused() {
-    let Some((_t, d, srv, port)) = start_1mb_segments("rep-twice", &["fsync=off"]) else {
+    let Some((_t, _, srv, _, psql, conninfo)) = psql_replication("rep-twice", "") else {
         return;
     };
-    let Some(psql) = crate::common::wire::pg_client("psql") else {
-        return;
-    };
-    let conninfo = format!(
-        "host={} port={port} user=x dbname=x replication=database",
-        d.path.display()
-    );
     let cmds = [
         "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
         "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
