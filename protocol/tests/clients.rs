@@ -54,13 +54,14 @@ impl FakeSession {
         self.shared.calls.lock().unwrap().push(call);
     }
 
+    /// Notes a broken pairing rule, reported by `assert_contract_kept`.
+    fn violation(&self, what: String) {
+        self.shared.violations.lock().unwrap().push(what);
+    }
+
     fn require_txn(&self, what: &str) {
         if !self.in_txn {
-            self.shared
-                .violations
-                .lock()
-                .unwrap()
-                .push(format!("{what} outside a transaction"));
+            self.violation(format!("{what} outside a transaction"));
         }
     }
 
@@ -110,11 +111,7 @@ impl Session for FakeSession {
     }
     fn begin(&mut self) -> Result<(), SqlError> {
         if self.in_txn {
-            self.shared
-                .violations
-                .lock()
-                .unwrap()
-                .push("begin inside a transaction".into());
+            self.violation("begin inside a transaction".into());
         }
         self.in_txn = true;
         self.record("begin".into());
@@ -157,11 +154,7 @@ impl Session for FakeSession {
 impl Drop for FakeSession {
     fn drop(&mut self) {
         if self.in_txn {
-            self.shared
-                .violations
-                .lock()
-                .unwrap()
-                .push("connection ended inside a transaction".into());
+            self.violation("connection ended inside a transaction".into());
         }
     }
 }
@@ -258,6 +251,13 @@ fn clients() -> Option<(PathBuf, PathBuf)> {
     }
 }
 
+/// psql and a server (`UnixServer::start`); None (the test skipped)
+/// without PostgreSQL's clients.
+fn psql_and_server() -> Option<(PathBuf, UnixServer)> {
+    let (psql, _) = clients()?;
+    Some((psql, UnixServer::start()))
+}
+
 fn client_command(bin: &Path, host: &str, port: u16) -> Command {
     let mut c = Command::new(bin);
     c.args([
@@ -284,6 +284,14 @@ fn psql(server: &UnixServer, psql: &Path, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// psql running each of `commands` (`-c`); it must succeed. Its stdout.
+fn psql_commands(server: &UnixServer, psql_bin: &Path, commands: &[&str]) -> String {
+    let args: Vec<&str> = commands.iter().flat_map(|c| ["-c", c]).collect();
+    let o = psql(server, psql_bin, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -305,47 +313,32 @@ fn is_lsn(s: &str) -> bool {
 
 #[test]
 fn psql_runs_the_walshm_functions() {
-    let Some((psql_bin, _)) = clients() else {
+    let Some((psql_bin, server)) = psql_and_server() else {
         return;
     };
-    let server = UnixServer::start();
-    let o = psql(
-        &server,
-        &psql_bin,
-        &["-c", "SELECT pg_logical_emit_message(false,'p','hello')"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(is_lsn(stdout(&o).trim()), "not an LSN: {:?}", stdout(&o));
+    let sql = "SELECT pg_logical_emit_message(false,'p','hello')";
+    let out = psql_commands(&server, &psql_bin, &[sql]);
+    assert!(is_lsn(out.trim()), "not an LSN: {out:?}");
     assert!(
         server.calls().contains(&"emit(false,p,hello)".to_string()),
         "{:?}",
         server.calls()
     );
 
-    let o = psql(
+    let out = psql_commands(
         &server,
         &psql_bin,
         &[
-            "-c",
             "select txid_current();",
-            "-c",
             "SELECT pg_current_wal_lsn()",
-            "-c",
             "SELECT pg_current_wal_insert_lsn() /* c */",
-            "-c",
             "SELECT pg_current_wal_flush_lsn();;",
-            "-c",
             "SELECT pg_switch_wal()",
-            "-c",
             "CHECKPOINT",
-            "-c",
             "SELECT pg_logical_emit_message(true, 'big', repeat('ab', 3))",
-            "-c",
             "SELECT pg_logical_emit_message(false, 'b', '\\x4142'::bytea)",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 8, "{out}");
     assert!(lines[0].parse::<u64>().is_ok(), "{out}");
@@ -365,24 +358,17 @@ fn psql_runs_the_walshm_functions() {
         );
     }
 
-    let o = psql(
+    let out = psql_commands(
         &server,
         &psql_bin,
         &[
-            "-c",
             "SHOW synchronous_commit",
-            "-c",
             "SET synchronous_commit TO off",
-            "-c",
             "SHOW synchronous_commit",
-            "-c",
             "set application_name = 'x'",
-            "-c",
             "SELECT 1, version()",
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(&lines[..4], &["on", "SET", "off", "SET"], "{out}");
     assert!(lines[4].starts_with("1|PostgreSQL 15"), "{out}");
@@ -391,10 +377,9 @@ fn psql_runs_the_walshm_functions() {
 
 #[test]
 fn psql_reports_errors_with_sqlstates_and_stays_usable() {
-    let Some((psql_bin, _)) = clients() else {
+    let Some((psql_bin, server)) = psql_and_server() else {
         return;
     };
-    let server = UnixServer::start();
     for (sql, expected) in [
         (
             "SELECT foo()",
@@ -438,10 +423,9 @@ fn psql_reports_errors_with_sqlstates_and_stays_usable() {
 
 #[test]
 fn psql_transaction_blocks_from_a_file() {
-    let Some((psql_bin, _)) = clients() else {
+    let Some((psql_bin, server)) = psql_and_server() else {
         return;
     };
-    let server = UnixServer::start();
     let script = server.dir.join("tx.sql");
     std::fs::write(
         &script,
@@ -637,6 +621,16 @@ impl Raw {
     }
 
     /// Messages up to and including ReadyForQuery (or EOF).
+    /// Execute (the unnamed portal, all rows) and Sync; the replies up to
+    /// ReadyForQuery.
+    fn execute_and_sync(&mut self) -> Vec<(u8, Vec<u8>)> {
+        let mut execute = cstr("");
+        execute.extend(0i32.to_be_bytes());
+        self.send(b'E', &execute);
+        self.send(b'S', &[]);
+        self.until_ready()
+    }
+
     fn until_ready(&mut self) -> Vec<(u8, Vec<u8>)> {
         let mut v = Vec::new();
         while let Some(m) = self.recv() {
@@ -683,11 +677,7 @@ fn extended_protocol_with_binary_parameters_and_results() {
     let mut describe = vec![b'P'];
     describe.extend(cstr(""));
     raw.send(b'D', &describe);
-    let mut execute = cstr("");
-    execute.extend(0i32.to_be_bytes());
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
     assert_eq!(tags, b"12TDCZ", "{msgs:?}");
     let row_desc = &msgs[2].1;
@@ -715,9 +705,7 @@ fn extended_protocol_with_binary_parameters_and_results() {
     bad_bind.extend(cstr("nosuch"));
     bad_bind.extend([0, 0, 0, 0, 0, 0]);
     raw.send(b'B', &bad_bind);
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
     assert_eq!(tags, b"EZ", "{msgs:?}");
     assert!(String::from_utf8_lossy(&msgs[0].1).contains("C26000\0"));
@@ -806,11 +794,7 @@ fn extended_reply(
     }
     bind.extend(0i16.to_be_bytes());
     raw.send(b'B', &bind);
-    let mut execute = cstr("");
-    execute.extend(0i32.to_be_bytes());
-    raw.send(b'E', &execute);
-    raw.send(b'S', &[]);
-    let msgs = raw.until_ready();
+    let msgs = raw.execute_and_sync();
     msgs.iter()
         .map(|m| match sqlstate_of(m) {
             Some(code) => (m.0, code),

@@ -15,7 +15,10 @@
 
 #[path = "../tests/common/anon_map.rs"]
 mod anon_map;
+#[path = "../tests/common/counters.rs"]
+mod counters;
 use anon_map::AnonMap;
+use counters::counter_sum;
 use shmem::lwlock::{LWLockMode, LockEnv};
 use shmem::proc::ProcCounters;
 use shmem::sync::{AtomicU32, Ordering};
@@ -112,14 +115,8 @@ fn run(queue: WaitQueue, clients: usize, o: &Options) -> f64 {
     let elapsed = t0.elapsed();
     reap_all(&mut guard);
     let procs = &shmem.procs()[..clients];
-    let total: u64 = procs
-        .iter()
-        .map(|p| p.counters.lock_acquires.load(Ordering::Relaxed))
-        .sum();
-    let exclusive: u64 = procs
-        .iter()
-        .map(|p| p.counters.transactions.load(Ordering::Relaxed))
-        .sum();
+    let total = counter_sum(procs, |c| &c.lock_acquires);
+    let exclusive = counter_sum(procs, |c| &c.transactions);
     let area = shmem.lock_test_area();
     assert_eq!(area.counter_value(), exclusive, "lost exclusive updates");
     assert_eq!(area.torn_reads.load(Ordering::Relaxed), 0, "torn reads");

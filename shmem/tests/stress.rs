@@ -25,6 +25,12 @@
 
 #[path = "common/anon_map.rs"]
 mod anon_map;
+#[path = "common/counters.rs"]
+mod counters;
+use counters::counter_sum;
+/// `test_cases!`, the root integration tests' table of cases.
+#[path = "../../tests/common/cases.rs"]
+mod cases;
 use anon_map::AnonMap;
 
 use shmem::lwlock::{LWLockMode, LockEnv, VarWait, LW_FLAG_LOCKED, LW_FLAG_RELEASE_OK};
@@ -294,14 +300,8 @@ fn lock_stress(queue: WaitQueue, children: usize, iters: u64) {
     assert_all_exited_zero(&statuses);
 
     let procs = &shmem.procs()[..children];
-    let exclusive: u64 = procs
-        .iter()
-        .map(|p| p.counters.lock_acquires.load(Ordering::Relaxed))
-        .sum();
-    let sleeps: u64 = procs
-        .iter()
-        .map(|p| p.counters.lock_sleeps.load(Ordering::Relaxed))
-        .sum();
+    let exclusive = counter_sum(procs, |c| &c.lock_acquires);
+    let sleeps = counter_sum(procs, |c| &c.lock_sleeps);
     let area = shmem.lock_test_area();
     let lock = shmem.named_lock(NamedLock::Test);
     eprintln!(
@@ -337,24 +337,11 @@ fn lock_stress(queue: WaitQueue, children: usize, iters: u64) {
     assert_procs_quiet(&shmem, children);
 }
 
-#[test]
-fn lock_modern_64() {
-    lock_stress(WaitQueue::Modern, 64, 600_000);
-}
-
-#[test]
-fn lock_legacy_64() {
-    lock_stress(WaitQueue::Legacy, 64, 600_000);
-}
-
-#[test]
-fn lock_modern_256() {
-    lock_stress(WaitQueue::Modern, 256, 150_000);
-}
-
-#[test]
-fn lock_legacy_256() {
-    lock_stress(WaitQueue::Legacy, 256, 150_000);
+crate::test_cases! { lock_stress:
+    lock_modern_64 => (WaitQueue::Modern, 64, 600_000),
+    lock_legacy_64 => (WaitQueue::Legacy, 64, 600_000),
+    lock_modern_256 => (WaitQueue::Modern, 256, 150_000),
+    lock_legacy_256 => (WaitQueue::Legacy, 256, 150_000),
 }
 
 // --- variable waits on WAL insertion locks --------------------------------
@@ -468,22 +455,12 @@ fn var_wait_stress(queue: WaitQueue, var_access: VarAccess, load: VarWaitLoad) {
     assert_all_exited_zero(&statuses);
 
     let procs = shmem.procs();
-    let holds: u64 = procs[..inserters]
-        .iter()
-        .map(|p| p.counters.lock_acquires.load(Ordering::Relaxed))
-        .sum();
-    let changed: u64 = procs[inserters..inserters + flushers]
-        .iter()
-        .map(|p| p.counters.lock_acquires.load(Ordering::Relaxed))
-        .sum();
-    let frees: u64 = procs[inserters..inserters + flushers]
-        .iter()
-        .map(|p| p.counters.transactions.load(Ordering::Relaxed))
-        .sum();
-    let sleeps: u64 = procs[..inserters + flushers]
-        .iter()
-        .map(|p| p.counters.lock_sleeps.load(Ordering::Relaxed))
-        .sum();
+    let holds = counter_sum(&procs[..inserters], |c| &c.lock_acquires);
+    let changed = counter_sum(&procs[inserters..inserters + flushers], |c| {
+        &c.lock_acquires
+    });
+    let frees = counter_sum(&procs[inserters..inserters + flushers], |c| &c.transactions);
+    let sleeps = counter_sum(&procs[..inserters + flushers], |c| &c.lock_sleeps);
     eprintln!(
         "var_wait {}/{} {inserters}+{flushers}: {holds} holds, {changed} Changed, {frees} Free, {sleeps} sleeps, {:.2?}",
         queue.name(),
@@ -523,32 +500,11 @@ fn var_wait_stress(queue: WaitQueue, var_access: VarAccess, load: VarWaitLoad) {
     assert_procs_quiet(&shmem, inserters + flushers);
 }
 
-#[test]
-fn var_wait_modern_atomic() {
-    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, LOAD_64);
-}
-
-#[test]
-fn var_wait_modern_waitlistlock() {
-    var_wait_stress(WaitQueue::Modern, VarAccess::WaitListLock, LOAD_64);
-}
-
-#[test]
-fn var_wait_legacy_atomic() {
-    var_wait_stress(WaitQueue::Legacy, VarAccess::Atomic, LOAD_64);
-}
-
-#[test]
-fn var_wait_legacy_waitlistlock() {
-    var_wait_stress(WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_64);
-}
-
-#[test]
-fn var_wait_modern_atomic_256() {
-    var_wait_stress(WaitQueue::Modern, VarAccess::Atomic, LOAD_256);
-}
-
-#[test]
-fn var_wait_legacy_waitlistlock_256() {
-    var_wait_stress(WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_256);
+crate::test_cases! { var_wait_stress:
+    var_wait_modern_atomic => (WaitQueue::Modern, VarAccess::Atomic, LOAD_64),
+    var_wait_modern_waitlistlock => (WaitQueue::Modern, VarAccess::WaitListLock, LOAD_64),
+    var_wait_legacy_atomic => (WaitQueue::Legacy, VarAccess::Atomic, LOAD_64),
+    var_wait_legacy_waitlistlock => (WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_64),
+    var_wait_modern_atomic_256 => (WaitQueue::Modern, VarAccess::Atomic, LOAD_256),
+    var_wait_legacy_waitlistlock_256 => (WaitQueue::Legacy, VarAccess::WaitListLock, LOAD_256),
 }

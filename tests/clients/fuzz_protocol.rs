@@ -371,23 +371,12 @@ fn pid_of(children: &[(i32, String)], comm: &str) -> i32 {
 fn watch_memory(pm: i32, stop: Arc<AtomicBool>, worst: Arc<AtomicU64>) {
     while !stop.load(Ordering::Relaxed) {
         for (pid, _) in children_of(pm) {
-            if let Some(kb) = try_vm_rss_kb(pid) {
+            if let Some(kb) = try_status_kb(pid, "VmRSS") {
                 worst.fetch_max(kb, Ordering::Relaxed);
             }
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn try_vm_rss_kb(pid: i32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 #[test]
@@ -406,8 +395,7 @@ fn fuzz_startup_and_messages_over_both_sockets() {
     for s in &sets {
         args.extend(["--set", s.as_str()]);
     }
-    let mut srv = Server::start(&d.path, tmp.path(), &args);
-    srv.wait_ready(TIMEOUT);
+    let mut srv = Server::start_ready(&d.path, tmp.path(), &args);
     let unix: PathBuf = d.path.join(format!(".s.PGSQL.{port}"));
     let before = srv.wait_children(0);
     let (walwriter, checkpointer) = (

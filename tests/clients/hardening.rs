@@ -24,7 +24,9 @@
 //!     pauses its accepts instead of spinning, then serves again when some
 //!     are free.
 
-use crate::common::wire::{read_msg, socket_path, start_on_free_port};
+use crate::common::wire::{
+    cstr, error_code, msg, read_until_ready, socket_path, start_on_free_port, PSQL_TERSE,
+};
 use crate::common::*;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -139,38 +141,7 @@ fn cancel_packet(pid: i32, key: i32) -> Vec<u8> {
 }
 
 fn query(sql: &str) -> Vec<u8> {
-    let mut m = vec![b'Q'];
-    m.extend(((sql.len() + 5) as i32).to_be_bytes());
-    m.extend(sql.as_bytes());
-    m.push(0);
-    m
-}
-
-/// Messages up to and including ReadyForQuery; panics on EOF first.
-fn read_until_ready<S: Read>(s: &mut S) -> Vec<(u8, Vec<u8>)> {
-    let mut v = Vec::new();
-    loop {
-        let m = read_msg(s).unwrap_or_else(|| panic!("EOF before ReadyForQuery: {v:?}"));
-        let ready = m.0 == b'Z';
-        v.push(m);
-        if ready {
-            return v;
-        }
-    }
-}
-
-/// SQLSTATE of the first ErrorResponse, if any.
-fn sqlstate(msgs: &[(u8, Vec<u8>)]) -> Option<String> {
-    let (_, body) = msgs.iter().find(|(t, _)| *t == b'E')?;
-    let mut i = 0;
-    while i < body.len() && body[i] != 0 {
-        let end = body[i + 1..].iter().position(|&b| b == 0)? + i + 1;
-        if body[i] == b'C' {
-            return Some(String::from_utf8_lossy(&body[i + 1..end]).into_owned());
-        }
-        i = end + 1;
-    }
-    None
+    msg(b'Q', &cstr(sql))
 }
 
 /// A logged-in session over the Unix socket: (stream, backend pid, key).
@@ -200,7 +171,7 @@ fn send_cancel<S: Read + Write>(mut c: S, pid: i32, key: i32) {
 /// Runs `SELECT 1` on an open session; its SQLSTATE if it failed.
 fn select_one(c: &mut UnixStream) -> Option<String> {
     c.write_all(&query("SELECT 1")).unwrap();
-    sqlstate(&read_until_ready(c))
+    error_code(&read_until_ready(c))
 }
 
 /// Sends a long multi-statement query on `sess` (about half a second of
@@ -216,7 +187,7 @@ fn long_query(sess: &mut UnixStream, during: impl FnOnce()) -> (Option<String>, 
     std::thread::sleep(Duration::from_millis(100));
     during();
     let rest = read_until_ready(&mut std::io::BufReader::new(&*sess));
-    (sqlstate(&rest), t0.elapsed())
+    (error_code(&rest), t0.elapsed())
 }
 
 // ---------------------------------------------------------------------------
@@ -461,13 +432,11 @@ fn files_are_private_whatever_the_umask() {
         "--workload",
         "emit:2000",
     ];
-    let mut srv = Server::start(&d.path, tmp.path(), &args);
-    srv.wait_ready(TIMEOUT);
+    let srv = Server::start_ready(&d.path, tmp.path(), &args);
     std::thread::sleep(Duration::from_millis(3000));
     let during = loose_modes(&d.path);
     kill_group(srv);
-    let mut srv = Server::start(&d.path, tmp.path(), &args);
-    srv.wait_ready(TIMEOUT);
+    let srv = Server::start_ready(&d.path, tmp.path(), &args);
     std::thread::sleep(Duration::from_millis(1500));
     let o = srv.stop_ok();
     let after = loose_modes(&d.path);
@@ -526,15 +495,8 @@ fn psql_tcp(s: &Srv, password: &str) -> Out {
         .env("PGSSLMODE", "disable")
         .env("PGCONNECT_TIMEOUT", "10")
         .env("PSQLRC", "/dev/null")
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-v",
-            "VERBOSITY=verbose",
-            "-c",
-            "SELECT 42",
-        ]);
+        .args(PSQL_TERSE)
+        .args(["-c", "SELECT 42"]);
     run_cmd(&mut c, Duration::from_secs(20))
 }
 

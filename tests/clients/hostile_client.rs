@@ -274,24 +274,10 @@ fn values_rows_and_parameters_above_the_memory_limit_get_53200() {
     assert_eq!(&r.rows[0].1[..4], b"abab");
 
     // A Bind message carrying a 9 MB parameter: refused, skipped to Sync.
-    let mut parse = cstr("");
-    parse.extend(cstr("SELECT $1::text"));
-    parse.extend(0u16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend(0u16.to_be_bytes());
-    bind.extend(1u16.to_be_bytes());
-    bind.extend(9_000_000i32.to_be_bytes());
-    bind.extend(vec![b'p'; 9_000_000]);
-    bind.extend(0u16.to_be_bytes());
-    let mut batch = msg(b'P', &parse);
-    batch.extend(msg(b'B', &bind));
-    batch.extend(msg(
-        b'E',
-        &[cstr("").as_slice(), &0i32.to_be_bytes()].concat(),
+    c.send(&extended_query(
+        "SELECT $1::text",
+        &[&"p".repeat(9_000_000)],
     ));
-    batch.extend(msg(b'S', &[]));
-    c.send(&batch);
     let r = c.read_reply();
     assert_eq!(r.errors, ["53200"], "a parameter above the limit: {r:?}");
     assert!(r.rows.is_empty());

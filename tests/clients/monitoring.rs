@@ -48,17 +48,8 @@ fn psql_with_options(psql: &Path, d: &DataDir, port: u16, options: Option<&str>,
         .env("PGDATABASE", "x")
         .env("PGCONNECT_TIMEOUT", "10")
         .env("PSQLRC", "/dev/null")
-        .args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-v",
-            "VERBOSITY=verbose",
-        ])
-        .args(["-c", sql]);
+        .args(PSQL_TERSE)
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "-c", sql]);
     run_cmd(&mut c, Duration::from_secs(20))
 }
 
@@ -226,8 +217,7 @@ fn unknown_relation_is_42p01_at_its_position() {
         ("SELECT (", "42601", "9"),
     ] {
         let msgs = exchange(&mut s, &msg(b'Q', &cstr(sql)));
-        let err = msgs.iter().find(|(t, _)| *t == b'E').expect("an error");
-        let f = fields(&err.1);
+        let f = first_error(&msgs).expect("an error");
         assert_eq!(f.get(&b'C').map(String::as_str), Some(code), "{sql}");
         assert_eq!(f.get(&b'P').map(String::as_str), Some(position), "{sql}");
     }
@@ -280,11 +270,7 @@ fn synchronous_commit_from_pgoptions_and_in_pg_settings() {
     s.write_all(&startup_packet(&[("user", "x"), options]))
         .unwrap();
     let msgs = read_to_close(&mut s);
-    let err = msgs
-        .iter()
-        .find(|(t, _)| *t == b'E')
-        .expect("an ErrorResponse");
-    let f = fields(&err.1);
+    let f = first_error(&msgs).expect("an ErrorResponse");
     assert_eq!(f.get(&b'V').map(String::as_str), Some("FATAL"), "{f:?}");
     assert_eq!(f.get(&b'C').map(String::as_str), Some("22023"), "{f:?}");
     let set = psql(&bin, &d, port, "SET synchronous_commit = sometimes");
@@ -355,20 +341,10 @@ fn extended_protocol_streams_rows_with_postgres_types() {
     assert_eq!(oids, [20, 20, 1700, 20, 20, 20, 701, 701, 1184]);
     // A portal of 5 rows fetched 2 at a time, with a parameter.
     let rows_of = |msgs: &[(u8, Vec<u8>)]| msgs.iter().filter(|(t, _)| *t == b'D').count();
-    let mut parse = cstr("");
-    parse.extend(cstr(
+    let mut out = parse_bind(
         "SELECT pid, backend_type FROM pg_stat_activity WHERE pid > $1 ORDER BY pid",
-    ));
-    parse.extend(0i16.to_be_bytes());
-    let mut bind = cstr("");
-    bind.extend(cstr(""));
-    bind.extend(0i16.to_be_bytes());
-    bind.extend(1i16.to_be_bytes());
-    bind.extend(1i32.to_be_bytes());
-    bind.extend(b"0");
-    bind.extend(0i16.to_be_bytes());
-    let mut out = msg(b'P', &parse);
-    out.extend(msg(b'B', &bind));
+        &["0"],
+    );
     out.extend(execute(2));
     out.extend(execute(2));
     out.extend(execute(2));

@@ -54,12 +54,11 @@ fn status_shows_the_workers_and_their_waits_and_pg_ctl_exit_codes() {
     let tmp = TempDir::new("observe-status");
     let d = init(&tmp.join("d"), &[]);
     assert_eq!(status(&d.path).0, Some(3), "not running yet");
-    let mut s = Server::start(
+    let s = Server::start_ready(
         &d.path,
         tmp.path(),
         &["--workers", "4", "--workload", "emit-tx:100"],
     );
-    s.wait_ready(TIMEOUT);
     // The waits of synchronous commits: WAL write/sync and WALWriteLock.
     let flush_waits = ["IO:WALSync", "IO:WALWrite", "LWLock:WALWrite"];
     let mut seen = BTreeSet::new();

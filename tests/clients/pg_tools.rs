@@ -447,8 +447,7 @@ fn a_data_directory_of_the_previous_format_starts_and_is_converted() {
         control,
         "the previous format is not read"
     );
-    let mut s = Server::start(&d.path, tmp.path(), &[]);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &[]);
     assert!(
         s.stderr().contains("control file converted"),
         "{}",
@@ -496,20 +495,14 @@ fn the_postgres_command_line_is_checked() {
     );
     let tmp = TempDir::new("pgcli");
     let dir = tmp.join("nothing");
-    let o = postmaster(&["-D", dir.to_str().unwrap(), "-Q"]);
-    assert_eq!(o.code(), Some(2), "{}", o.describe());
-    assert!(
-        o.stderr.contains("unexpected argument '-Q'"),
-        "{}",
-        o.describe()
-    );
-    let o = postmaster(&["-D", dir.to_str().unwrap(), "-p"]);
-    assert_eq!(o.code(), Some(2), "{}", o.describe());
-    assert!(
-        o.stderr.contains("a value is required for '-p <PORT>'"),
-        "{}",
-        o.describe()
-    );
+    for (arg, says) in [
+        ("-Q", "unexpected argument '-Q'"),
+        ("-p", "a value is required for '-p <PORT>'"),
+    ] {
+        let o = postmaster(&["-D", dir.to_str().unwrap(), arg]);
+        assert_eq!(o.code(), Some(2), "{}", o.describe());
+        assert!(o.stderr.contains(says), "{}", o.describe());
+    }
     let o = postmaster(&["-D", dir.to_str().unwrap(), "-c", "no_such=1"]);
     assert_ne!(o.code(), Some(0), "{}", o.describe());
     assert_no_panic("postgres command line", &o);

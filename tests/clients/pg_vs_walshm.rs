@@ -13,7 +13,7 @@
 //! check that no process of the run is left behind. Without PostgreSQL 15's
 //! programs it skips loudly, unless WALSHM_REQUIRE_PG=1.
 
-use crate::common::wire::pg_client;
+use crate::common::wire::have_pg_clients;
 use crate::common::*;
 
 use crate::common::script::{processes_mentioning, signal_quietly};
@@ -125,8 +125,7 @@ fn check_row(row: &HashMap<&str, &str>, cpus: f64) {
 
 #[test]
 fn csv_keeps_its_keys_and_says_where_the_client_is_the_limit() {
-    let tools = ["initdb", "postgres", "pgbench", "pg_isready", "psql"];
-    if tools.iter().any(|t| pg_client(t).is_none()) {
+    if !have_pg_clients(&["initdb", "postgres", "pgbench", "pg_isready", "psql"]) {
         return;
     }
     let tmp = TempDir::new("pgvs");

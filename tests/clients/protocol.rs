@@ -55,6 +55,13 @@ struct Pg {
 }
 
 impl Pg {
+    /// PostgreSQL 15's client program `client`, and a server as `start`
+    /// makes it; None (the test skipped) without the client.
+    fn with_client(client: &str, tag: &str, sets: &[&str]) -> Option<(PathBuf, Pg)> {
+        let path = pg_client(client)?;
+        Some((path, Pg::start(tag, sets)))
+    }
+
     /// init (with wal_keep_size so every record stays readable) + start
     /// with `--set port=...` and `sets`; waits until ready.
     fn start(tag: &str, sets: &[&str]) -> Pg {
@@ -109,8 +116,7 @@ impl Pg {
     /// `psql -X -q -A -t -v VERBOSITY=verbose ARGS...`
     fn psql(&self, psql: &Path, args: &[&str]) -> Out {
         let mut c = self.client(psql);
-        c.args(["-X", "-q", "-A", "-t", "-v", "VERBOSITY=verbose"])
-            .args(args);
+        c.args(PSQL_TERSE).arg("-q").args(args);
         run_cmd(&mut c, Duration::from_secs(30))
     }
 
@@ -164,7 +170,8 @@ struct PsqlSession {
 impl PsqlSession {
     fn spawn(pg: &Pg, psql: &Path) -> PsqlSession {
         let mut c = pg.client(psql);
-        c.args(["-X", "-q", "-A", "-t", "-v", "VERBOSITY=verbose"])
+        c.args(PSQL_TERSE)
+            .arg("-q")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -325,10 +332,9 @@ fn wait_baseline(pg: &Pg, what: &str) {
 
 #[test]
 fn psql_statements_and_errors() {
-    let Some(psql) = pg_client("psql") else {
+    let Some((psql, mut pg)) = Pg::with_client("psql", "proto-stmt", &[]) else {
         return;
     };
-    let mut pg = Pg::start("proto-stmt", &[]);
 
     // pg_logical_emit_message: text and bytea payloads, LSN format.
     let l1 = lsn(&one_line(
@@ -524,10 +530,9 @@ fn psql_statements_and_errors() {
 
 #[test]
 fn psql_transaction_blocks_in_wal() {
-    let Some(psql) = pg_client("psql") else {
+    let Some((psql, mut pg)) = Pg::with_client("psql", "proto-xact", &[]) else {
         return;
     };
-    let mut pg = Pg::start("proto-xact", &[]);
     let script = pg.tmp.join("blocks.sql");
     std::fs::write(
         &script,
@@ -635,13 +640,10 @@ fn pgbench_processed(o: &Out) -> u64 {
 
 #[test]
 fn pgbench_counts_match_wal() {
-    let Some(pgbench) = pg_client("pgbench") else {
+    let sets = ["max_connections=80", "fsync=off", "synchronous_commit=off"];
+    let Some((pgbench, mut pg)) = Pg::with_client("pgbench", "proto-bench", &sets) else {
         return;
     };
-    let mut pg = Pg::start(
-        "proto-bench",
-        &["max_connections=80", "fsync=off", "synchronous_commit=off"],
-    );
     let script = |name: &str, sql: &str| -> String {
         let p = pg.tmp.join(name);
         std::fs::write(&p, format!("{sql}\n")).unwrap();
@@ -740,11 +742,7 @@ fn poke_after_startup(path: &Path, bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
 }
 
 fn assert_fatal(what: &str, msgs: &[(u8, Vec<u8>)], code: &str) {
-    let e = msgs
-        .iter()
-        .find(|(t, _)| *t == b'E')
-        .unwrap_or_else(|| panic!("{what}: no ErrorResponse, got {msgs:?}"));
-    let f = fields(&e.1);
+    let f = first_error(msgs).unwrap_or_else(|| panic!("{what}: no ErrorResponse, got {msgs:?}"));
     assert_eq!(
         f.get(&b'S').map(String::as_str),
         Some("FATAL"),
@@ -1125,10 +1123,10 @@ fn security_socket_modes_and_other_uid_refused() {
 
 #[test]
 fn max_connections_refuses_with_53300() {
-    let Some(psql) = pg_client("psql") else {
+    let Some((psql, mut pg)) = Pg::with_client("psql", "proto-maxconn", &["max_connections=2"])
+    else {
         return;
     };
-    let mut pg = Pg::start("proto-maxconn", &["max_connections=2"]);
     let mut a = PsqlSession::spawn(&pg, &psql);
     let mut b = PsqlSession::spawn(&pg, &psql);
     assert_eq!(a.query("SELECT 1;"), "1");
@@ -1164,20 +1162,13 @@ fn max_connections_refuses_with_53300() {
 
 #[test]
 fn crash_of_walwriter_tells_open_session() {
-    let Some(psql) = pg_client("psql") else {
+    let Some((psql, mut pg)) = Pg::with_client("psql", "proto-crash", &[]) else {
         return;
     };
-    let mut pg = Pg::start("proto-crash", &[]);
     wait_baseline(&pg, "at start");
     let mut sess = PsqlSession::spawn(&pg, &psql);
     assert_eq!(sess.query("SELECT repeat('a', 2);"), "aa");
-    let ww = pg
-        .srv()
-        .children()
-        .into_iter()
-        .find(|(_, c)| c == "walwriter")
-        .map(|(p, _)| p)
-        .expect("no walwriter child");
+    let ww = pg.srv().child_pid("walwriter").expect("no walwriter child");
     kill(ww, libc::SIGKILL);
     pg.srv_mut().wait_ready_n(2, TIMEOUT);
     // The backend wrote the crash notice before exiting; psql shows it when
@@ -1253,15 +1244,12 @@ const SECRET_VERIFIER: &str = "password=SCRAM-SHA-256$4096:d2Fsc2htLXRlc3Qtc2Fsd
 
 #[test]
 fn tcp_scram_password() {
-    let Some(psql) = pg_client("psql") else {
+    // The stored verifier of "secret" (a verifier is accepted by --set; a
+    // plain password is not).
+    let sets = ["listen_addresses=127.0.0.1", SECRET_VERIFIER];
+    let Some((psql, mut pg)) = Pg::with_client("psql", "proto-tcp", &sets) else {
         return;
     };
-    let mut pg = Pg::start(
-        "proto-tcp",
-        // The stored verifier of "secret" (a verifier is accepted by --set;
-        // a plain password is not).
-        &["listen_addresses=127.0.0.1", SECRET_VERIFIER],
-    );
     let tcp = |pw: &str| {
         let mut c = pg.client(&psql);
         c.env("PGHOST", "127.0.0.1")
@@ -1285,11 +1273,7 @@ fn tcp_scram_password() {
         o.describe()
     );
     let r = scram_wrong_proof(pg.port);
-    let e = r
-        .iter()
-        .find(|(t, _)| *t == b'E')
-        .expect("no ErrorResponse");
-    let f = fields(&e.1);
+    let f = first_error(&r).expect("no ErrorResponse");
     assert_eq!(f.get(&b'C').map(String::as_str), Some("28P01"), "{f:?}");
     assert_eq!(f.get(&b'S').map(String::as_str), Some("FATAL"), "{f:?}");
     // The Unix socket is still trusted for our own uid.

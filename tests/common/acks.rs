@@ -1,7 +1,9 @@
 //! Acknowledged commits: the `ack X/Y` lines of a run must each name a
-//! COMMIT record of the WAL, also after a kill -9 and recovery.
+//! COMMIT record of the WAL, also after a kill -9 and recovery, and of the
+//! WAL a copy (a base backup, a receiver, a promoted standby) holds.
 
 use super::{run_for, tx_wal_check, DataDir, TxWal};
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -83,4 +85,32 @@ pub fn recover_and_check_acks(
     let mut all = acks_before.to_vec();
     all.extend(parse_acks(&o.stdout));
     (check_acks(&all, &wal), wal.pg_checked)
+}
+
+/// The LSNs of the COMMIT records walformat's reader finds in the
+/// timeline-1 segments (of `seg_size` bytes) in `dir`, from `from` to the
+/// first record it cannot read.
+pub fn reader_commits(dir: &Path, seg_size: u64, from: u64) -> HashSet<u64> {
+    let geo = walformat::Geometry::new(seg_size).unwrap();
+    let mut reader = walformat::WalReader::open(dir, geo, 1, None, from).unwrap();
+    let mut commits = HashSet::new();
+    while let Ok(Some(r)) = reader.next_record() {
+        if r.is_commit() {
+            commits.insert(r.lsn);
+        }
+    }
+    commits
+}
+
+/// Every ack of `acks` is one of `commits`, the COMMIT records of `whose`
+/// WAL ("the copy", "the receiver's WAL").
+pub fn assert_acks_in(acks: &[u64], commits: &HashSet<u64>, whose: &str) {
+    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged commits are not in {whose} (first {})",
+        missing.len(),
+        acks.len(),
+        walformat::format_lsn(*missing[0])
+    );
 }

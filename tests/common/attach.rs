@@ -1,9 +1,10 @@
-//! Attaching a library worker to a test's server.
+//! Attaching a library worker to a test's server, and what its readers
+//! say once that server is gone.
 
 use super::TIMEOUT;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use walshm::Worker;
+use walshm::{Error, Worker};
 
 /// Attaches to the server in `dir`, retrying until it is up (and done
 /// with any recovery); panics after `TIMEOUT`.
@@ -16,4 +17,16 @@ pub fn attach_when_ready(dir: &Path) -> Worker {
             Err(e) => panic!("could not attach to {}: {e}", dir.display()),
         }
     }
+}
+
+/// `next` (a reader's `next_wait` with a timeout of its own, longer than
+/// 5 s) reports that the server restarted, and does so within 5 s.
+pub fn assert_restart_reported_soon(next: impl FnOnce() -> walshm::Result<bool>) {
+    let t = Instant::now();
+    assert_eq!(next(), Err(Error::ServerRestarted));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
 }

@@ -4,7 +4,8 @@
 //! group is SIGKILLed on drop), `/proc` and shared-memory inspection, the
 //! shutdown summary, WAL verification with the project's own reader,
 //! `postmaster waldump` and PostgreSQL 15's `pg_waldump`, acknowledged
-//! commits, `walbench torture`, and attaching a library worker. Everything
+//! commits, `walbench torture`, attaching a library worker, and tests
+//! written as a table of cases (`crate::test_cases!`). Everything
 //! but `wire`, `receiver` and `script` is re-exported here, so a test says
 //! `use crate::common::*;`.
 //!
@@ -23,6 +24,7 @@
 
 mod acks;
 mod attach;
+mod cases;
 mod datadir;
 mod procfs;
 mod redo;

@@ -45,11 +45,15 @@ pub fn vm_rss_kb(pid: i32) -> u64 {
 
 /// The kB figure `field` (VmRSS, VmHWM, ...) of /proc/PID/status.
 pub fn status_kb(pid: i32, field: &str) -> u64 {
+    try_status_kb(pid, field).unwrap_or_else(|| panic!("{field} of process {pid}"))
+}
+
+/// `status_kb`, or None if the process is gone (or has no such field).
+pub fn try_status_kb(pid: i32, field: &str) -> Option<u64> {
     fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
+        .ok()?
         .lines()
         .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{field} of process {pid}"))
 }

@@ -31,6 +31,13 @@ impl Server {
         start_with_env(datadir, logdir, args, &[])
     }
 
+    /// `start`, then waits (up to TIMEOUT) until the server is ready.
+    pub fn start_ready(datadir: &Path, logdir: &Path, args: &[&str]) -> Server {
+        let mut s = Server::start(datadir, logdir, args);
+        s.wait_ready(TIMEOUT);
+        s
+    }
+
     pub fn stderr(&self) -> String {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
@@ -83,6 +90,14 @@ impl Server {
     /// Live children of the postmaster: (pid, comm).
     pub fn children(&self) -> Vec<(i32, String)> {
         children_of(self.pid)
+    }
+
+    /// The pid of a live child named `comm`, if there is one.
+    pub fn child_pid(&self, comm: &str) -> Option<i32> {
+        self.children()
+            .into_iter()
+            .find(|(_, c)| c == comm)
+            .map(|(p, _)| p)
     }
 
     /// Waits until the postmaster has `backends` backends, one walwriter
@@ -234,8 +249,7 @@ pub fn kill_group(s: Server) -> Out {
 
 /// Starts, waits for ready, sleeps `run`, stops; asserts exit 0.
 pub fn run_for(datadir: &Path, logdir: &Path, args: &[&str], run: Duration) -> Out {
-    let mut s = Server::start(datadir, logdir, args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(datadir, logdir, args);
     std::thread::sleep(run);
     s.stop_ok()
 }
@@ -267,8 +281,7 @@ pub fn start_workload(
     let n = workers.to_string();
     let mut args = vec!["--workers", n.as_str(), "--workload", workload];
     args.extend_from_slice(extra);
-    let mut s = Server::start(&d.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &args);
     (d, s)
 }
 

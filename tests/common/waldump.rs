@@ -2,6 +2,7 @@
 //! and parsing what they print.
 
 use super::run::Watchdog;
+use super::wire::pg_program;
 use super::{postmaster_bin, run_cmd, DataDir, Out};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -14,22 +15,31 @@ pub fn pg_waldump_path() -> Option<PathBuf> {
     let p = std::env::var_os("PG_WALDUMP")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin/pg_waldump"));
-    if p.is_file() {
-        return Some(p);
-    }
-    if std::env::var("WALSHM_REQUIRE_PG").as_deref() == Ok("1") {
-        panic!(
-            "pg_waldump not found at {} and WALSHM_REQUIRE_PG=1",
-            p.display()
-        );
-    }
-    eprintln!(
-        "\n********************************************************\n\
-         SKIPPED: pg_waldump not found ({}); set PG_WALDUMP\n\
-         ********************************************************\n",
-        p.display()
-    );
-    None
+    pg_program(p, "pg_waldump", "pg_waldump", "PG_WALDUMP")
+}
+
+/// How long one run of either dump may take.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `pg_waldump -p DIR/pg_wal -s START`; None if pg_waldump is not
+/// installed.
+fn pg_waldump_from(d: &DataDir, start: u64) -> Option<Command> {
+    let mut cmd = Command::new(pg_waldump_path()?);
+    cmd.arg("-p")
+        .arg(d.path.join("pg_wal"))
+        .arg("-s")
+        .arg(walformat::format_lsn(start));
+    Some(cmd)
+}
+
+/// `postmaster waldump -D DIR --start START`.
+fn own_waldump_from(datadir: &Path, start: u64) -> Command {
+    let mut cmd = Command::new(postmaster_bin());
+    cmd.args(["waldump", "-D"])
+        .arg(datadir)
+        .arg("--start")
+        .arg(walformat::format_lsn(start));
+    cmd
 }
 
 /// How pg_waldump stopped.
@@ -83,16 +93,8 @@ pub struct PgStats {
 /// installed. Panics unless it read to a normal end of WAL (`end_lsn` is
 /// walshm's end of WAL; used for the page-boundary case).
 pub fn pg_waldump_stats(d: &DataDir, end_lsn: u64) -> Option<PgStats> {
-    let pg = pg_waldump_path()?;
-    let o = run_cmd(
-        Command::new(pg)
-            .arg("-p")
-            .arg(d.path.join("pg_wal"))
-            .arg("-s")
-            .arg(walformat::format_lsn(d.first_lsn))
-            .arg("--stats"),
-        Duration::from_secs(120),
-    );
+    let mut cmd = pg_waldump_from(d, d.first_lsn)?;
+    let o = run_cmd(cmd.arg("--stats"), DUMP_TIMEOUT);
     let end = match pg_normal_end(&o) {
         Ok(e) => Some(e),
         Err(e) if e.starts_with("PAGE-BOUNDARY:") && end_lsn.is_multiple_of(8192) => None,
@@ -124,16 +126,11 @@ pub fn pg_waldump_stats(d: &DataDir, end_lsn: u64) -> Option<PgStats> {
 /// with "rmgr: "); None if pg_waldump is not installed. Panics unless it
 /// stopped after N records or at a normal end of WAL.
 pub fn pg_waldump(d: &DataDir, start: u64, limit: Option<u64>) -> Option<Vec<String>> {
-    let pg = pg_waldump_path()?;
-    let mut cmd = Command::new(pg);
-    cmd.arg("-p")
-        .arg(d.path.join("pg_wal"))
-        .arg("-s")
-        .arg(walformat::format_lsn(start));
+    let mut cmd = pg_waldump_from(d, start)?;
     if let Some(n) = limit {
         cmd.arg("-n").arg(n.to_string());
     }
-    let o = run_cmd(&mut cmd, Duration::from_secs(120));
+    let o = run_cmd(&mut cmd, DUMP_TIMEOUT);
     let lines: Vec<String> = o
         .stdout
         .lines()
@@ -158,15 +155,7 @@ pub fn pg_waldump(d: &DataDir, start: u64, limit: Option<u64>) -> Option<Vec<Str
 /// `pg_waldump -p DIR/pg_wal -s START` in full, not judged; None if
 /// pg_waldump is not installed.
 pub fn pg_waldump_raw(d: &DataDir, start: u64) -> Option<Out> {
-    let pg = pg_waldump_path()?;
-    Some(run_cmd(
-        Command::new(pg)
-            .arg("-p")
-            .arg(d.path.join("pg_wal"))
-            .arg("-s")
-            .arg(walformat::format_lsn(start)),
-        Duration::from_secs(120),
-    ))
+    Some(run_cmd(&mut pg_waldump_from(d, start)?, DUMP_TIMEOUT))
 }
 
 /// The end line of `postmaster waldump`.
@@ -184,7 +173,7 @@ pub fn own_waldump(datadir: &Path) -> OwnEnd {
         Command::new(postmaster_bin())
             .args(["waldump", "--quiet", "-D"])
             .arg(datadir),
-        Duration::from_secs(120),
+        DUMP_TIMEOUT,
     );
     assert!(o.status.success(), "postmaster waldump\n{}", o.describe());
     parse_own_end(&o.stdout).unwrap_or_else(|| panic!("no end line\n{}", o.describe()))
@@ -208,17 +197,13 @@ pub fn parse_own_end(stdout: &str) -> Option<OwnEnd> {
 /// The first `n` record lines of `postmaster waldump -D DIR --start LSN`
 /// (the process is killed once they are read).
 pub fn own_waldump_lines(datadir: &Path, start: u64, n: usize) -> Vec<String> {
-    let mut child = Command::new(postmaster_bin())
-        .args(["waldump", "-D"])
-        .arg(datadir)
-        .arg("--start")
-        .arg(walformat::format_lsn(start))
+    let mut child = own_waldump_from(datadir, start)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn waldump");
-    let dog = Watchdog::new(child.id() as i32, Duration::from_secs(120));
+    let dog = Watchdog::new(child.id() as i32, DUMP_TIMEOUT);
     let mut r = BufReader::new(child.stdout.take().unwrap());
     let mut lines = Vec::new();
     let mut buf = String::new();
@@ -242,14 +227,7 @@ pub fn own_waldump_lines(datadir: &Path, start: u64, n: usize) -> Vec<String> {
 
 /// `postmaster waldump -D DIR --start START` in full, not judged.
 pub fn own_waldump_raw(datadir: &Path, start: u64) -> Out {
-    run_cmd(
-        Command::new(postmaster_bin())
-            .args(["waldump", "-D"])
-            .arg(datadir)
-            .arg("--start")
-            .arg(walformat::format_lsn(start)),
-        Duration::from_secs(120),
-    )
+    run_cmd(&mut own_waldump_from(datadir, start), DUMP_TIMEOUT)
 }
 
 /// One record line of pg_waldump or `postmaster waldump`, parsed.

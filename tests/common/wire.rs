@@ -11,13 +11,30 @@ use std::time::{Duration, Instant};
 
 pub const PG_BINDIR: &str = "/usr/lib/postgresql/15/bin";
 
+/// psql's options for a scripted run: no psqlrc (-X), unaligned (-A),
+/// rows only (-t), errors with their SQLSTATE (VERBOSITY=verbose).
+pub const PSQL_TERSE: [&str; 5] = ["-X", "-A", "-t", "-v", "VERBOSITY=verbose"];
+
 /// Path of a PostgreSQL 15 client program, or None after a loud skip
 /// notice (panics instead with WALSHM_REQUIRE_PG=1).
 pub fn pg_client(name: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("PG_BINDIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(PG_BINDIR));
-    let p = dir.join(name);
+    pg_program(dir.join(name), name, "psql/pgbench", "PG_BINDIR")
+}
+
+/// Whether all of PostgreSQL 15's programs `names` are there (after a
+/// loud skip notice for the first one missing when not).
+pub fn have_pg_clients(names: &[&str]) -> bool {
+    names.iter().all(|n| pg_client(n).is_some())
+}
+
+/// `p`, the path of PostgreSQL's program `name`, if it is there; else None
+/// after a loud notice that tests needing `what` are skipped and that the
+/// variable `setting` names another path (panics instead with
+/// WALSHM_REQUIRE_PG=1).
+pub fn pg_program(p: PathBuf, name: &str, what: &str, setting: &str) -> Option<PathBuf> {
     if p.is_file() {
         return Some(p);
     }
@@ -29,7 +46,7 @@ pub fn pg_client(name: &str) -> Option<PathBuf> {
     }
     eprintln!(
         "\n********************************************************\n\
-         SKIPPED: psql/pgbench not found ({}); set PG_BINDIR\n\
+         SKIPPED: {what} not found ({}); set {setting}\n\
          ********************************************************\n",
         p.display()
     );
@@ -58,14 +75,12 @@ pub fn startup_packet(params: &[(&str, &str)]) -> Vec<u8> {
 pub fn startup_packet_version(version: i32, params: &[(&str, &str)]) -> Vec<u8> {
     let mut body = version.to_be_bytes().to_vec();
     for (k, v) in params {
-        body.extend_from_slice(k.as_bytes());
-        body.push(0);
-        body.extend_from_slice(v.as_bytes());
-        body.push(0);
+        body.extend(cstr(k));
+        body.extend(cstr(v));
     }
     body.push(0);
     let mut p = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    p.extend_from_slice(&body);
+    p.extend(body);
     p
 }
 
@@ -144,11 +159,16 @@ pub fn read_to_close(s: &mut UnixStream) -> Vec<(u8, Vec<u8>)> {
     }
 }
 
-/// The SQLSTATE of the first ErrorResponse in `msgs`.
-pub fn error_code(msgs: &[(u8, Vec<u8>)]) -> Option<String> {
+/// The fields of the first ErrorResponse in `msgs`.
+pub fn first_error(msgs: &[(u8, Vec<u8>)]) -> Option<HashMap<u8, String>> {
     msgs.iter()
         .find(|(t, _)| *t == b'E')
-        .and_then(|(_, b)| fields(b).get(&b'C').cloned())
+        .map(|(_, b)| fields(b))
+}
+
+/// The SQLSTATE of the first ErrorResponse in `msgs`.
+pub fn error_code(msgs: &[(u8, Vec<u8>)]) -> Option<String> {
+    first_error(msgs).and_then(|f| f.get(&b'C').cloned())
 }
 
 /// StartupMessage (user=x) and read until ReadyForQuery. Err(SQLSTATE or
@@ -194,6 +214,12 @@ pub fn handshake_retrying(path: &Path) -> UnixStream {
 /// Sends messages and reads until ReadyForQuery.
 pub fn exchange(s: &mut UnixStream, out: &[u8]) -> Vec<(u8, Vec<u8>)> {
     s.write_all(out).expect("write");
+    read_until_ready(s)
+}
+
+/// Messages up to and including ReadyForQuery; panics if the stream ends
+/// first.
+pub fn read_until_ready<S: Read + ?Sized>(s: &mut S) -> Vec<(u8, Vec<u8>)> {
     let mut v = Vec::new();
     loop {
         let m = read_msg(s).unwrap_or_else(|| panic!("closed before ReadyForQuery; got {v:?}"));
@@ -232,11 +258,21 @@ pub fn data_rows(msgs: &[(u8, Vec<u8>)]) -> Vec<Vec<Option<String>>> {
 
 /// Parse (unnamed, untyped) + Bind (text params) + Execute + Sync.
 pub fn extended_query(sql: &str, params: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = parse_bind(sql, params);
+    let mut e = cstr("");
+    e.extend(0i32.to_be_bytes());
+    out.extend(msg(b'E', &e));
+    out.extend(msg(b'S', &[]));
+    out
+}
+
+/// Parse (unnamed, untyped) + Bind (unnamed portal, text params, text
+/// results).
+pub fn parse_bind(sql: &str, params: &[&str]) -> Vec<u8> {
     let mut p = cstr("");
     p.extend(cstr(sql));
     p.extend(0i16.to_be_bytes());
-    out.extend(msg(b'P', &p));
+    let mut out = msg(b'P', &p);
     let mut b = cstr("");
     b.extend(cstr(""));
     b.extend(0i16.to_be_bytes()); // all params text
@@ -247,10 +283,6 @@ pub fn extended_query(sql: &str, params: &[&str]) -> Vec<u8> {
     }
     b.extend(0i16.to_be_bytes()); // results text
     out.extend(msg(b'B', &b));
-    let mut e = cstr("");
-    e.extend(0i32.to_be_bytes());
-    out.extend(msg(b'E', &e));
-    out.extend(msg(b'S', &[]));
     out
 }
 
@@ -323,16 +355,28 @@ impl PortServer {
     /// The pid of the server's child process named `comm`.
     pub fn child(&self, comm: &str) -> i32 {
         self.srv()
-            .children()
-            .into_iter()
-            .find(|(_, c)| c == comm)
+            .child_pid(comm)
             .unwrap_or_else(|| panic!("no {comm} child"))
-            .0
     }
 
     /// Fast shutdown: the server must exit 0 without a panic (`stop_ok`).
     pub fn stop(&mut self) -> super::Out {
         self.srv.take().expect("server running").stop_ok()
+    }
+
+    /// kill -9 of the server and of its children.
+    pub fn kill9(&mut self) {
+        let kids = self.srv().children();
+        self.srv.take().unwrap().kill9_with_children(&kids);
+    }
+
+    /// Starts the server again on its port (after `stop` or `kill9`) and
+    /// waits until it is ready.
+    pub fn restart(&mut self) {
+        let port = format!("port={}", self.port);
+        let mut srv = super::start_with_env(&self.d.path, self.tmp.path(), &["--set", &port], &[]);
+        srv.wait_ready(super::TIMEOUT);
+        self.srv = Some(srv);
     }
 }
 

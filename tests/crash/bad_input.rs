@@ -31,6 +31,23 @@ fn fails(args: &[&str], needles: &[&str]) -> Out {
     o
 }
 
+/// An initialized data directory in a new temporary directory named
+/// after `tag`.
+fn fresh_data(tag: &str) -> (TempDir, DataDir) {
+    let tmp = TempDir::new(tag);
+    let d = init(&tmp.join("data"), &[]);
+    (tmp, d)
+}
+
+/// A start that failed left neither a pid file nor a shared segment.
+fn assert_nothing_left(d: &DataDir) {
+    assert!(
+        !d.path.join("postmaster.pid").exists(),
+        "pid file left behind"
+    );
+    assert!(segments_for(&d.path).is_empty(), "segment left behind");
+}
+
 fn s(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
 }
@@ -152,8 +169,7 @@ fn start_on_a_dir_that_is_not_a_data_dir() {
 
 #[test]
 fn start_unknown_setting_and_bad_values() {
-    let tmp = TempDir::new("bad-set");
-    let d = init(&tmp.join("data"), &[]);
+    let (_tmp, d) = fresh_data("bad-set");
     let dir = s(&d.path);
     let o = fails(
         &["start", "-D", dir, "--set", "bogus_setting=1"],
@@ -209,11 +225,7 @@ fn start_unknown_setting_and_bad_values() {
             &n,
         );
     }
-    assert!(
-        !d.path.join("postmaster.pid").exists(),
-        "pid file left behind"
-    );
-    assert!(segments_for(&d.path).is_empty(), "segment left behind");
+    assert_nothing_left(&d);
 }
 
 #[test]
@@ -228,17 +240,12 @@ fn start_bad_setting_in_config_file() {
         &["start", "-D", s(&d.path)],
         &["walshm.conf", "wal_insert_locks", "1..=128"],
     );
-    assert!(
-        !d.path.join("postmaster.pid").exists(),
-        "pid file left behind"
-    );
-    assert!(segments_for(&d.path).is_empty(), "segment left behind");
+    assert_nothing_left(&d);
 }
 
 #[test]
 fn start_bad_workers_and_workloads() {
-    let tmp = TempDir::new("bad-work");
-    let d = init(&tmp.join("data"), &[]);
+    let (_tmp, d) = fresh_data("bad-work");
     let dir = s(&d.path);
     fails(&["start", "-D", dir, "--workers", "4"], &["--workload"]);
     fails(
@@ -280,17 +287,12 @@ fn start_bad_workers_and_workloads() {
             &["invalid workload", "emit:SIZE", "lwlock"],
         );
     }
-    assert!(
-        !d.path.join("postmaster.pid").exists(),
-        "pid file left behind"
-    );
-    assert!(segments_for(&d.path).is_empty(), "segment left behind");
+    assert_nothing_left(&d);
 }
 
 #[test]
 fn unknown_options_and_commands() {
-    let tmp = TempDir::new("bad-opt");
-    let d = init(&tmp.join("data"), &[]);
+    let (tmp, d) = fresh_data("bad-opt");
     let dir = s(&d.path);
     fails(
         &["start", "-D", dir, "--bogus"],
@@ -314,8 +316,7 @@ fn unknown_options_and_commands() {
 
 #[test]
 fn waldump_bad_start() {
-    let tmp = TempDir::new("bad-dump");
-    let d = init(&tmp.join("data"), &[]);
+    let (_tmp, d) = fresh_data("bad-dump");
     let dir = s(&d.path);
     for lsn in ["bogus", "0/", "/10", "0/XYZ", "1/2/3"] {
         fails(

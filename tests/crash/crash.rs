@@ -82,8 +82,7 @@ fn kill_children_rounds(tag: &str, backends: usize, kills: usize, seed: u64, wor
     let tmp = TempDir::new(tag);
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let n = backends.to_string();
-    let mut s = Server::start(&d.path, tmp.path(), &workload_args(&n, workload));
-    s.wait_ready(TIMEOUT);
+    let mut s = Server::start_ready(&d.path, tmp.path(), &workload_args(&n, workload));
     let mut rng = Rng(seed);
     let kinds = ["backend", "walwriter", "checkpointer"];
     let mut victims = Vec::new();
@@ -199,16 +198,14 @@ fn kill9_children_repeatedly_emit_tx_beside_txid_nothing_acked_lost() {
 fn kill9_postmaster_then_restart_nothing_acked_lost() {
     let tmp = TempDir::new("kill-pm-acks");
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-    let mut s = Server::start(&d.path, tmp.path(), &emit_tx_args("16"));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &emit_tx_args("16"));
     let kids = s.wait_children(16);
     std::thread::sleep(Duration::from_millis(1200));
     let o1 = s.kill9_with_children(&kids);
     let acks1 = parse_acks(&o1.stdout);
     assert!(!acks1.is_empty(), "no acks before the kill");
 
-    let mut s = Server::start(&d.path, tmp.path(), &emit_tx_args("16"));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &emit_tx_args("16"));
     s.wait_children(16);
     std::thread::sleep(Duration::from_millis(800));
     let o2 = s.stop_ok();
@@ -304,8 +301,7 @@ fn read_byte_at_lsn(d: &DataDir, lsn: u64) -> u8 {
 fn recover(tmp: &TempDir, d: &DataDir) -> (RedoDone, Out) {
     // Damage before the end is refused without the operator's consent.
     let args = ["--workers", "0", "--discard-damaged-wal"];
-    let mut s = Server::start(&d.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &args);
     // Not at once: see txid_commits_flushed_by_walwriter_within_delay.
     std::thread::sleep(Duration::from_millis(300));
     let o = s.stop_ok();
@@ -508,8 +504,7 @@ fn damaged_wal_last_segment_truncated() {
     let ok_before = recs.iter().take_while(|r| r.end <= seg_start).count();
     let pg_last = pg_last_record(&d);
     let args = ["--workers", "0", "--discard-damaged-wal"];
-    let mut s = Server::start(&d.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &args);
     let r = redo_lines(&s.stderr())[0].clone();
     eprintln!("truncated last segment: {r:?}");
     assert_eq!(
@@ -552,7 +547,7 @@ fn writes_after_recovery_into_a_short_segment_survive() {
         .unwrap()
         .set_len(d.seg_size / 2)
         .unwrap();
-    let mut s = Server::start(
+    let s = Server::start_ready(
         &d.path,
         tmp.path(),
         &[
@@ -566,13 +561,11 @@ fn writes_after_recovery_into_a_short_segment_survive() {
             "--discard-damaged-wal",
         ],
     );
-    s.wait_ready(TIMEOUT);
     std::thread::sleep(Duration::from_millis(300));
     let o = s.stop_ok();
     let acks = parse_acks(&o.stdout);
     // The next start must come up.
-    let mut s = Server::start(&d.path, tmp.path(), &["--workers", "0"]);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &["--workers", "0"]);
     std::thread::sleep(Duration::from_millis(300));
     s.stop_ok();
     let wal = tx_wal_check(&d);

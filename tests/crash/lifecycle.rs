@@ -12,6 +12,15 @@ use crate::common::*;
 use std::path::Path;
 use std::time::Duration;
 
+/// Fast shutdown of `s`, which must exit 0 and leave `d` cleaned up; its
+/// output and shutdown summary.
+fn stop_clean(s: Server, d: &DataDir) -> (Out, Summary) {
+    let o = s.stop_ok();
+    assert_cleaned_up(&d.path);
+    let sum = parse_summary(&o.stdout);
+    (o, sum)
+}
+
 #[test]
 fn fast_shutdown_keeps_every_record_with_fsync_on() {
     let tmp = TempDir::new("fsync");
@@ -40,9 +49,7 @@ fn fast_shutdown_keeps_every_record_with_fsync_on() {
         "the postmaster maps one memfd segment and nothing in /dev/shm"
     );
     std::thread::sleep(Duration::from_millis(700));
-    let o = s.stop_ok();
-    assert_cleaned_up(&d.path);
-    let sum = parse_summary(&o.stdout);
+    let (_, sum) = stop_clean(s, &d);
     assert!(sum.total.records > 0);
     verify_wal(&d, Some(sum.total.records), &[100]);
 }
@@ -51,21 +58,10 @@ fn fast_shutdown_keeps_every_record_with_fsync_on() {
 fn second_start_is_refused_while_running() {
     let tmp = TempDir::new("twice");
     let d = init_keep(&tmp.join("data"), &[]);
-    let mut s = Server::start(
-        &d.path,
-        tmp.path(),
-        &["--workers", "1", "--workload", "emit:0"],
-    );
-    s.wait_ready(TIMEOUT);
-    let o = postmaster(&[
-        "start",
-        "-D",
-        d.path.to_str().unwrap(),
-        "--workers",
-        "1",
-        "--workload",
-        "emit:0",
-    ]);
+    let args = ["--workers", "1", "--workload", "emit:0"];
+    let mut s = Server::start_ready(&d.path, tmp.path(), &args);
+    // The same start again.
+    let o = postmaster(&[&["start", "-D", d.path.to_str().unwrap()][..], &args].concat());
     assert!(
         !o.status.success(),
         "second start succeeded\n{}",
@@ -92,9 +88,7 @@ fn second_start_is_refused_while_running() {
         "running server lost its segment"
     );
     assert!(s.try_wait().is_none(), "running server died");
-    let o = s.stop_ok();
-    assert_cleaned_up(&d.path);
-    let sum = parse_summary(&o.stdout);
+    let (_, sum) = stop_clean(s, &d);
     verify_wal(&d, Some(sum.total.records), &[0]);
 }
 
@@ -102,12 +96,11 @@ fn second_start_is_refused_while_running() {
 fn children_are_named_backend_and_walwriter() {
     let tmp = TempDir::new("comm");
     let d = init_keep(&tmp.join("data"), &[]);
-    let mut s = Server::start(
+    let s = Server::start_ready(
         &d.path,
         tmp.path(),
         &["--workers", "3", "--workload", "lwlock"],
     );
-    s.wait_ready(TIMEOUT);
     let kids = s.wait_children(3);
     for (_, comm) in &kids {
         assert!(
@@ -121,9 +114,7 @@ fn children_are_named_backend_and_walwriter() {
             .trim(),
         "postmaster"
     );
-    let o = s.stop_ok();
-    assert_cleaned_up(&d.path);
-    let sum = parse_summary(&o.stdout);
+    let (o, sum) = stop_clean(s, &d);
     assert_eq!(sum.lwlock_checks, vec![true], "{}", o.stdout);
     for (pid, _) in kids {
         assert!(!alive(pid), "child {pid} survived shutdown");
@@ -159,9 +150,7 @@ fn kill9_backend_during_emit_restarts_and_wal_stays_valid() {
         assert!(!after.iter().any(|(p, _)| p == pid));
     }
     std::thread::sleep(Duration::from_millis(400));
-    let o = s.stop_ok();
-    assert_cleaned_up(&d.path);
-    let sum = parse_summary(&o.stdout);
+    let (o, sum) = stop_clean(s, &d);
     assert!(sum.total.records > 0);
     assert!(
         sum.crash_restarts == 1,
@@ -207,12 +196,11 @@ fn kill9_backend_during_emit_restarts_and_wal_stays_valid() {
 fn lwlock_kill_rounds(tag: &str, kills: usize) -> Out {
     let tmp = TempDir::new(tag);
     let d = init_keep(&tmp.join("data"), &[]);
-    let mut s = Server::start(
+    let mut s = Server::start_ready(
         &d.path,
         tmp.path(),
         &["--workers", "32", "--workload", "lwlock"],
     );
-    s.wait_ready(TIMEOUT);
     for round in 1..=kills {
         let kids = s.wait_children(32);
         std::thread::sleep(Duration::from_millis(300));
@@ -333,17 +321,14 @@ fn kill9_postmaster_takes_children_down_and_restart_cleans_up() {
         o.stderr
     );
 
-    let mut s = Server::start(&d.path, tmp.path(), &unsynced_args("2", "emit:100"));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &unsynced_args("2", "emit:100"));
     let err = s.stderr();
     assert!(
         err.contains("removing stale pid file"),
         "stale pid file not reported\n{err}"
     );
     std::thread::sleep(Duration::from_millis(300));
-    let o = s.stop_ok();
-    assert_cleaned_up(&d.path);
-    let sum = parse_summary(&o.stdout);
+    let (o, sum) = stop_clean(s, &d);
     // The second run's records are all on disk after what recovery found.
     let facts = verify_wal(&d, None, &[100]);
     let redo = redo_lines(&o.stderr);

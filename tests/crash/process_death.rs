@@ -134,8 +134,7 @@ impl Scene {
     fn new(tag: &str) -> Scene {
         let tmp = TempDir::new(tag);
         let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
-        let mut s = Server::start(&d.path, tmp.path(), &[]);
-        s.wait_ready(TIMEOUT);
+        let s = Server::start_ready(&d.path, tmp.path(), &[]);
         let mut bystander = attach_when_ready(&d.path);
         bystander_commits(&mut bystander, 3);
         Scene {

@@ -47,24 +47,11 @@ fn lwlock_stress(tag: &str, workers: u32, queue: &str) {
     );
 }
 
-#[test]
-fn lwlock_64_backends_modern_queue() {
-    lwlock_stress("lw64m", 64, "modern");
-}
-
-#[test]
-fn lwlock_64_backends_legacy_queue() {
-    lwlock_stress("lw64l", 64, "legacy");
-}
-
-#[test]
-fn lwlock_256_backends_modern_queue() {
-    lwlock_stress("lw256m", 256, "modern");
-}
-
-#[test]
-fn lwlock_256_backends_legacy_queue() {
-    lwlock_stress("lw256l", 256, "legacy");
+crate::test_cases! { lwlock_stress:
+    lwlock_64_backends_modern_queue => ("lw64m", 64, "modern"),
+    lwlock_64_backends_legacy_queue => ("lw64l", 64, "legacy"),
+    lwlock_256_backends_modern_queue => ("lw256m", 256, "modern"),
+    lwlock_256_backends_legacy_queue => ("lw256l", 256, "legacy"),
 }
 
 fn emit_stress(tag: &str, inserting_at: &str) {
@@ -96,14 +83,9 @@ fn emit_stress(tag: &str, inserting_at: &str) {
     );
 }
 
-#[test]
-fn emit_64_backends_inserting_at_atomic() {
-    emit_stress("ia-atomic", "atomic");
-}
-
-#[test]
-fn emit_64_backends_inserting_at_waitlist() {
-    emit_stress("ia-waitlist", "waitlist");
+crate::test_cases! { emit_stress:
+    emit_64_backends_inserting_at_atomic => ("ia-atomic", "atomic"),
+    emit_64_backends_inserting_at_waitlist => ("ia-waitlist", "waitlist"),
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! never from log text.
 
 use crate::common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn walbench_bin() -> &'static str {
@@ -22,16 +22,38 @@ fn int(v: &serde_json::Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no integer {key} in {v}"))
 }
 
-/// A run that must pass: exit 0, the contract keys, nothing lost, every
-/// cycle counted by victim, recovery times measured, and the data
-/// directory (which walbench created) removed.
-fn assert_passed(o: &Out, v: &serde_json::Value, data: &Path, mode: &str, cycles: u64) {
+/// A `walbench torture` run with `args` and `env` in a new temporary
+/// directory named after `tag`, which must pass (`assert_passed`) in
+/// `mode` after `cycles` cycles. Returns the directory and the report.
+fn passing_run(
+    tag: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    mode: &str,
+    cycles: u64,
+) -> (TempDir, serde_json::Value) {
+    let tmp = TempDir::new(tag);
+    let (o, v, data) = torture(&tmp, args, env);
+    assert_passed(&o, &v, &data, mode, cycles);
+    (tmp, v)
+}
+
+/// A run of `mode` that ended well: exit 0, `cycles` cycles, nothing
+/// acknowledged lost (of more than 100 acks) and no violation.
+fn assert_nothing_lost(o: &Out, v: &serde_json::Value, mode: &str, cycles: u64) {
     assert_eq!(o.code(), Some(0), "{}\n{v}", o.describe());
     assert_eq!(v["mode"], mode, "{v}");
     assert_eq!(int(v, "cycles"), cycles, "{v}");
     assert_eq!(int(v, "lost"), 0, "{v}");
     assert!(int(v, "acknowledged") > 100, "too few acks checked: {v}");
     assert_eq!(v["violations"].as_array().map(Vec::len), Some(0), "{v}");
+}
+
+/// A run that must pass: exit 0, the contract keys, nothing lost, every
+/// cycle counted by victim, recovery times measured, and the data
+/// directory (which walbench created) removed.
+fn assert_passed(o: &Out, v: &serde_json::Value, data: &Path, mode: &str, cycles: u64) {
+    assert_nothing_lost(o, v, mode, cycles);
     assert_eq!(v["passed"], true, "{v}");
     let kills: u64 = v["victims"]
         .as_object()
@@ -53,9 +75,13 @@ fn assert_passed(o: &Out, v: &serde_json::Value, data: &Path, mode: &str, cycles
 
 #[test]
 fn kill_mode_default_variants_nothing_lost() {
-    let tmp = TempDir::new("torture-kill");
-    let (o, v, data) = torture(&tmp, &["--cycles", "8", "--seed", "15"], &[]);
-    assert_passed(&o, &v, &data, "kill", 8);
+    let (_tmp, v) = passing_run(
+        "torture-kill",
+        &["--cycles", "8", "--seed", "15"],
+        &[],
+        "kill",
+        8,
+    );
     // Seed 15 draws more than one kind of victim.
     assert!(v["victims"].as_object().unwrap().len() >= 2, "{v}");
 }
@@ -66,7 +92,6 @@ fn kill_mode_default_variants_nothing_lost() {
 /// counted as a backend), and nothing acknowledged is lost.
 #[test]
 fn kill_mode_with_a_library_worker_nothing_lost() {
-    let tmp = TempDir::new("torture-worker");
     let cmd = format!("{} producer", child_bin().display());
     let args = [
         "--cycles",
@@ -82,8 +107,7 @@ fn kill_mode_with_a_library_worker_nothing_lost() {
         "WALSHM_TEST_ARGS_torture",
         "--tx --ack --size 100 --prefix torture",
     )];
-    let (o, v, data) = torture(&tmp, &args, &env);
-    assert_passed(&o, &v, &data, "kill", 6);
+    let (_tmp, v) = passing_run("torture-worker", &args, &env, "kill", 6);
     assert!(int(&v["victims"], "worker") >= 1, "{v}");
 }
 
@@ -115,12 +139,7 @@ fn kill_attached_mode_cleans_up_and_loses_nothing() {
         ),
     ];
     let (o, v, data) = torture(&tmp, &args, &env);
-    assert_eq!(o.code(), Some(0), "{}\n{v}", o.describe());
-    assert_eq!(v["mode"], "kill-attached", "{v}");
-    assert_eq!(int(&v, "cycles"), 20, "{v}");
-    assert_eq!(int(&v, "lost"), 0, "{v}");
-    assert!(int(&v, "acknowledged") > 100, "too few acks checked: {v}");
-    assert_eq!(v["violations"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_nothing_lost(&o, &v, "kill-attached", 20);
     assert!(int(&v, "cleaned_up") >= 10, "{v}");
     assert!(int(&v, "crash_restarts") <= 5, "{v}");
     assert!(
@@ -131,7 +150,6 @@ fn kill_attached_mode_cleans_up_and_loses_nothing() {
 
 #[test]
 fn kill_mode_alternative_variants_nothing_lost() {
-    let tmp = TempDir::new("torture-kill-old");
     let sets = [
         "wal_insertion=single",
         "lwlock_queue=legacy",
@@ -144,16 +162,19 @@ fn kill_mode_alternative_variants_nothing_lost() {
     for s in &sets {
         args.extend(["--set", s]);
     }
-    let (o, v, data) = torture(&tmp, &args, &[]);
-    assert_passed(&o, &v, &data, "kill", 6);
+    let (_tmp, v) = passing_run("torture-kill-old", &args, &[], "kill", 6);
     assert_eq!(v["settings"].as_array().unwrap().len(), sets.len(), "{v}");
 }
 
 #[test]
 fn power_loss_mode_nothing_lost() {
-    let tmp = TempDir::new("torture-power");
-    let (o, v, data) = torture(&tmp, &["--power-loss", "--cycles", "8", "--seed", "3"], &[]);
-    assert_passed(&o, &v, &data, "power-loss", 8);
+    let (_tmp, v) = passing_run(
+        "torture-power",
+        &["--power-loss", "--cycles", "8", "--seed", "3"],
+        &[],
+        "power-loss",
+        8,
+    );
     assert_eq!(int(&v["victims"], "power-loss"), 8, "{v}");
     let pl = &v["power_loss"];
     assert!(
@@ -164,28 +185,28 @@ fn power_loss_mode_nothing_lost() {
     assert_eq!(int(pl, "refused_starts"), 0, "{v}");
 }
 
+/// A `--power-loss` run with `args` of a build broken on purpose
+/// (WALSHM_TEST_BREAK=`broken`) in a new temporary directory named after
+/// `tag`: it must exit 1 and report that it did not pass. Returns the
+/// directory, the report and the data directory.
+fn caught(tag: &str, args: &[&str], broken: &str) -> (TempDir, serde_json::Value, PathBuf) {
+    let tmp = TempDir::new(tag);
+    let mut all = vec!["--power-loss"];
+    all.extend_from_slice(args);
+    let (o, v, data) = torture(&tmp, &all, &[("WALSHM_TEST_BREAK", broken)]);
+    assert_eq!(o.code(), Some(1), "{}\n{v}", o.describe());
+    assert_eq!(v["passed"], false, "{v}");
+    (tmp, v, data)
+}
+
 /// The checker can fail: with acks printed before the commit's fdatasync,
 /// a simulated power loss loses acknowledged commits, and the run says so.
 #[test]
 fn power_loss_mode_catches_ack_before_fsync() {
-    let tmp = TempDir::new("torture-broken");
-    let (o, v, data) = torture(
-        &tmp,
-        &[
-            "--power-loss",
-            "--cycles",
-            "1",
-            "--seed",
-            "5",
-            "--workers",
-            "1",
-        ],
-        &[("WALSHM_TEST_BREAK", "ack-before-fsync")],
-    );
-    assert_eq!(o.code(), Some(1), "{}\n{v}", o.describe());
+    let args = ["--cycles", "1", "--seed", "5", "--workers", "1"];
+    let (_tmp, v, data) = caught("torture-broken", &args, "ack-before-fsync");
     assert_eq!(v["mode"], "power-loss", "{v}");
     assert!(int(&v, "lost") > 0, "the broken build was not caught: {v}");
-    assert_eq!(v["passed"], false, "{v}");
     assert!(!v["lost_lsns"].as_array().unwrap().is_empty(), "{v}");
     // The evidence stays for a bug report.
     assert!(data.join("pg_wal").is_dir());
@@ -201,26 +222,19 @@ fn power_loss_mode_catches_ack_before_fsync() {
 /// order shows WAL fdatasynced into a file whose name is not durable.
 #[test]
 fn power_loss_mode_catches_skip_dir_fsync() {
-    let tmp = TempDir::new("torture-dirsync");
-    let (o, v, data) = torture(
-        &tmp,
-        &[
-            "--power-loss",
-            "--cycles",
-            "3",
-            "--seed",
-            "6",
-            "--workload",
-            "emit-tx+txid:2000",
-        ],
-        &[("WALSHM_TEST_BREAK", "skip-dir-fsync")],
-    );
-    assert_eq!(o.code(), Some(1), "{}\n{v}", o.describe());
+    let args = [
+        "--cycles",
+        "3",
+        "--seed",
+        "6",
+        "--workload",
+        "emit-tx+txid:2000",
+    ];
+    let (_tmp, v, data) = caught("torture-dirsync", &args, "skip-dir-fsync");
     assert!(
         int(&v["power_loss"], "synced_without_entry") > 0,
         "the missing directory fsync was not caught: {v}"
     );
-    assert_eq!(v["passed"], false, "{v}");
     assert!(data.join("torture-history.txt").is_file());
 }
 

@@ -75,8 +75,13 @@ fn calls(tmp: &TempDir) -> HashMap<String, usize> {
     m
 }
 
-fn init_archiving(tmp: &TempDir, command: &str) -> DataDir {
-    init(
+/// A new temporary directory named after `tag` with the archive script
+/// (sleeping `sleep` seconds a call) and a data directory archiving
+/// through it (1 MB segments, a checkpoint every second).
+fn init_archiving(tag: &str, sleep: &str) -> (TempDir, DataDir) {
+    let tmp = TempDir::new(tag);
+    let command = write_script(&tmp, sleep);
+    let d = init(
         &tmp.join("d"),
         &[
             "--wal-segment-size",
@@ -84,13 +89,14 @@ fn init_archiving(tmp: &TempDir, command: &str) -> DataDir {
             "--set",
             "archive_mode=on",
             "--set",
-            command,
+            &command,
             "--set",
             "checkpoint_timeout=1s",
             "--set",
             "max_wal_size=2MB",
         ],
-    )
+    );
+    (tmp, d)
 }
 
 /// A few MB of WAL per second: durable commits of 4 kB messages.
@@ -98,12 +104,9 @@ const WORKLOAD: &[&str] = &["--workers", "2", "--workload", "emit-tx:4096"];
 
 #[test]
 fn failing_archive_command_keeps_segments_and_retries_until_archived() {
-    let tmp = TempDir::new("archive-fail");
-    let command = write_script(&tmp, "0");
+    let (tmp, d) = init_archiving("archive-fail", "0");
     fs::write(tmp.join("gate"), b"").unwrap();
-    let d = init_archiving(&tmp, &command);
-    let mut s = Server::start(&d.path, tmp.path(), WORKLOAD);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), WORKLOAD);
     assert!(
         wait_until(TIMEOUT, || s
             .children()
@@ -191,28 +194,20 @@ fn failing_archive_command_keeps_segments_and_retries_until_archived() {
 
 #[test]
 fn crash_restart_archives_again_at_most_the_file_in_flight() {
-    let tmp = TempDir::new("archive-crash");
     // A slow command widens the window in which the crash hits it.
-    let command = write_script(&tmp, "0.3");
-    let d = init_archiving(&tmp, &command);
+    let (tmp, d) = init_archiving("archive-crash", "0.3");
     // Less WAL than WORKLOAD: at 0.3 s a segment the archiver falls behind
     // a 4 kB workload by dozens of segments a second on tmpfs, and a fast
     // shutdown archives the whole backlog before it exits.
     let workload = &["--workers", "2", "--workload", "emit-tx:256"];
-    let mut s = Server::start(&d.path, tmp.path(), workload);
-    s.wait_ready(TIMEOUT);
+    let mut s = Server::start_ready(&d.path, tmp.path(), workload);
     assert!(
         wait_until(Duration::from_secs(20), || archived(&tmp).len() >= 3),
         "nothing archived: {:?}\n{}",
         calls(&tmp),
         s.stderr()
     );
-    let backend = s
-        .children()
-        .into_iter()
-        .find(|(_, c)| c == "backend")
-        .expect("a backend")
-        .0;
+    let backend = s.child_pid("backend").expect("a backend");
     kill(backend, libc::SIGKILL);
     s.wait_ready_n(2, TIMEOUT);
     let before = archived(&tmp).len();
@@ -259,12 +254,9 @@ fn stop_after_draining(s: Server, d: &Path, per_file: Duration) {
 
 #[test]
 fn fast_shutdown_archives_what_is_ready_then_exits() {
-    let tmp = TempDir::new("archive-shutdown");
-    let command = write_script(&tmp, "0");
+    let (tmp, d) = init_archiving("archive-shutdown", "0");
     fs::write(tmp.join("gate"), b"").unwrap();
-    let d = init_archiving(&tmp, &command);
-    let mut s = Server::start(&d.path, tmp.path(), WORKLOAD);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), WORKLOAD);
     // Five failures: the archiver now waits seconds before its next try.
     let first = "000000010000000000000001".to_string();
     assert!(
@@ -292,16 +284,13 @@ fn fast_shutdown_archives_what_is_ready_then_exits() {
 /// shell: a name like `x;touch PWNED;#` would otherwise run its command.
 #[test]
 fn only_wal_file_names_reach_archive_command() {
-    let tmp = TempDir::new("archive-names");
-    let command = write_script(&tmp, "0");
-    let d = init_archiving(&tmp, &command);
+    let (tmp, d) = init_archiving("archive-names", "0");
     let evil = "x;touch PWNED;#";
     let status = d.path.join("pg_wal/archive_status");
     fs::create_dir_all(&status).unwrap();
     fs::write(d.path.join("pg_wal").join(evil), b"").unwrap();
     fs::write(status.join(format!("{evil}.ready")), b"").unwrap();
-    let mut s = Server::start(&d.path, tmp.path(), WORKLOAD);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), WORKLOAD);
     let first = "000000010000000000000001".to_string();
     assert!(
         wait_until(Duration::from_secs(20), || archived(&tmp).contains(&first)),

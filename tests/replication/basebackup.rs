@@ -9,7 +9,6 @@
 
 use crate::common::wire::{pg_client, start_on_free_port};
 use crate::common::*;
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,6 +72,14 @@ fn tempdir_for_output() -> std::path::PathBuf {
     d
 }
 
+/// pg_basebackup's arguments: from the server at `host`:`port` into
+/// `dir`, then `opts`.
+fn backup_args<'a>(host: &'a str, port: &'a str, dir: &'a str, opts: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["-h", host, "-p", port, "-D", dir];
+    args.extend_from_slice(opts);
+    args
+}
+
 /// The LSN after `prefix` in pg_basebackup's verbose output.
 fn lsn_after(stderr: &str, prefix: &str) -> u64 {
     let s = stderr
@@ -103,24 +110,16 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
     let port_s = port.to_string();
     let copy = t.join("copy");
     let copy_s = copy.to_str().unwrap().to_string();
-    let (ok, _, err) = run_bounded(
-        &basebackup,
-        &[
-            "-h",
-            &host,
-            "-p",
-            &port_s,
-            "-D",
-            &copy_s,
-            "-X",
-            "stream",
-            "-F",
-            "plain",
-            "--checkpoint=fast",
-            "-P",
-            "-v",
-        ],
-    );
+    let stream = [
+        "-X",
+        "stream",
+        "-F",
+        "plain",
+        "--checkpoint=fast",
+        "-P",
+        "-v",
+    ];
+    let (ok, _, err) = run_bounded(&basebackup, &backup_args(&host, &port_s, &copy_s, &stream));
     let acks = parse_acks(&srv.stdout());
     if !ok {
         let o = kill_group(srv);
@@ -142,22 +141,8 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
     // A tar copy with the WAL fetched into the archive.
     let tar = t.join("tar");
     let tar_s = tar.to_str().unwrap().to_string();
-    let (ok, _, terr) = run_bounded(
-        &basebackup,
-        &[
-            "-h",
-            &host,
-            "-p",
-            &port_s,
-            "-D",
-            &tar_s,
-            "-X",
-            "fetch",
-            "-F",
-            "tar",
-            "--checkpoint=fast",
-        ],
-    );
+    let fetch = ["-X", "fetch", "-F", "tar", "--checkpoint=fast"];
+    let (ok, _, terr) = run_bounded(&basebackup, &backup_args(&host, &port_s, &tar_s, &fetch));
     // Option errors as PostgreSQL's, and the session goes on.
     if let Some(psql) = pg_client("psql") {
         let conninfo = format!("host={host} port={port} replication=true");
@@ -251,7 +236,6 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
 
     // Every commit acknowledged from the start segment to the end position
     // is in the copy's WAL.
-    let geo = walformat::Geometry::new(SEG).unwrap();
     let from = start - start % SEG;
     let covered: Vec<u64> = acks
         .iter()
@@ -263,21 +247,8 @@ fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
         "no acknowledged commit inside the backup's WAL range"
     );
     let first = *covered.iter().min().unwrap();
-    let mut reader = walformat::WalReader::open(&copy.join("pg_wal"), geo, 1, None, first).unwrap();
-    let mut commits = HashSet::new();
-    while let Ok(Some(r)) = reader.next_record() {
-        if r.is_commit() {
-            commits.insert(r.lsn);
-        }
-    }
-    let missing: Vec<_> = covered.iter().filter(|a| !commits.contains(a)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged commits are not in the copy (first {})",
-        missing.len(),
-        covered.len(),
-        walformat::format_lsn(*missing[0])
-    );
+    let commits = reader_commits(&copy.join("pg_wal"), SEG, first);
+    assert_acks_in(&covered, &commits, "the copy");
     eprintln!(
         "pg_basebackup: {} acknowledged commits in [{}, {}) found in the started copy",
         covered.len(),

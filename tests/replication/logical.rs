@@ -18,7 +18,9 @@
 //! drop; every wait has a deadline. Without PostgreSQL 15's programs (or
 //! psycopg2, for its part) the tests skip loudly unless WALSHM_REQUIRE_PG=1.
 
-use crate::common::wire::{data_rows, exchange, handshake_retrying, msg, pg_client, PortServer};
+use crate::common::wire::{
+    data_rows, exchange, handshake_retrying, have_pg_clients, msg, pg_client, PortServer,
+};
 use crate::common::*;
 
 use std::collections::HashSet;
@@ -33,8 +35,7 @@ fn python() -> String {
 
 #[test]
 fn clients_print_what_postgresql_15_prints() {
-    let tools = ["initdb", "postgres", "pg_isready", "psql", "pg_recvlogical"];
-    if tools.iter().any(|t| pg_client(t).is_none()) {
+    if !have_pg_clients(&["initdb", "postgres", "pg_isready", "psql", "pg_recvlogical"]) {
         return;
     }
     let tmp = TempDir::new("logical-vs-pg");
@@ -120,6 +121,32 @@ fn produce(socket: &Path, from: usize, to: usize, acked: &mut Vec<String>) {
     }
 }
 
+/// Waits up to a minute for `read` (the contents a consumer wrote) to
+/// hold every message of `acked`, then asserts that it does (`missing`
+/// names the failure) and that no rolled-back message (content `a...`)
+/// came; returns what it read.
+fn wait_delivered(acked: &[String], read: impl Fn() -> Vec<String>, missing: &str) -> Vec<String> {
+    let arrived = wait_until(Duration::from_secs(60), || {
+        let got: HashSet<String> = read().into_iter().collect();
+        acked.iter().all(|c| got.contains(c))
+    });
+    let got = read();
+    assert!(
+        arrived,
+        "{missing}: {:?}",
+        acked
+            .iter()
+            .filter(|c| !got.contains(c))
+            .take(10)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        got.iter().all(|c| !c.starts_with('a')),
+        "a rolled-back message was delivered"
+    );
+    got
+}
+
 fn contents(out: &Path) -> Vec<String> {
     std::fs::read_to_string(out)
         .unwrap_or_default()
@@ -147,32 +174,11 @@ fn a_slot_resumes_after_kill_9_with_every_acknowledged_commit() {
     let _rx = recvlogical(&recv, &ps.d.path, ps.port, "crash", &out);
     let mut acked = Vec::new();
     produce(&ps.socket(), 0, 200, &mut acked);
-    let kids = ps.srv().children();
-    ps.srv.take().unwrap().kill9_with_children(&kids);
-    let port = format!("port={}", ps.port);
-    let mut srv = start_with_env(&ps.d.path, ps.tmp.path(), &["--set", &port], &[]);
-    srv.wait_ready(TIMEOUT);
-    ps.srv = Some(srv);
+    ps.kill9();
+    ps.restart();
     assert!(wait_until(TIMEOUT, || ps.socket().exists()));
     produce(&ps.socket(), 200, 300, &mut acked);
-    let want: HashSet<&String> = acked.iter().collect();
-    let arrived = wait_until(Duration::from_secs(60), || {
-        let got: HashSet<String> = contents(&out).into_iter().collect();
-        want.iter().all(|c| got.contains(*c))
-    });
-    let got = contents(&out);
-    assert!(
-        arrived,
-        "missing after restart: {:?}",
-        want.iter()
-            .filter(|c| !got.contains(c))
-            .take(10)
-            .collect::<Vec<_>>()
-    );
-    assert!(
-        got.iter().all(|c| !c.starts_with('a')),
-        "a rolled-back message was delivered"
-    );
+    let got = wait_delivered(&acked, || contents(&out), "missing after restart");
     let mut firsts = Vec::new();
     for c in &got {
         if !firsts.contains(c) {
@@ -362,13 +368,9 @@ fn psycopg2_with_pgoutput_resumes_after_kill_9() {
     let consumer = py_consumer(&py, &ps, "py", &out);
     let mut acked = Vec::new();
     produce(&ps.socket(), 0, 150, &mut acked);
-    let kids = ps.srv().children();
-    ps.srv.take().unwrap().kill9_with_children(&kids);
+    ps.kill9();
     drop(consumer);
-    let port = format!("port={}", ps.port);
-    let mut srv = start_with_env(&ps.d.path, ps.tmp.path(), &["--set", &port], &[]);
-    srv.wait_ready(TIMEOUT);
-    ps.srv = Some(srv);
+    ps.restart();
     assert!(wait_until(TIMEOUT, || ps.socket().exists()));
     let _consumer = py_consumer(&py, &ps, "py", &out);
     produce(&ps.socket(), 150, 250, &mut acked);
@@ -379,23 +381,6 @@ fn psycopg2_with_pgoutput_resumes_after_kill_9() {
             .map(str::to_string)
             .collect()
     };
-    let arrived = wait_until(Duration::from_secs(60), || {
-        let got: HashSet<String> = read().into_iter().collect();
-        acked.iter().all(|c| got.contains(c))
-    });
-    let got = read();
-    assert!(
-        arrived,
-        "missing: {:?}",
-        acked
-            .iter()
-            .filter(|c| !got.contains(c))
-            .take(10)
-            .collect::<Vec<_>>()
-    );
-    assert!(
-        got.iter().all(|c| !c.starts_with('a')),
-        "a rolled-back message was delivered"
-    );
+    wait_delivered(&acked, read, "missing");
     ps.stop();
 }

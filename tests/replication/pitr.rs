@@ -514,8 +514,7 @@ fn pg_archivecleanup_keeps_what_a_later_base_backup_restores_from() {
         "recovery_target_action=promote",
     ];
     args.extend(RESTORED);
-    let mut s = Server::start(&copy, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&copy, tmp.path(), &args);
     s.stop_ok();
     assert_eq!(history_line(&copy).1, rp_end);
     let o = own_waldump_raw(&copy, start);

@@ -16,11 +16,11 @@
 
 use crate::common::receiver::{pg_receivewal, Receiver};
 use crate::common::wire::{
-    cstr, data_rows, error_code, exchange, fields, handshake, msg, raw_connect, read_msg,
-    read_to_close, silent_for, socket_path, start_on_free_port, startup_packet,
+    cstr, data_rows, error_code, exchange, fields, first_error, handshake, msg, raw_connect,
+    read_msg, read_to_close, silent_for, socket_path, start_on_free_port, startup_packet,
+    PSQL_TERSE,
 };
 use crate::common::*;
-use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -209,13 +209,6 @@ fn wait_streaming_again(d: &DataDir, port: u16, not: i32) -> bool {
     })
 }
 
-fn pid_of(srv: &Server, comm: &str) -> Option<i32> {
-    srv.children()
-        .into_iter()
-        .find(|(_, c)| c == comm)
-        .map(|(p, _)| p)
-}
-
 // ---- a raw replication connection ----
 
 fn repl_connect(path: &Path, app: &str) -> Result<UnixStream, String> {
@@ -306,7 +299,7 @@ fn streams_under_load_and_matches_the_server_after_a_clean_stop() {
         wait_until(Duration::from_secs(15), || received(&out).0.len() >= 3),
         "pg_receivewal did not complete 3 segments"
     );
-    assert!(pid_of(&srv, "walsender").is_some(), "no walsender child");
+    assert!(srv.child_pid("walsender").is_some(), "no walsender child");
     srv.stop_ok();
     let end = own_waldump(&d.path).end_lsn;
     assert!(
@@ -357,7 +350,9 @@ fn kill_9_of_the_walsender_resumes_without_gap() {
             progressed(&out, have),
             "round {round}: no streaming progress"
         );
-        let ws = pid_of(&srv, "walsender").expect("a walsender while streaming");
+        let ws = srv
+            .child_pid("walsender")
+            .expect("a walsender while streaming");
         kill(ws, libc::SIGKILL);
         srv.wait_ready_n(round + 2, TIMEOUT);
         assert!(
@@ -509,23 +504,9 @@ fn acknowledged_commits_survive_kill_9(name: &str, variant: &[&str]) {
     rx.kill();
     let acks = parse_acks(&o.stdout);
     let dir = as_pg_wal(&out, &t.join("scratch"));
-    let geo = walformat::Geometry::new(SEG).unwrap();
     let first = *acks.iter().min().unwrap();
-    let mut reader = walformat::WalReader::open(&dir, geo, 1, None, first).unwrap();
-    let mut commits = HashSet::new();
-    while let Ok(Some(r)) = reader.next_record() {
-        if r.is_commit() {
-            commits.insert(r.lsn);
-        }
-    }
-    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged commits are not in the receiver's WAL (first {})",
-        missing.len(),
-        acks.len(),
-        walformat::format_lsn(*missing[0])
-    );
+    let commits = reader_commits(&dir, SEG, first);
+    assert_acks_in(&acks, &commits, "the receiver's WAL");
 }
 
 /// A SQL session that knows its BackendKeyData (pid, secret key).
@@ -787,7 +768,7 @@ fn bad_replication_input_gets_postgresql_errors() {
         return;
     };
     let sock = socket_path(&d.path, port);
-    let walwriter = pid_of(&srv, "walwriter").expect("walwriter");
+    let walwriter = srv.child_pid("walwriter").expect("walwriter");
     let mut s = repl_connect(&sock, "t").unwrap();
     let code = |s: &mut UnixStream, q: &str| error_code(&query(s, q));
     assert_eq!(code(&mut s, "SELECT 1").as_deref(), Some("42601"));
@@ -852,7 +833,7 @@ fn bad_replication_input_gets_postgresql_errors() {
     assert!(one_value(&query(&mut s, "IDENTIFY_SYSTEM"), 0).is_some());
     assert!(srv.try_wait().is_none());
     assert_eq!(
-        pid_of(&srv, "walwriter"),
+        srv.child_pid("walwriter"),
         Some(walwriter),
         "the server went through a crash restart"
     );
@@ -1077,10 +1058,7 @@ fn synchronous_commit_levels_server_wide() {
 
 /// The ErrorResponse fields of the first error in `msgs`.
 fn error_fields(msgs: &[(u8, Vec<u8>)]) -> std::collections::HashMap<u8, String> {
-    msgs.iter()
-        .find(|(t, _)| *t == b'E')
-        .map(|(_, b)| fields(b))
-        .unwrap_or_default()
+    first_error(msgs).unwrap_or_default()
 }
 
 /// (SQLSTATE, message) of the first error in `msgs`.
@@ -1109,22 +1087,43 @@ fn walsender_pid(d: &DataDir, port: u16, app: &str) -> i32 {
 /// `conninfo` (errors then carry their SQLSTATE), with `env`.
 fn psql_cmd(psql: &Path, conninfo: &str, cmd: &str, env: &[(&str, &str)]) -> Out {
     let mut c = Command::new(psql);
-    c.args([
-        "-X",
-        "-A",
-        "-t",
-        "-v",
-        "VERBOSITY=verbose",
-        "-c",
-        cmd,
-        conninfo,
-    ])
-    .env("PGSSLMODE", "disable")
-    .env("PGCONNECT_TIMEOUT", "10");
+    c.args(PSQL_TERSE)
+        .args(["-c", cmd, conninfo])
+        .env("PGSSLMODE", "disable")
+        .env("PGCONNECT_TIMEOUT", "10");
     for (k, v) in env {
         c.env(k, v);
     }
     run_cmd(&mut c, Duration::from_secs(20))
+}
+
+/// A server named after `name` (`start_1mb_segments`, fsync off), psql,
+/// and the connection string of a `replication=database` session on the
+/// server's socket (`extra` appended); None (the test skipped) without
+/// the clients.
+fn psql_replication(
+    name: &str,
+    extra: &str,
+) -> Option<(TempDir, DataDir, Server, u16, PathBuf, String)> {
+    let (t, d, srv, port) = start_1mb_segments(name, &["fsync=off"])?;
+    let psql = crate::common::wire::pg_client("psql")?;
+    let conninfo = format!(
+        "host={} port={port} user=x dbname=x replication=database{extra}",
+        d.path.display()
+    );
+    Some((t, d, srv, port, psql, conninfo))
+}
+
+/// Each of `cmds`, run by `psql_cmd`, fails with `error` on stderr.
+fn assert_psql_refuses(psql: &Path, conninfo: &str, cmds: &[&str], error: &str) {
+    for cmd in cmds {
+        let o = psql_cmd(psql, conninfo, cmd, &[]);
+        assert!(
+            !o.status.success() && o.stderr.contains(error),
+            "{cmd}\n{}",
+            o.describe()
+        );
+    }
 }
 
 /// TIMELINE_HISTORY sends a history file far larger than any real one
@@ -1169,27 +1168,16 @@ fn timeline_history_streams_a_large_file_in_bounded_memory() {
 /// connection).
 #[test]
 fn timeline_zero_is_an_invalid_timeline() {
-    let Some((_t, d, srv, port)) = start_1mb_segments("rep-tli0", &["fsync=off"]) else {
+    let Some((_t, d, srv, port, psql, conninfo)) =
+        psql_replication("rep-tli0", " application_name=t")
+    else {
         return;
     };
-    let Some(psql) = crate::common::wire::pg_client("psql") else {
-        return;
-    };
-    let conninfo = format!(
-        "host={} port={port} user=x dbname=x replication=database application_name=t",
-        d.path.display()
-    );
-    for cmd in [
+    let cmds = [
         "TIMELINE_HISTORY 0",
         "START_REPLICATION 0/1000000 TIMELINE 0",
-    ] {
-        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
-        assert!(
-            !o.status.success() && o.stderr.contains("ERROR:  42601: invalid timeline 0"),
-            "{cmd}\n{}",
-            o.describe()
-        );
-    }
+    ];
+    assert_psql_refuses(&psql, &conninfo, &cmds, "ERROR:  42601: invalid timeline 0");
     let mut s = repl_connect(&socket_path(&d.path, port), "t").unwrap();
     let r = query(&mut s, "TIMELINE_HISTORY 0");
     assert_eq!(error_of(&r), ("42601".into(), "invalid timeline 0".into()));
@@ -1201,29 +1189,15 @@ fn timeline_zero_is_an_invalid_timeline() {
 /// redundant options" (42601) and creates no slot.
 #[test]
 fn a_slot_option_given_twice_is_refused() {
-    let Some((_t, d, srv, port)) = start_1mb_segments("rep-twice", &["fsync=off"]) else {
+    let Some((_t, _, srv, _, psql, conninfo)) = psql_replication("rep-twice", "") else {
         return;
     };
-    let Some(psql) = crate::common::wire::pg_client("psql") else {
-        return;
-    };
-    let conninfo = format!(
-        "host={} port={port} user=x dbname=x replication=database",
-        d.path.display()
-    );
-    for cmd in [
+    let cmds = [
         "CREATE_REPLICATION_SLOT s PHYSICAL (RESERVE_WAL, RESERVE_WAL)",
         "CREATE_REPLICATION_SLOT s PHYSICAL RESERVE_WAL RESERVE_WAL",
-    ] {
-        let o = psql_cmd(&psql, &conninfo, cmd, &[]);
-        assert!(
-            !o.status.success()
-                && o.stderr
-                    .contains("ERROR:  42601: conflicting or redundant options"),
-            "{cmd}\n{}",
-            o.describe()
-        );
-    }
+    ];
+    let error = "ERROR:  42601: conflicting or redundant options";
+    assert_psql_refuses(&psql, &conninfo, &cmds, error);
     let o = psql_cmd(&psql, &conninfo, "READ_REPLICATION_SLOT s", &[]);
     assert_eq!(o.stdout, "||\n", "a slot was created\n{}", o.describe());
     let o = psql_cmd(

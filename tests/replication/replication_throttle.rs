@@ -288,12 +288,7 @@ fn kill_9_of_a_throttled_backend_is_a_normal_crash_restart() {
         return;
     };
     let before: Vec<i32> = srv.children().into_iter().map(|(p, _)| p).collect();
-    let victim = srv
-        .children()
-        .into_iter()
-        .find(|(_, c)| c == "backend")
-        .map(|(p, _)| p)
-        .expect("a backend");
+    let victim = srv.child_pid("backend").expect("a backend");
     kill(victim, libc::SIGKILL);
     // Restarted: backends that are all new processes.
     let restarted = wait_until(Duration::from_secs(15), || {

@@ -33,7 +33,7 @@
 use crate::common::*;
 use std::collections::HashSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use walformat::{format_lsn, parse_lsn, Geometry};
@@ -89,8 +89,7 @@ fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
         ],
     );
     let args = ["--workers", "2", "--workload", "emit-tx:4096", "--ack"];
-    let mut s = Server::start(&p.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&p.path, tmp.path(), &args);
     assert!(
         wait_until(Duration::from_secs(20), || segnos(arch, 1).len() >= 4),
         "the primary did not archive 4 segments\n{}",
@@ -118,8 +117,7 @@ fn primary_then_kill(tmp: &TempDir, arch: &Path) -> Vec<u64> {
 /// crash restart, still on the new timeline), stops it; returns its acks.
 fn run_restored(tmp: &TempDir, new: &Path, crash: bool, until: impl Fn() -> bool) -> Vec<u64> {
     let args = ["--workers", "1", "--workload", "emit-tx:2048", "--ack"];
-    let mut s = Server::start(new, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let mut s = Server::start_ready(new, tmp.path(), &args);
     let commits_beyond =
         |s: &Server, n: usize| wait_until(TIMEOUT, || parse_acks(&s.stdout()).len() >= n);
     assert!(
@@ -128,12 +126,8 @@ fn run_restored(tmp: &TempDir, new: &Path, crash: bool, until: impl Fn() -> bool
         s.stderr()
     );
     if crash {
-        let backend = s
-            .children()
-            .into_iter()
-            .find(|(_, c)| c == "backend")
-            .expect("backend");
-        kill(backend.0, libc::SIGKILL);
+        let backend = s.child_pid("backend").expect("backend");
+        kill(backend, libc::SIGKILL);
         s.wait_ready_n(2, TIMEOUT);
         let before = parse_acks(&s.stdout()).len();
         assert!(
@@ -484,8 +478,16 @@ fn fresh_source(tmp: &TempDir, name: &str) -> (std::path::PathBuf, std::path::Pa
     (seg1, src)
 }
 
+/// An empty archive directory `arch` in `tmp`.
+fn new_archive(tmp: &TempDir) -> PathBuf {
+    let arch = tmp.join("arch");
+    fs::create_dir_all(&arch).unwrap();
+    arch
+}
+
 /// Archive recovery did not finish: `recovery.signal` stays, the control
-/// file is as `init` left it, no history file of a new timeline exists.
+/// file is as `init` left it, no history file of a new timeline exists;
+/// and the stopped server cleaned up after itself.
 fn assert_not_promoted(what: &str, new: &Path, control_before: &[u8]) {
     assert!(
         new.join("recovery.signal").exists(),
@@ -500,14 +502,14 @@ fn assert_not_promoted(what: &str, new: &Path, control_before: &[u8]) {
         let h = new.join(format!("pg_wal/{tli:08X}.history"));
         assert!(!h.exists(), "{what}: {} written", h.display());
     }
+    assert_cleaned_up(new);
 }
 
 #[test]
 fn restore_command_delivering_another_segment_stops_recovery() {
     let tmp = TempDir::new("restore-pageaddr");
     let (seg1, src) = fresh_source(&tmp, "p");
-    let arch = tmp.join("arch");
-    fs::create_dir_all(&arch).unwrap();
+    let arch = new_archive(&tmp);
     let seg2 = arch.join(geo().file_name(1, 2));
     fake_segment(&seg1, 2, &seg2);
     // Ignores %f: segment 2 whatever is asked. The sleep bounds what a
@@ -540,15 +542,13 @@ fn restore_command_delivering_another_segment_stops_recovery() {
     );
     assert!(!pg_wal.join("RECOVERYXLOG").exists());
     assert_not_promoted("wrong segment", &new, &control_before);
-    assert_cleaned_up(&new);
 }
 
 #[test]
 fn fast_shutdown_stops_restore_command_between_fetches() {
     let tmp = TempDir::new("restore-sigterm");
     let (seg1, src) = fresh_source(&tmp, "t");
-    let arch = tmp.join("arch");
-    fs::create_dir_all(&arch).unwrap();
+    let arch = new_archive(&tmp);
     const LAST: u64 = 21;
     for n in 2..=LAST {
         fake_segment(&seg1, n, &arch.join(geo().file_name(1, n)));
@@ -574,7 +574,6 @@ fn fast_shutdown_stops_restore_command_between_fetches() {
             "signal {sig}: fetching went on: {fetched:?}"
         );
         assert_not_promoted("fast shutdown", &new, &control_before);
-        assert_cleaned_up(&new);
     }
 }
 
@@ -619,7 +618,6 @@ fn fast_shutdown_stops_a_hanging_restore_command() {
     stops_promptly(s, libc::SIGTERM);
     assert!(!target.exists(), "the half-fetched file stays behind");
     assert_not_promoted("fast shutdown", &new, &control_before);
-    assert_cleaned_up(&new);
 }
 
 #[test]
@@ -676,7 +674,6 @@ fn invalid_history_files_are_refused() {
             assert!(!new.join("pg_wal/FFFFFFFF.history").exists());
         }
         assert_not_promoted(name, &new, &control_before);
-        assert_cleaned_up(&new);
     }
 }
 

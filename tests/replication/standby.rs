@@ -296,31 +296,33 @@ fn timeline1_commits(pg_wal: &Path, scratch: &Path, from: u64) -> std::collectio
             std::fs::copy(pg_wal.join(&name), scratch.join(seg)).unwrap();
         }
     }
-    let geo = walformat::Geometry::new(SEG).unwrap();
-    let mut reader = walformat::WalReader::open(scratch, geo, 1, None, from).unwrap();
-    let mut commits = std::collections::HashSet::new();
-    while let Ok(Some(r)) = reader.next_record() {
-        if r.is_commit() {
-            commits.insert(r.lsn);
-        }
-    }
-    commits
+    reader_commits(scratch, SEG, from)
+}
+
+/// In a new temporary directory named after `tag` (given to the server
+/// user): a primary in `pri` whose commits wait for `standby1` (two
+/// backends of acknowledged `emit-tx`), and its base backup in `sby`.
+/// Returns the directory, the two data directories and the running
+/// primary.
+fn sync_primary_and_copy(pg: &Pg, tag: &str) -> (TempDir, PathBuf, PathBuf, Srv) {
+    let t = TempDir::new(tag);
+    pg.give(t.path());
+    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
+    init_dir(pg, &pri_dir);
+    let sync = "synchronous_standby_names=standby1";
+    let workload = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
+    let mut args = vec!["--set", sync];
+    args.extend_from_slice(&workload);
+    let pri = Srv::start(pg, &pri_dir, free_port(), &args);
+    base_backup(pg, &pri, &sby_dir);
+    (t, pri_dir, sby_dir, pri)
 }
 
 /// The failover of the module header.
 #[test]
 fn a_promoted_standby_keeps_every_acknowledged_commit() {
     let Some(pg) = pg() else { return };
-    let t = TempDir::new("standby");
-    pg.give(t.path());
-    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
-    init_dir(&pg, &pri_dir);
-    let sync = "synchronous_standby_names=standby1";
-    let workload = ["--workers", "2", "--workload", "emit-tx:64", "--ack"];
-    let mut args = vec!["--set", sync];
-    args.extend_from_slice(&workload);
-    let mut pri = Srv::start(&pg, &pri_dir, free_port(), &args);
-    base_backup(&pg, &pri, &sby_dir);
+    let (t, pri_dir, sby_dir, mut pri) = sync_primary_and_copy(&pg, "standby");
     let sby = Srv::pg_ctl_start(&pg, &sby_dir, free_port(), "-c cluster_name=standby1");
 
     // Following: synchronous commits are acknowledged through the standby.
@@ -510,14 +512,7 @@ fn a_promoted_standby_keeps_every_acknowledged_commit() {
 fn assert_acks_kept(acks: &[u64], dir: &Path, scratch: &Path) {
     let first = *acks.iter().min().expect("acks");
     let commits = timeline1_commits(&dir.join("pg_wal"), scratch, first);
-    let missing: Vec<_> = acks.iter().filter(|a| !commits.contains(a)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged commits are not in the promoted standby's WAL (first {})",
-        missing.len(),
-        acks.len(),
-        walformat::format_lsn(*missing[0])
-    );
+    assert_acks_in(acks, &commits, "the promoted standby's WAL");
 }
 
 /// A failed fdatasync in the walreceiver (the I/O seam's `wal_fsync` fail
@@ -527,14 +522,7 @@ fn assert_acks_kept(acks: &[u64], dir: &Path, scratch: &Path) {
 #[test]
 fn a_standby_survives_a_failed_fdatasync_of_its_walreceiver() {
     let Some(pg) = pg() else { return };
-    let t = TempDir::new("standby-eio");
-    pg.give(t.path());
-    let (pri_dir, sby_dir) = (t.join("pri"), t.join("sby"));
-    init_dir(&pg, &pri_dir);
-    let mut args = vec!["--set", "synchronous_standby_names=standby1"];
-    args.extend_from_slice(&["--workers", "2", "--workload", "emit-tx:64", "--ack"]);
-    let mut pri = Srv::start(&pg, &pri_dir, free_port(), &args);
-    base_backup(&pg, &pri, &sby_dir);
+    let (t, _, sby_dir, mut pri) = sync_primary_and_copy(&pg, "standby-eio");
     let fired = t.join("fired");
     let spec = format!("wal_fsync=eio:after=20:once={}", fired.display());
     let env = [("WALSHM_FAILPOINTS", spec.as_str())];

@@ -57,6 +57,16 @@ fn hold_a_transaction(path: &Path) -> UnixStream {
     s
 }
 
+/// A `FLUSHER` server named after `tag` that defers replies (another
+/// session holds a transaction: it is returned so that it stays open),
+/// and a session on it.
+fn deferring_session(tag: &str) -> (Reply, UnixStream, UnixStream) {
+    let r = Reply::start(tag, FLUSHER);
+    let other = hold_a_transaction(&r.socket());
+    let s = handshake(&r.socket()).expect("handshake");
+    (r, other, s)
+}
+
 /// Reads messages until `n` ReadyForQuery have arrived; None on EOF/error.
 fn read_replies(s: &mut UnixStream, n: usize) -> Option<Vec<(u8, Vec<u8>)>> {
     let mut v = Vec::new();
@@ -210,9 +220,7 @@ fn kill9_of_a_backend_loses_no_acknowledged_commit() {
 
 #[test]
 fn pipelined_commits_and_selects_are_answered_in_order() {
-    let mut r = Reply::start("reply-pipe", FLUSHER);
-    let _other = hold_a_transaction(&r.socket());
-    let mut s = handshake(&r.socket()).expect("handshake");
+    let (mut r, _other, mut s) = deferring_session("reply-pipe");
     let rounds = 150;
     // Each durable commit is written alone, so that its reply is handed
     // off; the next query follows 0-300 us later, while the walwriter
@@ -259,9 +267,7 @@ fn pipelined_commits_and_selects_are_answered_in_order() {
 
 #[test]
 fn the_next_query_waits_for_the_flushers_reply() {
-    let mut r = Reply::start("reply-stop", FLUSHER);
-    let _other = hold_a_transaction(&r.socket());
-    let mut s = handshake(&r.socket()).expect("handshake");
+    let (mut r, _other, mut s) = deferring_session("reply-stop");
     let ww = r.child("walwriter");
     for i in 0..4 {
         // With the flusher stopped, the commit's reply stays handed off
@@ -318,9 +324,7 @@ fn pgbench_pipelines_run_clean() {
 
 #[test]
 fn a_client_that_stops_reading_gets_every_reply_later() {
-    let mut r = Reply::start("reply-full", FLUSHER);
-    let _other = hold_a_transaction(&r.socket());
-    let mut s = handshake(&r.socket()).expect("handshake");
+    let (mut r, _other, mut s) = deferring_session("reply-full");
     // Big replies fill the socket buffers while durable commits queue
     // behind them; nothing is read until everything was sent.
     let n = 60;

@@ -55,34 +55,15 @@ fn conformance_run(tag: &str, workers: u32, size: usize, sets: &[&str]) {
     );
 }
 
-#[test]
-fn emit_0_bytes_4_backends() {
-    conformance_run("c0", 4, 0, &[]);
-}
-
-#[test]
-fn emit_16_bytes_16_backends() {
-    conformance_run("c16", 16, 16, &[]);
-}
-
-#[test]
-fn emit_100_bytes_64_backends() {
-    conformance_run("c100", 64, 100, &[]);
-}
-
-#[test]
-fn emit_1024_bytes_1_backend() {
-    conformance_run("c1024", 1, 1024, &[]);
-}
-
-#[test]
-fn emit_8000_bytes_4_backends() {
-    conformance_run("c8000", 4, 8000, &[]);
-}
-
-#[test]
-fn emit_20000_bytes_16_backends() {
-    conformance_run("c20000", 16, 20000, &[]);
+crate::test_cases! { conformance_run:
+    emit_0_bytes_4_backends => ("c0", 4, 0, &[]),
+    emit_16_bytes_16_backends => ("c16", 16, 16, &[]),
+    emit_100_bytes_64_backends => ("c100", 64, 100, &[]),
+    emit_1024_bytes_1_backend => ("c1024", 1, 1024, &[]),
+    emit_8000_bytes_4_backends => ("c8000", 4, 8000, &[]),
+    emit_20000_bytes_16_backends => ("c20000", 16, 20000, &[]),
+    /// Tiny buffers and big records: one record is larger than all buffers.
+    variant_wal_buffers_4_big_records => ("v-buf4-big", 4, 20000, &["wal_buffers=4"]),
 }
 
 /// Several runs with different sizes on the same data directory: each
@@ -132,51 +113,20 @@ fn variant(tag: &str, set: &str) {
     conformance_run(tag, 8, 100, &[set]);
 }
 
-#[test]
-fn variant_inserting_at_waitlist() {
-    variant("v-ia", "inserting_at=waitlist");
-}
-
-#[test]
-fn variant_insert_lock_layout_packed() {
-    variant("v-packed", "insert_lock_layout=packed");
-}
-
-#[test]
-fn variant_lwlock_queue_legacy() {
-    variant("v-legacy", "lwlock_queue=legacy");
-}
-
-#[test]
-fn variant_wal_insertion_single() {
-    variant("v-single", "wal_insertion=single");
-}
-
-#[test]
-fn variant_wal_preinit_off() {
-    variant("v-nopreinit", "wal_preinit=off");
-}
-
-#[test]
-fn variant_wal_reservation_atomic() {
-    variant("v-atomic", "wal_reservation=atomic");
-}
-
-#[test]
-fn variant_wal_insert_locks_1() {
-    variant("v-locks1", "wal_insert_locks=1");
-}
-
-#[test]
-fn variant_wal_insert_locks_128() {
-    variant("v-locks128", "wal_insert_locks=128");
-}
-
-/// PostgreSQL's form, not the default: always sleep on a
-/// busy insertion lock.
-#[test]
-fn variant_insert_lock_wait_queue() {
-    variant("v-queue", "wal_insert_lock_wait=queue");
+crate::test_cases! { variant:
+    variant_inserting_at_waitlist => ("v-ia", "inserting_at=waitlist"),
+    variant_insert_lock_layout_packed => ("v-packed", "insert_lock_layout=packed"),
+    variant_lwlock_queue_legacy => ("v-legacy", "lwlock_queue=legacy"),
+    variant_wal_insertion_single => ("v-single", "wal_insertion=single"),
+    variant_wal_preinit_off => ("v-nopreinit", "wal_preinit=off"),
+    variant_wal_reservation_atomic => ("v-atomic", "wal_reservation=atomic"),
+    variant_wal_insert_locks_1 => ("v-locks1", "wal_insert_locks=1"),
+    variant_wal_insert_locks_128 => ("v-locks128", "wal_insert_locks=128"),
+    /// PostgreSQL's form, not the default: always sleep on a
+    /// busy insertion lock.
+    variant_insert_lock_wait_queue => ("v-queue", "wal_insert_lock_wait=queue"),
+    /// Four 8 kB WAL buffers: backends must write pages out themselves.
+    variant_wal_buffers_4 => ("v-buf4", "wal_buffers=4"),
 }
 
 /// The default `adaptive` with sixteen backends over two
@@ -189,18 +139,6 @@ fn variant_insert_lock_wait_adaptive_engaged() {
         100,
         &["wal_insert_lock_wait=adaptive", "wal_insert_locks=2"],
     );
-}
-
-/// Four 8 kB WAL buffers: backends must write pages out themselves.
-#[test]
-fn variant_wal_buffers_4() {
-    variant("v-buf4", "wal_buffers=4");
-}
-
-/// Tiny buffers and big records: one record is larger than all buffers.
-#[test]
-fn variant_wal_buffers_4_big_records() {
-    conformance_run("v-buf4-big", 4, 20000, &["wal_buffers=4"]);
 }
 
 /// Every alternative at once.

@@ -491,12 +491,11 @@ fn discard_flag_moves_damaged_wal_aside_and_starts() {
     );
     s.stop_ok();
     // A clean restart needs no flag, and commits go on.
-    let mut s = Server::start(
+    let s = Server::start_ready(
         dir,
         tmp.path(),
         &["--workers", "2", "--workload", "emit-tx:100", "--ack"],
     );
-    s.wait_ready(TIMEOUT);
     std::thread::sleep(Duration::from_millis(400));
     let o = s.stop_ok();
     let new_acks = parse_acks(&o.stdout);
@@ -574,19 +573,7 @@ fn torn_tail_zeroing_goes_through_the_fail_points() {
     let tmp = TempDir::new("torn-fail-logs");
     let page_end = (w.end | (BLCKSZ - 1)) + 1;
     write_at_lsn(dir, w.end, &vec![0xA5u8; (page_end - w.end) as usize]);
-    let mut s = start_with_env(
-        dir,
-        tmp.path(),
-        &["--workers", "0"],
-        &[("WALSHM_FAILPOINTS", "wal_write=eio")],
-    );
-    assert!(
-        wait_until(TIMEOUT, || s.try_wait().is_some()),
-        "server did not give up"
-    );
-    let o = s.wait_exit(TIMEOUT);
-    assert_eq!(o.code(), Some(1), "{}", o.describe());
-    assert!(!o.stderr.contains(READY), "{}", o.stderr);
+    start_fails_at(dir, tmp.path(), "wal_write=eio");
     assert_ne!(
         read_at_lsn(dir, w.end, 1)[0],
         0,
@@ -602,6 +589,25 @@ fn torn_tail_zeroing_goes_through_the_fail_points() {
     assert_eq!(check_acks(&w.acks, &wal), w.acks.len());
 }
 
+/// Starts `dir` (no backends) with fail point `spec`: the postmaster
+/// must give up, exit 1 and never be ready. Its output.
+fn start_fails_at(dir: &Path, logdir: &Path, spec: &str) -> Out {
+    let mut s = start_with_env(
+        dir,
+        logdir,
+        &["--workers", "0"],
+        &[("WALSHM_FAILPOINTS", spec)],
+    );
+    assert!(
+        wait_until(TIMEOUT, || s.try_wait().is_some()),
+        "{spec}: server did not give up"
+    );
+    let o = s.wait_exit(TIMEOUT);
+    assert_eq!(o.code(), Some(1), "{spec}\n{}", o.describe());
+    assert!(!o.stderr.contains(READY), "{spec}\n{}", o.stderr);
+    o
+}
+
 /// Starts `dir` with fail point `spec`: the startup fails cleanly (the
 /// postmaster exits 1, never ready, after the fail point fired) and
 /// changes no byte of `pg_wal` or `global/`; then a start without it is
@@ -613,19 +619,7 @@ fn startup_fails_cleanly_at(tag: &str, spec: &str) {
         snapshot(&d.path.join("pg_wal")),
         snapshot(&d.path.join("global")),
     );
-    let mut s = start_with_env(
-        &d.path,
-        tmp.path(),
-        &["--workers", "0"],
-        &[("WALSHM_FAILPOINTS", spec)],
-    );
-    assert!(
-        wait_until(TIMEOUT, || s.try_wait().is_some()),
-        "{spec}: server did not give up"
-    );
-    let o = s.wait_exit(TIMEOUT);
-    assert_eq!(o.code(), Some(1), "{spec}\n{}", o.describe());
-    assert!(!o.stderr.contains(READY), "{spec}\n{}", o.stderr);
+    let o = start_fails_at(&d.path, tmp.path(), spec);
     let name = spec.split('=').next().unwrap();
     assert!(
         o.stderr.contains(&format!("FAILPOINT {name} fired")),

@@ -67,8 +67,7 @@ fn kill_children_keeps_acks_with(variant: &str, extra: &[&str]) {
     let set = variant_set(variant);
     let mut sets = vec![set.as_str()];
     sets.extend_from_slice(extra);
-    let mut s = Server::start(&d.path, tmp.path(), &ack_args_with("8", &sets));
-    s.wait_ready(TIMEOUT);
+    let mut s = Server::start_ready(&d.path, tmp.path(), &ack_args_with("8", &sets));
     for (round, victim) in ["backend", "walwriter"].iter().enumerate() {
         std::thread::sleep(Duration::from_millis(500));
         let pid = child_named(&s, 8, victim);
@@ -94,8 +93,7 @@ fn kill_postmaster_keeps_acks(variant: &str) {
     let tmp = TempDir::new(&format!("gc-killpm-{variant}"));
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let set = variant_set(variant);
-    let mut s = Server::start(&d.path, tmp.path(), &ack_args("16", &set));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &ack_args("16", &set));
     let kids = s.wait_children(16);
     std::thread::sleep(Duration::from_millis(800));
     let o1 = s.kill9_with_children(&kids);
@@ -148,34 +146,16 @@ fn committers_per_fdatasync(variant: Option<&str>, run: Duration, min: f64) {
     );
 }
 
-#[test]
-fn leader_kill9_children_nothing_acked_lost() {
-    kill_children_keeps_acks(VARIANTS[0]);
+crate::test_cases! { kill_children_keeps_acks:
+    leader_kill9_children_nothing_acked_lost => (VARIANTS[0]),
+    flusher_kill9_children_nothing_acked_lost => (VARIANTS[1]),
+    hybrid_kill9_children_nothing_acked_lost => (VARIANTS[2]),
 }
 
-#[test]
-fn flusher_kill9_children_nothing_acked_lost() {
-    kill_children_keeps_acks(VARIANTS[1]);
-}
-
-#[test]
-fn hybrid_kill9_children_nothing_acked_lost() {
-    kill_children_keeps_acks(VARIANTS[2]);
-}
-
-#[test]
-fn leader_kill9_postmaster_nothing_acked_lost() {
-    kill_postmaster_keeps_acks(VARIANTS[0]);
-}
-
-#[test]
-fn flusher_kill9_postmaster_nothing_acked_lost() {
-    kill_postmaster_keeps_acks(VARIANTS[1]);
-}
-
-#[test]
-fn hybrid_kill9_postmaster_nothing_acked_lost() {
-    kill_postmaster_keeps_acks(VARIANTS[2]);
+crate::test_cases! { kill_postmaster_keeps_acks:
+    leader_kill9_postmaster_nothing_acked_lost => (VARIANTS[0]),
+    flusher_kill9_postmaster_nothing_acked_lost => (VARIANTS[1]),
+    hybrid_kill9_postmaster_nothing_acked_lost => (VARIANTS[2]),
 }
 
 #[test]

@@ -47,8 +47,7 @@ fn kill_group_keeps_acks_with(method: &str, extra: &[&str]) {
     let d = init_keep(&tmp.join("data"), &["--wal-segment-size", "1"]);
     let set = format!("wal_sync_method={method}");
     let sets: Vec<&str> = [&[set.as_str()][..], extra].concat();
-    let mut s = Server::start(&d.path, tmp.path(), &durable_ack_args("8", &sets));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &durable_ack_args("8", &sets));
     s.wait_children(8);
     std::thread::sleep(Duration::from_millis(800));
     let o1 = kill_group(s);
@@ -286,8 +285,7 @@ fn wal_descriptor_flags(pid: i32, pg_wal: &std::path::Path) -> Vec<u32> {
 fn server_wal_flags(tag: &str, sets: &[&str]) -> Vec<u32> {
     let tmp = TempDir::new(tag);
     let d = init(&tmp.join("data"), &[]);
-    let mut s = Server::start(&d.path, tmp.path(), &durable_ack_args("2", sets));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &durable_ack_args("2", sets));
     let pg_wal = d.path.join("pg_wal");
     let mut flags = Vec::new();
     let found = wait_until(TIMEOUT, || {

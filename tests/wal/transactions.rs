@@ -277,8 +277,7 @@ fn txid_commits_flushed_by_walwriter_within_delay() {
     );
 
     // Recovery finds exactly that end and the server comes up.
-    let mut s = Server::start(&d.path, tmp.path(), &["--workers", "0"]);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &["--workers", "0"]);
     // Not at once: a SIGTERM that reaches a just-forked child before it
     // installed its handler is lost (see the report), and shutdown hangs.
     std::thread::sleep(Duration::from_millis(300));

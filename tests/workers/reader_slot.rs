@@ -125,24 +125,16 @@ fn a_library_slot_resumes_where_its_consumer_confirmed() {
     // A clean restart keeps the confirmed position.
     commit(&mut w, "four");
     w.detach().unwrap();
-    let port = ps.port;
-    let srv = ps.srv.take().unwrap();
-    srv.stop_ok();
-    let set = format!("port={port}");
-    let mut srv = start_with_env(&ps.d.path, ps.tmp.path(), &["--set", &set], &[]);
-    srv.wait_ready(TIMEOUT);
-    ps.srv = Some(srv);
+    ps.stop();
+    ps.restart();
     let mut w = attach_when_ready(&ps.d.path);
     assert_eq!(read(&w, "lib", 1, true), ["four"]);
     // kill -9 of the whole server: nothing is lost; what was confirmed
     // since the last checkpoint may come again (at least once).
     commit(&mut w, "five");
     w.detach().unwrap();
-    let kids = ps.srv().children();
-    ps.srv.take().unwrap().kill9_with_children(&kids);
-    let mut srv = start_with_env(&ps.d.path, ps.tmp.path(), &["--set", &set], &[]);
-    srv.wait_ready(TIMEOUT);
-    ps.srv = Some(srv);
+    ps.kill9();
+    ps.restart();
     let mut w = attach_when_ready(&ps.d.path);
     let after = read_until(
         &w,

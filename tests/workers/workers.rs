@@ -693,16 +693,9 @@ fn a_killed_postmaster_gives_errors_not_hangs() {
     assert_eq!(status.code(), Some(1), "orphaned producer's exit");
     // A tail reader bounded by the dead server's flush position says so
     // too (well before its own timeout).
-    let t = Instant::now();
-    {
+    assert_restart_reported_soon(|| {
         let mut tail = r.reader(r.flush_lsn()).unwrap();
-        let next = tail.next_wait(Duration::from_secs(10)).map(|x| x.is_some());
-        assert_eq!(next, Err(Error::ServerRestarted));
-    }
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        t.elapsed()
-    );
+        tail.next_wait(Duration::from_secs(10)).map(|x| x.is_some())
+    });
     r.detach().unwrap();
 }

@@ -146,10 +146,18 @@ fn start(tmp: &TempDir, extra: &[&str]) -> (DataDir, Server) {
     let d = init_keep(&tmp.join("data"), &[]);
     let mut args = unsynced_args("1", "emit:16");
     args.extend_from_slice(extra);
-    let mut s = Server::start(&d.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &args);
     s.wait_children(1);
     (d, s)
+}
+
+/// `start` with one supervised worker `name`, walshm-probe run with
+/// `args`; returns its status file (`NAME.status`) too.
+fn start_one_worker(tmp: &TempDir, name: &str, args: &str) -> (DataDir, Server, PathBuf) {
+    let status = tmp.join(&format!("{name}.status"));
+    let w = worker_arg(name, &status, args);
+    let (d, s) = start(tmp, &["--worker", &w]);
+    (d, s, status)
 }
 
 /// The summary's entry for supervised worker `name`.
@@ -210,8 +218,7 @@ fn the_segment_has_no_name_while_running_nor_after_kill9_of_the_postmaster() {
         "a named segment after SIGKILL"
     );
     // The next start replaces the stale socket and pid file.
-    let mut s = Server::start(&d.path, tmp.path(), &unsynced_args("1", "emit:16"));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &unsynced_args("1", "emit:16"));
     let o = probe(&d.path, &["--observer"]);
     assert_eq!(o.code(), Some(0), "{}", o.describe());
     s.stop_ok();
@@ -359,8 +366,7 @@ fn exit_1_after_detaching_restarts_only_that_worker_and_exit_0_is_done() {
     .unwrap();
     let mut args = unsynced_args("1", "emit:16");
     args.extend(["--set", "worker_restart_delay=1s", "--worker", &a]);
-    let mut s = Server::start(&d.path, tmp.path(), &args);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &args);
     s.wait_children(1);
     let before = server_children(&s);
     assert_eq!(before.len(), 3, "{before:?}");
@@ -405,8 +411,7 @@ fn exit_2_after_detaching_restarts_only_that_worker() {
     let w = worker_arg("two", &status, "--hold-ms 300 --exit 2");
     // No workload: the summary is printed for the supervised worker alone.
     let d = init_keep(&tmp.join("data"), &[]);
-    let mut s = Server::start(&d.path, tmp.path(), &["--set", "fsync=off", "--worker", &w]);
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &["--set", "fsync=off", "--worker", &w]);
     let runs = wait_attaches(&s, &status, 2, TIMEOUT);
     assert_eq!(
         (runs[0].generation, runs[1].generation),
@@ -424,9 +429,7 @@ fn exit_2_after_detaching_restarts_only_that_worker() {
 #[test]
 fn kill9_of_a_supervised_worker_is_cleaned_up_after_and_it_runs_again() {
     let tmp = TempDir::new("w-kill");
-    let status = tmp.join("k.status");
-    let w = worker_arg("k", &status, "--hold-ms 60000");
-    let (d, s) = start(&tmp, &["--worker", &w]);
+    let (d, s, status) = start_one_worker(&tmp, "k", "--hold-ms 60000");
     let first = wait_attaches(&s, &status, 1, TIMEOUT)[0].clone();
     assert_eq!(first.generation, 1);
     let (comm, _, ppid) = proc_stat(first.pid).expect("worker process");
@@ -547,10 +550,8 @@ fn kill9_of_an_external_worker_frees_its_slot_and_the_others_stay_attached() {
 #[test]
 fn a_worker_that_exits_without_detaching_during_shutdown_is_cleaned_up_after() {
     let tmp = TempDir::new("w-shutdown");
-    let status = tmp.join("n.status");
     // On SIGTERM it exits 0 without detaching.
-    let w = worker_arg("nodetach", &status, "--hold-ms 60000 --no-detach");
-    let (d, s) = start(&tmp, &["--worker", &w]);
+    let (d, s, status) = start_one_worker(&tmp, "nodetach", "--hold-ms 60000 --no-detach");
     wait_attaches(&s, &status, 1, TIMEOUT);
     let o = s.stop_timeout(Duration::from_secs(20));
     assert_no_panic("shutdown", &o);
@@ -563,8 +564,7 @@ fn a_worker_that_exits_without_detaching_during_shutdown_is_cleaned_up_after() {
     assert!(o.status.success(), "a clean shutdown\n{}", o.stderr);
     assert_cleaned_up(&d.path);
     // The next start recovers and runs.
-    let mut s = Server::start(&d.path, tmp.path(), &unsynced_args("1", "emit:16"));
-    s.wait_ready(TIMEOUT);
+    let s = Server::start_ready(&d.path, tmp.path(), &unsynced_args("1", "emit:16"));
     s.stop_ok();
 }
 

@@ -298,48 +298,39 @@ fn consume(
     let expected = count as usize * producers;
     let deadline = start + ((args.seconds + 10.0) * 1e9) as u64;
     let mut got = Vec::with_capacity(expected);
-    let header = |payload: &[u8]| {
-        let p = u32::from_le_bytes(payload[..4].try_into().unwrap());
-        let k = u64::from_le_bytes(payload[4..12].try_into().unwrap());
-        let due = u64::from_le_bytes(payload[12..20].try_into().unwrap());
-        (p, k, due)
-    };
+    let wait = Duration::from_millis(200);
     match mode {
         Mode::Flushed => {
             let mut m = w.reader(from).map_err(|e| e.to_string())?.committed();
             while got.len() < expected && now_ns() < deadline {
-                let Some(msg) = m
-                    .next_wait(Duration::from_millis(200))
-                    .map_err(|e| e.to_string())?
-                else {
-                    continue;
-                };
-                let at = now_ns();
-                if msg.prefix == "tail" && msg.payload.len() >= HEADER {
-                    let (p, k, due) = header(&msg.payload);
-                    got.push((p, k, due, at));
+                if let Some(msg) = m.next_wait(wait).map_err(|e| e.to_string())? {
+                    keep_delivered(&mut got, &msg.prefix, &msg.payload);
                 }
             }
         }
         Mode::Inserted => {
             let mut r = w.reader_inserted(from).map_err(|e| e.to_string())?;
             while got.len() < expected && now_ns() < deadline {
-                let Some(rec) = r
-                    .next_wait(Duration::from_millis(200))
-                    .map_err(|e| e.to_string())?
-                else {
-                    continue;
-                };
-                let at = now_ns();
-                if rec.prefix == "tail" && rec.payload.len() >= HEADER {
-                    let (p, k, due) = header(rec.payload);
-                    got.push((p, k, due, at));
+                if let Some(rec) = r.next_wait(wait).map_err(|e| e.to_string())? {
+                    keep_delivered(&mut got, rec.prefix, rec.payload);
                 }
             }
         }
     }
     w.detach().map_err(|e| e.to_string())?;
     Ok(got)
+}
+
+/// A message just delivered: if it is one of ours (prefix `tail`, a whole
+/// header), (producer, k, intended, now) goes into `got`.
+fn keep_delivered(got: &mut Vec<(u32, u64, u64, u64)>, prefix: &str, payload: &[u8]) {
+    let at = now_ns();
+    if prefix == "tail" && payload.len() >= HEADER {
+        let p = u32::from_le_bytes(payload[..4].try_into().unwrap());
+        let k = u64::from_le_bytes(payload[4..12].try_into().unwrap());
+        let due = u64::from_le_bytes(payload[12..20].try_into().unwrap());
+        got.push((p, k, due, at));
+    }
 }
 
 fn percentiles(mut v: Vec<u64>) -> Percentiles {

@@ -12,6 +12,7 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom admission::`.
 #![cfg(loom)]
 
+use crate::spawn_on;
 use loom::sync::Arc;
 use shmem::admission::{Admission, AdmissionWaiter, Entry};
 use shmem::proc::Proc;
@@ -53,10 +54,7 @@ fn every_queued_process_gets_the_token_in_turn() {
             holders: AtomicU32::new(0),
         });
         let others: Vec<_> = (1..3)
-            .map(|me| {
-                let w = w.clone();
-                loom::thread::spawn(move || process(&w, me))
-            })
+            .map(|me| spawn_on(&w, move |w| process(w, me)))
             .collect();
         process(&w, 0);
         for t in others {

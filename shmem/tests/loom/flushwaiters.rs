@@ -20,6 +20,7 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom flushwaiters::`.
 #![cfg(loom)]
 
+use crate::{model, spawn_on};
 use loom::sync::Arc;
 use shmem::proc::{FlushWaiters, Proc};
 use shmem::sync::{fence, AtomicU64, Ordering};
@@ -70,16 +71,11 @@ fn check_posts(w: &World) {
 
 #[test]
 fn two_waiters_one_notifier() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
+    model(3, || {
         let w = world(2);
         let hs: Vec<_> = [(0usize, 10u64), (1, 20)]
             .into_iter()
-            .map(|(p, lsn)| {
-                let w = w.clone();
-                loom::thread::spawn(move || wait_for(&w, p, lsn))
-            })
+            .map(|(p, lsn)| spawn_on(&w, move |w| wait_for(w, p, lsn)))
             .collect();
         flush_and_notify(&w, 10);
         flush_and_notify(&w, 20);
@@ -92,20 +88,12 @@ fn two_waiters_one_notifier() {
 
 #[test]
 fn one_waiter_two_concurrent_notifiers() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
+    model(3, || {
         let w = world(1);
-        let waiter = {
-            let w = w.clone();
-            loom::thread::spawn(move || wait_for(&w, 0, 20))
-        };
+        let waiter = spawn_on(&w, |w| wait_for(w, 0, 20));
         // The older flusher may take the waiter's bit, find it not covered
         // and put it back after the newer one's pass.
-        let older = {
-            let w = w.clone();
-            loom::thread::spawn(move || flush_and_notify(&w, 10))
-        };
+        let older = spawn_on(&w, |w| flush_and_notify(w, 10));
         flush_and_notify(&w, 20);
         older.join().unwrap();
         waiter.join().unwrap();
@@ -192,14 +180,9 @@ fn hybrid(n: u32) -> Arc<Hybrid> {
 
 #[test]
 fn hybrid_committers_hand_the_flush_on() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b.check(|| {
+    model(2, || {
         let h = hybrid(2);
-        let other = {
-            let h = h.clone();
-            loom::thread::spawn(move || h.commit(1, 20))
-        };
+        let other = spawn_on(&h, |h| h.commit(1, 20));
         h.commit(0, 10);
         other.join().unwrap();
         assert!(h.w.flushed.load(Ordering::Acquire) >= 20);

@@ -6,6 +6,7 @@
 //! nobody waits forever (loom reports a deadlock otherwise).
 #![cfg(loom)]
 
+use crate::{model, spawn_on};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use shmem::groupclear::{group_clear, GroupRole};
@@ -73,15 +74,10 @@ fn end_transaction(w: &World, me: u32, try_lock_first: bool) -> Option<GroupRole
 }
 
 fn run(n: u32, try_lock_first: bool) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b.check(move || {
+    model(2, move || {
         let w = world(n);
         let handles: Vec<_> = (1..n)
-            .map(|i| {
-                let w = w.clone();
-                loom::thread::spawn(move || end_transaction(&w, i, try_lock_first))
-            })
+            .map(|i| spawn_on(&w, move |w| end_transaction(w, i, try_lock_first)))
             .collect();
         let mut leaders = 0;
         let mut roles = vec![end_transaction(&w, 0, try_lock_first)];

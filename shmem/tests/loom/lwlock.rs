@@ -29,10 +29,10 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom lwlock::`.
 #![cfg(loom)]
 
+use crate::spawn_on;
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
-use loom::thread;
 use shmem::lwlock::{LWLock, LWLockMode, LockEnv, VarWait, LW_FLAG_RELEASE_OK};
 use shmem::proc::{Proc, LW_WS_NOT_WAITING};
 use shmem::sync::Ordering;
@@ -91,6 +91,14 @@ impl Shared {
             .any(|p| p.counters.lock_sleeps.load(Ordering::Relaxed) > 0)
     }
 
+    /// The end of a model's execution: the counter reads `count`, the
+    /// state is quiescent; returns whether a thread slept.
+    fn finished(&self, count: u64) -> bool {
+        assert_eq!(self.read(), count);
+        self.check_quiescent();
+        self.slept()
+    }
+
     /// The state every execution must end in.
     fn check_quiescent(&self) {
         assert_eq!(
@@ -118,12 +126,7 @@ impl Shared {
 /// Runs `body(shared, me)` on one loom thread per proc `0..n` and joins
 /// them all (a panic in any thread fails the execution).
 fn run_threads(s: &Arc<Shared>, n: u32, body: impl Fn(&Shared, u32) + Copy + Send + 'static) {
-    let handles: Vec<_> = (0..n)
-        .map(|me| {
-            let s = s.clone();
-            thread::spawn(move || body(&s, me))
-        })
-        .collect();
+    let handles: Vec<_> = (0..n).map(|me| spawn_on(s, move |s| body(s, me))).collect();
     for h in handles {
         h.join().unwrap();
     }
@@ -186,9 +189,7 @@ fn exclusive_model(queue: WaitQueue) {
             s.lock.release(&env);
             assert_eq!(env.held_count(), 0);
         });
-        assert_eq!(s.read(), 2);
-        s.check_quiescent();
-        s.slept()
+        s.finished(2)
     });
 }
 
@@ -217,9 +218,7 @@ fn mixed_model(queue: WaitQueue) {
             }
             s.lock.release(&env);
         });
-        assert_eq!(s.read(), 2);
-        s.check_quiescent();
-        s.slept()
+        s.finished(2)
     });
 }
 
@@ -230,15 +229,12 @@ per_queue!(mixed_model: mixed_modern, mixed_legacy);
 fn acquire_or_wait_model(queue: WaitQueue) {
     check(&format!("acquire_or_wait/{}", queue.name()), 5, move || {
         let s = Shared::new(2);
-        let holder = {
-            let s = s.clone();
-            thread::spawn(move || {
-                let env = s.env(0, queue, VarAccess::Atomic);
-                s.lock.acquire(&env, LWLockMode::Exclusive);
-                s.bump();
-                s.lock.release(&env);
-            })
-        };
+        let holder = spawn_on(&s, move |s| {
+            let env = s.env(0, queue, VarAccess::Atomic);
+            s.lock.acquire(&env, LWLockMode::Exclusive);
+            s.bump();
+            s.lock.release(&env);
+        });
         let env = s.env(1, queue, VarAccess::Atomic);
         let got = s.lock.acquire_or_wait(&env, LWLockMode::Exclusive);
         if got {
@@ -256,9 +252,7 @@ fn acquire_or_wait_model(queue: WaitQueue) {
             );
         }
         holder.join().unwrap();
-        assert_eq!(s.read(), 1 + got as u64);
-        s.check_quiescent();
-        s.slept()
+        s.finished(1 + got as u64)
     });
 }
 
@@ -280,42 +274,39 @@ fn var_wait_model(queue: WaitQueue, var_access: VarAccess) {
         let env0 = s.env(0, queue, var_access);
         s.lock.acquire(&env0, LWLockMode::Exclusive);
 
-        let waiter = {
-            let s = s.clone();
-            thread::spawn(move || {
-                let env = s.env(1, queue, var_access);
-                let mut oldval = CLEARED;
-                let mut highest = CLEARED;
-                let mut seen_cleared = false;
-                // Bounded: each call returns a value different from the last
-                // one, and only 2 published values plus CLEARED exist, so
-                // more than 4 calls means the wait does not terminate.
-                for _ in 0..4 {
-                    match s.lock.wait_for_var(&env, &s.var, oldval) {
-                        VarWait::Free => {
-                            assert_eq!(env.held_count(), 0);
-                            return;
+        let waiter = spawn_on(&s, move |s| {
+            let env = s.env(1, queue, var_access);
+            let mut oldval = CLEARED;
+            let mut highest = CLEARED;
+            let mut seen_cleared = false;
+            // Bounded: each call returns a value different from the last
+            // one, and only 2 published values plus CLEARED exist, so
+            // more than 4 calls means the wait does not terminate.
+            for _ in 0..4 {
+                match s.lock.wait_for_var(&env, &s.var, oldval) {
+                    VarWait::Free => {
+                        assert_eq!(env.held_count(), 0);
+                        return;
+                    }
+                    VarWait::Changed(v) => {
+                        assert_ne!(v, oldval, "Changed must report a different value");
+                        if v == CLEARED {
+                            // The holder is releasing (PostgreSQL's
+                            // WaitXLogInsertionsToFinish sees this too);
+                            // nothing is published after the clear.
+                            seen_cleared = true;
+                        } else {
+                            assert!(PUBLISHED.contains(&v), "unexpected value {v}");
+                            assert!(!seen_cleared, "value {v} seen after the clear");
+                            assert!(v > highest, "value went backwards: {highest} then {v}");
+                            highest = v;
                         }
-                        VarWait::Changed(v) => {
-                            assert_ne!(v, oldval, "Changed must report a different value");
-                            if v == CLEARED {
-                                // The holder is releasing (PostgreSQL's
-                                // WaitXLogInsertionsToFinish sees this too);
-                                // nothing is published after the clear.
-                                seen_cleared = true;
-                            } else {
-                                assert!(PUBLISHED.contains(&v), "unexpected value {v}");
-                                assert!(!seen_cleared, "value {v} seen after the clear");
-                                assert!(v > highest, "value went backwards: {highest} then {v}");
-                                highest = v;
-                            }
-                            oldval = v;
-                        }
+                        oldval = v;
                     }
                 }
-                panic!("wait_for_var did not reach Free");
-            })
-        };
+            }
+            panic!("wait_for_var did not reach Free");
+        });
 
         for v in PUBLISHED {
             s.lock.update_var(&env0, &s.var, v);
@@ -332,24 +323,11 @@ fn var_wait_model(queue: WaitQueue, var_access: VarAccess) {
     });
 }
 
-#[test]
-fn var_wait_modern_atomic() {
-    var_wait_model(WaitQueue::Modern, VarAccess::Atomic);
-}
-
-#[test]
-fn var_wait_legacy_atomic() {
-    var_wait_model(WaitQueue::Legacy, VarAccess::Atomic);
-}
-
-#[test]
-fn var_wait_modern_waitlistlock() {
-    var_wait_model(WaitQueue::Modern, VarAccess::WaitListLock);
-}
-
-#[test]
-fn var_wait_legacy_waitlistlock() {
-    var_wait_model(WaitQueue::Legacy, VarAccess::WaitListLock);
+crate::test_cases! { var_wait_model:
+    var_wait_modern_atomic => (WaitQueue::Modern, VarAccess::Atomic),
+    var_wait_legacy_atomic => (WaitQueue::Legacy, VarAccess::Atomic),
+    var_wait_modern_waitlistlock => (WaitQueue::Modern, VarAccess::WaitListLock),
+    var_wait_legacy_waitlistlock => (WaitQueue::Legacy, VarAccess::WaitListLock),
 }
 
 // --- the models can fail ----------------------------------------------------

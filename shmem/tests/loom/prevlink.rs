@@ -22,6 +22,7 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmem --release --test loom prevlink::`.
 #![cfg(loom)]
 
+use crate::{model, spawn_on};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use shmem::prevlink::{self, PrevLink, LINK_BUSY};
@@ -84,18 +85,15 @@ fn check(w: &World, seed_end: u64, mut records: Vec<(u64, u64, u64)>) {
 /// `sizes[i]`: the records thread `i` reserves in turn (thread 0 is the
 /// model's main thread).
 fn run(sizes: &'static [&'static [u64]]) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b.check(move || {
+    model(2, move || {
         let (w, seed_end) = world(sizes.len() as u32);
         let unit = seed_end; // 8 x slots: every end has home slot 0
         let handles: Vec<_> = sizes[1..]
             .iter()
             .map(|mine| {
-                let w = w.clone();
-                loom::thread::spawn(move || {
+                spawn_on(&w, move |w| {
                     mine.iter()
-                        .map(|s| reserve(&w, s * unit))
+                        .map(|s| reserve(w, s * unit))
                         .collect::<Vec<_>>()
                 })
             })

@@ -11,6 +11,7 @@
 //! Without the postmaster binary the tests print a loud SKIPPED message and
 //! pass (as the `reproduce` module beside it).
 
+use shmem::stats::FlatTotals;
 use std::collections::HashMap;
 use walbench::observe::PER_TX_CONTRACT;
 use walbench::reproduce::{self, Summary};
@@ -47,6 +48,17 @@ fn mechanism(args: &str) -> (HashMap<String, Option<f64>>, Vec<Summary>) {
     (by_variant, summaries)
 }
 
+/// `mechanism(args)`, or None (the test skipped) without a postmaster.
+fn mechanism_or_skip(args: &str) -> Option<(HashMap<String, Option<f64>>, Vec<Summary>)> {
+    have_postmaster().then(|| mechanism(args))
+}
+
+/// The flat mechanism counters of `variant`'s median run.
+fn flat(summaries: &[Summary], variant: &str) -> FlatTotals {
+    let x = summaries.iter().find(|x| x.variant == variant).unwrap();
+    x.median().observed.mechanism.flat
+}
+
 /// The per-run contract: `per_tx` keys, wait-event shares in 0..1.
 fn check_contract(s: &Summary) {
     let m = s.median();
@@ -79,10 +91,9 @@ fn value(v: &HashMap<String, Option<f64>>, variant: &str) -> f64 {
 /// only when a waiter must be woken at a page crossing.
 #[test]
 fn seed_000_waitlist_lock_acquisitions_drop_with_the_atomic_insertingat() {
-    if !have_postmaster() {
+    let Some((v, _)) = mechanism_or_skip("atomic-insertingat --clients 4 --sizes 16") else {
         return;
-    }
-    let (v, _) = mechanism("atomic-insertingat --clients 4 --sizes 16");
+    };
     let (atomic, waitlist) = (value(&v, "atomic"), value(&v, "waitlist"));
     assert!(waitlist >= 0.9, "waitlist: {waitlist} per transaction");
     assert!(
@@ -121,20 +132,15 @@ fn seed_002_legacy_queue_scans_to_dequeue() {
 /// initialize (far) fewer WAL pages than without it.
 #[test]
 fn seed_003_preinit_moves_page_initialization_to_the_walwriter() {
-    if !have_postmaster() {
+    let args = "parallel-insert --clients 2 --sizes 16 --variant parallel,parallel-no-preinit";
+    let Some((v, s)) = mechanism_or_skip(args) else {
         return;
-    }
-    let (v, s) =
-        mechanism("parallel-insert --clients 2 --sizes 16 --variant parallel,parallel-no-preinit");
+    };
     let (on, off) = (value(&v, "parallel"), value(&v, "parallel-no-preinit"));
     assert!(off > 0.0, "without pre-init the backends initialize pages");
     assert!(on < off, "pre-init on: {on} pages per tx, off: {off}");
-    let walwriter_pages = |variant: &str| {
-        let x = s.iter().find(|x| x.variant == variant).unwrap();
-        x.median().observed.mechanism.flat.pages_init_walwriter
-    };
-    assert!(walwriter_pages("parallel") > 0);
-    assert_eq!(walwriter_pages("parallel-no-preinit"), 0);
+    assert!(flat(&s, "parallel").pages_init_walwriter > 0);
+    assert_eq!(flat(&s, "parallel-no-preinit").pages_init_walwriter, 0);
 }
 
 /// Seed 004: every commit takes ProcArrayLock once when each backend
@@ -144,20 +150,15 @@ fn seed_003_preinit_moves_page_initialization_to_the_walwriter() {
 /// in the fourth decimal, so the test counts the followers themselves.)
 #[test]
 fn seed_004_group_clear_takes_procarray_lock_less_than_once_per_commit() {
-    if !have_postmaster() {
+    let Some((v, s)) = mechanism_or_skip("group-xid-clear --clients 16") else {
         return;
-    }
-    let (v, s) = mechanism("group-xid-clear --clients 16");
+    };
     let (group, exclusive) = (value(&v, "group"), value(&v, "exclusive"));
     assert!(
         (0.999..=1.001).contains(&exclusive),
         "exclusive: {exclusive} acquisitions per commit"
     );
-    let flat = |variant: &str| {
-        let x = s.iter().find(|x| x.variant == variant).unwrap();
-        x.median().observed.mechanism.flat
-    };
-    let (g, e) = (flat("group"), flat("exclusive"));
+    let (g, e) = (flat(&s, "group"), flat(&s, "exclusive"));
     assert_eq!((e.group_clear_groups, e.group_clear_members), (0, 0));
     let followers = g.group_clear_members - g.group_clear_groups;
     assert!(followers > 0, "no commit was cleared by a group leader");

@@ -208,12 +208,9 @@ fn atomic_insertingat_and_its_wal() {
 
 #[test]
 fn insert_locks_tiny() {
-    let Some(j) = tiny_scratch("001", "insert-locks", Some("8000")) else {
+    let Some(j) = tiny_batches("001", "insert-locks", "8000", 13.0) else {
         return;
     };
-    assert!(runs(&j)
-        .iter()
-        .all(|r| r.num("records_per_transaction") == 13.0));
     // Whole batches of 13 records are counted by the runtime itself.
     assert!(runs(&j).iter().all(|r| r["transactions_derived"] == false));
     // Batches straddling the window's edges: at most one per client each.
@@ -236,6 +233,16 @@ fn tiny_scratch(tag: &str, name: &str, size: Option<&str>) -> Option<J> {
     Some(tiny(name, size, "", &d.0))
 }
 
+/// `tiny_scratch` of a seed whose transactions are batches: every run
+/// reports `per_transaction` records a transaction.
+fn tiny_batches(tag: &str, name: &str, size: &str, per_transaction: f64) -> Option<J> {
+    let j = tiny_scratch(tag, name, Some(size))?;
+    assert!(runs(&j)
+        .iter()
+        .all(|r| r.num("records_per_transaction") == per_transaction));
+    Some(j)
+}
+
 #[test]
 fn lwlock_queue_tiny() {
     tiny_scratch("002", "lwlock-queue", None);
@@ -243,12 +250,7 @@ fn lwlock_queue_tiny() {
 
 #[test]
 fn parallel_insert_tiny() {
-    let Some(j) = tiny_scratch("003", "parallel-insert", Some("16")) else {
-        return;
-    };
-    assert!(runs(&j)
-        .iter()
-        .all(|r| r.num("records_per_transaction") == 10000.0));
+    tiny_batches("003", "parallel-insert", "16", 10000.0);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use walformat::Lsn;
+use walformat::{CheckPoint, Lsn};
 
 /// A uniquely named directory under the system temp dir, removed on drop.
 pub struct TempDir(tempfile::TempDir);
@@ -18,6 +18,27 @@ impl TempDir {
 
     pub fn path(&self) -> &Path {
         self.0.path()
+    }
+}
+
+/// The checkpoint fields of a cluster fresh from PostgreSQL 15's initdb:
+/// timeline 1, full-page writes, the multixact and XID horizons initdb
+/// leaves, no commit timestamps. A test sets redo, next_xid, next_oid,
+/// time and oldest_active_xid.
+pub fn initdb_checkpoint() -> CheckPoint {
+    CheckPoint {
+        tli: 1,
+        prev_tli: 1,
+        full_page_writes: true,
+        next_multi: 1,
+        next_multi_offset: 0,
+        oldest_xid: 716,
+        oldest_xid_db: 1,
+        oldest_multi: 1,
+        oldest_multi_db: 1,
+        oldest_commit_ts_xid: 0,
+        newest_commit_ts_xid: 0,
+        ..CheckPoint::default()
     }
 }
 

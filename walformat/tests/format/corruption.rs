@@ -8,6 +8,13 @@ use walformat::{
 
 const SYSID: u64 = 99;
 
+/// Asserts that `value` matches the pattern; shows the value otherwise.
+macro_rules! assert_matches {
+    ($value:expr, $($pattern:tt)+) => {
+        assert!(matches!($value, $($pattern)+), "{:?}", $value)
+    };
+}
+
 /// A 1 MiB-segment pg_wal with small records, a 20000-byte record spanning
 /// pages, a record spanning into segment 2, and a tail record.
 struct Wal {
@@ -51,6 +58,12 @@ impl Wal {
         std::fs::write(&path, data).unwrap();
     }
 
+    /// `patch`, then `read_all`.
+    fn patch_and_read(&self, lsn: Lsn, f: impl FnOnce(&mut [u8])) -> (usize, Result<(), WalError>) {
+        self.patch(lsn, f);
+        self.read_all()
+    }
+
     /// Reads all records; returns how many were good and the final result.
     fn read_all(&self) -> (usize, Result<(), WalError>) {
         let mut r = match WalReader::open(self.dir.path(), self.geo, 1, Some(SYSID), self.start) {
@@ -83,8 +96,7 @@ fn intact_wal_reads_fully() {
 #[test]
 fn flipped_payload_byte_is_bad_crc() {
     let wal = Wal::new();
-    wal.patch(wal.lsns[2] + 30, |b| b[0] ^= 0x40);
-    let (n, res) = wal.read_all();
+    let (n, res) = wal.patch_and_read(wal.lsns[2] + 30, |b| b[0] ^= 0x40);
     assert_eq!(n, 2);
     match res {
         Err(WalError::BadCrc { lsn, .. }) => assert_eq!(lsn, wal.lsns[2]),
@@ -97,27 +109,19 @@ fn wrong_pageaddr_is_bad_page_addr() {
     let wal = Wal::new();
     // A page in the middle of the 20000-byte record.
     let page = page_of(wal.lsns[1]) + 8192;
-    wal.patch(page + 8, |b| b[0] ^= 0x01);
-    let (n, res) = wal.read_all();
+    let (n, res) = wal.patch_and_read(page + 8, |b| b[0] ^= 0x01);
     assert_eq!(n, 1);
-    assert!(
-        matches!(res, Err(WalError::BadPageAddr { lsn, .. }) if lsn == page),
-        "{res:?}"
-    );
+    assert_matches!(res, Err(WalError::BadPageAddr { lsn, .. }) if lsn == page);
 }
 
 #[test]
 fn zeroed_continuation_page_is_missing_continuation() {
     let wal = Wal::new();
     let page = page_of(wal.lsns[1]) + 8192;
-    wal.patch(page, |b| b[..8192].fill(0));
-    let (n, res) = wal.read_all();
+    let (n, res) = wal.patch_and_read(page, |b| b[..8192].fill(0));
     assert_eq!(n, 1);
     let err = res.unwrap_err();
-    assert!(
-        matches!(err, WalError::MissingContinuation { lsn, page: p, .. } if lsn == wal.lsns[1] && p == page),
-        "{err:?}"
-    );
+    assert_matches!(err, WalError::MissingContinuation { lsn, page: p, .. } if lsn == wal.lsns[1] && p == page);
     assert!(err.to_string().contains("is not continued"));
 }
 
@@ -125,12 +129,8 @@ fn zeroed_continuation_page_is_missing_continuation() {
 fn bad_magic_is_reported() {
     let wal = Wal::new();
     let page = page_of(wal.lsns[1]) + 8192;
-    wal.patch(page, |b| b[0] = 0x11);
-    let (_, res) = wal.read_all();
-    assert!(
-        matches!(res, Err(WalError::BadMagic { magic: 0xD111, .. })),
-        "{res:?}"
-    );
+    let (_, res) = wal.patch_and_read(page, |b| b[0] = 0x11);
+    assert_matches!(res, Err(WalError::BadMagic { magic: 0xD111, .. }));
 }
 
 #[test]
@@ -141,10 +141,7 @@ fn truncated_segment_is_wrong_segment_size() {
     std::fs::write(&path, &data[..data.len() / 2]).unwrap();
     let (n, res) = wal.read_all();
     assert_eq!(n, 3);
-    assert!(
-        matches!(res, Err(WalError::WrongSegmentSize { .. })),
-        "{res:?}"
-    );
+    assert_matches!(res, Err(WalError::WrongSegmentSize { .. }));
 }
 
 #[test]
@@ -154,23 +151,16 @@ fn missing_segment_mid_record_is_missing_segment() {
     let (n, res) = wal.read_all();
     assert_eq!(n, 3);
     let err = res.unwrap_err();
-    assert!(
-        matches!(err, WalError::MissingSegment { lsn, .. } if lsn == wal.lsns[3]),
-        "{err:?}"
-    );
+    assert_matches!(err, WalError::MissingSegment { lsn, .. } if lsn == wal.lsns[3]);
     assert!(err.to_string().contains("does not exist"));
 }
 
 #[test]
 fn wrong_prev_is_bad_prev() {
     let wal = Wal::new();
-    wal.patch(wal.lsns[2] + 8, |b| b[0] ^= 0x08);
-    let (n, res) = wal.read_all();
+    let (n, res) = wal.patch_and_read(wal.lsns[2] + 8, |b| b[0] ^= 0x08);
     assert_eq!(n, 2);
-    assert!(
-        matches!(res, Err(WalError::BadPrev { expected, .. }) if expected == wal.lsns[1]),
-        "{res:?}"
-    );
+    assert_matches!(res, Err(WalError::BadPrev { expected, .. }) if expected == wal.lsns[1]);
 }
 
 #[test]
@@ -187,21 +177,13 @@ fn expected_prev_of_first_record_is_checked() {
 #[test]
 fn bad_length_and_bad_rmgr() {
     let wal = Wal::new();
-    wal.patch(wal.lsns[2], |b| b[..4].copy_from_slice(&5u32.to_le_bytes()));
-    let (n, res) = wal.read_all();
+    let (n, res) = wal.patch_and_read(wal.lsns[2], |b| b[..4].copy_from_slice(&5u32.to_le_bytes()));
     assert_eq!(n, 2);
-    assert!(
-        matches!(res, Err(WalError::BadLength { len: 5, .. })),
-        "{res:?}"
-    );
+    assert_matches!(res, Err(WalError::BadLength { len: 5, .. }));
 
     let wal = Wal::new();
-    wal.patch(wal.lsns[0] + 17, |b| b[0] = 60);
-    let (_, res) = wal.read_all();
-    assert!(
-        matches!(res, Err(WalError::BadRmgr { rmid: 60, .. })),
-        "{res:?}"
-    );
+    let (_, res) = wal.patch_and_read(wal.lsns[0] + 17, |b| b[0] = 60);
+    assert_matches!(res, Err(WalError::BadRmgr { rmid: 60, .. }));
 }
 
 #[test]
@@ -209,7 +191,7 @@ fn wrong_sysid_and_seg_size_are_bad_long_header() {
     let wal = Wal::new();
     let r = WalReader::open(wal.dir.path(), wal.geo, 1, Some(SYSID + 1), wal.start);
     let err = r.and_then(|mut r| r.next_record()).unwrap_err();
-    assert!(matches!(err, WalError::BadLongHeader { .. }), "{err:?}");
+    assert_matches!(err, WalError::BadLongHeader { .. });
     assert!(err.to_string().contains("different database system"));
 }
 

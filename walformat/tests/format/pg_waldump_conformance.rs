@@ -1,7 +1,9 @@
 //! Writes segments with SegmentWriter and checks them with PostgreSQL 15's
 //! own pg_waldump (skipped loudly when it is not installed).
 
-use crate::common::{normal_end_message, pg_waldump_or_skip, run_pg_waldump, DumpRun, TempDir};
+use crate::common::{
+    initdb_checkpoint, normal_end_message, pg_waldump_or_skip, run_pg_waldump, DumpRun, TempDir,
+};
 use std::path::Path;
 use walformat::{
     checkpoint_record, commit_record, logical_message, switch_record, CheckPoint, DecodedRecord,
@@ -20,21 +22,11 @@ fn records() -> Vec<RecordBuf> {
     recs.push(commit_record(742, 817_000_000_123_456));
     let cp = CheckPoint {
         redo: 0x0010_0028,
-        tli: 1,
-        prev_tli: 1,
-        full_page_writes: true,
         next_xid: (2u64 << 32) | 743,
         next_oid: 24576,
-        next_multi: 1,
-        next_multi_offset: 0,
-        oldest_xid: 716,
-        oldest_xid_db: 1,
-        oldest_multi: 1,
-        oldest_multi_db: 1,
         time: 1_764_000_000,
-        oldest_commit_ts_xid: 0,
-        newest_commit_ts_xid: 0,
         oldest_active_xid: 743,
+        ..initdb_checkpoint()
     };
     recs.push(checkpoint_record(&cp, true));
     recs.push(checkpoint_record(&cp, false));
@@ -74,6 +66,22 @@ fn write_records(
     (dir, writer)
 }
 
+/// The LSN of the first record written from `start` (past the page
+/// header there).
+fn first_record(geo: Geometry, start: Lsn) -> Lsn {
+    geo.bytepos_to_recptr(geo.recptr_to_bytepos(start))
+}
+
+/// A writer of 1 MiB segments from the start of segment `segno`, the
+/// directory (named after `tag`) for its segments, and the LSN of its
+/// first record.
+fn new_wal(tag: &str, segno: u64) -> (Geometry, TempDir, SegmentWriter, Lsn) {
+    let geo = Geometry::new(1 << 20).unwrap();
+    let start = geo.seg_start(segno);
+    let writer = SegmentWriter::new(geo, 1, SYSID, start, 0);
+    (geo, TempDir::new(tag), writer, first_record(geo, start))
+}
+
 /// Every record our own reader finds from `first`, and where it stopped.
 fn read_all(dir: &Path, geo: Geometry, first: Lsn) -> (Vec<DecodedRecord>, Lsn) {
     let mut reader = WalReader::open(dir, geo, 1, Some(SYSID), first).unwrap();
@@ -98,7 +106,7 @@ fn assert_ends_normally(run: &DumpRun, writer: &SegmentWriter) {
 fn check_with_pg_waldump(geo: Geometry, start: Lsn, straddle: bool) {
     let mut recs = records();
     let (dir, writer) = write_records(geo, start, straddle, &mut recs);
-    let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
+    let first = first_record(geo, start);
 
     // Our own reader first.
     let (ours, end_of_valid) = read_all(dir.path(), geo, first);
@@ -149,10 +157,7 @@ fn pg_waldump_reads_segment_writer_output_16mib_straddling_pages() {
 
 #[test]
 fn pg_waldump_reads_records_spanning_segments() {
-    let geo = Geometry::new(1 << 20).unwrap();
-    let dir = TempDir::new("span");
-    let start = geo.seg_start(1);
-    let mut writer = SegmentWriter::new(geo, 1, SYSID, start, 0);
+    let (_, dir, mut writer, first) = new_wal("span", 1);
     let big: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
     let mut recs = vec![
         logical_message(0, false, "big", &big),
@@ -165,7 +170,6 @@ fn pg_waldump_reads_records_spanning_segments() {
     let Some(bin) = pg_waldump_or_skip("pg_waldump_reads_records_spanning_segments") else {
         return;
     };
-    let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
     let run = run_pg_waldump(&bin, dir.path(), first);
     assert_ends_normally(&run, &writer);
     assert_eq!(run.lines.len(), 2, "stdout: {}", run.stdout);
@@ -177,10 +181,7 @@ fn pg_waldump_reads_records_spanning_segments() {
 
 #[test]
 fn pg_waldump_agrees_on_many_split_positions() {
-    let geo = Geometry::new(1 << 20).unwrap();
-    let dir = TempDir::new("splits");
-    let start = geo.seg_start(2);
-    let mut writer = SegmentWriter::new(geo, 1, SYSID, start, 0);
+    let (geo, dir, mut writer, first) = new_wal("splits", 2);
     // Deterministic pseudo-random sizes so records start at every 8-byte
     // slot near page ends and split inside their headers.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -199,7 +200,6 @@ fn pg_waldump_agrees_on_many_split_positions() {
         count += 1;
     }
     writer.write_to_dir(dir.path()).unwrap();
-    let first = geo.bytepos_to_recptr(geo.recptr_to_bytepos(start));
     let (ours, _) = read_all(dir.path(), geo, first);
     assert_eq!(ours.len(), count);
     let Some(bin) = pg_waldump_or_skip("pg_waldump_agrees_on_many_split_positions") else {

@@ -1,5 +1,6 @@
 //! Encode -> decode round trips for every record kind.
 
+use crate::common::initdb_checkpoint;
 use walformat::{
     abort_record_into, checkpoint_record, commit_record, commit_record_into, decode_record_bytes,
     format_pg_timestamp, logical_message, switch_record, CheckPoint, RecordBuf, RM_XACT_ID,
@@ -90,21 +91,11 @@ fn abort_round_trip_reusing_the_commit_buffer() {
 fn checkpoint_round_trip() {
     let cp = CheckPoint {
         redo: 0x0100_0028,
-        tli: 1,
-        prev_tli: 1,
-        full_page_writes: true,
         next_xid: (1 << 32) | 740,
         next_oid: 13000,
-        next_multi: 1,
-        next_multi_offset: 0,
-        oldest_xid: 716,
-        oldest_xid_db: 1,
-        oldest_multi: 1,
-        oldest_multi_db: 1,
         time: 1_700_000_000,
-        oldest_commit_ts_xid: 0,
-        newest_commit_ts_xid: 0,
         oldest_active_xid: 0,
+        ..initdb_checkpoint()
     };
     for shutdown in [true, false] {
         let mut rec = checkpoint_record(&cp, shutdown);

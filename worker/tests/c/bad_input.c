@@ -10,16 +10,7 @@
 #include <string.h>
 
 #include "walshm.h"
-
-static int failures;
-
-#define CHECK(cond, what)                                      \
-    do {                                                       \
-        if (!(cond)) {                                         \
-            printf("FAIL %s (line %d)\n", what, __LINE__);     \
-            failures++;                                        \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static int has_message(const char *m) { return m != NULL && m[0] != '\0'; }
 
@@ -118,8 +109,5 @@ int main(int argc, char **argv)
     CHECK(walshm_emit(w, "p", "x", 1, &lsn) == -1, "emit after detach");
     CHECK(has_message(walshm_error(w)), "error after detach");
 
-    if (failures != 0)
-        return 1;
-    printf("ALL OK\n");
-    return 0;
+    return checks_done();
 }

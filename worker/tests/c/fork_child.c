@@ -17,17 +17,7 @@
 #include <unistd.h>
 
 #include "walshm.h"
-
-static int failures;
-
-#define CHECK(cond, what)                                      \
-    do {                                                       \
-        if (!(cond)) {                                         \
-            printf("FAIL %s (line %d)\n", what, __LINE__);     \
-            fflush(stdout);                                    \
-            failures++;                                        \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static int commit_one(walshm_worker *w, const char *payload)
 {
@@ -115,7 +105,5 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     fork_case(argv[1]);
     reader_case(argv[1]);
-    if (failures == 0)
-        printf("ALL OK\n");
-    return failures == 0 ? 0 : 1;
+    return checks_done();
 }

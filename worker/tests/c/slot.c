@@ -13,16 +13,7 @@
 #include <string.h>
 
 #include "walshm.h"
-
-static int failures;
-
-#define CHECK(cond, what)                                      \
-    do {                                                       \
-        if (!(cond)) {                                         \
-            printf("FAIL %s (line %d)\n", what, __LINE__);     \
-            failures++;                                        \
-        }                                                      \
-    } while (0)
+#include "check.h"
 
 static int tx(walshm_worker *w, const char *text, int commit)
 {
@@ -91,8 +82,5 @@ int main(int argc, char **argv)
     CHECK(walshm_slot_drop(w, "c_slot") == 0, "drop");
     CHECK(walshm_slot_drop(w, "c_slot") == -1, "drop twice");
     walshm_detach(w);
-    if (failures)
-        return 1;
-    printf("ALL OK\n");
-    return 0;
+    return checks_done();
 }
