@@ -29,7 +29,7 @@ fn have_postmaster() -> bool {
 /// Runs `reproduce ARGS` (one repeat, a short window); returns each
 /// variant's mechanism value (None: the counter had no divisor) and the
 /// summaries.
-fn mechanism(args: &str) -> (HashMap<String, Option<f64>>, Vec<Summary>) {
+fn mechanism(args: &str) -> ByVariant {
     let a: Vec<String> = format!("{args} --repeat 1 --seconds 0.6")
         .split_whitespace()
         .map(str::to_string)
@@ -48,8 +48,11 @@ fn mechanism(args: &str) -> (HashMap<String, Option<f64>>, Vec<Summary>) {
     (by_variant, summaries)
 }
 
+/// One counter's value per variant (None: not observed), and the summaries.
+type ByVariant = (HashMap<String, Option<f64>>, Vec<Summary>);
+
 /// `mechanism(args)`, or None (the test skipped) without a postmaster.
-fn mechanism_or_skip(args: &str) -> Option<(HashMap<String, Option<f64>>, Vec<Summary>)> {
+fn mechanism_or_skip(args: &str) -> Option<ByVariant> {
     have_postmaster().then(|| mechanism(args))
 }
 
