@@ -509,11 +509,17 @@ mod tests {
         lsns
     }
 
-    /// A fresh directory holding [`write_wal`]'s segments, and their LSNs.
-    fn wal_dir(tag: &str) -> (Dir, Vec<Lsn>) {
+    /// A fresh directory holding [`write_wal`]'s segments, their LSNs and
+    /// their geometry.
+    fn wal_dir(tag: &str) -> (Dir, Vec<Lsn>, Geometry) {
         let d = Dir::new(tag);
         let lsns = write_wal(&d.0);
-        (d, lsns)
+        (d, lsns, geo())
+    }
+
+    /// [`look_ahead`] over `d` (timeline 1, [`SYSID`]) after `stop`.
+    fn look(d: &Dir, stop: Lsn) -> Lookahead {
+        look_ahead(&d.0, geo(), 1, SYSID, stop).unwrap()
     }
 
     fn seg_path(dir: &Path, segno: u64) -> PathBuf {
@@ -534,10 +540,10 @@ mod tests {
 
     #[test]
     fn valid_page_after_stop_counts() {
-        let (d, lsns) = wal_dir("valid");
+        let (d, lsns, g) = wal_dir("valid");
         // Pretend reading stopped at record 10 (say a flipped byte there).
         let stop = lsns[10];
-        let la = look_ahead(&d.0, geo(), 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         let found = la.found.clone().expect("valid WAL after the stop");
         let first_page = stop - stop % BLCKSZ + BLCKSZ;
         assert!(found.first_record > first_page);
@@ -550,7 +556,6 @@ mod tests {
         assert_eq!(found.misplaced_pages, 0);
         assert!(found.last_end > lsns[lsns.len() - 1]);
         // Segment 2 holds valid WAL: beyond the window of a stop in 1.
-        let g = geo();
         assert_eq!(la.window_end, g.seg_start(2));
         let beyond = found.first_beyond_window.expect("WAL beyond the window");
         assert!(beyond < g.seg_start(2) && beyond >= first_page, "{found:?}");
@@ -567,15 +572,14 @@ mod tests {
 
     #[test]
     fn valid_wal_only_inside_the_window_is_a_power_loss_tail() {
-        let (d, lsns) = wal_dir("window");
-        let g = geo();
+        let (d, lsns, g) = wal_dir("window");
         // Reading stopped in segment 2 (the last), valid pages follow in it.
         let i = lsns
             .iter()
             .position(|l| *l > g.seg_start(2) + 2 * BLCKSZ)
             .unwrap();
         let stop = lsns[i];
-        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         assert_eq!(la.window_end, g.seg_start(3));
         let found = la.found.clone().expect("valid WAL after the stop");
         assert!(found.records > 0 && found.commits > 0, "{found:?}");
@@ -585,8 +589,7 @@ mod tests {
 
     #[test]
     fn record_crossing_out_of_the_window_is_damage() {
-        let (d, lsns) = wal_dir("crossing");
-        let g = geo();
+        let (d, lsns, g) = wal_dir("crossing");
         // The record that continues from segment 1 into segment 2.
         let k = lsns.iter().rposition(|l| *l < g.seg_start(2)).unwrap();
         let crossing = lsns[k];
@@ -603,7 +606,7 @@ mod tests {
         let to = (g.seg_offset(crossing) - g.seg_offset(crossing) % BLCKSZ) as usize;
         assert!(from < to);
         edit_segment(&d.0, 1, |data| data[from..to].fill(0));
-        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         let found = la.found.clone().expect("valid WAL after the stop");
         assert!(found.first_record < crossing, "{found:?}");
         assert_eq!(found.first_beyond_window, Some(crossing), "{found:?}");
@@ -611,19 +614,19 @@ mod tests {
         // Without segment 2 the crossing record cannot verify: only WAL
         // inside the window remains.
         std::fs::remove_file(seg_path(&d.0, 2)).unwrap();
-        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         assert_eq!(la.verdict(), Verdict::PowerLossTail, "{la:?}");
     }
 
     #[test]
     fn nothing_after_the_end_counts_nothing() {
-        let (d, lsns) = wal_dir("end");
+        let (d, lsns, g) = wal_dir("end");
         let end = {
-            let mut r = WalReader::open(&d.0, geo(), 1, Some(SYSID), lsns[0]).unwrap();
+            let mut r = WalReader::open(&d.0, g, 1, Some(SYSID), lsns[0]).unwrap();
             while r.next_record().unwrap().is_some() {}
             r.end_of_valid()
         };
-        let la = look_ahead(&d.0, geo(), 1, SYSID, end).unwrap();
+        let la = look(&d, end);
         assert_eq!(la.found, None);
         assert_eq!(la.verdict(), Verdict::EndOfWal);
         assert!(la.pages > 0 && la.files == 1, "{la:?}");
@@ -631,14 +634,13 @@ mod tests {
 
     #[test]
     fn recycled_page_with_an_old_address_does_not_count() {
-        let (d, lsns) = wal_dir("recycled");
-        let g = geo();
+        let (d, lsns, g) = wal_dir("recycled");
         // Segment 1 renamed to segment 5, as the checkpointer recycles it:
         // valid pages and records, but the addresses of segment 1.
         std::fs::copy(seg_path(&d.0, 1), seg_path(&d.0, 5)).unwrap();
         std::fs::remove_file(seg_path(&d.0, 2)).unwrap();
         // Reading stopped at the end of segment 1 (segment 2 absent).
-        let la = look_ahead(&d.0, g, 1, SYSID, g.seg_start(2)).unwrap();
+        let la = look(&d, g.seg_start(2));
         assert_eq!(la.found, None, "recycled segment counted: {la:?}");
         assert_eq!(la.files, 1);
         assert_eq!(la.pages, g.seg_size / BLCKSZ);
@@ -651,14 +653,13 @@ mod tests {
             let hdr = read_page_header(&data[page_off..]).unwrap();
             write_page_header(&mut data[page_off..], &g, old_addr, 1, SYSID, hdr.rem_len);
         });
-        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         assert_eq!(la.found, None, "page with an older address counted: {la:?}");
     }
 
     #[test]
     fn pre_initialized_and_foreign_pages_do_not_count() {
-        let (d, lsns) = wal_dir("preinit");
-        let g = geo();
+        let (d, lsns, g) = wal_dir("preinit");
         let stop = lsns[4];
         let page_off = next_page_offset(&g, stop);
         // Pages after the stop: headers with their own addresses, no record.
@@ -675,17 +676,16 @@ mod tests {
             seg2[BLCKSZ as usize..].fill(0);
             write_page_header(seg2, &g, g.seg_start(2), 1, SYSID + 1, 0);
         });
-        let la = look_ahead(&d.0, g, 1, SYSID, stop).unwrap();
+        let la = look(&d, stop);
         assert_eq!(la.found, None, "{la:?}");
     }
 
     #[test]
     fn misplaced_segment_with_a_later_address_counts() {
-        let (d, _) = wal_dir("swap");
-        let g = geo();
+        let (d, _, g) = wal_dir("swap");
         // Segment 2's content under segment 1's name... and nothing else.
         std::fs::rename(seg_path(&d.0, 2), seg_path(&d.0, 1)).unwrap();
-        let la = look_ahead(&d.0, g, 1, SYSID, g.seg_start(1)).unwrap();
+        let la = look(&d, g.seg_start(1));
         // Inside the stop's window, but a power loss moves no page.
         assert_eq!(la.window_end, g.seg_start(2));
         assert_eq!(la.verdict(), Verdict::Damaged);
@@ -696,14 +696,13 @@ mod tests {
 
     #[test]
     fn truncated_segment_is_examined_as_far_as_it_goes() {
-        let (d, _) = wal_dir("trunc");
-        let g = geo();
+        let (d, _, g) = wal_dir("trunc");
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(seg_path(&d.0, 2))
             .unwrap();
         f.set_len(3 * BLCKSZ).unwrap();
-        let la = look_ahead(&d.0, g, 1, SYSID, g.seg_start(2)).unwrap();
+        let la = look(&d, g.seg_start(2));
         let found = la.found.expect("records in the truncated segment");
         assert!(found.first_record >= g.seg_start(2) + BLCKSZ);
         assert!(found.last_end <= g.seg_start(2) + 3 * BLCKSZ);
