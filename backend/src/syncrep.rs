@@ -475,14 +475,22 @@ fn publish_sync_states(shm: &Shmem, cfg: &StandbyNames, cands: &[Candidate], cho
 mod tests {
     use super::*;
 
-    fn cand(sender: usize, priority: u32, write: u64, flush: u64) -> Candidate {
-        Candidate {
-            sender,
-            priority,
-            write,
-            flush,
-            apply: 0,
-        }
+    /// [`sync_positions`] for `synchronous_standby_names` = `names` over
+    /// candidates given as (priority, write, flush), sender `i` the `i`th.
+    fn sync_of(names: &str, cands: &[(u32, u64, u64)]) -> Option<(Covered, Vec<usize>)> {
+        let cfg = standby_names::parse(names).unwrap().unwrap();
+        let cands: Vec<Candidate> = cands
+            .iter()
+            .enumerate()
+            .map(|(sender, &(priority, write, flush))| Candidate {
+                sender,
+                priority,
+                write,
+                flush,
+                apply: 0,
+            })
+            .collect();
+        sync_positions(&cfg, &cands)
     }
 
     fn covered(write: u64, flush: u64, apply: u64) -> Covered {
@@ -495,28 +503,16 @@ mod tests {
 
     #[test]
     fn priority_takes_the_n_best_listed_and_their_minimum() {
-        let cfg = standby_names::parse("FIRST 2 (a, b, c)").unwrap().unwrap();
-        let c = [
-            cand(0, 3, 500, 500),
-            cand(1, 1, 300, 200),
-            cand(2, 2, 400, 350),
-        ];
-        assert_eq!(
-            sync_positions(&cfg, &c),
-            Some((covered(300, 200, 0), vec![1, 2]))
-        );
-        assert_eq!(sync_positions(&cfg, &c[..1]), None);
+        let names = "FIRST 2 (a, b, c)";
+        let c = [(3, 500, 500), (1, 300, 200), (2, 400, 350)];
+        assert_eq!(sync_of(names, &c), Some((covered(300, 200, 0), vec![1, 2])));
+        assert_eq!(sync_of(names, &c[..1]), None);
     }
 
     #[test]
     fn quorum_takes_the_nth_highest() {
-        let cfg = standby_names::parse("ANY 2 (a, b, c)").unwrap().unwrap();
-        let c = [
-            cand(0, 1, 500, 450),
-            cand(1, 2, 300, 200),
-            cand(2, 3, 400, 350),
-        ];
-        let (cov, chosen) = sync_positions(&cfg, &c).unwrap();
+        let c = [(1, 500, 450), (2, 300, 200), (3, 400, 350)];
+        let (cov, chosen) = sync_of("ANY 2 (a, b, c)", &c).unwrap();
         assert_eq!((cov.write, cov.flush), (400, 350));
         assert_eq!(chosen.len(), 3);
     }
