@@ -30,6 +30,13 @@ pub fn have_pg_clients(names: &[&str]) -> bool {
     names.iter().all(|n| pg_client(n).is_some())
 }
 
+/// The paths of PostgreSQL 15's programs `names`, if all are there (after
+/// a loud skip notice for the first one missing when not).
+pub fn pg_clients<const N: usize>(names: [&str; N]) -> Option<[PathBuf; N]> {
+    let found: Vec<PathBuf> = names.iter().map(|n| pg_client(n)).collect::<Option<_>>()?;
+    found.try_into().ok()
+}
+
 /// `p`, the path of PostgreSQL's program `name`, if it is there; else None
 /// after a loud notice that tests needing `what` are skipped and that the
 /// variable `setting` names another path (panics instead with

@@ -7,7 +7,7 @@
 //! Skipped loudly without PostgreSQL 15's binaries (unless
 //! WALSHM_REQUIRE_PG=1).
 
-use crate::common::wire::{pg_client, start_on_free_port};
+use crate::common::wire::{pg_client, pg_clients, start_on_free_port};
 use crate::common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -92,9 +92,7 @@ fn lsn_after(stderr: &str, prefix: &str) -> u64 {
 
 #[test]
 fn pg_basebackup_copies_verify_and_start_with_every_acknowledged_commit() {
-    let (Some(basebackup), Some(verify)) =
-        (pg_client("pg_basebackup"), pg_client("pg_verifybackup"))
-    else {
+    let Some([basebackup, verify]) = pg_clients(["pg_basebackup", "pg_verifybackup"]) else {
         return;
     };
     let t = TempDir::new("basebackup");

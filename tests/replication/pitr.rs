@@ -30,7 +30,7 @@
 //! WALSHM_REQUIRE_PG=1.
 
 use crate::common::wire::{cstr, data_rows, error_code, exchange, handshake, msg, socket_path};
-use crate::common::wire::{pg_client, start_on_free_port};
+use crate::common::wire::{pg_clients, start_on_free_port};
 use crate::common::*;
 use std::collections::HashSet;
 use std::fs;
@@ -444,9 +444,7 @@ fn bad_targets_and_unreached_ones_are_fatal_and_promote_nothing() {
 
 #[test]
 fn pg_archivecleanup_keeps_what_a_later_base_backup_restores_from() {
-    let (Some(cleanup), Some(basebackup)) =
-        (pg_client("pg_archivecleanup"), pg_client("pg_basebackup"))
-    else {
+    let Some([cleanup, basebackup]) = pg_clients(["pg_archivecleanup", "pg_basebackup"]) else {
         return;
     };
     let (tmp, arch, p) = archiving_primary("pitr-cleanup");
