@@ -1132,15 +1132,9 @@ fn max_connections_refuses_with_53300() {
     assert_eq!(a.query("SELECT 1;"), "1");
     assert_eq!(b.query("SELECT 2;"), "2");
     let o = pg.psql(&psql, &["-c", "SELECT 3"]);
-    assert!(
-        !o.status.success(),
-        "third session connected\n{}",
-        o.describe()
-    );
-    assert!(
-        o.stderr.contains("FATAL:  sorry, too many clients already"),
-        "{}",
-        o.describe()
+    o.assert_failed_with(
+        "third session connected",
+        "FATAL:  sorry, too many clients already",
     );
     match handshake(&pg.socket()) {
         Err(code) => assert_eq!(code, "53300"),
@@ -1261,16 +1255,9 @@ fn tcp_scram_password() {
     let o = tcp("secret");
     assert_eq!(o.stdout, "42\n", "right password\n{}", o.describe());
     let o = tcp("wrong");
-    assert!(
-        !o.status.success(),
-        "wrong password accepted\n{}",
-        o.describe()
-    );
-    assert!(
-        o.stderr
-            .contains("FATAL:  password authentication failed for user \"x\""),
-        "{}",
-        o.describe()
+    o.assert_failed_with(
+        "wrong password accepted",
+        "FATAL:  password authentication failed for user \"x\"",
     );
     let r = scram_wrong_proof(pg.port);
     let f = first_error(&r).expect("no ErrorResponse");

@@ -57,6 +57,18 @@ impl Out {
             self.status, self.stdout, self.stderr
         )
     }
+
+    /// Asserts that the command failed (else panics with `what`) and that
+    /// its stderr mentions `needle`.
+    #[track_caller]
+    pub fn assert_failed_with(&self, what: &str, needle: &str) {
+        assert!(!self.status.success(), "{what}\n{}", self.describe());
+        assert!(
+            self.stderr.contains(needle),
+            "stderr does not mention {needle:?}\n{}",
+            self.describe()
+        );
+    }
 }
 
 /// Kills `pid` with SIGKILL unless cancelled before `timeout`.

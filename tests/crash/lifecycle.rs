@@ -62,16 +62,7 @@ fn second_start_is_refused_while_running() {
     let mut s = Server::start_ready(&d.path, tmp.path(), &args);
     // The same start again.
     let o = postmaster(&[&["start", "-D", d.path.to_str().unwrap()][..], &args].concat());
-    assert!(
-        !o.status.success(),
-        "second start succeeded\n{}",
-        o.describe()
-    );
-    assert!(
-        o.stderr.contains("another postmaster"),
-        "no 'another postmaster' message\n{}",
-        o.describe()
-    );
+    o.assert_failed_with("second start succeeded", "another postmaster");
     assert!(
         o.stderr.contains(&s.pid.to_string()),
         "message does not name the running PID {}\n{}",

@@ -350,16 +350,7 @@ fn ack_refused_without_synchronous_commit_and_for_other_workloads() {
         let mut args = vec!["start", "-D", dir, "--workers", "2", "--ack"];
         args.extend_from_slice(extra);
         let o = postmaster(&args);
-        assert!(
-            !o.status.success(),
-            "--ack accepted with {extra:?}\n{}",
-            o.describe()
-        );
-        assert!(
-            o.stderr.contains(needle),
-            "refusal of --ack with {extra:?} does not mention {needle:?}\n{}",
-            o.describe()
-        );
+        o.assert_failed_with(&format!("--ack accepted with {extra:?}"), needle);
         assert!(
             !o.stdout.contains("ack "),
             "acks printed although refused\n{}",
