@@ -568,6 +568,12 @@ mod tests {
         parts.concat()
     }
 
+    /// `parts`, concatenated, decode as `tag` to `want`.
+    #[track_caller]
+    fn assert_decodes(tag: u8, parts: &[&[u8]], want: FrontendMessage) {
+        assert_eq!(decode_frontend(tag, &body(parts)).unwrap(), want);
+    }
+
     #[track_caller]
     fn assert_malformed(tag: u8, body: &[u8]) {
         let r = decode_frontend(tag, body);
@@ -576,8 +582,11 @@ mod tests {
 
     #[test]
     fn decodes_query() {
-        let m = decode_frontend(b'Q', b"SELECT 1\0").unwrap();
-        assert_eq!(m, FrontendMessage::Query("SELECT 1".into()));
+        assert_decodes(
+            b'Q',
+            &[b"SELECT 1\0"],
+            FrontendMessage::Query("SELECT 1".into()),
+        );
     }
 
     #[test]
@@ -600,45 +609,43 @@ mod tests {
 
     #[test]
     fn decodes_parse_with_types() {
-        let b = body(&[
-            b"s1\0",
-            b"SELECT $1\0",
-            &1i16.to_be_bytes(),
-            &25i32.to_be_bytes(),
-        ]);
-        let m = decode_frontend(b'P', &b).unwrap();
-        assert_eq!(
-            m,
+        assert_decodes(
+            b'P',
+            &[
+                b"s1\0",
+                b"SELECT $1\0",
+                &1i16.to_be_bytes(),
+                &25i32.to_be_bytes(),
+            ],
             FrontendMessage::Parse {
                 name: "s1".into(),
                 query: "SELECT $1".into(),
-                param_types: vec![25]
-            }
+                param_types: vec![25],
+            },
         );
     }
 
     #[test]
     fn decodes_bind_with_null_and_value() {
-        let b = body(&[
-            b"p\0s\0",
-            &1i16.to_be_bytes(),
-            &1i16.to_be_bytes(),
-            &2i16.to_be_bytes(),
-            &(-1i32).to_be_bytes(),
-            &3i32.to_be_bytes(),
-            b"abc",
-            &0i16.to_be_bytes(),
-        ]);
-        let m = decode_frontend(b'B', &b).unwrap();
-        assert_eq!(
-            m,
+        assert_decodes(
+            b'B',
+            &[
+                b"p\0s\0",
+                &1i16.to_be_bytes(),
+                &1i16.to_be_bytes(),
+                &2i16.to_be_bytes(),
+                &(-1i32).to_be_bytes(),
+                &3i32.to_be_bytes(),
+                b"abc",
+                &0i16.to_be_bytes(),
+            ],
             FrontendMessage::Bind {
                 portal: "p".into(),
                 statement: "s".into(),
                 param_formats: vec![1],
                 params: vec![None, Some(b"abc".to_vec())],
                 result_formats: vec![],
-            }
+            },
         );
     }
 

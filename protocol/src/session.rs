@@ -344,10 +344,16 @@ pub trait Session {
             "replication slots are not supported here",
         ))
     }
-    /// Checked between statements and while waiting for the client.
-    fn termination(&self) -> Option<Termination>;
-    /// A cancel request for this backend arrived. Checked before each statement.
-    fn take_cancel(&mut self) -> bool;
+    /// Checked between statements and while waiting for the client. The
+    /// default: never told to stop.
+    fn termination(&self) -> Option<Termination> {
+        None
+    }
+    /// A cancel request for this backend arrived. Checked before each
+    /// statement. The default: no cancel request ever reaches it.
+    fn take_cancel(&mut self) -> bool {
+        false
+    }
     /// session_memory_limit: the largest value, reply message or client
     /// message (in bytes) this session may build; beyond it ERROR 53200.
     fn memory_limit(&self) -> usize;

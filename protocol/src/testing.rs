@@ -1,9 +1,7 @@
 //! Test support, not part of the API: a [`Session`] with fixed, known
 //! answers, shared by the unit tests and the examples.
 
-use crate::session::{
-    ActivityRow, ReplicationRow, ReplicationSlotRow, Session, Termination, WalStatsRow,
-};
+use crate::session::{ActivityRow, ReplicationRow, ReplicationSlotRow, Session, WalStatsRow};
 use crate::SqlError;
 
 /// A Session with fixed, known answers; every call succeeds at once.
@@ -80,12 +78,6 @@ impl Session for FakeSession {
     fn set_synchronous_commit(&mut self, _: bool) {}
     fn synchronous_commit(&self) -> bool {
         true
-    }
-    fn termination(&self) -> Option<Termination> {
-        None
-    }
-    fn take_cancel(&mut self) -> bool {
-        false
     }
     fn memory_limit(&self) -> usize {
         self.memory_limit

@@ -143,9 +143,6 @@ impl Session for FakeSession {
             .load(Ordering::SeqCst)
             .then_some(Termination::FastShutdown)
     }
-    fn take_cancel(&mut self) -> bool {
-        false
-    }
     fn memory_limit(&self) -> usize {
         64 << 20
     }

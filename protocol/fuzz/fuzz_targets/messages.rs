@@ -16,7 +16,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use protocol::{serve, startup, ServerParams, Session, SqlError, Startup, Termination, Transport};
+use protocol::{serve, startup, ServerParams, Session, SqlError, Startup, Transport};
 use std::io::{self, Read, Write};
 
 struct Duplex<'a> {
@@ -117,12 +117,6 @@ impl Session for FakeSession {
     }
     fn synchronous_commit(&self) -> bool {
         self.sync
-    }
-    fn termination(&self) -> Option<Termination> {
-        None
-    }
-    fn take_cancel(&mut self) -> bool {
-        false
     }
     fn memory_limit(&self) -> usize {
         64 << 20

@@ -84,10 +84,6 @@ impl Session for WalSenderSql<'_> {
         backend::process::shutdown_requested().then_some(Termination::FastShutdown)
     }
 
-    fn take_cancel(&mut self) -> bool {
-        false
-    }
-
     fn memory_limit(&self) -> usize {
         usize::try_from(self.shm.settings().session_memory_limit).unwrap_or(usize::MAX)
     }
