@@ -33,7 +33,7 @@ pub struct Relation {
     pub args: Option<&'static [SqlType]>,
     /// What may follow `args`.
     pub extra: Extra,
-    pub columns: &'static [Column],
+    pub columns: &'static [(&'static str, SqlType)],
     pub rows: Producer,
 }
 
@@ -72,67 +72,35 @@ impl PartialEq for Relation {
 
 impl Eq for Relation {}
 
-/// A relation's column: PostgreSQL's name and type.
-pub type Column = (&'static str, SqlType);
-
-/// The columns `pg_stat_activity` and `pg_stat_replication` both take from
-/// a backend's status: who connected, from where, and since when.
-const CLIENT_COLUMNS: [Column; 7] = [
-    ("usesysid", Oid),
-    ("usename", Name),
-    ("application_name", Text),
-    ("client_addr", Inet),
-    ("client_hostname", Text),
-    ("client_port", Int4),
-    ("backend_start", Timestamptz),
-];
-
-/// `parts` one after another, as an array of exactly `N` columns (a wrong
-/// `N` fails to compile).
-const fn columns<const N: usize>(parts: &[&[Column]]) -> [Column; N] {
-    let mut out = [("", Bool); N];
-    let mut n = 0;
-    let mut p = 0;
-    while p < parts.len() {
-        let mut i = 0;
-        while i < parts[p].len() {
-            out[n] = parts[p][i];
-            n += 1;
-            i += 1;
-        }
-        p += 1;
-    }
-    assert!(n == N, "fewer columns than N");
-    out
-}
-
 pub static RELATIONS: &[Relation] = &[
     Relation {
         name: "pg_stat_activity",
         args: None,
         extra: Extra::Nothing,
-        columns: &columns::<22>(&[
-            &[
-                ("datid", Oid),
-                ("datname", Name),
-                ("pid", Int4),
-                ("leader_pid", Int4),
-            ],
-            &CLIENT_COLUMNS,
-            &[
-                ("xact_start", Timestamptz),
-                ("query_start", Timestamptz),
-                ("state_change", Timestamptz),
-                ("wait_event_type", Text),
-                ("wait_event", Text),
-                ("state", Text),
-                ("backend_xid", Xid),
-                ("backend_xmin", Xid),
-                ("query_id", Int8),
-                ("query", Text),
-                ("backend_type", Text),
-            ],
-        ]),
+        columns: &[
+            ("datid", Oid),
+            ("datname", Name),
+            ("pid", Int4),
+            ("leader_pid", Int4),
+            ("usesysid", Oid),
+            ("usename", Name),
+            ("application_name", Text),
+            ("client_addr", Inet),
+            ("client_hostname", Text),
+            ("client_port", Int4),
+            ("backend_start", Timestamptz),
+            ("xact_start", Timestamptz),
+            ("query_start", Timestamptz),
+            ("state_change", Timestamptz),
+            ("wait_event_type", Text),
+            ("wait_event", Text),
+            ("state", Text),
+            ("backend_xid", Xid),
+            ("backend_xmin", Xid),
+            ("query_id", Int8),
+            ("query", Text),
+            ("backend_type", Text),
+        ],
         rows: stat_activity,
     },
     Relation {
@@ -204,24 +172,28 @@ pub static RELATIONS: &[Relation] = &[
         name: "pg_stat_replication",
         args: None,
         extra: Extra::Nothing,
-        columns: &columns::<20>(&[
-            &[("pid", Int4)],
-            &CLIENT_COLUMNS,
-            &[
-                ("backend_xmin", Xid),
-                ("state", Text),
-                ("sent_lsn", Lsn),
-                ("write_lsn", Lsn),
-                ("flush_lsn", Lsn),
-                ("replay_lsn", Lsn),
-                ("write_lag", Interval),
-                ("flush_lag", Interval),
-                ("replay_lag", Interval),
-                ("sync_priority", Int4),
-                ("sync_state", Text),
-                ("reply_time", Timestamptz),
-            ],
-        ]),
+        columns: &[
+            ("pid", Int4),
+            ("usesysid", Oid),
+            ("usename", Name),
+            ("application_name", Text),
+            ("client_addr", Inet),
+            ("client_hostname", Text),
+            ("client_port", Int4),
+            ("backend_start", Timestamptz),
+            ("backend_xmin", Xid),
+            ("state", Text),
+            ("sent_lsn", Lsn),
+            ("write_lsn", Lsn),
+            ("flush_lsn", Lsn),
+            ("replay_lsn", Lsn),
+            ("write_lag", Interval),
+            ("flush_lag", Interval),
+            ("replay_lag", Interval),
+            ("sync_priority", Int4),
+            ("sync_state", Text),
+            ("reply_time", Timestamptz),
+        ],
         rows: stat_replication,
     },
     Relation {
