@@ -122,6 +122,7 @@ impl PlanCache {
 mod tests {
     use super::*;
     use crate::sql::analyze::Kind;
+    use crate::sql::parser::Utility;
 
     fn plan(kind: Kind) -> Rc<Analyzed> {
         Rc::new(Analyzed {
@@ -134,13 +135,19 @@ mod tests {
     fn keeps_simple_and_extended_apart_and_per_declared_types() {
         let mut c = PlanCache::default();
         assert!(c.simple("BEGIN").is_none());
-        c.insert_simple("BEGIN", vec![plan(Kind::Begin)]);
-        assert_eq!(c.simple("BEGIN").unwrap()[0].kind, Kind::Begin);
+        c.insert_simple("BEGIN", vec![plan(Kind::Utility(Utility::Begin))]);
+        assert_eq!(
+            c.simple("BEGIN").unwrap()[0].kind,
+            Kind::Utility(Utility::Begin)
+        );
         assert!(c.extended("BEGIN", &[]).is_none(), "simple only so far");
-        c.insert_extended("BEGIN", &[25], plan(Kind::Commit));
+        c.insert_extended("BEGIN", &[25], plan(Kind::Utility(Utility::Commit)));
         assert!(c.extended("BEGIN", &[]).is_none(), "other declared types");
         let (a, text) = c.extended("BEGIN", &[25]).unwrap();
-        assert_eq!((a.kind.clone(), &*text), (Kind::Commit, "BEGIN"));
+        assert_eq!(
+            (a.kind.clone(), &*text),
+            (Kind::Utility(Utility::Commit), "BEGIN")
+        );
         assert!(c.simple("begin").is_none(), "keyed by the exact text");
     }
 

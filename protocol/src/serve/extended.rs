@@ -269,7 +269,7 @@ impl<S: Read + Write> Connection<'_, S> {
             return Ok(());
         }
         let tag = match stmt.kind {
-            Kind::Show(_) | Kind::ShowAll => "SHOW".to_string(),
+            Kind::Utility(Utility::Show(_)) | Kind::ShowAll => "SHOW".to_string(),
             _ => format!("SELECT {sent}"),
         };
         self.out.command_complete(&tag);

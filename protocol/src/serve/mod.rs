@@ -44,7 +44,7 @@ use crate::session::{Session, SettingRow, Termination};
 use crate::settings::{self, DEFAULT_SERVER_VERSION};
 use crate::sql::analyze::{analyze, Analyzed, Column, Kind};
 use crate::sql::eval::{unrecognized_parameter, Env, SessionSettings};
-use crate::sql::parser::{parse_statements_within, SetValue};
+use crate::sql::parser::{parse_statements_within, SetValue, Utility};
 use crate::sql::query::run_query;
 use crate::sql::value::{
     into_binary_format, into_text_format, parse_binary, parse_text, SqlType, Value,
@@ -506,9 +506,9 @@ impl<'s, S: Read + Write> Connection<'s, S> {
 
     fn run(&mut self, stmt: &Analyzed, params: &[Value]) -> Result<Outcome, SqlError> {
         match &stmt.kind {
-            Kind::Begin => return self.begin_block(),
-            Kind::Commit => return self.end_block(true),
-            Kind::Rollback => return self.end_block(false),
+            Kind::Utility(Utility::Begin) => return self.begin_block(),
+            Kind::Utility(Utility::Commit) => return self.end_block(true),
+            Kind::Utility(Utility::Rollback) => return self.end_block(false),
             Kind::Empty => return Ok(Outcome::tag("")),
             _ => {}
         }
@@ -547,37 +547,45 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                     rows: Some(rows),
                 })
             }
-            Kind::Checkpoint => {
+            Kind::Utility(utility) => self.run_utility(utility),
+            Kind::Empty => Ok(Outcome::tag("")),
+        }
+    }
+
+    /// The utility statements other than transaction control, inside a transaction.
+    fn run_utility(&mut self, utility: &Utility) -> Result<Outcome, SqlError> {
+        match utility {
+            Utility::Checkpoint => {
                 self.session.checkpoint()?;
                 Ok(Outcome::tag("CHECKPOINT"))
             }
-            Kind::Set { name, value, local } => {
+            Utility::Set { name, value, local } => {
                 self.set(name, value, *local)?;
                 Ok(Outcome::tag("SET"))
             }
-            Kind::SetIgnored => Ok(Outcome::tag("SET")),
-            Kind::CreatePublication(name) => {
+            Utility::SetIgnored => Ok(Outcome::tag("SET")),
+            Utility::CreatePublication(name) => {
                 self.session.create_publication(name)?;
                 Ok(Outcome::tag("CREATE PUBLICATION"))
             }
-            Kind::DropPublication { names, if_exists } => {
+            Utility::DropPublication { names, if_exists } => {
                 for name in names {
                     self.session.drop_publication(name, *if_exists)?;
                 }
                 Ok(Outcome::tag("DROP PUBLICATION"))
             }
-            Kind::Reset(name) => {
+            Utility::Reset(name) => {
                 self.reset(name.as_deref());
                 Ok(Outcome::tag("RESET"))
             }
-            Kind::Show(name) => {
+            Utility::Show(name) => {
                 let value = self.params.show(&*self.session, name)?;
                 Ok(Outcome {
                     tag: "SHOW".into(),
                     rows: Some(vec![vec![Value::Text(value)]]),
                 })
             }
-            Kind::Begin | Kind::Commit | Kind::Rollback | Kind::Empty => Ok(Outcome::tag("")),
+            Utility::Begin | Utility::Commit | Utility::Rollback => Ok(Outcome::tag("")),
         }
     }
 

@@ -28,7 +28,7 @@ mod select;
 
 use super::catalog::Relation;
 use super::numeric;
-use super::parser::{BinOp, Expr, SetValue, Statement};
+use super::parser::{BinOp, Expr, Statement, Utility};
 use super::value::{SqlType, Value};
 use crate::error::{sqlstate, SqlError};
 use crate::limits::{too_deep, MAX_EXPR_DEPTH};
@@ -214,23 +214,8 @@ impl Query {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     Select(Box<Query>),
-    Begin,
-    Commit,
-    Rollback,
-    Checkpoint,
-    Set {
-        name: String,
-        value: SetValue,
-        local: bool,
-    },
-    SetIgnored,
-    Reset(Option<String>),
-    Show(String),
-    CreatePublication(String),
-    DropPublication {
-        names: Vec<String>,
-        if_exists: bool,
-    },
+    /// A utility statement, as parsed (never `Show("all")`: that is ShowAll).
+    Utility(Utility),
     /// SHOW ALL: name, setting, description.
     ShowAll,
     /// No statement at all (empty query string).
@@ -249,7 +234,7 @@ impl Analyzed {
     pub fn columns(&self) -> Option<Vec<Column>> {
         match &self.kind {
             Kind::Select(q) => Some(q.columns.clone()),
-            Kind::Show(name) => Some(vec![Column {
+            Kind::Utility(Utility::Show(name)) => Some(vec![Column {
                 name: show_column_name(name),
                 ty: Text,
             }]),
@@ -267,7 +252,7 @@ impl Analyzed {
     }
 
     pub fn is_transaction_exit(&self) -> bool {
-        matches!(self.kind, Kind::Commit | Kind::Rollback)
+        matches!(&self.kind, Kind::Utility(u) if u.is_transaction_exit())
     }
 }
 
@@ -347,24 +332,10 @@ pub fn analyze(stmt: &Statement, declared: &[u32], extendable: bool) -> Result<A
     }
     let kind = match stmt {
         Statement::Select(select) => Kind::Select(Box::new(analyze_select(select, &mut params)?)),
-        Statement::Begin => Kind::Begin,
-        Statement::Commit => Kind::Commit,
-        Statement::Rollback => Kind::Rollback,
-        Statement::Checkpoint => Kind::Checkpoint,
-        Statement::Set { name, value, local } => Kind::Set {
-            name: name.clone(),
-            value: value.clone(),
-            local: *local,
-        },
-        Statement::SetIgnored => Kind::SetIgnored,
-        Statement::CreatePublication(name) => Kind::CreatePublication(name.clone()),
-        Statement::DropPublication { names, if_exists } => Kind::DropPublication {
-            names: names.clone(),
-            if_exists: *if_exists,
-        },
-        Statement::Reset(name) => Kind::Reset(name.clone()),
-        Statement::Show(name) if name.eq_ignore_ascii_case("all") => Kind::ShowAll,
-        Statement::Show(name) => Kind::Show(name.clone()),
+        Statement::Utility(Utility::Show(name)) if name.eq_ignore_ascii_case("all") => {
+            Kind::ShowAll
+        }
+        Statement::Utility(utility) => Kind::Utility(utility.clone()),
         Statement::Unsupported(what) => {
             return Err(SqlError::not_supported(format!(
                 "{what} is not supported by walshm"

@@ -213,9 +213,12 @@ pub enum SetValue {
     Values(Vec<String>),
 }
 
+/// A utility statement: transaction control, CHECKPOINT, the run-time
+/// parameters' SET/RESET/SHOW and publications. Analysis has nothing to
+/// type in one, so it is carried into `Kind::Utility` as parsed (as
+/// PostgreSQL's Query carries `utilityStmt`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Statement {
-    Select(Box<Select>),
+pub enum Utility {
     Begin,
     Commit,
     Rollback,
@@ -229,6 +232,7 @@ pub enum Statement {
     SetIgnored,
     /// RESET name; None: RESET ALL.
     Reset(Option<String>),
+    /// SHOW name (`all` included: analysis tells SHOW ALL apart).
     Show(String),
     /// CREATE PUBLICATION name [FOR ALL TABLES] [WITH (...)].
     CreatePublication(String),
@@ -237,6 +241,19 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+}
+
+impl Utility {
+    /// COMMIT/ROLLBACK: the only statements allowed in a failed transaction block.
+    pub fn is_transaction_exit(&self) -> bool {
+        matches!(self, Utility::Commit | Utility::Rollback)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Statement {
+    Select(Box<Select>),
+    Utility(Utility),
     /// A known SQL command walshm does not implement; the text names it.
     Unsupported(String),
 }
@@ -244,7 +261,7 @@ pub enum Statement {
 impl Statement {
     /// COMMIT/ROLLBACK: the only statements allowed in a failed transaction block.
     pub fn is_transaction_exit(&self) -> bool {
-        matches!(self, Statement::Commit | Statement::Rollback)
+        matches!(self, Statement::Utility(u) if u.is_transaction_exit())
     }
 }
 
@@ -528,22 +545,22 @@ impl<'a> Parser<'a> {
         self.pos += 1;
         let stmt = match first.as_str() {
             "select" => self.select()?,
-            "begin" => self.begin(true)?,
+            "begin" => Statement::Utility(self.begin(true)?),
             "start" => {
                 if !self.eat_kw("transaction") {
                     return Err(self.syntax_error());
                 }
-                self.begin(false)?
+                Statement::Utility(self.begin(false)?)
             }
-            "commit" | "end" => self.finish_transaction(Statement::Commit, &first)?,
-            "rollback" | "abort" => self.finish_transaction(Statement::Rollback, &first)?,
+            "commit" | "end" => self.finish_transaction(Utility::Commit, &first)?,
+            "rollback" | "abort" => self.finish_transaction(Utility::Rollback, &first)?,
             "checkpoint" => {
                 self.expect_end()?;
-                Statement::Checkpoint
+                Statement::Utility(Utility::Checkpoint)
             }
-            "set" => self.set()?,
-            "reset" => self.reset()?,
-            "show" => self.show()?,
+            "set" => Statement::Utility(self.set()?),
+            "reset" => Statement::Utility(self.reset()?),
+            "show" => Statement::Utility(self.show()?),
             "create" if self.eat_kw("publication") => self.create_publication()?,
             "drop" if self.eat_kw("publication") => self.drop_publication()?,
             other if UNSUPPORTED_COMMANDS.contains(&other) => self.unsupported(other),
@@ -577,7 +594,7 @@ impl<'a> Parser<'a> {
             }
         }
         self.expect_end()?;
-        Ok(Statement::CreatePublication(name))
+        Ok(Statement::Utility(Utility::CreatePublication(name)))
     }
 
     /// After DROP PUBLICATION.
@@ -594,7 +611,10 @@ impl<'a> Parser<'a> {
             self.eat_kw("restrict");
         }
         self.expect_end()?;
-        Ok(Statement::DropPublication { names, if_exists })
+        Ok(Statement::Utility(Utility::DropPublication {
+            names,
+            if_exists,
+        }))
     }
 
     fn unsupported(&mut self, command: &str) -> Statement {
@@ -628,15 +648,15 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    fn begin(&mut self, allow_work: bool) -> Result<Statement, SqlError> {
+    fn begin(&mut self, allow_work: bool) -> Result<Utility, SqlError> {
         if allow_work && !self.eat_kw("work") {
             self.eat_kw("transaction");
         }
         self.transaction_modes()?;
-        Ok(Statement::Begin)
+        Ok(Utility::Begin)
     }
 
-    fn finish_transaction(&mut self, stmt: Statement, first: &str) -> Result<Statement, SqlError> {
+    fn finish_transaction(&mut self, stmt: Utility, first: &str) -> Result<Statement, SqlError> {
         if self.at_kw("prepared") {
             return Ok(Statement::Unsupported(format!(
                 "{} PREPARED",
@@ -646,7 +666,7 @@ impl<'a> Parser<'a> {
         if !self.eat_kw("work") {
             self.eat_kw("transaction");
         }
-        if stmt == Statement::Rollback && self.at_kw("to") {
+        if stmt == Utility::Rollback && self.at_kw("to") {
             return Ok(Statement::Unsupported("ROLLBACK TO SAVEPOINT".into()));
         }
         if self.eat_kw("and") {
@@ -662,7 +682,7 @@ impl<'a> Parser<'a> {
             }
         }
         self.expect_end()?;
-        Ok(stmt)
+        Ok(Statement::Utility(stmt))
     }
 
     /// A possibly dotted parameter name (custom.setting).
@@ -674,14 +694,14 @@ impl<'a> Parser<'a> {
         Ok(name)
     }
 
-    fn set(&mut self) -> Result<Statement, SqlError> {
+    fn set(&mut self) -> Result<Utility, SqlError> {
         let local = self.eat_kw("local");
         if !local {
             self.eat_kw("session");
         }
         if self.at_kw("transaction") || self.at_kw("characteristics") {
             self.pos = self.toks.len();
-            return Ok(Statement::SetIgnored);
+            return Ok(Utility::SetIgnored);
         }
         let name = if self.at_kw("time") && self.peek_at(1).is_some_and(|t| t.is_kw("zone")) {
             self.pos += 2;
@@ -698,7 +718,7 @@ impl<'a> Parser<'a> {
             name
         };
         let value = self.set_value(name == "timezone")?;
-        Ok(Statement::Set { name, value, local })
+        Ok(Utility::Set { name, value, local })
     }
 
     /// `timezone`: SET TIME ZONE LOCAL means DEFAULT; for any other
@@ -733,17 +753,17 @@ impl<'a> Parser<'a> {
         Ok(SetValue::Values(values))
     }
 
-    fn reset(&mut self) -> Result<Statement, SqlError> {
+    fn reset(&mut self) -> Result<Utility, SqlError> {
         if self.eat_kw("all") {
             self.expect_end()?;
-            return Ok(Statement::Reset(None));
+            return Ok(Utility::Reset(None));
         }
         let name = self.parameter_name()?;
         self.expect_end()?;
-        Ok(Statement::Reset(Some(name)))
+        Ok(Utility::Reset(Some(name)))
     }
 
-    fn show(&mut self) -> Result<Statement, SqlError> {
+    fn show(&mut self) -> Result<Utility, SqlError> {
         let name = if self.at_kw("time") && self.peek_at(1).is_some_and(|t| t.is_kw("zone")) {
             self.pos += 2;
             "timezone".to_string()
@@ -759,7 +779,7 @@ impl<'a> Parser<'a> {
             self.parameter_name()?
         };
         self.expect_end()?;
-        Ok(Statement::Show(name))
+        Ok(Utility::Show(name))
     }
 
     fn select(&mut self) -> Result<Statement, SqlError> {

@@ -10,6 +10,14 @@ fn one(sql: &str) -> Statement {
     without_positions(v.remove(0))
 }
 
+/// The one utility statement `sql` parses to.
+fn utility(sql: &str) -> Utility {
+    match one(sql) {
+        Statement::Utility(u) => u,
+        other => panic!("{sql}: not a utility statement: {other:?}"),
+    }
+}
+
 /// `sql` is a statement walshm knows and does not implement.
 fn is_unsupported(sql: &str) -> bool {
     matches!(one(sql), Statement::Unsupported(_))
@@ -82,7 +90,7 @@ fn parses_emit_message_with_nested_repeat() {
 fn parses_multiple_statements_and_drops_empty_ones() {
     let v = parse_statements("BEGIN;; SELECT txid_current() AS x; COMMIT;").unwrap();
     assert_eq!(v.len(), 3);
-    assert_eq!(v[0], Statement::Begin);
+    assert_eq!(v[0], Statement::Utility(Utility::Begin));
     assert_eq!(
         without_positions(v[1].clone()),
         select(vec![SelectItem {
@@ -90,28 +98,28 @@ fn parses_multiple_statements_and_drops_empty_ones() {
             alias: Some("x".into())
         }])
     );
-    assert_eq!(v[2], Statement::Commit);
+    assert_eq!(v[2], Statement::Utility(Utility::Commit));
     assert!(parse_statements(" ; -- nothing\n").unwrap().is_empty());
 }
 
 #[test]
 fn parses_transaction_variants() {
     assert_eq!(
-        one("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ WRITE"),
-        Statement::Begin
+        utility("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ WRITE"),
+        Utility::Begin
     );
-    assert_eq!(one("begin work"), Statement::Begin);
-    assert_eq!(one("END TRANSACTION"), Statement::Commit);
-    assert_eq!(one("abort"), Statement::Rollback);
-    assert_eq!(one("ROLLBACK AND NO CHAIN"), Statement::Rollback);
+    assert_eq!(utility("begin work"), Utility::Begin);
+    assert_eq!(utility("END TRANSACTION"), Utility::Commit);
+    assert_eq!(utility("abort"), Utility::Rollback);
+    assert_eq!(utility("ROLLBACK AND NO CHAIN"), Utility::Rollback);
     assert!(is_unsupported("COMMIT AND CHAIN"));
     assert_eq!(
-        one("CREATE PUBLICATION \"Pub\" FOR ALL TABLES WITH (publish = 'insert')"),
-        Statement::CreatePublication("Pub".into())
+        utility("CREATE PUBLICATION \"Pub\" FOR ALL TABLES WITH (publish = 'insert')"),
+        Utility::CreatePublication("Pub".into())
     );
     assert_eq!(
-        one("drop publication if exists a, B cascade"),
-        Statement::DropPublication {
+        utility("drop publication if exists a, B cascade"),
+        Utility::DropPublication {
             names: vec!["a".into(), "b".into()],
             if_exists: true
         }
@@ -123,58 +131,58 @@ fn parses_transaction_variants() {
 #[test]
 fn parses_set_show_reset() {
     assert_eq!(
-        one("SET synchronous_commit TO off"),
-        Statement::Set {
+        utility("SET synchronous_commit TO off"),
+        Utility::Set {
             name: "synchronous_commit".into(),
             value: SetValue::Values(vec!["off".into()]),
             local: false
         }
     );
     assert_eq!(
-        one("set local synchronous_commit = 'remote_write'"),
-        Statement::Set {
+        utility("set local synchronous_commit = 'remote_write'"),
+        Utility::Set {
             name: "synchronous_commit".into(),
             value: SetValue::Values(vec!["remote_write".into()]),
             local: true
         }
     );
     assert_eq!(
-        one("SET synchronous_commit = local"),
-        Statement::Set {
+        utility("SET synchronous_commit = local"),
+        Utility::Set {
             name: "synchronous_commit".into(),
             value: SetValue::Values(vec!["local".into()]),
             local: false
         }
     );
     assert_eq!(
-        one("SET TIME ZONE LOCAL"),
-        Statement::Set {
+        utility("SET TIME ZONE LOCAL"),
+        Utility::Set {
             name: "timezone".into(),
             value: SetValue::Default,
             local: false
         }
     );
     assert_eq!(
-        one("SET TIME ZONE 'UTC'"),
-        Statement::Set {
+        utility("SET TIME ZONE 'UTC'"),
+        Utility::Set {
             name: "timezone".into(),
             value: SetValue::Values(vec!["UTC".into()]),
             local: false
         }
     );
     assert_eq!(
-        one("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
-        Statement::SetIgnored
+        utility("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        Utility::SetIgnored
     );
     assert_eq!(
-        one("SHOW synchronous_commit"),
-        Statement::Show("synchronous_commit".into())
+        utility("SHOW synchronous_commit"),
+        Utility::Show("synchronous_commit".into())
     );
     assert_eq!(
-        one("SHOW TRANSACTION ISOLATION LEVEL"),
-        Statement::Show("transaction_isolation".into())
+        utility("SHOW TRANSACTION ISOLATION LEVEL"),
+        Utility::Show("transaction_isolation".into())
     );
-    assert_eq!(one("RESET ALL"), Statement::Reset(None));
+    assert_eq!(utility("RESET ALL"), Utility::Reset(None));
 }
 
 #[test]
