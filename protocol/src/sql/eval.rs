@@ -620,9 +620,16 @@ pub(crate) mod tests {
             .unwrap_or_else(|| "NULL".into())
     }
 
+    /// For each `(sql, want)`: `one(sql)` is `want`.
+    fn assert_first_values(cases: &[(&str, &str)]) {
+        for (sql, want) in cases {
+            assert_eq!(one(sql), *want, "{sql}");
+        }
+    }
+
     #[test]
     fn functions_match_postgres_outputs() {
-        for (sql, want) in [
+        assert_first_values(&[
             (
                 "SELECT pg_walfile_name('0/16B6C50')",
                 "000000010000000000000001",
@@ -661,9 +668,7 @@ pub(crate) mod tests {
             ("SELECT 7::numeric / 2", "3.5000000000000000"),
             ("SELECT 1.5 + 1", "2.5"),
             ("SELECT 'a' || 'b' || 1", "ab1"),
-        ] {
-            assert_eq!(one(sql), want, "{sql}");
-        }
+        ]);
         let code = |sql| rows(sql).unwrap_err().code;
         assert_eq!(code("SELECT current_setting('nope')"), "42704");
         assert_eq!(code("SELECT 2147483647 + 1"), "22003");
@@ -673,34 +678,35 @@ pub(crate) mod tests {
 
     #[test]
     fn replication_slot_functions_return_records() {
-        assert_eq!(
-            one("SELECT pg_create_physical_replication_slot('s2', true)"),
-            "(s2,0/16B6C50)"
-        );
-        assert_eq!(
-            one("SELECT pg_create_physical_replication_slot('s2')"),
-            "(s2,)"
-        );
-        assert_eq!(
-            one("SELECT pg_create_physical_replication_slot('s2', false, false)"),
-            "(s2,)"
-        );
-        assert_eq!(one("SELECT pg_drop_replication_slot('s2')"), "");
+        assert_first_values(&[
+            (
+                "SELECT pg_create_physical_replication_slot('s2', true)",
+                "(s2,0/16B6C50)",
+            ),
+            ("SELECT pg_create_physical_replication_slot('s2')", "(s2,)"),
+            (
+                "SELECT pg_create_physical_replication_slot('s2', false, false)",
+                "(s2,)",
+            ),
+            ("SELECT pg_drop_replication_slot('s2')", ""),
+        ]);
     }
 
     #[test]
     fn three_valued_logic() {
-        assert_eq!(one("SELECT NULL AND false"), "f");
-        assert_eq!(one("SELECT NULL AND true"), "NULL");
-        assert_eq!(one("SELECT NULL OR true"), "t");
-        assert_eq!(one("SELECT NOT (NULL::bool)"), "NULL");
-        assert_eq!(one("SELECT 1 IN (2, NULL)"), "NULL");
-        assert_eq!(one("SELECT 1 IN (2, 1)"), "t");
-        assert_eq!(one("SELECT 1 NOT IN (2, 3)"), "t");
-        assert_eq!(one("SELECT NULL IS NULL"), "t");
-        assert_eq!(one("SELECT 'abc' NOT LIKE 'a%'"), "f");
-        assert_eq!(one("SELECT 'ABC' ILIKE 'a%'"), "t");
-        assert_eq!(one("SELECT 1 < 2 AND 2 <= 2 AND 3 <> 4 AND NOT 1 > 2"), "t");
+        assert_first_values(&[
+            ("SELECT NULL AND false", "f"),
+            ("SELECT NULL AND true", "NULL"),
+            ("SELECT NULL OR true", "t"),
+            ("SELECT NOT (NULL::bool)", "NULL"),
+            ("SELECT 1 IN (2, NULL)", "NULL"),
+            ("SELECT 1 IN (2, 1)", "t"),
+            ("SELECT 1 NOT IN (2, 3)", "t"),
+            ("SELECT NULL IS NULL", "t"),
+            ("SELECT 'abc' NOT LIKE 'a%'", "f"),
+            ("SELECT 'ABC' ILIKE 'a%'", "t"),
+            ("SELECT 1 < 2 AND 2 <= 2 AND 3 <> 4 AND NOT 1 > 2", "t"),
+        ]);
     }
 
     #[test]
