@@ -585,6 +585,7 @@ impl<'s, S: Read + Write> Connection<'s, S> {
                     rows: Some(vec![vec![Value::Text(value)]]),
                 })
             }
+            // Run by `run` before a transaction is ensured; never here.
             Utility::Begin | Utility::Commit | Utility::Rollback => Ok(Outcome::tag("")),
         }
     }
