@@ -70,13 +70,12 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
         format_lsn(t.first.unwrap_or(start))
     )?;
     let end = reader.end_of_valid();
-    let ahead = walformat::look_ahead(
-        &pg_wal,
+    let sys = walformat::WalSystem {
         geo,
-        control.timeline,
-        control.system_identifier,
-        end,
-    );
+        tli: control.timeline,
+        sysid: control.system_identifier,
+    };
+    let ahead = walformat::look_ahead(&pg_wal, sys, end);
     if let Ok(walformat::Lookahead { found: Some(f), .. }) = ahead {
         writeln!(
             out,

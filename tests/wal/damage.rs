@@ -482,7 +482,12 @@ fn discard_flag_moves_damaged_wal_aside_and_starts() {
     }
     // pg_wal holds no valid WAL after the damage any more, and the segment
     // holding it is cut there (zero after it).
-    let la = walformat::look_ahead(&dir.join("pg_wal"), geo, 1, system_id(dir), stop).unwrap();
+    let sys = walformat::WalSystem {
+        geo,
+        tli: 1,
+        sysid: system_id(dir),
+    };
+    let la = walformat::look_ahead(&dir.join("pg_wal"), sys, stop).unwrap();
     assert_eq!(la.found, None, "valid WAL left after the damage: {la:?}");
     let tail = rest_of_segment(dir, after_end_of_recovery_checkpoint(dir, stop));
     assert!(

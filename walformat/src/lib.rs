@@ -47,7 +47,7 @@ pub use geometry::{
     MAX_SEG_SIZE, MIN_SEG_SIZE,
 };
 pub use lookahead::{
-    look_ahead, look_ahead_from, unsynced_window_end, Lookahead, ValidWalAfter, Verdict,
+    look_ahead, look_ahead_from, unsynced_window_end, Lookahead, ValidWalAfter, Verdict, WalSystem,
 };
 pub use page::{page_header_size, read_page_header, write_page_header, PageHeader};
 pub use pagecheck::{PageCheck, PageUse};

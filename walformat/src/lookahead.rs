@@ -168,15 +168,19 @@ enum PageKind {
     Misplaced(Lsn),
 }
 
-/// What the scan needs to know about the system.
-#[derive(Clone, Copy)]
-struct System {
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
+/// Whose WAL a look-ahead accepts: the segment geometry, the timeline and
+/// the system identifier its pages must carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalSystem {
+    /// Segment size (and so the file names and page positions).
+    pub geo: Geometry,
+    /// The timeline read; a page of a later timeline is not ours.
+    pub tli: u32,
+    /// The system identifier a long page header must carry.
+    pub sysid: u64,
 }
 
-impl System {
+impl WalSystem {
     /// Classifies the header of the page found at `page` (its position).
     fn classify(&self, page: Lsn, hdr: &PageHeader) -> PageKind {
         let offset = self.geo.seg_offset(page);
@@ -204,30 +208,22 @@ impl System {
     }
 }
 
-/// Scans `pg_wal` for valid WAL of timeline `tli` and system `sysid` after
-/// `stop` (where reading stopped): the pages after `stop`'s page in its
-/// segment, then every later segment file present, in segment order.
-/// Errors only if a file cannot be read (the caller should not guess then).
-pub fn look_ahead(
-    pg_wal: &Path,
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
-    stop: Lsn,
-) -> Result<Lookahead, WalError> {
-    look_ahead_from(&StdWalFiles, pg_wal, geo, tli, sysid, stop)
+/// Scans `pg_wal` for valid WAL of system `sys` after `stop` (where reading
+/// stopped): the pages after `stop`'s page in its segment, then every later
+/// segment file present, in segment order. Errors only if a file cannot be
+/// read (the caller should not guess then).
+pub fn look_ahead(pg_wal: &Path, sys: WalSystem, stop: Lsn) -> Result<Lookahead, WalError> {
+    look_ahead_from(&StdWalFiles, pg_wal, sys, stop)
 }
 
 /// [`look_ahead`] reading every file (and the directory) through `files`.
 pub fn look_ahead_from(
     files: &'static dyn WalFiles,
     pg_wal: &Path,
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
+    sys: WalSystem,
     stop: Lsn,
 ) -> Result<Lookahead, WalError> {
-    let sys = System { geo, tli, sysid };
+    let geo = sys.geo;
     let first_page = stop - stop % BLCKSZ + BLCKSZ;
     let mut scan = Scan {
         sys,
@@ -240,7 +236,7 @@ pub fn look_ahead_from(
         },
         cursor: first_page,
     };
-    for segno in segments_from(files, pg_wal, &geo, tli, geo.seg_no(first_page))? {
+    for segno in segments_from(files, pg_wal, &geo, sys.tli, geo.seg_no(first_page))? {
         scan.segment(segno)?;
     }
     Ok(scan.out)
@@ -273,7 +269,7 @@ fn segments_from(
 
 /// State of one look-ahead pass.
 struct Scan {
-    sys: System,
+    sys: WalSystem,
     files: &'static dyn WalFiles,
     dir: PathBuf,
     /// Opened at the first in-place page found, then repositioned.
@@ -519,7 +515,12 @@ mod tests {
 
     /// [`look_ahead`] over `d` (timeline 1, [`SYSID`]) after `stop`.
     fn look(d: &Dir, stop: Lsn) -> Lookahead {
-        look_ahead(&d.0, geo(), 1, SYSID, stop).unwrap()
+        let sys = WalSystem {
+            geo: geo(),
+            tli: 1,
+            sysid: SYSID,
+        };
+        look_ahead(&d.0, sys, stop).unwrap()
     }
 
     fn seg_path(dir: &Path, segno: u64) -> PathBuf {

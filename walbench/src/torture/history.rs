@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use walformat::{format_lsn, Geometry, Lsn, WalReader};
+use walformat::{format_lsn, Geometry, Lsn, WalReader, WalSystem};
 
 /// Where PostgreSQL 15 installs pg_waldump (`PG_WALDUMP` overrides).
 const PG_WALDUMP: &str = "/usr/lib/postgresql/15/bin/pg_waldump";
@@ -74,32 +74,32 @@ pub struct Verdict {
 /// The data directory's WAL facts from its control file.
 struct Facts {
     pg_wal: PathBuf,
-    geo: Geometry,
-    tli: u32,
-    sysid: u64,
+    sys: WalSystem,
 }
 
 fn facts(datadir: &Path) -> Result<Facts, String> {
     let c = ControlFile::read(datadir).map_err(|e| format!("control file: {e}"))?;
     Ok(Facts {
         pg_wal: datadir.join("pg_wal"),
-        geo: Geometry::new(c.seg_size).map_err(|e| e.to_string())?,
-        tli: c.timeline,
-        sysid: c.system_identifier,
+        sys: WalSystem {
+            geo: Geometry::new(c.seg_size).map_err(|e| e.to_string())?,
+            tli: c.timeline,
+            sysid: c.system_identifier,
+        },
     })
 }
 
-/// The start of the oldest segment of timeline `tli` in `pg_wal`.
+/// The start of the oldest segment of the timeline read in `pg_wal`.
 fn oldest_segment_start(f: &Facts) -> Result<Lsn, String> {
     let names = std::fs::read_dir(&f.pg_wal)
         .map_err(|e| format!("could not list \"{}\": {e}", f.pg_wal.display()))?;
     names
         .flatten()
-        .filter_map(|e| f.geo.parse_file_name(e.file_name().to_str()?))
-        .filter(|&(t, _)| t == f.tli)
+        .filter_map(|e| f.sys.geo.parse_file_name(e.file_name().to_str()?))
+        .filter(|&(t, _)| t == f.sys.tli)
         .map(|(_, n)| n)
         .min()
-        .map(|n| f.geo.seg_start(n))
+        .map(|n| f.sys.geo.seg_start(n))
         .ok_or_else(|| format!("no WAL segment in \"{}\"", f.pg_wal.display()))
 }
 
@@ -112,15 +112,16 @@ fn scan(f: &Facts, start: Lsn, committed_view: bool) -> Result<WalScan, String> 
         end: start,
         ..WalScan::default()
     };
-    let mut reader = match WalReader::open(&f.pg_wal, f.geo, f.tli, Some(f.sysid), start) {
-        Ok(r) => r,
-        // The segment is gone (an undone creation): WAL ends before it.
-        Err(e @ walformat::WalError::MissingSegment { .. }) => {
-            s.end_error = Some(e.to_string());
-            return Ok(s);
-        }
-        Err(e) => return Err(format!("could not open WAL at {}: {e}", format_lsn(start))),
-    };
+    let mut reader =
+        match WalReader::open(&f.pg_wal, f.sys.geo, f.sys.tli, Some(f.sys.sysid), start) {
+            Ok(r) => r,
+            // The segment is gone (an undone creation): WAL ends before it.
+            Err(e @ walformat::WalError::MissingSegment { .. }) => {
+                s.end_error = Some(e.to_string());
+                return Ok(s);
+            }
+            Err(e) => return Err(format!("could not open WAL at {}: {e}", format_lsn(start))),
+        };
     let mut first_commit: HashMap<u32, Lsn> = HashMap::new();
     let mut reorder = backend::reorder::Reorder::new(start, start);
     loop {
@@ -175,7 +176,7 @@ pub fn acks_present(datadir: &Path, acks: &[Lsn]) -> Result<(Vec<Lsn>, Vec<Lsn>)
     let Some(&oldest) = kept.iter().min() else {
         return Ok((vec![], removed));
     };
-    let start = f.geo.seg_start(f.geo.seg_no(oldest));
+    let start = f.sys.geo.seg_start(f.sys.geo.seg_no(oldest));
     Ok((missing(&kept, &scan(&f, start, false)?), removed))
 }
 
@@ -234,7 +235,7 @@ pub fn check(datadir: &Path, acks: &[Lsn]) -> Result<Verdict, String> {
 
 /// A violation if valid WAL of this system follows `end`.
 fn valid_wal_after(f: &Facts, end: Lsn) -> Result<Option<String>, String> {
-    let la = walformat::look_ahead(&f.pg_wal, f.geo, f.tli, f.sysid, end)
+    let la = walformat::look_ahead(&f.pg_wal, f.sys, end)
         .map_err(|e| format!("look-ahead after {}: {e}", format_lsn(end)))?;
     Ok(la.found.map(|w| {
         format!(

@@ -14,7 +14,9 @@ use crate::recovery_target::{Reached, RecoveryTarget};
 use crate::walfile;
 use std::fmt;
 use std::path::Path;
-use walformat::{format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader};
+use walformat::{
+    format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader, WalSystem,
+};
 
 /// Why reading WAL stopped.
 #[derive(Debug)]
@@ -262,15 +264,12 @@ pub fn look_ahead(
     control: &ControlFile,
     r: &RecoveryResult,
 ) -> Result<Lookahead, WalError> {
-    let geo = Geometry::new(control.seg_size).expect("validated by scan_wal");
-    walformat::look_ahead_from(
-        &walfile::SEAM,
-        &datadir.join("pg_wal"),
-        geo,
-        control.timeline,
-        control.system_identifier,
-        r.end_of_wal,
-    )
+    let sys = WalSystem {
+        geo: Geometry::new(control.seg_size).expect("validated by scan_wal"),
+        tli: control.timeline,
+        sysid: control.system_identifier,
+    };
+    walformat::look_ahead_from(&walfile::SEAM, &datadir.join("pg_wal"), sys, r.end_of_wal)
 }
 
 /// Where WAL position `lsn` is on disk: segment file name and offset.
