@@ -53,7 +53,6 @@
 //! again: either the sleeper's re-check sees the positions or the
 //! publisher sees its target).
 
-use crate::clock::monotonic_ns;
 use crate::spin::SpinLock;
 use crate::sync::{fence, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
@@ -281,7 +280,7 @@ pub enum SeqSleep {
 impl ThrottleCtl {
     /// Sleeps while `seq` still holds `seen`, at most `timeout`.
     pub fn sleep(&self, seen: u32, timeout: std::time::Duration) -> SeqSleep {
-        let deadline = monotonic_ns() + timeout.as_nanos() as u64;
+        let deadline = crate::clock::monotonic_ns() + timeout.as_nanos() as u64;
         match crate::futex::wait(&self.seq, seen, Some(deadline), crate::futex::ANY) {
             crate::futex::Wait::Woken => SeqSleep::Woken,
             crate::futex::Wait::TimedOut => SeqSleep::TimedOut,
