@@ -1,3 +1,4 @@
 fn main() {
+    shmem::sys::abort_on_panic();
     std::process::exit(postmaster::main());
 }

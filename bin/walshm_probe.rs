@@ -261,6 +261,7 @@ fn attach_retrying(o: &Options) -> Result<Registration, RegisterError> {
 }
 
 fn main() {
+    shmem::sys::abort_on_panic();
     let o = match parse() {
         Ok(o) => o,
         Err(e) => {

@@ -104,6 +104,9 @@ pub fn become_child(name: &str, postmaster_pid: i32) {
             .map(|l| format!(" (at {}:{})", l.file(), l.line()))
             .unwrap_or_default();
         log("PANIC", &format!("{msg}{at}"));
+        // Before anything unwinds, in every build profile (see
+        // `shmem::sys::abort_on_panic`).
+        std::process::abort();
     }));
 }
 

@@ -62,6 +62,21 @@ pub fn raise(sig: Signal) {
     let _ = nix::sys::signal::raise(sig);
 }
 
+/// Makes a panic anywhere in this process, and in the children it forks
+/// later, end the process with SIGABRT right after the panic message,
+/// before anything unwinds: PostgreSQL's PANIC, never a half-run
+/// destructor in a critical section. Release builds are `panic = "abort"`
+/// already; the dev profile unwinds (so that its binaries and the tests
+/// share one build of every crate), and this hook, installed first thing
+/// in each binary's `main`, gives its binaries the same behaviour.
+pub fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+}
+
 /// Ends this process at once with `code`: no destructors, no atexit
 /// handlers, no stdio flush (what a forked child and a signal handler
 /// must do; async-signal-safe).
