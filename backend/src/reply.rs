@@ -242,7 +242,7 @@ impl<S: Read + Write + AsRawFd> Read for ReplyStream<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let result = self.inner.read(buf);
         match &result {
-            Err(e) if shmem::sys::sock::read_cut_short(e) => {
+            Err(e) if shmem::sys::sock::cut_short(e) => {
                 // Woken out of recv (SIGUSR2 or the timeout): a returned
                 // reply is sent now; a pending one is left to the walwriter.
                 if matches!(self.me.reply.state(), shmem::proc::REPLY_RETURNED) {

@@ -41,4 +41,3 @@ pub use startup::{
     crash_notice_bytes, error_response_bytes, random_bytes, reject_with, send_error_after_startup,
     startup, startup_with, ReplicationMode, ServerParams, Startup, StartupInfo, Transport,
 };
-pub use wire::is_retryable;

@@ -50,8 +50,10 @@ enum Fill {
 }
 
 /// A socket read or write that was interrupted by a signal or ran into its
-/// timeout (or a non-blocking socket that had nothing): try again.
-pub fn is_retryable(e: &io::Error) -> bool {
+/// timeout (or a non-blocking socket that had nothing): try again. The
+/// crates on the system-call layer ask `shmem::sys::sock::cut_short`, the
+/// same test; this crate stays free of it.
+fn is_retryable(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut

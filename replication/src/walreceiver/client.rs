@@ -144,7 +144,7 @@ impl Conn {
                 self.buf.extend_from_slice(&chunk[..n]);
                 Ok(true)
             }
-            Err(e) if protocol::is_retryable(&e) => Ok(false),
+            Err(e) if shmem::sys::sock::cut_short(&e) => Ok(false),
             Err(e) => Err(format!("could not receive data from the primary: {e}")),
         }
     }

@@ -365,7 +365,7 @@ impl<S: Read + Write + AsRawFd> WalSender<'_, S> {
             match self.stream.write(&bytes[off..]) {
                 Ok(0) => return false,
                 Ok(n) => off += n,
-                Err(e) if protocol::is_retryable(&e) => {
+                Err(e) if shmem::sys::sock::cut_short(&e) => {
                     if started.elapsed() > limit {
                         log(
                             "LOG",

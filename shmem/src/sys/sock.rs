@@ -32,10 +32,11 @@ pub fn peer_ip(fd: RawFd) -> Option<std::net::IpAddr> {
     }
 }
 
-/// Whether a read's error only says that it was cut short: a signal
-/// interrupted it, the receive timeout ([`set_timeout`]) expired, or a
-/// non-blocking socket had nothing. The connection itself is fine.
-pub fn read_cut_short(e: &io::Error) -> bool {
+/// Whether a socket read's or write's error only says that it was cut
+/// short: a signal interrupted it, its timeout ([`set_timeout`]) expired,
+/// or a non-blocking socket could not move a byte. The connection itself
+/// is fine: the caller checks its flags and tries again.
+pub fn cut_short(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
