@@ -195,6 +195,17 @@ fn put(b: &mut [u8], o: usize, bytes: &[u8]) {
 }
 
 impl ControlFile {
+    /// Whose WAL this cluster writes now: its segment geometry, timeline
+    /// and system identifier (what a look-ahead past the end of WAL
+    /// accepts). Errors only for a segment size `read` would have refused.
+    pub fn wal_system(&self) -> Result<walformat::WalSystem, walformat::FormatError> {
+        Ok(walformat::WalSystem {
+            geo: walformat::Geometry::new(self.seg_size)?,
+            tli: self.timeline,
+            sysid: self.system_identifier,
+        })
+    }
+
     /// The `CheckPoint` copy the file carries: what the checkpointer
     /// writes in its record for this redo point, timeline and next XID,
     /// stamped with the file's time.

@@ -44,7 +44,8 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let dir = crate::datadir::check_datadir(&opts.datadir)?;
     let control = ControlFile::read(&dir).map_err(|e| e.to_string())?;
-    let geo = Geometry::new(control.seg_size).map_err(|e| e.to_string())?;
+    let sys = control.wal_system().map_err(|e| e.to_string())?;
+    let geo = sys.geo;
     let pg_wal = dir.join("pg_wal");
     let history = Timeline::read(&pg_wal, control.timeline).map_err(|e| e.to_string())?;
     let start = match opts.start {
@@ -70,11 +71,6 @@ fn dump(opts: &WaldumpOptions) -> Result<(), DumpError> {
         format_lsn(t.first.unwrap_or(start))
     )?;
     let end = reader.end_of_valid();
-    let sys = walformat::WalSystem {
-        geo,
-        tli: control.timeline,
-        sysid: control.system_identifier,
-    };
     let ahead = walformat::look_ahead(&pg_wal, sys, end);
     if let Ok(walformat::Lookahead { found: Some(f), .. }) = ahead {
         writeln!(

@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use walformat::{format_lsn, Geometry, Lsn, WalReader, WalSystem};
+use walformat::{format_lsn, Lsn, WalReader, WalSystem};
 
 /// Where PostgreSQL 15 installs pg_waldump (`PG_WALDUMP` overrides).
 const PG_WALDUMP: &str = "/usr/lib/postgresql/15/bin/pg_waldump";
@@ -81,11 +81,7 @@ fn facts(datadir: &Path) -> Result<Facts, String> {
     let c = ControlFile::read(datadir).map_err(|e| format!("control file: {e}"))?;
     Ok(Facts {
         pg_wal: datadir.join("pg_wal"),
-        sys: WalSystem {
-            geo: Geometry::new(c.seg_size).map_err(|e| e.to_string())?,
-            tli: c.timeline,
-            sysid: c.system_identifier,
-        },
+        sys: c.wal_system().map_err(|e| e.to_string())?,
     })
 }
 

@@ -14,9 +14,7 @@ use crate::recovery_target::{Reached, RecoveryTarget};
 use crate::walfile;
 use std::fmt;
 use std::path::Path;
-use walformat::{
-    format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader, WalSystem,
-};
+use walformat::{format_lsn, Geometry, Lookahead, Lsn, ValidWalAfter, WalError, WalReader};
 
 /// Why reading WAL stopped.
 #[derive(Debug)]
@@ -264,11 +262,7 @@ pub fn look_ahead(
     control: &ControlFile,
     r: &RecoveryResult,
 ) -> Result<Lookahead, WalError> {
-    let sys = WalSystem {
-        geo: Geometry::new(control.seg_size).expect("validated by scan_wal"),
-        tli: control.timeline,
-        sysid: control.system_identifier,
-    };
+    let sys = control.wal_system().expect("validated by scan_wal");
     walformat::look_ahead_from(&walfile::SEAM, &datadir.join("pg_wal"), sys, r.end_of_wal)
 }
 
